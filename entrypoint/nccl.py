@@ -1,0 +1,213 @@
+"""NCCL policy: which NCCL variables a run gets, and why. The one place that decides them.
+
+Rules (each decision carries its reason into `plan`, the train log and the manifest):
+
+- NCCL_P2P_DISABLE=1 when any pair of the GPUs the run uses (training and rollout: the weight-sync
+  communicator spans both) lacks P2P by NVML (`nvmlDeviceGetP2PStatus`, read capability), or when
+  accelerate's RTX 40 check would fire: more than one GPU whose name contains "RTX 40" visible with a
+  driver older than 550.40.07. accelerate then raises NotImplementedError for any job unless both
+  NCCL_P2P_DISABLE and NCCL_IB_DISABLE are present, and it lists GPUs through nvidia-smi, which ignores
+  CUDA_VISIBLE_DEVICES, so single-GPU jobs on such machines fail too
+  (accelerate 1.6.0: state.py:301-308, utils/environment.py:147-172; ../shared/cases C01).
+  GeForce RTX 4090s have no P2P on stock drivers (NVIDIA developer forum), and older drivers could
+  report peer access yet hang (nccl-tests issue #117).
+- NCCL_IB_DISABLE=1 when no InfiniBand/RoCE port is ACTIVE under /sys/class/infiniband; NCCL then
+  uses sockets. With an active port and accelerate's check firing, NCCL_IB_DISABLE=0 is set so the
+  variable is present without turning IB off.
+- A value the user set (recipe, command line or environment) is kept, never overwritten. The exception:
+  NCCL_P2P_DISABLE=0 on GPUs without P2P is refused unless ALLOW_P2P_WITHOUT_SUPPORT=true (for drivers
+  patched to enable P2P, which NVML may not report).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from packaging.version import InvalidVersion, Version
+
+from entrypoint.errors import Problem
+from entrypoint.hardware import Inventory
+
+# accelerate's threshold (v0.29.0, PR #2558); HF's number, not NVIDIA's (no NVIDIA note names one).
+ACCELERATE_RTX40_DRIVER_TEXT = "550.40.07"
+ACCELERATE_RTX40_DRIVER = Version(ACCELERATE_RTX40_DRIVER_TEXT)
+ACCELERATE_RTX40_SUBSTRING = "RTX 40"
+
+FALSE_WORDS = {"0", "false", "no", "off"}
+
+# NCCL's documented environment variables (NCCL user guide, "Environment Variables"), used to catch
+# typos: NCCL ignores names it does not know, so NCCL_P2P_DISSABLE=1 silently does nothing.
+KNOWN_VARIABLES = frozenset(
+    {
+        "NCCL_ALGO", "NCCL_BUFFSIZE", "NCCL_CHECK_POINTERS", "NCCL_COLLNET_ENABLE", "NCCL_COMM_BLOCKING",
+        "NCCL_COMM_ID", "NCCL_CONF_FILE", "NCCL_CROSS_NIC", "NCCL_CUMEM_ENABLE", "NCCL_DEBUG",
+        "NCCL_DEBUG_FILE", "NCCL_DEBUG_SUBSYS", "NCCL_DMABUF_ENABLE", "NCCL_GRAPH_DUMP_FILE",
+        "NCCL_GRAPH_FILE", "NCCL_GRAPH_MIXING_SUPPORT", "NCCL_HOSTID", "NCCL_IB_ADAPTIVE_ROUTING",
+        "NCCL_IB_AR_THRESHOLD", "NCCL_IB_DISABLE", "NCCL_IB_GID_INDEX", "NCCL_IB_HCA", "NCCL_IB_MERGE_NICS",
+        "NCCL_IB_PCI_RELAXED_ORDERING", "NCCL_IB_QPS_PER_CONNECTION", "NCCL_IB_RETRY_CNT", "NCCL_IB_ROCE_VERSION_NUM",
+        "NCCL_IB_SL", "NCCL_IB_SPLIT_DATA_ON_QPS", "NCCL_IB_TC", "NCCL_IB_TIMEOUT", "NCCL_IB_USE_INLINE",
+        "NCCL_IGNORE_CPU_AFFINITY", "NCCL_IGNORE_DISABLED_P2P", "NCCL_LAUNCH_MODE", "NCCL_LL128_BUFFSIZE",
+        "NCCL_LL_BUFFSIZE", "NCCL_MAX_CTAS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MIN_NCHANNELS",
+        "NCCL_MNNVL_ENABLE", "NCCL_NET", "NCCL_NET_DISABLE_INTRA", "NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ",
+        "NCCL_NET_OVERHEAD", "NCCL_NET_PLUGIN", "NCCL_NSOCKS_PERTHREAD", "NCCL_NTHREADS", "NCCL_NVB_DISABLE",
+        "NCCL_NVLS_ENABLE", "NCCL_P2P_DIRECT_DISABLE", "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL",
+        "NCCL_P2P_NET_CHUNKSIZE", "NCCL_P2P_NVL_CHUNKSIZE", "NCCL_P2P_PCI_CHUNKSIZE", "NCCL_P2P_READ_ENABLE",
+        "NCCL_P2P_USE_CUDA_MEMCPY", "NCCL_PROTO", "NCCL_PXN_DISABLE", "NCCL_RAS_ENABLE", "NCCL_RUNTIME_CONNECT",
+        "NCCL_SET_STACK_SIZE", "NCCL_SET_THREAD_NAME", "NCCL_SHM_DISABLE", "NCCL_SHM_USE_CUDA_MEMCPY",
+        "NCCL_SOCKET_FAMILY", "NCCL_SOCKET_IFNAME", "NCCL_SOCKET_NTHREADS", "NCCL_SOCKET_RETRY_CNT",
+        "NCCL_SOCKET_RETRY_SLEEP_MSEC", "NCCL_TOPO_DUMP_FILE", "NCCL_TOPO_FILE", "NCCL_TUNER_PLUGIN",
+        "NCCL_WORK_FIFO_DEPTH",
+    }
+)  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    variable: str
+    value: str | None  # what the children see; None: not set
+    reason: str
+    set_by: str  # "entrypoint", or the layer the user set it in ("recipes/x.env:3", "environment", ...)
+
+    def render(self) -> str:
+        shown = f"{self.variable}={self.value}" if self.value is not None else f"{self.variable} unset"
+        return f"{shown} ({self.reason}; {self.set_by})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    env: dict[str, str]  # what the entrypoint puts in the children's environment
+    decisions: list[Decision]
+    problems: list[Problem]
+
+
+def accelerate_rtx40_check_fires(inventory: Inventory) -> bool:
+    """Mirror of accelerate's `check_cuda_p2p_ib_support() == False` for this inventory."""
+    if len(inventory.gpus) <= 1 or not inventory.driver_version:
+        return False
+    if not any(ACCELERATE_RTX40_SUBSTRING in g.name for g in inventory.gpus):
+        return False
+    try:
+        return Version(inventory.driver_version) < ACCELERATE_RTX40_DRIVER
+    except InvalidVersion:
+        return False
+
+
+def pairs_without_p2p(inventory: Inventory, gpus: Sequence[int]) -> list[tuple[int, int, str]]:
+    """(a, b, status) for every pair of `gpus` whose P2P read status is not 'ok' (unknown counts)."""
+    ordered = sorted(set(gpus))
+    return [
+        (a, b, inventory.p2p_status(a, b))
+        for i, a in enumerate(ordered)
+        for b in ordered[i + 1 :]
+        if inventory.p2p_status(a, b) != "ok"
+    ]
+
+
+def describe_missing(missing: list[tuple[int, int, str]], n_gpus: int) -> str:
+    """'GPUs 0,1: NVML reports P2P not_supported', or a summary when many pairs share a status."""
+    if len(missing) <= 2:
+        return "; ".join(f"GPUs {a},{b}: NVML reports P2P {status}" for a, b, status in missing)
+    by_status: dict[str, list[tuple[int, int]]] = {}
+    for a, b, status in missing:
+        by_status.setdefault(status, []).append((a, b))
+    total = n_gpus * (n_gpus - 1) // 2
+    return "; ".join(
+        f"NVML reports P2P {status} for {len(pairs)} of {total} pairs of GPUs "
+        + ",".join(map(str, sorted({g for pair in pairs for g in pair})))
+        for status, pairs in by_status.items()
+    )
+
+
+def decide(
+    inventory: Inventory,
+    gpus: Sequence[int],
+    user: Mapping[str, tuple[str, str]],
+    allow_p2p_without_support: bool = False,
+) -> Policy:
+    """Decide the NCCL variables for a run on `gpus` (every GPU it uses, training and rollout).
+
+    Args:
+        inventory: the machine.
+        gpus: in-container ordinals the run uses; empty for a CPU run.
+        user: NCCL variables the user set, name -> (value, source), from recipe, CLI or environment.
+        allow_p2p_without_support: the opt-in key ALLOW_P2P_WITHOUT_SUPPORT.
+
+    Returns a Policy; its `problems` hold the refused NCCL_P2P_DISABLE=0 (fatal).
+    """
+    env: dict[str, str] = {}
+    decisions: list[Decision] = []
+    problems: list[Problem] = []
+
+    for name, (value, source) in sorted(user.items()):
+        if name not in ("NCCL_P2P_DISABLE", "NCCL_IB_DISABLE"):
+            if source != "environment":
+                env[name] = value
+            decisions.append(Decision(name, value, "set by the user", source))
+
+    if not gpus:
+        decisions.append(Decision("NCCL_P2P_DISABLE", None, "no GPU in use: NCCL is not used", "entrypoint"))
+        return Policy(env, decisions, problems)
+
+    accelerate = accelerate_rtx40_check_fires(inventory)
+    names = sorted({g.name for g in inventory.gpus})
+    accelerate_reason = (
+        f"{len(inventory.gpus)} GPUs visible ({', '.join(names)}) with driver {inventory.driver_version} "
+        f"< {ACCELERATE_RTX40_DRIVER_TEXT}: accelerate raises NotImplementedError unless NCCL_P2P_DISABLE and "
+        "NCCL_IB_DISABLE are both set, counting every GPU nvidia-smi lists even when the job uses one"
+    )
+    missing = pairs_without_p2p(inventory, gpus)
+    missing_reason = describe_missing(missing, len(set(gpus)))
+
+    # P2P
+    if "NCCL_P2P_DISABLE" in user:
+        value, source = user["NCCL_P2P_DISABLE"]
+        if value.strip().lower() in FALSE_WORDS and (missing or accelerate) and not allow_p2p_without_support:
+            problems.append(
+                Problem(
+                    f"NCCL_P2P_DISABLE ({source})",
+                    f"set to {value!r}, but {missing_reason or accelerate_reason}; NCCL would try P2P "
+                    "transfers these GPUs cannot do (hangs or corrupt results)",
+                    "remove it (the entrypoint sets NCCL_P2P_DISABLE=1), or, on a driver patched to enable "
+                    "P2P, set ALLOW_P2P_WITHOUT_SUPPORT=true",
+                )
+            )
+        reason = "kept as the user set it"
+        if allow_p2p_without_support and (missing or accelerate):
+            reason += " (ALLOW_P2P_WITHOUT_SUPPORT=true)"
+        if source != "environment":
+            env["NCCL_P2P_DISABLE"] = value
+        decisions.append(Decision("NCCL_P2P_DISABLE", value, reason, source))
+    elif missing:
+        env["NCCL_P2P_DISABLE"] = "1"
+        decisions.append(Decision("NCCL_P2P_DISABLE", "1", missing_reason, "entrypoint"))
+    elif accelerate:
+        env["NCCL_P2P_DISABLE"] = "1"
+        decisions.append(Decision("NCCL_P2P_DISABLE", "1", accelerate_reason, "entrypoint"))
+    else:
+        reason = "one GPU in use: no peer traffic" if len(set(gpus)) == 1 else "NVML reports P2P between all GPUs in use"
+        decisions.append(Decision("NCCL_P2P_DISABLE", None, reason, "entrypoint"))
+
+    # InfiniBand / RoCE
+    active = inventory.active_ib_ports()
+    if "NCCL_IB_DISABLE" in user:
+        value, source = user["NCCL_IB_DISABLE"]
+        if source != "environment":
+            env["NCCL_IB_DISABLE"] = value
+        decisions.append(Decision("NCCL_IB_DISABLE", value, "kept as the user set it", source))
+    elif not active:
+        env["NCCL_IB_DISABLE"] = "1"
+        decisions.append(
+            Decision("NCCL_IB_DISABLE", "1", "no ACTIVE InfiniBand/RoCE port under /sys/class/infiniband", "entrypoint")
+        )
+    elif accelerate:
+        env["NCCL_IB_DISABLE"] = "0"
+        ports = ", ".join(f"{p.device} port {p.port}" for p in active)
+        decisions.append(
+            Decision("NCCL_IB_DISABLE", "0", f"present for accelerate's check, IB kept on (active: {ports})", "entrypoint")
+        )
+    else:
+        ports = ", ".join(f"{p.device} port {p.port} ({p.link_layer})" for p in active)
+        decisions.append(Decision("NCCL_IB_DISABLE", None, f"active RDMA ports: {ports}", "entrypoint"))
+
+    return Policy(env, decisions, problems)

@@ -1,0 +1,331 @@
+"""Recipes: env files of KEY=VALUE, layered, classified and type-checked.
+
+Precedence, lowest to highest (README, "Recipes"):
+
+    recipes/defaults.env  <  recipes/<RECIPE>.env  <  process environment  <  command-line KEY=VALUE
+
+The process environment only contributes keys this module knows (a stray `COLUMNS` or `DEBUG` from a
+shell is not a recipe value). Every resolved value remembers its layer (`source`), which the manifest
+records. Keys are case-insensitive on the command line (`recipe=smoke`); env files use upper case.
+
+Key kinds (`classify`):
+    owned    keys of `settings.Settings` (placement, run identity, ...)
+    trainer  `swift rlhf` arguments, upper-cased: NUM_GENERATIONS=6 -> --num_generations 6
+    rollout  `swift rollout` arguments behind ROLLOUT_: ROLLOUT_MAX_MODEL_LEN -> --max_model_len
+    nccl     NCCL environment variables (nccl.KNOWN_VARIABLES), given to trainer and rollout alike
+    env      a few environment variables for the children (wandb, hub, allocator settings)
+Anything else is refused with a did-you-mean, and keys the entrypoint composes itself are refused with
+the key to use instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import io
+import os
+from collections import ChainMap
+from collections.abc import Mapping
+from pathlib import Path
+
+from dotenv.parser import parse_stream
+from pydantic import ValidationError
+
+from entrypoint import nccl, swift_schema
+from entrypoint.errors import BadInput, Problem
+from entrypoint.renamed import RENAMED
+from entrypoint.settings import OWNED_KEYS, Settings
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+RECIPES_DIR = Path(os.environ.get("GRPO_RIG_RECIPES", PROJECT_DIR / "recipes"))
+DEFAULTS_FILE = "defaults.env"
+
+# Keys the entrypoint composes from others. Setting them is refused with the key to use instead.
+MANAGED: dict[str, str] = {
+    "RLHF_TYPE": "this image runs GRPO; the entrypoint always passes --rlhf_type grpo",
+    "VLLM_MODE": "the mode follows the layout: ROLLOUT_GPUS set -> server, empty -> colocate",
+    "VLLM_SERVER_HOST": "server mode is composed by the entrypoint: set ROLLOUT_GPUS=<ordinal> for a rollout "
+    "on this machine, or ROLLOUT_HOST=<address> for one on another node",
+    "VLLM_SERVER_PORT": "the entrypoint picks a free port; set ROLLOUT_PORT to choose one",
+    "VLLM_SERVER_BASE_URL": "in ms-swift 3.6.4 a base URL alone does not enable server mode (vLLM then "
+    "silently colocates on the training GPU); set ROLLOUT_GPUS or ROLLOUT_HOST instead",
+    "OUTPUT_DIR": "",  # owned (the volume root); swift's output_dir is <OUTPUT_DIR>/<RUN_NAME>/train
+    "ADD_VERSION": "the run directory is OUTPUT_DIR/RUN_NAME, with no vN- folder",
+    "LOGGING_DIR": "logs go under the run directory",
+    "RESUME_FROM_CHECKPOINT": "resume is automatic: start the run again with the same RUN_NAME",
+    "LOCAL_RANK": "set by torchrun for each process",
+    "CUDA_VISIBLE_DEVICES": "the entrypoint sets it per process: use TRAIN_GPUS and ROLLOUT_GPUS "
+    "(in-container ordinals); to hide GPUs from the container, use compose's device_ids",
+    "NPROC_PER_NODE": "derived from the number of TRAIN_GPUS",
+    "ROLLOUT_MODEL": "the rollout serves MODEL",
+    "ROLLOUT_DATA_PARALLEL_SIZE": "derived: number of ROLLOUT_GPUS / ROLLOUT_TENSOR_PARALLEL_SIZE",
+    "ROLLOUT_EXTERNAL_PLUGINS": "the rollout loads the same EXTERNAL_PLUGINS as the trainer",
+    "ROLLOUT_INFER_BACKEND": "swift rollout always uses vLLM",
+}
+for _key in list(MANAGED):
+    if not MANAGED[_key]:
+        del MANAGED[_key]
+
+# Trainer arguments the rollout server must share (same model, template, plugins).
+SHARED_WITH_ROLLOUT = ("model", "model_type", "model_revision", "template", "torch_dtype", "use_hf", "seed")
+
+# Environment variables a recipe may set for the child processes.
+ENV_PASSTHROUGH = {
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "OMP_NUM_THREADS",
+    "TOKENIZERS_PARALLELISM",
+    "CUDA_LAUNCH_BLOCKING",
+    "TORCH_DISTRIBUTED_DEBUG",
+}
+ENV_PASSTHROUGH_PREFIXES = ("WANDB_", "HF_", "MODELSCOPE_", "TORCH_NCCL_")
+
+# Names that shells and launchers export for their own reasons; never read as recipe values from the
+# process environment (they remain valid in recipe files and on the command line).
+NOT_FROM_ENVIRONMENT = {"COLUMNS", "DEBUG", "LOCAL_RANK", "LOG_LEVEL", "VERBOSE", "STREAM", "STRICT"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Value:
+    value: str
+    source: str  # "recipes/defaults.env:3", "recipes/smoke.env:7", "environment", "command line"
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """A resolved recipe: what each key is, and which layer set it."""
+
+    name: str
+    values: dict[str, Value]
+    settings: Settings
+    trainer: dict[str, list[str]]  # swift rlhf argument name -> argv tokens after --name
+    rollout: dict[str, list[str]]  # swift rollout argument name -> argv tokens
+    nccl: dict[str, Value]  # NCCL variables from the recipe, the environment or the command line
+    env: dict[str, str]  # pass-through environment for the children
+    warnings: list[Problem]
+
+    def raw(self, key: str) -> str | None:
+        v = self.values.get(key)
+        return v.value if v is not None else None
+
+    def is_set(self, key: str) -> bool:
+        """True when the key has a non-empty value from any layer."""
+        return bool(self.raw(key))
+
+    def source(self, key: str) -> str:
+        v = self.values.get(key)
+        return v.source if v is not None else "default"
+
+    def resolved(self) -> dict[str, dict[str, str]]:
+        """{KEY: {"value", "source"}} for the manifest and `plan --json`."""
+        return {k: {"value": v.value, "source": v.source} for k, v in sorted(self.values.items())}
+
+
+def classify(key: str) -> str | None:
+    """The kind of a recipe key ("owned", "trainer", "rollout", "nccl", "env"), or None if unknown.
+
+    Managed and renamed keys return None too; `explain_unknown` says why.
+    """
+    if key in MANAGED or key in RENAMED:
+        return None
+    if key in OWNED_KEYS:
+        return "owned"
+    if key in nccl.KNOWN_VARIABLES:
+        return "nccl"
+    if key in ENV_PASSTHROUGH or key.startswith(ENV_PASSTHROUGH_PREFIXES):
+        return "env"
+    if key.startswith("ROLLOUT_") and key[len("ROLLOUT_") :].lower() in swift_schema.load("rollout"):
+        return "rollout"
+    if key.lower() in swift_schema.load("rlhf"):
+        return "trainer"
+    return None
+
+
+def known_keys() -> list[str]:
+    """Every key a recipe may set (for suggestions and `keys`)."""
+    keys = set(OWNED_KEYS) | set(nccl.KNOWN_VARIABLES) | ENV_PASSTHROUGH
+    keys |= {name.upper() for name in swift_schema.load("rlhf")}
+    keys |= {"ROLLOUT_" + name.upper() for name in swift_schema.load("rollout")}
+    return sorted(k for k in keys if k not in MANAGED and k not in RENAMED)
+
+
+def explain_unknown(key: str, source: str) -> Problem:
+    """The problem for a key `classify` refused: renamed, managed, or unknown with suggestions."""
+    where = f"{key} ({source})"
+    if key in RENAMED:
+        r = RENAMED[key]
+        return Problem(where, f"{r.message} [source: {r.source}]", r.fix)
+    if key in MANAGED:
+        return Problem(where, "is set by the entrypoint, not by recipes", MANAGED[key])
+    candidates = known_keys() + list(MANAGED) + list(RENAMED)
+    close = difflib.get_close_matches(key, candidates, n=3, cutoff=0.75)
+    prefix = [k for k in candidates if k.startswith(key) and k != key][:3]
+    suggestions = list(dict.fromkeys(close + prefix))
+    if key.startswith("NCCL_"):
+        message = "is not an NCCL variable this image knows (NCCL ignores unknown names silently)"
+    else:
+        message = "is not a key of this image, of `swift rlhf` or of `swift rollout` (ms-swift 3.6.4)"
+    if prefix and not close:
+        message += "; abbreviations are refused (ms-swift's argparse would take them silently)"
+    fix = f"did you mean {' or '.join(suggestions)}?" if suggestions else "see `python -m entrypoint keys`"
+    return Problem(where, message, fix)
+
+
+def read_env_file(path: Path, label: str) -> tuple[dict[str, Value], list[Problem]]:
+    """Parse one env file with python-dotenv's parser, reporting malformed lines instead of skipping them.
+
+    No variable interpolation: a recipe means the same on every machine.
+    """
+    values: dict[str, Value] = {}
+    problems: list[Problem] = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return values, [Problem(label, f"cannot read {path}: {exc}", "check the path and its permissions")]
+    for binding in parse_stream(io.StringIO(text)):
+        line = binding.original.line
+        where = f"{label}:{line}"
+        if binding.error:
+            snippet = binding.original.string.strip().splitlines()[0][:60]
+            problems.append(Problem(where, f"not a KEY=VALUE line: {snippet!r}", "write KEY=VALUE, # comment"))
+            continue
+        if binding.key is None:
+            continue  # blank line or comment
+        key = binding.key.upper()
+        if key == "RECIPE":
+            problems.append(Problem(where, "RECIPE inside a recipe file", "remove it; name the recipe on the command line"))
+            continue
+        if key in values:
+            problems.append(
+                Problem(where, f"{key} set twice (first at {values[key].source}); the later value wins", fatal=False)
+            )
+        values[key] = Value(binding.value if binding.value is not None else "", where)
+    return values, problems
+
+
+def parse_cli_pairs(pairs: list[str]) -> tuple[dict[str, Value], list[Problem]]:
+    """`KEY=VALUE` command-line words; keys are case-insensitive."""
+    values: dict[str, Value] = {}
+    problems: list[Problem] = []
+    for word in pairs:
+        if word.startswith("--") or "=" not in word:
+            hint = word.lstrip("-").split("=")[0].upper()
+            problems.append(
+                Problem(
+                    f"command line {word!r}",
+                    "arguments are KEY=VALUE words, not --flags",
+                    f"write {hint}=<value> (for example NUM_GENERATIONS=8)",
+                )
+            )
+            continue
+        key, value = word.split("=", 1)
+        values[key.strip().upper()] = Value(value, "command line")
+    return values, problems
+
+
+def environment_layer(environ: Mapping[str, str]) -> dict[str, Value]:
+    """Known keys set in the process environment (upper-case names only)."""
+    layer: dict[str, Value] = {}
+    for key, value in environ.items():
+        if key in NOT_FROM_ENVIRONMENT or not key.isupper():
+            continue
+        if classify(key) in ("owned", "nccl", "trainer", "rollout"):
+            layer[key] = Value(value, "environment")
+        elif key in MANAGED and key != "CUDA_VISIBLE_DEVICES":  # CVD: a warning in layout.py
+            layer[key] = Value(value, "environment")
+        elif key.startswith("NCCL_") and difflib.get_close_matches(key, nccl.KNOWN_VARIABLES, n=1, cutoff=0.85):
+            layer[key] = Value(value, "environment")  # a likely typo; unrelated NCCL_* names pass through
+    return layer
+
+
+def recipe_path(name: str, recipes_dir: Path = RECIPES_DIR) -> Path:
+    """`recipes/<name>.env`, or `name` itself when it is a path to an env file."""
+    if name.endswith(".env") or "/" in name:
+        return Path(name)
+    return recipes_dir / f"{name}.env"
+
+
+def available_recipes(recipes_dir: Path = RECIPES_DIR) -> list[str]:
+    return sorted(p.stem for p in recipes_dir.glob("*.env") if p.name != DEFAULTS_FILE)
+
+
+def load(
+    cli_pairs: list[str], environ: Mapping[str, str] | None = None, recipes_dir: Path = RECIPES_DIR
+) -> Recipe:
+    """Resolve a recipe from the four layers. Raises BadInput listing every problem found."""
+    environ = os.environ if environ is None else environ
+    cli, problems = parse_cli_pairs(cli_pairs)
+    env_layer = environment_layer(environ)
+    name = (cli.get("RECIPE") or Value(environ.get("RECIPE", ""), "environment")).value
+    if not name:
+        names = ", ".join(available_recipes(recipes_dir))
+        raise BadInput(problems + [Problem("RECIPE", "no recipe named", f"add recipe=NAME; shipped recipes: {names}")])
+
+    layers: list[dict[str, Value]] = []
+    defaults_path = recipes_dir / DEFAULTS_FILE
+    if defaults_path.exists():
+        values, found = read_env_file(defaults_path, f"recipes/{DEFAULTS_FILE}")
+        layers.append(values)
+        problems += found
+    path = recipe_path(name, recipes_dir)
+    if not path.is_file():
+        names = ", ".join(available_recipes(recipes_dir))
+        problems.append(Problem("RECIPE", f"no recipe file {path}", f"use one of: {names}, or a path to an .env file"))
+        raise BadInput(problems)
+    label = f"recipes/{path.name}" if path.parent.resolve() == recipes_dir.resolve() else str(path)
+    values, found = read_env_file(path, label)
+    layers.append(values)
+    problems += found
+    layers += [env_layer, cli]
+    merged: dict[str, Value] = dict(ChainMap(*reversed(layers)))
+    merged["RECIPE"] = Value(name, cli["RECIPE"].source if "RECIPE" in cli else "environment")
+
+    owned: dict[str, str] = {}
+    trainer: dict[str, list[str]] = {}
+    rollout: dict[str, list[str]] = {}
+    nccl_values: dict[str, Value] = {}
+    env: dict[str, str] = {}
+    rlhf_schema, rollout_schema = swift_schema.load("rlhf"), swift_schema.load("rollout")
+    for key, item in sorted(merged.items()):
+        kind = classify(key)
+        if kind is None:
+            problems.append(explain_unknown(key, item.source))
+        elif kind == "owned":
+            owned[key] = item.value
+        elif kind == "nccl":
+            nccl_values[key] = item
+        elif kind == "env":
+            env[key] = item.value
+        elif item.value == "":
+            continue  # empty swift argument: leave ms-swift's default
+        else:
+            spec = rlhf_schema[key.lower()] if kind == "trainer" else rollout_schema[key[len("ROLLOUT_") :].lower()]
+            try:
+                tokens = spec.coerce(item.value)
+            except ValueError as exc:
+                problems.append(Problem(f"{key} ({item.source})", str(exc), f"set {key} to a valid {spec.type}"))
+                continue
+            (trainer if kind == "trainer" else rollout)[spec.name] = tokens
+
+    try:
+        settings = Settings(**owned)
+    except ValidationError as exc:
+        settings = Settings()
+        for err in exc.errors():
+            key = str(err["loc"][0]) if err["loc"] else "?"
+            problems.append(
+                Problem(f"{key} ({merged[key].source if key in merged else 'default'})", err["msg"], f"set a valid {key}")
+            )
+
+    fatal = [p for p in problems if p.fatal]
+    if fatal:
+        raise BadInput(problems)
+    return Recipe(
+        name=name,
+        values=merged,
+        settings=settings,
+        trainer=trainer,
+        rollout=rollout,
+        nccl=nccl_values,
+        env=env,
+        warnings=[p for p in problems if not p.fatal],
+    )

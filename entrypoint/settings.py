@@ -1,0 +1,90 @@
+"""The keys the entrypoint owns: one typed table, each with its default, unit and meaning.
+
+A recipe holds three kinds of keys (README, "Recipes"):
+- these owned keys (placement, run identity, output, safety switches), defined here;
+- ms-swift `swift rlhf` arguments, upper-cased (`NUM_GENERATIONS=6` -> `--num_generations 6`);
+- ms-swift `swift rollout` arguments with a `ROLLOUT_` prefix (`ROLLOUT_MAX_MODEL_LEN=4096`);
+plus NCCL variables and a few environment variables passed to the children (`recipe.py`).
+
+Values arrive as strings from env files, the environment and the command line; pydantic coerces them to
+the types below, and a value that does not fit is reported with the key's name.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Settings(BaseModel):
+    """Owned keys. Field descriptions are printed by `python -m entrypoint keys`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Run identity and output
+    RECIPE: str = Field("", description="recipe name: recipes/<RECIPE>.env")
+    RUN_NAME: str = Field("", description="run directory name under OUTPUT_DIR; default <recipe>-<UTC timestamp>")
+    OUTPUT_DIR: str = Field("output", description="root of run directories (the mounted volume: /output)")
+
+    # Model and data
+    MODEL_SOURCE: Literal["hub", "embedded"] = Field(
+        "hub", description="hub: MODEL is a hub id or local path; embedded: a model converted into the image"
+    )
+    EMBEDDED_MODEL_DIR: str = Field(
+        "~/.cache/grpo-rig/models", description="where `prepare-model` puts converted embedded models"
+    )
+    DATASET_GENERATOR: Literal["", "countdown"] = Field(
+        "", description="generate the dataset locally (no hub) instead of reading DATASET"
+    )
+    DATASET_ROWS: int = Field(256, ge=1, description="rows to generate with DATASET_GENERATOR")
+    OFFLINE: bool = Field(False, description="no hub access: sets HF_HUB_OFFLINE / MODELSCOPE offline mode")
+
+    # GPU placement
+    TRAIN_GPUS: str = Field(
+        "all", description="in-container GPU ordinals for training: all | none (CPU) | 0,1 | 0-3"
+    )
+    ROLLOUT_GPUS: str = Field(
+        "", description="dedicated vLLM rollout GPU ordinals (server mode); empty: colocate on training GPUs"
+    )
+    INVENTORY: str = Field("", description="JSON inventory file that replaces NVML (plan for another machine)")
+
+    # Rollout server (server mode)
+    ROLLOUT_HOST: str = Field(
+        "", description="address of a rollout server on another node; the trainer connects there"
+    )
+    ROLLOUT_PORT: int = Field(0, ge=0, le=65535, description="rollout HTTP port; 0: first free port from 8000")
+    ROLLOUT_BIND: str = Field("127.0.0.1", description="address the local rollout server listens on")
+    ROLLOUT_ALLOW_REMOTE: bool = Field(
+        False, description="allow ROLLOUT_BIND off loopback (it accepts weight updates from anyone)"
+    )
+    ROLLOUT_STARTUP_TIMEOUT: float = Field(
+        900.0, gt=0, description="seconds to wait for the rollout server's /health/ before giving up"
+    )
+
+    # NCCL
+    ALLOW_P2P_WITHOUT_SUPPORT: bool = Field(
+        False, description="keep a user's NCCL_P2P_DISABLE=0 on GPUs whose P2P NVML reports unsupported"
+    )
+
+    # Multi-node (ms-swift's own variable names)
+    NNODES: int = Field(1, ge=1, description="number of nodes")
+    NODE_RANK: int = Field(0, ge=0, description="this node's rank, 0..NNODES-1")
+    MASTER_ADDR: str = Field("", description="address of node 0 (multi-node)")
+    MASTER_PORT: int = Field(29500, ge=1, le=65535, description="torch.distributed rendezvous port")
+
+    # Memory and monitoring
+    MEMORY_CHECK: Literal["error", "warn", "off"] = Field(
+        "error", description="what a predicted out-of-memory does: refuse, warn, or nothing"
+    )
+    EMULATE_VRAM_GB: float = Field(0.0, ge=0, description="cap each process's CUDA memory (GiB); 0: off")
+    GPU_MONITOR_INTERVAL: float = Field(2.0, gt=0, description="seconds between NVML samples into gpu.jsonl")
+
+    # Lifecycle
+    STOP_GRACE_SECONDS: float = Field(
+        20.0, ge=0, description="seconds between SIGTERM and SIGKILL for child processes"
+    )
+    EXPORT_MERGED: bool = Field(False, description="also export the base model merged with the adapter")
+
+
+OWNED_KEYS: frozenset[str] = frozenset(Settings.model_fields)
