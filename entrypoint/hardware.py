@@ -10,6 +10,7 @@ processes get CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers GPUs the same way NVM
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -114,7 +115,9 @@ def read_infiniband(root: Path = INFINIBAND_SYSFS) -> list[IBPort]:
             try:
                 state = (port_dir / "state").read_text().strip()
                 layer = (port_dir / "link_layer").read_text().strip()
-                ports.append(IBPort(device=device.name, port=int(port_dir.name), state=state, link_layer=layer))
+                ports.append(
+                    IBPort(device=device.name, port=int(port_dir.name), state=state, link_layer=layer)
+                )
             except (OSError, ValueError):
                 continue
     return ports
@@ -138,7 +141,9 @@ def probe() -> Inventory:
     try:
         import pynvml
     except ImportError as exc:  # pragma: no cover - nvidia-ml-py is in the lock
-        return Inventory(source="nvml", nvml_error=f"nvidia-ml-py missing: {exc}", infiniband=ib, shm_bytes=shm)
+        return Inventory(
+            source="nvml", nvml_error=f"nvidia-ml-py missing: {exc}", infiniband=ib, shm_bytes=shm
+        )
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
@@ -167,7 +172,9 @@ def probe() -> Inventory:
                 status = {}
                 for label, index in (("read", P2P_CAPS_READ), ("nvlink", P2P_CAPS_NVLINK)):
                     try:
-                        status[label] = P2P_STATUS.get(pynvml.nvmlDeviceGetP2PStatus(handles[i], handles[j], index), "unknown")
+                        status[label] = P2P_STATUS.get(
+                            pynvml.nvmlDeviceGetP2PStatus(handles[i], handles[j], index), "unknown"
+                        )
                     except pynvml.NVMLError:
                         status[label] = "unknown"
                 links.append(P2PLink(a=i, b=j, **status))
@@ -183,10 +190,8 @@ def probe() -> Inventory:
     except pynvml.NVMLError as exc:
         return Inventory(source="nvml", nvml_error=str(exc), infiniband=ib, shm_bytes=shm)
     finally:
-        try:
+        with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
 
 
 def load(path: str | Path) -> Inventory:

@@ -18,6 +18,7 @@ Output: each child's lines go to `<run>/logs/<role>.log` and to the console pref
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import enum
 import os
@@ -99,7 +100,9 @@ def install_signal_handlers() -> Callable[[], None]:
 class Supervisor:
     """Starts children and guarantees that none outlives `stop_all()`."""
 
-    def __init__(self, log_dir: Path, grace_seconds: float, console: TextIO = sys.stdout, secret_values: list[str] = ()):
+    def __init__(
+        self, log_dir: Path, grace_seconds: float, console: TextIO = sys.stdout, secret_values: list[str] = ()
+    ):
         self.log_dir = log_dir
         self.grace_seconds = grace_seconds
         self.console = console
@@ -123,7 +126,9 @@ class Supervisor:
                 start_new_session=True,
             )
         except OSError as exc:
-            raise ChildFailed(process.role, None, [], f"could not start ({process.argv[0]}: {exc.strerror})") from exc
+            raise ChildFailed(
+                process.role, None, [], f"could not start ({process.argv[0]}: {exc.strerror})"
+            ) from exc
         tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
         reader = threading.Thread(target=self._pump, args=(process.role, popen, log_path, tail), daemon=True)
         child = Child(process.role, popen, log_path, tail, reader)
@@ -166,7 +171,9 @@ class Supervisor:
             rc = self._finished(child)
             if rc is not None:
                 child.state = ChildState.FAILED
-                raise ChildFailed(child.role, rc, list(child.tail), f"exited with status {rc} before it was healthy")
+                raise ChildFailed(
+                    child.role, rc, list(child.tail), f"exited with status {rc} before it was healthy"
+                )
             try:
                 with opener.open(url, timeout=2) as response:
                     if response.status == 200:
@@ -236,23 +243,17 @@ class Supervisor:
             self._signal_group(child.pid, signal.SIGKILL)
             leftovers = [p for p in trees.get(child.pid, []) if p.is_running()]
             for proc in leftovers:  # descendants that moved to another process group
-                try:
+                with contextlib.suppress(psutil.NoSuchProcess):
                     proc.kill()
-                except psutil.NoSuchProcess:
-                    pass
             psutil.wait_procs(leftovers, timeout=5)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 child.popen.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
             child.reader.join(timeout=5)
 
     @staticmethod
     def _signal_group(pid: int, signum: int) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
 
     def _say(self, text: str) -> None:
         with self._console_lock:

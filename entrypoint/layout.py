@@ -61,7 +61,9 @@ class Layout:
     def describe(self) -> str:
         if self.mode == "cpu":
             return "cpu: no GPU; HF generation inside the trainer"
-        text = f"{self.mode}: training on GPU(s) {_fmt(self.train_gpus)} (NPROC_PER_NODE={self.nproc_per_node})"
+        text = (
+            f"{self.mode}: training on GPU(s) {_fmt(self.train_gpus)} (NPROC_PER_NODE={self.nproc_per_node})"
+        )
         if self.local_rollout:
             text += f"; vLLM rollout server on GPU(s) {_fmt(self.rollout_gpus)} (tp={self.rollout_tp}, dp={self.rollout_dp})"
         elif self.mode == "server":
@@ -110,7 +112,9 @@ def _int(recipe: Recipe, name: str, default: int) -> int:
     return int(tokens[0]) if tokens else default
 
 
-def decide(recipe: Recipe, inventory: Inventory, environ: Mapping[str, str]) -> tuple[Layout | None, list[Problem]]:
+def decide(
+    recipe: Recipe, inventory: Inventory, environ: Mapping[str, str]
+) -> tuple[Layout | None, list[Problem]]:
     """Place the run on the inventory's GPUs. Returns (layout or None when impossible, problems)."""
     s = recipe.settings
     problems: list[Problem] = []
@@ -131,7 +135,9 @@ def decide(recipe: Recipe, inventory: Inventory, environ: Mapping[str, str]) -> 
         try:
             values = parse_ordinals(text)
         except ValueError as exc:
-            problems.append(Problem(f"{key} ({recipe.source(key)})", f"{text!r}: {exc}", "write ordinals like 0,1 or 0-3"))
+            problems.append(
+                Problem(f"{key} ({recipe.source(key)})", f"{text!r}: {exc}", "write ordinals like 0,1 or 0-3")
+            )
             return None
         unknown = [v for v in values if v not in visible]
         if unknown:
@@ -141,7 +147,9 @@ def decide(recipe: Recipe, inventory: Inventory, environ: Mapping[str, str]) -> 
                     f"GPU {', '.join(map(str, unknown))} does not exist in this container. Visible:\n    "
                     + inventory.table().replace("\n", "\n    ")
                     + f"\n  {DOCKER_RENUMBERING}",
-                    f"use ordinals from the list above (0..{len(visible) - 1})" if visible else "expose GPUs first",
+                    f"use ordinals from the list above (0..{len(visible) - 1})"
+                    if visible
+                    else "expose GPUs first",
                 )
             )
             return None
@@ -154,7 +162,8 @@ def decide(recipe: Recipe, inventory: Inventory, environ: Mapping[str, str]) -> 
         problems.append(
             Problem(
                 "GPU",
-                NO_GPU_HELP.format(error=inventory.nvml_error or "NVML lists no device") + f" This recipe needs one ({why}).",
+                NO_GPU_HELP.format(error=inventory.nvml_error or "NVML lists no device")
+                + f" This recipe needs one ({why}).",
                 "fix the GPU exposure above; for a CPU check of the pipeline use recipe=smoke",
             )
         )
@@ -173,7 +182,11 @@ def decide(recipe: Recipe, inventory: Inventory, environ: Mapping[str, str]) -> 
 
     if s.ROLLOUT_HOST and rollout:
         problems.append(
-            Problem("ROLLOUT_HOST", "set together with ROLLOUT_GPUS", "ROLLOUT_GPUS for a rollout here, ROLLOUT_HOST for one on another node; not both")
+            Problem(
+                "ROLLOUT_HOST",
+                "set together with ROLLOUT_GPUS",
+                "ROLLOUT_GPUS for a rollout here, ROLLOUT_HOST for one on another node; not both",
+            )
         )
     if (rollout or s.ROLLOUT_HOST) and not use_vllm:
         problems.append(
@@ -202,7 +215,9 @@ def decide(recipe: Recipe, inventory: Inventory, environ: Mapping[str, str]) -> 
             )
         )
     if not train and use_vllm and not problems:
-        problems.append(Problem("USE_VLLM", "vLLM needs a GPU, but the trainer runs on the CPU", "set USE_VLLM=false"))
+        problems.append(
+            Problem("USE_VLLM", "vLLM needs a GPU, but the trainer runs on the CPU", "set USE_VLLM=false")
+        )
 
     if not train:
         mode = "cpu"
@@ -216,7 +231,11 @@ def decide(recipe: Recipe, inventory: Inventory, environ: Mapping[str, str]) -> 
     tp = _int(recipe, "rollout_tensor_parallel_size", 1)
     if rollout and len(rollout) % tp:
         problems.append(
-            Problem("ROLLOUT_TENSOR_PARALLEL_SIZE", f"{tp} does not divide the {len(rollout)} rollout GPUs", "choose a divisor")
+            Problem(
+                "ROLLOUT_TENSOR_PARALLEL_SIZE",
+                f"{tp} does not divide the {len(rollout)} rollout GPUs",
+                "choose a divisor",
+            )
         )
     colocate_tp = _int(recipe, "vllm_tensor_parallel_size", 1)
     if mode == "colocate" and len(train) % colocate_tp:
@@ -234,7 +253,9 @@ def decide(recipe: Recipe, inventory: Inventory, environ: Mapping[str, str]) -> 
                     Problem(
                         f"{key} ({recipe.source(key)})",
                         f"only acts in colocate mode; in server mode ms-swift ignores it [source: {COLOCATE_ONLY_SOURCE}]",
-                        f"set {replacement} for the rollout server" if replacement else f"remove {key} (server mode)",
+                        f"set {replacement} for the rollout server"
+                        if replacement
+                        else f"remove {key} (server mode)",
                     )
                 )
 

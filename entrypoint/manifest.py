@@ -70,7 +70,9 @@ def identity(plan: Plan) -> dict[str, str]:
 
 def start(plan: Plan, environ: dict[str, str], previous: dict[str, Any] | None) -> dict[str, Any]:
     """The manifest of a run that is starting (or resuming: earlier attempts are kept)."""
-    secrets = redact.values_of(environ) + redact.values_of({k: v.value for k, v in plan.recipe.values.items()})
+    secrets = redact.values_of(environ) + redact.values_of(
+        {k: v.value for k, v in plan.recipe.values.items()}
+    )
     attempts = list(previous.get("attempts", [])) if previous else []
     attempts.append({"started_at": now_iso(), "resume_from": plan.resume_from or None})
     data = {
@@ -81,13 +83,20 @@ def start(plan: Plan, environ: dict[str, str], previous: dict[str, Any] | None) 
         "identity": identity(plan),
         "resolved_recipe": plan.recipe.resolved(),
         "seed": int((plan.recipe.trainer.get("seed") or ["42"])[0]),
-        "model": {"id": plan.recipe.raw("MODEL"), "source": plan.recipe.settings.MODEL_SOURCE, "path": plan.model_path},
+        "model": {
+            "id": plan.recipe.raw("MODEL"),
+            "source": plan.recipe.settings.MODEL_SOURCE,
+            "path": plan.model_path,
+        },
         "dataset": plan.dataset_paths,
         "versions": package_versions(),
         "image": image_identity(dict(environ)),
         "inventory": plan.inventory.model_dump(),
         "layout": plan.to_json()["layout"],
-        "nccl": [{"variable": d.variable, "value": d.value, "reason": d.reason, "set_by": d.set_by} for d in plan.nccl.decisions],
+        "nccl": [
+            {"variable": d.variable, "value": d.value, "reason": d.reason, "set_by": d.set_by}
+            for d in plan.nccl.decisions
+        ],
         "processes": [p.to_json() for p in plan.processes],
         "started_at": attempts[0]["started_at"] if previous is None else previous.get("started_at"),
         "attempts": attempts,
@@ -107,7 +116,9 @@ def finish(data: dict[str, Any], status: str, **fields: Any) -> dict[str, Any]:
         out["attempts"][-1].update({"ended_at": out["ended_at"], "status": status})
     started = dt.datetime.fromisoformat(out["attempts"][-1]["started_at"]) if out["attempts"] else None
     if started:
-        out["attempts"][-1]["wall_seconds"] = round((dt.datetime.fromisoformat(out["ended_at"]) - started).total_seconds(), 1)
+        out["attempts"][-1]["wall_seconds"] = round(
+            (dt.datetime.fromisoformat(out["ended_at"]) - started).total_seconds(), 1
+        )
     out["wall_seconds"] = round(sum(a.get("wall_seconds", 0.0) for a in out["attempts"]), 1)
     return out
 
@@ -132,4 +143,3 @@ def verify(run_dir: Path) -> list[str]:
         if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != digest:
             bad.append(rel)
     return bad
-

@@ -185,7 +185,11 @@ def decide(
         env["NCCL_P2P_DISABLE"] = "1"
         decisions.append(Decision("NCCL_P2P_DISABLE", "1", accelerate_reason, "entrypoint"))
     else:
-        reason = "one GPU in use: no peer traffic" if len(set(gpus)) == 1 else "NVML reports P2P between all GPUs in use"
+        reason = (
+            "one GPU in use: no peer traffic"
+            if len(set(gpus)) == 1
+            else "NVML reports P2P between all GPUs in use"
+        )
         decisions.append(Decision("NCCL_P2P_DISABLE", None, reason, "entrypoint"))
 
     # InfiniBand / RoCE
@@ -198,13 +202,23 @@ def decide(
     elif not active:
         env["NCCL_IB_DISABLE"] = "1"
         decisions.append(
-            Decision("NCCL_IB_DISABLE", "1", "no ACTIVE InfiniBand/RoCE port under /sys/class/infiniband", "entrypoint")
+            Decision(
+                "NCCL_IB_DISABLE",
+                "1",
+                "no ACTIVE InfiniBand/RoCE port under /sys/class/infiniband",
+                "entrypoint",
+            )
         )
     elif accelerate:
         env["NCCL_IB_DISABLE"] = "0"
         ports = ", ".join(f"{p.device} port {p.port}" for p in active)
         decisions.append(
-            Decision("NCCL_IB_DISABLE", "0", f"present for accelerate's check, IB kept on (active: {ports})", "entrypoint")
+            Decision(
+                "NCCL_IB_DISABLE",
+                "0",
+                f"present for accelerate's check, IB kept on (active: {ports})",
+                "entrypoint",
+            )
         )
     else:
         ports = ", ".join(f"{p.device} port {p.port} ({p.link_layer})" for p in active)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import os
 import shlex
 import shutil
 import sys
@@ -32,9 +33,13 @@ PLUGIN_FILE = Path(__file__).resolve().parent / "plugins" / "grpo_rig_rewards.py
 
 
 def swift_executable() -> str:
-    """ms-swift's CLI from this interpreter's environment (the venv may not be on PATH)."""
+    """ms-swift's CLI: GRPO_RIG_SWIFT if set (tests put a fake there), else the one installed beside
+    this interpreter (the venv may not be on PATH), else `swift` from PATH."""
+    if os.environ.get("GRPO_RIG_SWIFT"):
+        return os.environ["GRPO_RIG_SWIFT"]
     beside = Path(sys.executable).parent / "swift"
     return str(beside) if beside.exists() else (shutil.which("swift") or "swift")
+
 
 TRAIN_SUBDIR = "train"  # ms-swift's output_dir inside the run directory
 
@@ -167,7 +172,9 @@ def build(
         try:
             embedded = models.lookup(model_value)
         except KeyError as exc:
-            problems.append(Problem(f"MODEL ({recipe.source('MODEL')})", str(exc.args[0]), "set MODEL_SOURCE=hub"))
+            problems.append(
+                Problem(f"MODEL ({recipe.source('MODEL')})", str(exc.args[0]), "set MODEL_SOURCE=hub")
+            )
         else:
             model_path = str(models.model_dir(embedded, Path(s.EMBEDDED_MODEL_DIR)))
             trainer_args.setdefault("model_type", [embedded.model_type])
@@ -187,7 +194,11 @@ def build(
     if s.DATASET_GENERATOR:
         if dataset_paths:
             problems.append(
-                Problem("DATASET", f"set together with DATASET_GENERATOR={s.DATASET_GENERATOR}", "keep one of the two")
+                Problem(
+                    "DATASET",
+                    f"set together with DATASET_GENERATOR={s.DATASET_GENERATOR}",
+                    "keep one of the two",
+                )
             )
         generated = run_dir / "data" / f"{s.DATASET_GENERATOR}.jsonl"
         seed = int(trainer_args.get("seed", ["42"])[0])
@@ -198,7 +209,9 @@ def build(
 
     if "system" in trainer_args:
         trainer_args["system"] = [_resolve_file(trainer_args["system"][0], recipe, "SYSTEM")]
-    plugins = [str(PLUGIN_FILE)] + [_resolve_file(p, recipe, "EXTERNAL_PLUGINS") for p in trainer_args.pop("external_plugins", [])]
+    plugins = [str(PLUGIN_FILE)] + [
+        _resolve_file(p, recipe, "EXTERNAL_PLUGINS") for p in trainer_args.pop("external_plugins", [])
+    ]
 
     # Environment common to the children
     common: dict[str, str] = {"PYTHONUNBUFFERED": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
@@ -207,13 +220,19 @@ def build(
     if s.OFFLINE:
         common.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     no_proxy = [v for v in (environ.get("NO_PROXY", ""), "127.0.0.1,localhost,::1") if v]
-    if environ.get("HTTP_PROXY") or environ.get("HTTPS_PROXY") or environ.get("http_proxy") or environ.get("https_proxy"):
+    if (
+        environ.get("HTTP_PROXY")
+        or environ.get("HTTPS_PROXY")
+        or environ.get("http_proxy")
+        or environ.get("https_proxy")
+    ):
         # The trainer's HTTP client to the rollout server must not go through a proxy.
         common["NO_PROXY"] = common["no_proxy"] = ",".join(no_proxy)
     if s.EMULATE_VRAM_GB:
         common["GRPO_RIG_EMULATE_VRAM_GB"] = str(s.EMULATE_VRAM_GB)
         common["PYTHONPATH"] = ":".join(
-            [str(Path(__file__).resolve().parent / "site")] + ([environ["PYTHONPATH"]] if environ.get("PYTHONPATH") else [])
+            [str(Path(__file__).resolve().parent / "site")]
+            + ([environ["PYTHONPATH"]] if environ.get("PYTHONPATH") else [])
         )
 
     processes: list[Process] = []
@@ -224,14 +243,23 @@ def build(
             if not port:
                 port = choose_port(ports.ROLLOUT_PORT_START, s.ROLLOUT_BIND) or 0
                 if not port:
-                    problems.append(Problem("ROLLOUT_PORT", "no free port in 8000-8099", "set ROLLOUT_PORT to a free port"))
+                    problems.append(
+                        Problem(
+                            "ROLLOUT_PORT", "no free port in 8000-8099", "set ROLLOUT_PORT to a free port"
+                        )
+                    )
             rollout_shared = {k: trainer_args[k] for k in recipe_shared(trainer_args)}
             rollout_argv = (
                 [swift_executable(), "rollout", "--model", model_path]
                 + _args(rollout_shared)
                 + ["--external_plugins", *plugins]
                 + ["--host", s.ROLLOUT_BIND, "--port", str(port)]
-                + ["--tensor_parallel_size", str(layout.rollout_tp), "--data_parallel_size", str(layout.rollout_dp)]
+                + [
+                    "--tensor_parallel_size",
+                    str(layout.rollout_tp),
+                    "--data_parallel_size",
+                    str(layout.rollout_dp),
+                ]
                 + _args(recipe.rollout, skip={"tensor_parallel_size"})
             )
             processes.append(
@@ -261,7 +289,12 @@ def build(
         trainer_env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU run must not initialise a GPU it was not given
     if s.NNODES > 1:
         trainer_env.update(
-            {"NNODES": str(s.NNODES), "NODE_RANK": str(s.NODE_RANK), "MASTER_ADDR": s.MASTER_ADDR, "MASTER_PORT": str(s.MASTER_PORT)}
+            {
+                "NNODES": str(s.NNODES),
+                "NODE_RANK": str(s.NODE_RANK),
+                "MASTER_ADDR": s.MASTER_ADDR,
+                "MASTER_PORT": str(s.MASTER_PORT),
+            }
         )
         trainer_env.setdefault("NPROC_PER_NODE", "1")
     elif layout.nproc_per_node > 1 or layout.train_gpus:
@@ -273,13 +306,22 @@ def build(
     trainer_argv += _args(trainer_args)
     trainer_argv += server_flags
     trainer_argv += ["--external_plugins", *plugins]
-    trainer_argv += ["--output_dir", str(run_dir / TRAIN_SUBDIR), "--add_version", "false", "--run_name", run_name]
+    trainer_argv += [
+        "--output_dir",
+        str(run_dir / TRAIN_SUBDIR),
+        "--add_version",
+        "false",
+        "--run_name",
+        run_name,
+    ]
     if resume_from:
         trainer_argv += ["--resume_from_checkpoint", resume_from]
     processes.append(Process(role="trainer", env=trainer_env, argv=trainer_argv))
 
     if layout.local_rollout:
-        for port_needed, what in ((ports.WEIGHT_SYNC_PORT, "the weight-sync rendezvous (fixed in ms-swift 3.6.4)"),):
+        for port_needed, what in (
+            (ports.WEIGHT_SYNC_PORT, "the weight-sync rendezvous (fixed in ms-swift 3.6.4)"),
+        ):
             if not ports.is_free(port_needed, "127.0.0.1"):
                 problems.append(
                     Problem(

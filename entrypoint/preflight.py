@@ -13,5 +13,9 @@ def check(plan: Plan, environ: Mapping[str, str], for_train: bool) -> list[Probl
     """Every problem found in the plan's inputs; fatal ones stop `train`, `plan` and `validate`."""
     problems: list[Problem] = []
     if for_train:
-        problems += [dataclasses.replace(p, fatal=True) for p in plan.problems if p.where == "MODEL" and "not converted" in p.message]
+        problems += [
+            dataclasses.replace(p, fatal=True)
+            for p in plan.problems
+            if p.where == "MODEL" and "not converted" in p.message
+        ]
     return problems

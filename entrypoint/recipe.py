@@ -159,14 +159,16 @@ def explain_unknown(key: str, source: str) -> Problem:
     candidates = known_keys() + list(MANAGED) + list(RENAMED)
     close = difflib.get_close_matches(key, candidates, n=3, cutoff=0.75)
     prefix = [k for k in candidates if k.startswith(key) and k != key][:3]
-    suggestions = list(dict.fromkeys(close + prefix))
+    suggestions = list(dict.fromkeys(prefix + close))[:3]
     if key.startswith("NCCL_"):
         message = "is not an NCCL variable this image knows (NCCL ignores unknown names silently)"
     else:
         message = "is not a key of this image, of `swift rlhf` or of `swift rollout` (ms-swift 3.6.4)"
-    if prefix and not close:
+    if prefix:
         message += "; abbreviations are refused (ms-swift's argparse would take them silently)"
     fix = f"did you mean {' or '.join(suggestions)}?" if suggestions else "see `python -m entrypoint keys`"
+    if suggestions and suggestions[0] in MANAGED:
+        fix += f" ({suggestions[0]} itself is set by the entrypoint: {MANAGED[suggestions[0]]})"
     return Problem(where, message, fix)
 
 
@@ -186,17 +188,27 @@ def read_env_file(path: Path, label: str) -> tuple[dict[str, Value], list[Proble
         where = f"{label}:{line}"
         if binding.error:
             snippet = binding.original.string.strip().splitlines()[0][:60]
-            problems.append(Problem(where, f"not a KEY=VALUE line: {snippet!r}", "write KEY=VALUE, # comment"))
+            problems.append(
+                Problem(where, f"not a KEY=VALUE line: {snippet!r}", "write KEY=VALUE, # comment")
+            )
             continue
         if binding.key is None:
             continue  # blank line or comment
         key = binding.key.upper()
         if key == "RECIPE":
-            problems.append(Problem(where, "RECIPE inside a recipe file", "remove it; name the recipe on the command line"))
+            problems.append(
+                Problem(
+                    where, "RECIPE inside a recipe file", "remove it; name the recipe on the command line"
+                )
+            )
             continue
         if key in values:
             problems.append(
-                Problem(where, f"{key} set twice (first at {values[key].source}); the later value wins", fatal=False)
+                Problem(
+                    where,
+                    f"{key} set twice (first at {values[key].source}); the later value wins",
+                    fatal=False,
+                )
             )
         values[key] = Value(binding.value if binding.value is not None else "", where)
     return values, problems
@@ -228,11 +240,15 @@ def environment_layer(environ: Mapping[str, str]) -> dict[str, Value]:
     for key, value in environ.items():
         if key in NOT_FROM_ENVIRONMENT or not key.isupper():
             continue
-        if classify(key) in ("owned", "nccl", "trainer", "rollout"):
+        if (
+            classify(key) in ("owned", "nccl", "trainer", "rollout")
+            or key in MANAGED
+            and key != "CUDA_VISIBLE_DEVICES"
+        ):
             layer[key] = Value(value, "environment")
-        elif key in MANAGED and key != "CUDA_VISIBLE_DEVICES":  # CVD: a warning in layout.py
-            layer[key] = Value(value, "environment")
-        elif key.startswith("NCCL_") and difflib.get_close_matches(key, nccl.KNOWN_VARIABLES, n=1, cutoff=0.85):
+        elif key.startswith("NCCL_") and difflib.get_close_matches(
+            key, nccl.KNOWN_VARIABLES, n=1, cutoff=0.85
+        ):
             layer[key] = Value(value, "environment")  # a likely typo; unrelated NCCL_* names pass through
     return layer
 
@@ -258,7 +274,9 @@ def load(
     name = (cli.get("RECIPE") or Value(environ.get("RECIPE", ""), "environment")).value
     if not name:
         names = ", ".join(available_recipes(recipes_dir))
-        raise BadInput(problems + [Problem("RECIPE", "no recipe named", f"add recipe=NAME; shipped recipes: {names}")])
+        raise BadInput(
+            problems + [Problem("RECIPE", "no recipe named", f"add recipe=NAME; shipped recipes: {names}")]
+        )
 
     layers: list[dict[str, Value]] = []
     defaults_path = recipes_dir / DEFAULTS_FILE
@@ -269,7 +287,9 @@ def load(
     path = recipe_path(name, recipes_dir)
     if not path.is_file():
         names = ", ".join(available_recipes(recipes_dir))
-        problems.append(Problem("RECIPE", f"no recipe file {path}", f"use one of: {names}, or a path to an .env file"))
+        problems.append(
+            Problem("RECIPE", f"no recipe file {path}", f"use one of: {names}, or a path to an .env file")
+        )
         raise BadInput(problems)
     label = f"recipes/{path.name}" if path.parent.resolve() == recipes_dir.resolve() else str(path)
     values, found = read_env_file(path, label)
@@ -298,11 +318,17 @@ def load(
         elif item.value == "":
             continue  # empty swift argument: leave ms-swift's default
         else:
-            spec = rlhf_schema[key.lower()] if kind == "trainer" else rollout_schema[key[len("ROLLOUT_") :].lower()]
+            spec = (
+                rlhf_schema[key.lower()]
+                if kind == "trainer"
+                else rollout_schema[key[len("ROLLOUT_") :].lower()]
+            )
             try:
                 tokens = spec.coerce(item.value)
             except ValueError as exc:
-                problems.append(Problem(f"{key} ({item.source})", str(exc), f"set {key} to a valid {spec.type}"))
+                problems.append(
+                    Problem(f"{key} ({item.source})", str(exc), f"set {key} to a valid {spec.type}")
+                )
                 continue
             (trainer if kind == "trainer" else rollout)[spec.name] = tokens
 
@@ -313,7 +339,11 @@ def load(
         for err in exc.errors():
             key = str(err["loc"][0]) if err["loc"] else "?"
             problems.append(
-                Problem(f"{key} ({merged[key].source if key in merged else 'default'})", err["msg"], f"set a valid {key}")
+                Problem(
+                    f"{key} ({merged[key].source if key in merged else 'default'})",
+                    err["msg"],
+                    f"set a valid {key}",
+                )
             )
 
     fatal = [p for p in problems if p.fatal]

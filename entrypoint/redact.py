@@ -49,7 +49,10 @@ def text(s: str, secret_values: list[str]) -> str:
 def deep(obj: Any, secret_values: list[str]) -> Any:
     """Redact a JSON-like structure: secret keys of dicts, and known secret values anywhere in strings."""
     if isinstance(obj, dict):
-        return {k: (REDACTED if isinstance(k, str) and is_secret(k) and obj[k] else deep(v, secret_values)) for k, v in obj.items()}
+        return {
+            k: (REDACTED if isinstance(k, str) and is_secret(k) and obj[k] else deep(v, secret_values))
+            for k, v in obj.items()
+        }
     if isinstance(obj, list):
         return [deep(v, secret_values) for v in obj]
     if isinstance(obj, str):

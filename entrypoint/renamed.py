@@ -47,10 +47,14 @@ RENAMED: dict[str, Renamed] = {
         "v3.5.3:swift/llm/argument/rlhf_args.py:279-294",
     ),
     "TUNER_TYPE": Renamed(
-        "the ms-swift 4.x name", "TRAIN_TYPE=lora (or full)", "v3.6.4:swift/llm/argument/base_args/base_args.py:73 (train_type), tuner_args.py"
+        "the ms-swift 4.x name",
+        "TRAIN_TYPE=lora (or full)",
+        "v3.6.4:swift/llm/argument/base_args/base_args.py:73 (train_type), tuner_args.py",
     ),
     "SFT_TYPE": Renamed(
-        "the ms-swift 2.x name", "TRAIN_TYPE=lora (or full)", "v3.6.4:swift/llm/argument/base_args/base_args.py:73 (train_type), tuner_args.py"
+        "the ms-swift 2.x name",
+        "TRAIN_TYPE=lora (or full)",
+        "v3.6.4:swift/llm/argument/base_args/base_args.py:73 (train_type), tuner_args.py",
     ),
     "LOAD_IN_4BIT": Renamed(
         "not an ms-swift argument in any version (a transformers/bitsandbytes kwarg)",
@@ -68,13 +72,25 @@ RENAMED: dict[str, Renamed] = {
         "v3.6.4:swift/llm/argument/base_args/quant_args.py:29-32",
     ),
     "LORA_TARGET_MODULES": Renamed(
-        "not an ms-swift argument", "TARGET_MODULES=all-linear", "v3.6.4:swift/llm/argument/base_args/base_args.py:73 (train_type), tuner_args.py"
+        "not an ms-swift argument",
+        "TARGET_MODULES=all-linear",
+        "v3.6.4:swift/llm/argument/base_args/base_args.py:73 (train_type), tuner_args.py",
     ),
     "LORA_TARGET": Renamed(
-        "LLaMA-Factory's name", "TARGET_MODULES=all-linear", "v3.6.4:swift/llm/argument/base_args/base_args.py:73 (train_type), tuner_args.py"
+        "LLaMA-Factory's name",
+        "TARGET_MODULES=all-linear",
+        "v3.6.4:swift/llm/argument/base_args/base_args.py:73 (train_type), tuner_args.py",
     ),
-    "LORA_R": Renamed("PEFT's name", "LORA_RANK=<r>", "v3.6.4:swift/llm/argument/base_args/base_args.py:73 (train_type), tuner_args.py"),
-    "USE_PEFT": Renamed("TRL's name", "TRAIN_TYPE=lora", "v3.6.4:swift/llm/argument/base_args/base_args.py:73 (train_type), tuner_args.py"),
+    "LORA_R": Renamed(
+        "PEFT's name",
+        "LORA_RANK=<r>",
+        "v3.6.4:swift/llm/argument/base_args/base_args.py:73 (train_type), tuner_args.py",
+    ),
+    "USE_PEFT": Renamed(
+        "TRL's name",
+        "TRAIN_TYPE=lora",
+        "v3.6.4:swift/llm/argument/base_args/base_args.py:73 (train_type), tuner_args.py",
+    ),
     "MAX_PROMPT_LENGTH": Renamed(
         "TRL's name; ms-swift truncates prompt + completion to MAX_LENGTH",
         "MAX_LENGTH=<tokens> (prompt + completion) and MAX_COMPLETION_LENGTH=<tokens>",

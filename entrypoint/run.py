@@ -23,7 +23,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from entrypoint import countdown, export, hardware, manifest, plan as plan_mod, preflight, recipe as recipe_mod, redact, report
+from entrypoint import countdown, export, hardware, manifest, preflight, redact, report
+from entrypoint import plan as plan_mod
+from entrypoint import recipe as recipe_mod
 from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE, BadInput, Problem, raise_if_fatal
 from entrypoint.launch import ChildFailed, ChildState, Interrupted, Supervisor, install_signal_handlers
 from entrypoint.plan import Plan
@@ -37,10 +39,20 @@ def inventory_for(r: recipe_mod.Recipe) -> hardware.Inventory:
     try:
         return hardware.load(path)
     except (OSError, ValueError) as exc:
-        raise BadInput([Problem(f"INVENTORY ({r.source('INVENTORY')})", f"cannot read {path}: {exc}", "pass a file written by `doctor --save-inventory`")]) from None
+        raise BadInput(
+            [
+                Problem(
+                    f"INVENTORY ({r.source('INVENTORY')})",
+                    f"cannot read {path}: {exc}",
+                    "pass a file written by `doctor --save-inventory`",
+                )
+            ]
+        ) from None
 
 
-def make_plan(cli_pairs: list[str], environ: Mapping[str, str], for_train: bool) -> tuple[Plan, dict[str, Any] | None]:
+def make_plan(
+    cli_pairs: list[str], environ: Mapping[str, str], for_train: bool
+) -> tuple[Plan, dict[str, Any] | None]:
     """Resolve recipe and inventory, look at an existing run directory, build and check the plan.
 
     Returns (plan, previous manifest or None). Raises BadInput with every fatal problem found.
@@ -109,8 +121,12 @@ def train(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO = sy
     run_dir = plan.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     for moved in quarantine_incomplete(plan.train_dir):
-        say(f"warning: {moved} was an incomplete checkpoint (interrupted save); moved aside, not resumed from")
-    secrets = redact.values_of(dict(environ)) + redact.values_of({k: v.value for k, v in plan.recipe.values.items()})
+        say(
+            f"warning: {moved} was an incomplete checkpoint (interrupted save); moved aside, not resumed from"
+        )
+    secrets = redact.values_of(dict(environ)) + redact.values_of(
+        {k: v.value for k, v in plan.recipe.values.items()}
+    )
     data = manifest.start(plan, dict(environ), previous)
     manifest.write(run_dir, data, secrets)
 
@@ -127,13 +143,22 @@ def train(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO = sy
     try:
         rollout = plan.process("rollout")
         if rollout is not None:
-            say(f"starting the rollout server on GPU(s) {plan.layout.rollout_gpus}; waiting for {rollout.health_url}")
+            say(
+                f"starting the rollout server on GPU(s) {plan.layout.rollout_gpus}; waiting for {rollout.health_url}"
+            )
             child = supervisor.start(rollout)
-            seconds = supervisor.wait_healthy(child, rollout.health_url, plan.recipe.settings.ROLLOUT_STARTUP_TIMEOUT)
+            seconds = supervisor.wait_healthy(
+                child, rollout.health_url, plan.recipe.settings.ROLLOUT_STARTUP_TIMEOUT
+            )
             port = int(rollout.health_url.rsplit(":", 1)[1].split("/")[0])
             bound = supervisor.listening_ports(child)
             if port not in bound:
-                raise ChildFailed("rollout", None, list(child.tail), f"answered on port {port} but listens on {sorted(bound)}: another server holds {port}")
+                raise ChildFailed(
+                    "rollout",
+                    None,
+                    list(child.tail),
+                    f"answered on port {port} but listens on {sorted(bound)}: another server holds {port}",
+                )
             say(f"rollout server healthy after {seconds:.0f} s on port {port}")
         trainer = supervisor.start(plan.process("trainer"))
         first = supervisor.wait_any()
@@ -148,7 +173,9 @@ def train(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO = sy
         say(exc.render())
     except Interrupted as exc:
         status, code = "stopped", 128 + exc.signum
-        say(f"{signal.Signals(exc.signum).name} received: stopping all processes (grace {supervisor.grace_seconds:.0f} s)")
+        say(
+            f"{signal.Signals(exc.signum).name} received: stopping all processes (grace {supervisor.grace_seconds:.0f} s)"
+        )
     finally:
         supervisor.stop_all()
         restore()
@@ -177,14 +204,18 @@ def quarantine_incomplete(train_dir: Path) -> list[str]:
     return moved
 
 
-def finish_run(plan: Plan, data: dict[str, Any], status: str, failure: dict | None, console: TextIO) -> dict[str, Any]:
+def finish_run(
+    plan: Plan, data: dict[str, Any], status: str, failure: dict | None, console: TextIO
+) -> dict[str, Any]:
     """Export the newest complete checkpoint and the logs; return the final manifest."""
     run_dir = plan.run_dir
     fields: dict[str, Any] = {"failure": failure}
     newest = export.newest_complete(plan.train_dir)
     exported: dict[str, str] = {}
     if newest is not None:
-        exported.update(export.export_checkpoint(newest, run_dir, plan.recipe.raw("MODEL") or plan.model_path))
+        exported.update(
+            export.export_checkpoint(newest, run_dir, plan.recipe.raw("MODEL") or plan.model_path)
+        )
         fields["checkpoint"] = str(newest.relative_to(run_dir))
     log = plan.train_dir / "logging.jsonl"
     if log.exists():

@@ -24,7 +24,9 @@ class Settings(BaseModel):
 
     # Run identity and output
     RECIPE: str = Field("", description="recipe name: recipes/<RECIPE>.env")
-    RUN_NAME: str = Field("", description="run directory name under OUTPUT_DIR; default <recipe>-<UTC timestamp>")
+    RUN_NAME: str = Field(
+        "", description="run directory name under OUTPUT_DIR; default <recipe>-<UTC timestamp>"
+    )
     OUTPUT_DIR: str = Field("output", description="root of run directories (the mounted volume: /output)")
 
     # Model and data
@@ -47,13 +49,17 @@ class Settings(BaseModel):
     ROLLOUT_GPUS: str = Field(
         "", description="dedicated vLLM rollout GPU ordinals (server mode); empty: colocate on training GPUs"
     )
-    INVENTORY: str = Field("", description="JSON inventory file that replaces NVML (plan for another machine)")
+    INVENTORY: str = Field(
+        "", description="JSON inventory file that replaces NVML (plan for another machine)"
+    )
 
     # Rollout server (server mode)
     ROLLOUT_HOST: str = Field(
         "", description="address of a rollout server on another node; the trainer connects there"
     )
-    ROLLOUT_PORT: int = Field(0, ge=0, le=65535, description="rollout HTTP port; 0: first free port from 8000")
+    ROLLOUT_PORT: int = Field(
+        0, ge=0, le=65535, description="rollout HTTP port; 0: first free port from 8000"
+    )
     ROLLOUT_BIND: str = Field("127.0.0.1", description="address the local rollout server listens on")
     ROLLOUT_ALLOW_REMOTE: bool = Field(
         False, description="allow ROLLOUT_BIND off loopback (it accepts weight updates from anyone)"

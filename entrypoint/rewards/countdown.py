@@ -102,6 +102,8 @@ def score(completion: str, nums: Sequence[int], target: int | float) -> float:
         return 0.0
 
 
-def countdown_rewards(completions: Sequence[str], nums: Sequence[Sequence[int]], target: Sequence[float]) -> list[float]:
+def countdown_rewards(
+    completions: Sequence[str], nums: Sequence[Sequence[int]], target: Sequence[float]
+) -> list[float]:
     """Batch form: one score per completion; `nums` and `target` are the dataset columns, row-aligned."""
     return [score(c, n, t) for c, n, t in zip(completions, nums, target, strict=True)]

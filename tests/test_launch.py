@@ -1,0 +1,203 @@
+"""Supervision of the rollout server and the trainer, with a fake `swift` (tests/fakes/swift).
+
+../shared/cases C10: the rollout server is slow to start, or dies; the entrypoint waits on its health
+endpoint with its own budget, starts the trainer only once it is healthy, and stops at once with the
+rollout's last lines if it dies. No process is left holding a GPU or a port.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from entrypoint import ports
+from tests.conftest import ROOT, clean_env
+
+FAKE_SWIFT = ROOT / "tests" / "fakes" / "swift"
+RECIPE = ROOT / "tests" / "fakes" / "server.env"
+
+
+def env_for(tmp_path: Path, **fake: str) -> dict[str, str]:
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir(exist_ok=True)
+    return clean_env(GRPO_RIG_SWIFT=str(FAKE_SWIFT), FAKE_PID_DIR=str(pid_dir), **fake)
+
+
+def train(tmp_path: Path, *pairs: str, timeout: float = 120, **fake: str) -> subprocess.CompletedProcess:
+    port = ports.first_free(18000)
+    return subprocess.run(
+        [sys.executable, "-m", "entrypoint", "train", f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path}/out", "RUN_NAME=r", f"ROLLOUT_PORT={port}", *pairs],
+        cwd=ROOT, env=env_for(tmp_path, **fake), capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def pids(tmp_path: Path) -> list[int]:
+    return [int(line) for f in (tmp_path / "pids").glob("*.pids") for line in f.read_text().split()]
+
+
+def assert_nothing_left(tmp_path: Path) -> None:
+    alive = [
+        p
+        for p in pids(tmp_path)
+        if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+    ]
+    assert alive == [], f"processes left behind: {alive}"
+
+
+def manifest(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "out" / "r" / "manifest.json").read_text())
+
+
+def test_trainer_starts_only_after_the_rollout_is_healthy(tmp_path):
+    proc = train(tmp_path, FAKE_ROLLOUT="slow:3", FAKE_TRAINER="ok")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert out.index("rollout server healthy") < out.index("fake trainer starting")
+    assert "rollout server reachable" in out  # the trainer's own check of the server
+    assert manifest(tmp_path)["status"] == "completed"
+    assert (tmp_path / "out" / "r" / "adapter" / "adapter_model.safetensors").read_bytes() == b"fake weights"
+    assert_nothing_left(tmp_path)
+
+
+def test_rollout_that_dies_stops_the_run_with_its_last_lines(tmp_path):
+    start = time.monotonic()
+    proc = train(tmp_path, FAKE_ROLLOUT="die", FAKE_TRAINER="ok")
+    assert proc.returncode == 1
+    assert time.monotonic() - start < 30
+    assert "rollout exited with status 3 before it was healthy" in proc.stdout
+    assert "CUDA out of memory" in proc.stdout.split("Its last lines:")[1]
+    assert "fake trainer starting" not in proc.stdout
+    data = manifest(tmp_path)
+    assert data["status"] == "failed" and data["failure"]["role"] == "rollout"
+    assert any("CUDA out of memory" in line for line in data["failure"]["log_tail"])
+    assert_nothing_left(tmp_path)
+
+
+def test_rollout_never_healthy_hits_the_startup_budget(tmp_path):
+    proc = train(tmp_path, "ROLLOUT_STARTUP_TIMEOUT=3", FAKE_ROLLOUT="never", FAKE_TRAINER="ok")
+    assert proc.returncode == 1
+    assert "was not healthy after 3 s (ROLLOUT_STARTUP_TIMEOUT)" in proc.stdout
+    assert_nothing_left(tmp_path)
+
+
+def test_progress_lines_while_waiting(tmp_path, monkeypatch):
+    from entrypoint import launch
+
+    lines: list[str] = []
+
+    class Console:
+        def write(self, s):
+            lines.append(s)
+
+        def flush(self):
+            pass
+
+    sup = launch.Supervisor(tmp_path / "logs", 1, Console())
+    port = ports.first_free(18100)
+    from entrypoint.plan import Process
+
+    child = sup.start(
+        Process(
+            "rollout",
+            {"FAKE_ROLLOUT": "slow:2.5"},
+            [str(FAKE_SWIFT), "rollout", "--host", "127.0.0.1", "--port", str(port)],
+        ),
+        base_env=env_for(tmp_path),
+    )
+    try:
+        seconds = sup.wait_healthy(child, f"http://127.0.0.1:{port}/health/", timeout=20, progress_every=1)
+    finally:
+        sup.stop_all()
+    assert seconds >= 2
+    assert any("waiting for rollout" in line for line in lines)
+    assert ports.is_free(port)  # the server is gone after stop_all
+
+
+def test_trainer_failure_ends_the_rollout_too(tmp_path):
+    proc = train(tmp_path, FAKE_ROLLOUT="healthy", FAKE_TRAINER="fail")
+    assert proc.returncode == 1
+    assert "trainer exited with status 7" in proc.stdout
+    data = manifest(tmp_path)
+    assert data["status"] == "failed" and data["failure"]["role"] == "trainer"
+    assert "RuntimeError: fake trainer failure" in data["failure"]["log_tail"]
+    assert_nothing_left(tmp_path)
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signal_stops_every_process_tree(tmp_path, sig, code):
+    port = ports.first_free(18200)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "entrypoint", "train", f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path}/out", "RUN_NAME=r", f"ROLLOUT_PORT={port}"],
+        cwd=ROOT, env=env_for(tmp_path, FAKE_ROLLOUT="healthy", FAKE_TRAINER="spawn"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "pids" / "grandchild.pids").exists():
+        assert time.monotonic() < deadline and proc.poll() is None, (
+            proc.stdout.read() if proc.poll() is not None else "timeout"
+        )
+        time.sleep(0.2)
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == code, out
+    assert manifest(tmp_path)["status"] == "stopped"
+    assert_nothing_left(tmp_path)
+    assert ports.is_free(port)
+
+
+def test_child_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
+    port = ports.first_free(18300)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "entrypoint", "train", f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path}/out", "RUN_NAME=r", f"ROLLOUT_PORT={port}"],
+        cwd=ROOT, env=env_for(tmp_path, FAKE_ROLLOUT="healthy", FAKE_TRAINER="hang"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "pids" / "trainer.pids").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    time.sleep(1)
+    start = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, out
+    assert "did not stop within 2 s: killing it" in out
+    assert time.monotonic() - start < 20
+    assert_nothing_left(tmp_path)
+
+
+def test_rollout_port_already_taken_by_another_server_is_detected(tmp_path):
+    """ms-swift's find_free_port would move to the next port; here a foreign server holds ours."""
+    import http.server
+    import threading
+
+    port = ports.first_free(18400)
+
+    class Ok(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    foreign = http.server.HTTPServer(("127.0.0.1", port), Ok)
+    threading.Thread(target=foreign.serve_forever, daemon=True).start()
+    try:
+        env = env_for(tmp_path, FAKE_ROLLOUT="healthy", FAKE_TRAINER="ok")
+        proc = subprocess.run(
+            [sys.executable, "-m", "entrypoint", "train", f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path}/out", "RUN_NAME=r", f"ROLLOUT_PORT={port}"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        foreign.shutdown()
+    assert proc.returncode != 0
+    assert f"port {port}" in proc.stdout + proc.stderr
+    assert_nothing_left(tmp_path)

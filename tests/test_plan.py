@@ -1,0 +1,115 @@
+"""`plan`: the exact processes a run executes, for the shipped recipes and made-up machines."""
+
+from __future__ import annotations
+
+import json
+
+from entrypoint import plan as plan_mod
+from tests.conftest import clean_env, load_inventory, load_recipe, run_cli
+
+
+def build(*pairs, inventory="5x4090-driver535", environ=None):
+    r = load_recipe(*pairs, environ=environ)
+    return plan_mod.build(
+        r,
+        load_inventory(inventory),
+        environ or {},
+        choose_port=lambda start, host: 8000,
+        ephemeral_port=lambda: 29999,
+    )
+
+
+def flag(argv: list[str], name: str) -> list[str]:
+    """The tokens after --name up to the next flag."""
+    i = argv.index(f"--{name}")
+    out = []
+    for tok in argv[i + 1 :]:
+        if tok.startswith("--"):
+            break
+        out.append(tok)
+    return out
+
+
+def test_smoke_plan_is_one_cpu_trainer(tmp_path):
+    p = build("recipe=smoke", f"OUTPUT_DIR={tmp_path}", "RUN_NAME=s", inventory="1x4090-driver535")
+    assert [x.role for x in p.processes] == ["trainer"]
+    argv = p.processes[0].argv
+    assert argv[1:4] == ["rlhf", "--rlhf_type", "grpo"]
+    assert flag(argv, "model") == [str(p.model_path)] and p.model_path.endswith("SmolLM2-135M-Instruct")
+    assert flag(argv, "model_type") == ["llama"] and flag(argv, "template") == ["chatml"]
+    assert flag(argv, "use_vllm") == ["false"]
+    assert flag(argv, "reward_funcs") == ["countdown", "format_partial"]
+    assert flag(argv, "dataset") == [str(tmp_path / "s" / "data" / "countdown.jsonl")]
+    assert flag(argv, "output_dir") == [str(tmp_path / "s" / "train")]
+    assert flag(argv, "add_version") == ["false"]
+    assert flag(argv, "external_plugins")[0].endswith("entrypoint/plugins/grpo_rig_rewards.py")
+    assert p.processes[0].env["CUDA_VISIBLE_DEVICES"] == ""  # TRAIN_GPUS=none: the GPU stays untouched
+    assert "NPROC_PER_NODE" not in p.processes[0].env
+
+
+def test_countdown_1x4090_plan_colocates_vllm_on_gpu0():
+    p = build("recipe=countdown-1x4090", "RUN_NAME=c", inventory="1x4090-driver535")
+    assert p.layout.mode == "colocate"
+    (trainer,) = p.processes
+    assert trainer.env["CUDA_VISIBLE_DEVICES"] == "0" and trainer.env["NPROC_PER_NODE"] == "1"
+    argv = trainer.argv
+    assert flag(argv, "model") == ["Qwen/Qwen2.5-0.5B-Instruct"]
+    assert flag(argv, "use_vllm") == ["true"] and flag(argv, "vllm_mode") == ["colocate"]
+    assert flag(argv, "vllm_gpu_memory_utilization") == ["0.4"]
+    assert flag(argv, "num_generations") == ["8"] and flag(argv, "max_completion_length") == ["256"]
+    assert flag(argv, "learning_rate") == ["5e-7"] and flag(argv, "beta") == ["0.001"]
+    assert "--vllm_server_host" not in argv
+
+
+def test_tcm_4x4090_plan_on_5_cards_is_4_trainers_and_1_rollout_server():
+    p = build("recipe=tcm-4x4090", "RUN_NAME=t")
+    rollout, trainer = p.processes
+    assert (rollout.role, trainer.role) == ("rollout", "trainer")
+    assert rollout.env["CUDA_VISIBLE_DEVICES"] == "4"
+    assert trainer.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and trainer.env["NPROC_PER_NODE"] == "4"
+    for proc in (rollout, trainer):  # the weight-sync communicator spans both
+        assert proc.env["NCCL_P2P_DISABLE"] == "1" and proc.env["NCCL_IB_DISABLE"] == "1"
+    assert rollout.argv[1] == "rollout"
+    assert flag(rollout.argv, "host") == ["127.0.0.1"] and flag(rollout.argv, "port") == ["8000"]
+    assert flag(rollout.argv, "gpu_memory_utilization") == ["0.9"] and flag(
+        rollout.argv, "max_model_len"
+    ) == ["4096"]
+    assert flag(rollout.argv, "data_parallel_size") == ["1"] and flag(
+        rollout.argv, "tensor_parallel_size"
+    ) == ["1"]
+    assert flag(rollout.argv, "model") == ["joshuaHe/tcm_qwen2.5-1.5b-sft"]
+    assert rollout.health_url == "http://127.0.0.1:8000/health/"
+    argv = trainer.argv
+    assert flag(argv, "vllm_mode") == ["server"]
+    assert flag(argv, "vllm_server_host") == ["127.0.0.1"] and flag(argv, "vllm_server_port") == ["8000"]
+    assert flag(argv, "deepspeed") == ["zero2"] and flag(argv, "num_generations") == ["6"]
+    assert flag(argv, "per_device_train_batch_size") == ["3"] and flag(
+        argv, "gradient_accumulation_steps"
+    ) == ["4"]
+    assert flag(argv, "reward_funcs") == ["tcm_sd_accuracy", "format"]
+    assert flag(argv, "system")[0].endswith("recipes/prompts/tcm.txt")
+    assert flag(argv, "dataset") == ["/data/tcm_train.jsonl"]
+    assert "--vllm_device" not in argv and "--vllm_gpu_memory_utilization" not in argv
+
+
+def test_plan_json_cli_has_processes_with_role_env_argv():
+    proc = run_cli(
+        "plan",
+        "--json",
+        "recipe=tcm-4x4090",
+        "INVENTORY=examples/inventories/5x4090-driver535.json",
+        "RUN_NAME=j",
+        env=clean_env(),
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert [p["role"] for p in data["processes"]] == ["rollout", "trainer"]
+    for p in data["processes"]:
+        assert set(p) == {"role", "env", "argv"} and isinstance(p["argv"], list)
+    assert data["layout"]["mode"] == "server"
+
+
+def test_plan_works_without_gpu_and_without_the_embedded_model(tmp_path):
+    proc = run_cli("plan", "recipe=smoke", f"EMBEDDED_MODEL_DIR={tmp_path}", env=clean_env())
+    assert proc.returncode == 0, proc.stderr
+    assert "rlhf --rlhf_type grpo" in proc.stdout and "not converted yet" in proc.stdout

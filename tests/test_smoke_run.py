@@ -1,0 +1,86 @@
+"""The main job: a real GRPO run through ms-swift on the embedded model (issue: GRPO end to end)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from entrypoint import manifest
+from tests.conftest import ROOT, read_jsonl
+
+pytestmark = pytest.mark.slow
+
+
+def test_rewards_are_finite_and_vary(smoke_run):
+    steps = [row for row in read_jsonl(smoke_run / "logging.jsonl") if "reward" in row]
+    assert len(steps) == 4  # MAX_STEPS=4, LOGGING_STEPS=1
+    for row in steps:
+        assert math.isfinite(row["reward"]) and math.isfinite(row["reward_std"])
+        assert math.isfinite(row["rewards/CountdownEquation/mean"])
+        assert math.isfinite(row["rewards/ThinkAnswerFormat/mean"])
+    assert any(row["reward_std"] > 0 for row in steps), "no reward variance: GRPO learned nothing"
+    assert any(row["grad_norm"] > 0 for row in steps)
+
+
+def test_completions_are_not_empty(smoke_run):
+    tables = read_jsonl(smoke_run / "train" / "completions.jsonl")
+    completions = [c for table in tables for c in table["completion"]]
+    assert completions and all(c.strip() for c in completions)
+
+
+def test_lora_b_weights_moved_from_zero(smoke_run):
+    from safetensors.torch import load_file
+
+    weights = load_file(smoke_run / "adapter" / "adapter_model.safetensors")
+    lora_b = [t for name, t in weights.items() if "lora_B" in name]
+    assert lora_b, "no LoRA B matrices in the adapter"
+    assert any(t.abs().max().item() > 0 for t in lora_b), "LoRA B is still all zero (it starts at zero)"
+
+
+def test_adapter_names_the_recipe_model_and_loads_with_peft(smoke_run):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    config = json.loads((smoke_run / "adapter" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    base_path = manifest.read(smoke_run)["model"]["path"]
+    tokenizer = AutoTokenizer.from_pretrained(base_path)
+    base = AutoModelForCausalLM.from_pretrained(base_path, torch_dtype=torch.float32)
+    model = PeftModel.from_pretrained(base, str(smoke_run / "adapter"))
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Say hello."}], add_generation_prompt=True, return_tensors="pt"
+    )
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False)
+    text = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+    assert text.strip()
+
+
+def test_manifest_hashes_match_files(smoke_run):
+    data = manifest.read(smoke_run)
+    assert data["status"] == "completed"
+    assert data["steps"] == {"completed": 4, "planned": 4}
+    assert "adapter/adapter_model.safetensors" in data["exported"]
+    assert "logging.jsonl" in data["exported"]
+    assert manifest.verify(smoke_run) == []
+    # what ran is recorded exactly
+    trainer = next(p for p in data["processes"] if p["role"] == "trainer")
+    assert trainer["argv"][1:4] == ["rlhf", "--rlhf_type", "grpo"]
+    line = next(
+        i
+        for i, text in enumerate((ROOT / "recipes" / "smoke.env").read_text().splitlines(), 1)
+        if text.startswith("NUM_GENERATIONS=")
+    )
+    assert data["resolved_recipe"]["NUM_GENERATIONS"] == {"value": "4", "source": f"recipes/smoke.env:{line}"}
+    assert data["versions"]["ms-swift"] == "3.6.4"
+
+
+def test_manifest_detects_a_changed_file(smoke_run, tmp_path):
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(smoke_run, copy)
+    (copy / "adapter" / "adapter_config.json").write_text("{}")
+    assert manifest.verify(copy) == ["adapter/adapter_config.json"]
