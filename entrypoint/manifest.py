@@ -124,9 +124,10 @@ def finish(data: dict[str, Any], status: str, **fields: Any) -> dict[str, Any]:
 
 
 def read(run_dir: Path) -> dict[str, Any] | None:
+    """The manifest, or None when there is none. Raises ValueError when it exists but is not JSON."""
     try:
         return json.loads((run_dir / MANIFEST).read_text())
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
 
 

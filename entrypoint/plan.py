@@ -130,12 +130,20 @@ def _args(mapping: Mapping[str, list[str]], skip: set[str] = frozenset()) -> lis
     return out
 
 
-def _resolve_file(value: str, recipe: Recipe, key: str) -> str:
+def _resolve_file(value: str) -> str:
     """A relative file path from a recipe resolves against the project directory when it exists there."""
     path = Path(value)
     if path.is_absolute() or not (PROJECT_DIR / path).exists():
         return value
     return str(PROJECT_DIR / path)
+
+
+def _absolute_if_local(spec: str) -> str:
+    """A relative dataset path that exists here (optionally with ms-swift's #N suffix) made absolute."""
+    path, sep, rows = spec.partition("#")
+    if Path(path).is_absolute() or not Path(path).exists():
+        return spec
+    return str(Path(path).absolute()) + sep + rows
 
 
 def build(
@@ -179,15 +187,6 @@ def build(
             model_path = str(models.model_dir(embedded, Path(s.EMBEDDED_MODEL_DIR)))
             trainer_args.setdefault("model_type", [embedded.model_type])
             trainer_args.setdefault("template", [embedded.template])
-            if not models.is_prepared(embedded, Path(s.EMBEDDED_MODEL_DIR)):
-                problems.append(
-                    Problem(
-                        "MODEL",
-                        f"embedded model {model_value} is not converted yet at {model_path}",
-                        "run `python -m entrypoint prepare-model` (the image does this at build time)",
-                        fatal=False,  # `plan` still shows the processes; preflight refuses `train`
-                    )
-                )
 
     # Dataset
     dataset_paths = trainer_args.pop("dataset", [])
@@ -206,12 +205,12 @@ def build(
         dataset_paths = [str(generated)]
     elif not dataset_paths:
         problems.append(Problem("DATASET", "no dataset named", "set DATASET=/data/train.jsonl (or a hub id)"))
+    else:
+        dataset_paths = [_absolute_if_local(d) for d in dataset_paths]
 
     if "system" in trainer_args:
-        trainer_args["system"] = [_resolve_file(trainer_args["system"][0], recipe, "SYSTEM")]
-    plugins = [str(PLUGIN_FILE)] + [
-        _resolve_file(p, recipe, "EXTERNAL_PLUGINS") for p in trainer_args.pop("external_plugins", [])
-    ]
+        trainer_args["system"] = [_resolve_file(trainer_args["system"][0])]
+    plugins = [str(PLUGIN_FILE)] + [_resolve_file(p) for p in trainer_args.pop("external_plugins", [])]
 
     # Environment common to the children
     common: dict[str, str] = {"PYTHONUNBUFFERED": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}

@@ -60,9 +60,19 @@ def make_plan(
     r = recipe_mod.load(cli_pairs, environ)
     inventory = inventory_for(r)
     first = plan_mod.build(r, inventory, environ)
-    previous = manifest.read(first.run_dir)
     resume_from = ""
     problems: list[Problem] = []
+    try:
+        previous = manifest.read(first.run_dir)
+    except (OSError, ValueError) as exc:
+        previous = None
+        problems.append(
+            Problem(
+                f"RUN_NAME {first.run_name}",
+                f"{first.run_dir / manifest.MANIFEST} exists but cannot be read ({exc})",
+                "move that run directory aside, or choose another RUN_NAME",
+            )
+        )
     if previous is not None:
         changed = {
             k: (previous.get("identity", {}).get(k, ""), v)

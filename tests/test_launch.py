@@ -198,6 +198,25 @@ def test_rollout_port_already_taken_by_another_server_is_detected(tmp_path):
         )  # fmt: skip
     finally:
         foreign.shutdown()
-    assert proc.returncode != 0
-    assert f"port {port}" in proc.stdout + proc.stderr
-    assert_nothing_left(tmp_path)
+    assert proc.returncode == 2  # refused before anything started
+    assert f"ROLLOUT_PORT {port}: is in use" in proc.stderr
+    assert pids(tmp_path) == []
+
+
+def test_listening_ports_are_read_from_the_child_process_tree(tmp_path):
+    """After /health/ answers, train checks the rollout itself listens there (ms-swift's find_free_port
+    silently moves to the next port when the one asked for is taken)."""
+    from entrypoint import launch
+    from entrypoint.plan import Process
+
+    port = ports.first_free(18500)
+    sup = launch.Supervisor(tmp_path / "logs", 1, open(tmp_path / "console", "w"))
+    child = sup.start(
+        Process("rollout", {}, [str(FAKE_SWIFT), "rollout", "--host", "127.0.0.1", "--port", str(port)]),
+        base_env=env_for(tmp_path),
+    )
+    try:
+        sup.wait_healthy(child, f"http://127.0.0.1:{port}/health/", timeout=20)
+        assert port in sup.listening_ports(child)
+    finally:
+        sup.stop_all()

@@ -1,0 +1,184 @@
+"""Environment checks: driver, writable output and caches, disk, /dev/shm, ports, proxies."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from entrypoint import ports
+from entrypoint.errors import Problem
+from entrypoint.plan import Plan
+
+GIB = 1024**3
+MIB = 1024**2
+# torch 2.6.0's wheels carry the CUDA 12.4 runtime. CUDA 12 minor-version compatibility runs it on any
+# driver >= 525.60.13 (NVIDIA CUDA Compatibility guide, "Minor Version Compatibility"). 550.54.14 is the
+# CUDA 12.4 GA driver, also above accelerate's RTX 40 floor (550.40.07): recommended for RTX 40 cards.
+MIN_DRIVER = "525.60.13"
+RECOMMENDED_DRIVER_RTX40 = "550.54.14"
+# NCCL with P2P disabled moves intra-node GPU traffic through /dev/shm; Docker gives 64 MiB by default.
+SHM_MIN_MULTI_GPU = 1 * GIB
+SHM_MIN_WORKERS = 256 * MIB
+CACHE_VARIABLES = ("HF_HOME", "MODELSCOPE_CACHE", "HF_DATASETS_CACHE", "TRITON_CACHE_DIR", "XDG_CACHE_HOME")
+
+
+def _nearest_existing(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def writable(path: Path) -> bool:
+    """True when a file can be created in `path` (or, if it does not exist yet, in its nearest ancestor)."""
+    target = _nearest_existing(path)
+    if not target.is_dir():
+        return False
+    try:
+        with tempfile.NamedTemporaryFile(dir=target, prefix=".grpo-rig-write-test-"):
+            return True
+    except OSError:
+        return False
+
+
+def _owner(path: Path) -> str:
+    st = _nearest_existing(path).stat()
+    return f"{st.st_uid}:{st.st_gid}"
+
+
+def check_driver(plan: Plan) -> list[Problem]:
+    inv = plan.inventory
+    if not plan.layout.used_gpus or not inv.driver_version:
+        return []
+    try:
+        driver = Version(inv.driver_version)
+    except InvalidVersion:
+        return []
+    rtx40 = any("RTX 40" in g.name for g in inv.gpus)
+    if driver < Version(MIN_DRIVER):
+        return [
+            Problem(
+                "NVIDIA driver",
+                f"{inv.driver_version} is too old for this image: torch 2.6.0 ships the CUDA 12.4 runtime, which needs a "
+                f"driver >= {MIN_DRIVER} (CUDA 12 minor-version compatibility)",
+                f"upgrade the host driver to >= {MIN_DRIVER}; for RTX 40 cards >= {RECOMMENDED_DRIVER_RTX40} is recommended",
+            )
+        ]
+    if rtx40 and driver < Version(RECOMMENDED_DRIVER_RTX40):
+        return [
+            Problem(
+                "NVIDIA driver",
+                f"{inv.driver_version} works, but for RTX 40 cards {RECOMMENDED_DRIVER_RTX40}+ (the CUDA 12.4 driver) is "
+                "recommended; older drivers also trip accelerate's RTX 40 check (handled by the NCCL settings)",
+                f"upgrade to >= {RECOMMENDED_DRIVER_RTX40} when you can",
+                fatal=False,
+            )
+        ]
+    return []
+
+
+def check_shm(plan: Plan, environ: Mapping[str, str], dataloader_workers: int) -> list[Problem]:
+    shm = plan.inventory.shm_bytes
+    if shm is None:
+        return []
+    processes = plan.layout.nproc_per_node + (
+        plan.layout.rollout_tp * plan.layout.rollout_dp if plan.layout.local_rollout else 0
+    )
+    p2p_off = (plan.nccl.env.get("NCCL_P2P_DISABLE") or environ.get("NCCL_P2P_DISABLE", "")) in ("1", "true")
+    fix = "give the container shared memory: compose `ipc: host` (the shipped compose.yaml) or `shm_size: 16gb`; `docker run --ipc=host` or `--shm-size=16g`"
+    have = f"/dev/shm is {shm / MIB:.0f} MiB"
+    if len(plan.layout.used_gpus) > 1 and processes > 1 and p2p_off and shm < SHM_MIN_MULTI_GPU:
+        return [
+            Problem(
+                "/dev/shm",
+                f"{have}; with NCCL_P2P_DISABLE=1 the {processes} GPU processes exchange data through /dev/shm and "
+                f"need >= {SHM_MIN_MULTI_GPU // GIB} GiB (NCCL fails with 'unhandled system error' or bus errors)",
+                fix,
+            )
+        ]
+    if (dataloader_workers > 0 or processes > 1) and shm < SHM_MIN_WORKERS:
+        return [
+            Problem(
+                "/dev/shm",
+                f"{have}; dataloader workers pass batches through it and may die with a bus error",
+                fix,
+                fatal=False,
+            )
+        ]
+    return []
+
+
+def check(
+    plan: Plan, environ: Mapping[str, str], dataloader_workers: int, checkpoint_gib: float | None
+) -> list[Problem]:
+    problems = check_driver(plan) + check_shm(plan, environ, dataloader_workers)
+    uid, gid = os.getuid(), os.getgid()
+
+    out = Path(plan.recipe.settings.OUTPUT_DIR).expanduser()
+    if not writable(out):
+        problems.append(
+            Problem(
+                f"OUTPUT_DIR {out}",
+                f"is not writable by this process (uid:gid {uid}:{gid}; the directory belongs to {_owner(out)})",
+                f"on the host: `sudo chown -R {uid}:{gid} ./output`, or run the container as the owner: "
+                "`UID=$(id -u) GID=$(id -g) docker compose run ...` (compose.yaml sets user: from them)",
+            )
+        )
+    for var in CACHE_VARIABLES:
+        if environ.get(var) and not writable(Path(environ[var])):
+            path = Path(environ[var])
+            problems.append(
+                Problem(
+                    f"{var} {path}",
+                    f"cache directory is not writable (uid:gid {uid}:{gid}; owner {_owner(path)})",
+                    "make the cache volume writable for this user, or point the variable elsewhere",
+                )
+            )
+
+    base = _nearest_existing(out)
+    free = shutil.disk_usage(base).free / GIB
+    need = max(checkpoint_gib or 0.0, 1.0)
+    if free < need:
+        problems.append(
+            Problem(
+                f"disk under {base}",
+                f"{free:.1f} GiB free; checkpoints of this run need about {need:.1f} GiB",
+                "free space on the output volume, or lower SAVE_TOTAL_LIMIT",
+            )
+        )
+
+    s = plan.recipe.settings
+    if plan.layout.local_rollout and s.ROLLOUT_PORT and not ports.is_free(s.ROLLOUT_PORT, s.ROLLOUT_BIND):
+        problems.append(
+            Problem(
+                f"ROLLOUT_PORT {s.ROLLOUT_PORT}",
+                "is in use on this machine",
+                "choose a free port, or leave ROLLOUT_PORT=0 to pick one",
+            )
+        )
+    if plan.recipe.is_set("MASTER_PORT") and s.NNODES == 1 and not ports.is_free(s.MASTER_PORT):
+        problems.append(
+            Problem(
+                f"MASTER_PORT {s.MASTER_PORT}",
+                "is in use on this machine",
+                "choose a free port, or leave it unset",
+            )
+        )
+
+    proxies = [k for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy") if environ.get(k)]
+    if proxies:
+        problems.append(
+            Problem(
+                "proxy",
+                f"{', '.join(proxies)} set: hub downloads go through it; the trainer reaches the rollout server on "
+                "loopback directly (NO_PROXY includes 127.0.0.1,localhost)",
+                "",
+                fatal=False,
+            )
+        )
+    return problems

@@ -1,0 +1,129 @@
+"""Import reward plugins the way ms-swift does, in a throwaway process, and report what they register.
+
+Run as `python -m entrypoint.preflight.plugin_probe [--real] FILE ...`; prints one JSON object:
+
+    {"registered": {name: {"class": str, "columns": [required dataset columns]}},
+     "errors": [{"file": str, "error": str}], "shadowed": [{"file": str, "module": str, "origin": str}],
+     "stub": bool}
+
+ms-swift imports a plugin by putting its folder first on sys.path and calling
+`importlib.import_module(<file stem>)` (v3.6.4:swift/utils/utils.py:318-323). A stem that names an
+installed module (say `datasets.py`) is never loaded: the installed module is already imported. Such
+stems are reported as `shadowed` and not imported.
+
+Importing ms-swift itself costs ~10 s (torch, transformers), too slow for a preflight. Unless `--real`,
+`swift.plugin` is replaced by a stub holding `ORM` and the built-in `orms` names; a plugin that imports
+other parts of ms-swift fails under the stub and the caller retries with `--real`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import json
+import sys
+import traceback
+import types
+from pathlib import Path
+
+# ms-swift 3.6.4's built-in ORMs and the dataset columns their __call__ requires
+# (v3.6.4:swift/plugin/orm.py:113-407; `math` reads `ground_truths`).
+BUILTIN_COLUMNS = {
+    "toolbench": ["solution"],
+    "math": ["ground_truths"],
+    "accuracy": ["solution"],
+    "format": [],
+    "react_format": [],
+    "cosine": ["solution"],
+    "repetition": [],
+    "soft_overlong": [],
+}
+# Keyword arguments ms-swift passes to every reward function besides the dataset columns
+# (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:927-929).
+PROVIDED = {"messages", "is_truncated", "trainer_state", "completions"}
+
+
+def install_stub() -> None:
+    swift = types.ModuleType("swift")
+    swift.__path__ = []  # a package, so `swift.plugin` resolves
+    plugin = types.ModuleType("swift.plugin")
+
+    class ORM:
+        def __call__(self, **kwargs):
+            raise NotImplementedError
+
+    plugin.ORM = ORM
+    plugin.orms = {name: None for name in BUILTIN_COLUMNS}
+    swift.plugin = plugin
+    sys.modules["swift"] = swift
+    sys.modules["swift.plugin"] = plugin
+
+
+def required_columns(cls) -> list[str]:
+    """Dataset columns a reward class's __call__ needs: parameters without defaults, after the first
+    positional one (which receives the completions), minus what ms-swift always passes."""
+    params = list(inspect.signature(cls.__call__).parameters.values())[1:]  # drop self
+    if params and params[0].kind in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+        params = params[1:]
+    return [
+        p.name
+        for p in params
+        if p.default is p.empty
+        and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        and p.name not in PROVIDED
+    ]
+
+
+def probe(files: list[str], stub: bool) -> dict:
+    if stub:
+        install_stub()
+    result: dict = {"registered": {}, "errors": [], "shadowed": [], "stub": stub}
+    for file in files:
+        path = Path(file)
+        stem = path.stem
+        spec = importlib.util.find_spec(stem) if stem not in sys.modules else None
+        existing = sys.modules.get(stem)
+        origin = getattr(existing, "__file__", None) or (spec.origin if spec else None)
+        if (existing is not None or spec is not None) and (
+            origin is None or Path(origin).resolve() != path.resolve()
+        ):
+            result["shadowed"].append({"file": file, "module": stem, "origin": str(origin)})
+            continue
+        sys.path.insert(0, str(path.parent))
+        try:
+            importlib.import_module(stem)
+        except BaseException as exc:  # noqa: BLE001 - report whatever the plugin raises
+            result["errors"].append(
+                {
+                    "file": file,
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc(limit=3),
+                }
+            )
+    from swift.plugin import orms
+
+    for name, cls in orms.items():
+        if cls is None:
+            result["registered"][name] = {
+                "class": f"ms-swift built-in {name}",
+                "columns": BUILTIN_COLUMNS[name],
+            }
+        else:
+            try:
+                columns = required_columns(cls)
+            except (TypeError, ValueError):
+                columns = []
+            result["registered"][name] = {"class": getattr(cls, "__name__", str(cls)), "columns": columns}
+    return result
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    real = "--real" in args
+    files = [a for a in args if a != "--real"]
+    print(json.dumps(probe(files, stub=not real)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""Value checks that ms-swift reports late (after loading the model) or never."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+from entrypoint import swift_schema
+from entrypoint.errors import Problem
+from entrypoint.plan import Plan
+
+DEEPSPEED_NAMES = {
+    "zero0",
+    "zero1",
+    "zero2",
+    "zero3",
+    "zero2_offload",
+    "zero3_offload",
+}  # swift/llm/ds_config
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """GRPO batch arithmetic as ms-swift 3.6.4 computes it (v3.6.4:swift/trainers/rlhf_arguments.py:67-110,
+    swift/trainers/arguments.py:99-102). All counts are completions unless named prompts."""
+
+    per_device: int
+    world: int  # training processes over all nodes
+    grad_accum: int
+    steps_per_generation: int
+    generation_batch: int  # completions generated per generation round
+    num_generations: int
+    per_device_eval: int
+
+    @property
+    def prompts_per_generation(self) -> int:
+        return self.generation_batch // self.num_generations if self.num_generations else 0
+
+    def describe(self) -> str:
+        return (
+            f"{self.per_device} completions/device x {self.world} process(es) x {self.steps_per_generation} step(s) "
+            f"= {self.generation_batch} completions per generation = {self.prompts_per_generation} prompts x "
+            f"NUM_GENERATIONS {self.num_generations}"
+        )
+
+
+def _get(plan: Plan, name: str) -> str | None:
+    tokens = plan.recipe.trainer.get(name)
+    if tokens:
+        return tokens[0]
+    default = swift_schema.load("rlhf")[name].default
+    return None if default is None else str(default)
+
+
+def batch(plan: Plan) -> Batch:
+    world = plan.layout.nproc_per_node * plan.recipe.settings.NNODES
+    per_device = int(_get(plan, "per_device_train_batch_size"))
+    ga = _get(plan, "gradient_accumulation_steps")
+    grad_accum = int(ga) if ga else max(1, math.ceil(16 / per_device / world))
+    spg = int(_get(plan, "steps_per_generation") or grad_accum)
+    gbs = _get(plan, "generation_batch_size")
+    generation_batch = int(gbs) if gbs else per_device * world * spg
+    return Batch(
+        per_device,
+        world,
+        grad_accum,
+        spg,
+        generation_batch,
+        int(_get(plan, "num_generations")),
+        int(_get(plan, "per_device_eval_batch_size")),
+    )
+
+
+def evaluates(plan: Plan) -> bool:
+    """ms-swift turns evaluation off when nothing is held out (v3.6.4:swift/llm/argument/train_args.py:185)."""
+    ratio = float(_get(plan, "split_dataset_ratio") or 0)
+    return (ratio > 0 or bool(plan.recipe.trainer.get("val_dataset"))) and _get(plan, "eval_strategy") != "no"
+
+
+def check(plan: Plan) -> list[Problem]:
+    r = plan.recipe
+    problems: list[Problem] = []
+
+    def where(key: str) -> str:
+        return f"{key} ({r.source(key)})"
+
+    b = batch(plan)
+    if b.num_generations < 2:
+        problems.append(
+            Problem(
+                where("NUM_GENERATIONS"),
+                "GRPO needs at least 2 generations per prompt",
+                "set NUM_GENERATIONS >= 2",
+            )
+        )
+    elif b.generation_batch % (b.per_device * b.world):
+        problems.append(
+            Problem(
+                where("GENERATION_BATCH_SIZE"),
+                f"{b.generation_batch} is not a multiple of the global batch {b.per_device} x {b.world}",
+                "use a multiple, or leave it unset",
+            )
+        )
+    elif b.generation_batch % b.num_generations:
+        valid = [n for n in range(2, b.generation_batch + 1) if b.generation_batch % n == 0]
+        problems.append(
+            Problem(
+                where("NUM_GENERATIONS"),
+                f"{b.num_generations} does not divide the generation batch ({b.per_device} completions/device x {b.world} "
+                f"process(es) x {b.steps_per_generation} steps = {b.generation_batch})",
+                f"choose NUM_GENERATIONS from {valid}, or change PER_DEVICE_TRAIN_BATCH_SIZE / GRADIENT_ACCUMULATION_STEPS",
+            )
+        )
+    if evaluates(plan) and b.num_generations >= 2 and (b.per_device_eval * b.world) % b.num_generations:
+        problems.append(
+            Problem(
+                where("PER_DEVICE_EVAL_BATCH_SIZE"),
+                f"the global eval batch {b.per_device_eval} x {b.world} is not a multiple of NUM_GENERATIONS {b.num_generations} "
+                "(ms-swift checks this when a validation split exists)",
+                f"set PER_DEVICE_EVAL_BATCH_SIZE so that it x {b.world} is a multiple of {b.num_generations}",
+            )
+        )
+
+    for key, value in (
+        ("VLLM_GPU_MEMORY_UTILIZATION", r.trainer.get("vllm_gpu_memory_utilization")),
+        ("ROLLOUT_GPU_MEMORY_UTILIZATION", r.rollout.get("gpu_memory_utilization")),
+    ):
+        if value and not 0 < float(value[0]) <= 1:
+            problems.append(
+                Problem(
+                    where(key), f"{value[0]} is not a fraction in (0, 1]", f"set {key} between 0.1 and 0.95"
+                )
+            )
+
+    system = r.trainer.get("system")
+    if system and system[0].endswith(".txt") and not Path(system[0]).is_file():
+        problems.append(
+            Problem(
+                where("SYSTEM"),
+                f"the system prompt file {system[0]} does not exist",
+                "give a path inside the container (recipes/prompts/... or /data/...)",
+            )
+        )
+
+    use_vllm = r.trainer.get("use_vllm", ["false"])[0] == "true"
+    if use_vllm and r.trainer.get("device_map"):
+        problems.append(
+            Problem(
+                where("DEVICE_MAP"),
+                "GRPO with vLLM is not compatible with device_map (ms-swift raises after loading; "
+                "v3.6.4:swift/llm/argument/rlhf_args.py:257-259)",
+                "remove DEVICE_MAP; one process per training GPU (TRAIN_GPUS) does the placement",
+            )
+        )
+    if not use_vllm:
+        ignored = [
+            k
+            for k in r.trainer
+            if k.startswith("vllm_") or k in ("sleep_level", "offload_model", "offload_optimizer")
+        ]
+        if ignored:
+            problems.append(
+                Problem(
+                    ", ".join(k.upper() for k in ignored),
+                    "set, but USE_VLLM is false, so they have no effect",
+                    "set USE_VLLM=true, or remove them",
+                    fatal=False,
+                )
+            )
+
+    deepspeed = r.trainer.get("deepspeed")
+    if deepspeed:
+        value = deepspeed[0]
+        if value not in DEEPSPEED_NAMES and not Path(value).is_file():
+            try:
+                json.loads(value)
+            except ValueError:
+                problems.append(
+                    Problem(
+                        where("DEEPSPEED"),
+                        f"{value!r} is not a built-in config, a file, or JSON",
+                        f"use one of {sorted(DEEPSPEED_NAMES)}",
+                    )
+                )
+        if plan.layout.mode == "cpu":
+            problems.append(
+                Problem(
+                    where("DEEPSPEED"), "DeepSpeed needs GPUs; this run is on the CPU", "remove DEEPSPEED"
+                )
+            )
+
+    funcs = r.trainer.get("reward_funcs", [])
+    weights = r.trainer.get("reward_weights")
+    if weights and len(weights) != len(funcs):
+        problems.append(
+            Problem(
+                where("REWARD_WEIGHTS"),
+                f"{len(weights)} weights for {len(funcs)} reward functions",
+                "give one weight per REWARD_FUNCS entry",
+            )
+        )
+    if "soft_overlong" in funcs and not r.trainer.get("soft_cache_length"):
+        problems.append(
+            Problem(
+                where("REWARD_FUNCS"),
+                "soft_overlong needs SOFT_CACHE_LENGTH",
+                "set SOFT_CACHE_LENGTH (tokens)",
+            )
+        )
+    if not funcs and not r.trainer.get("reward_model"):
+        problems.append(
+            Problem(
+                "REWARD_FUNCS",
+                "no reward function or reward model",
+                "set REWARD_FUNCS (e.g. accuracy format)",
+            )
+        )
+
+    train_type = (r.trainer.get("train_type") or ["lora"])[0]
+    if train_type == "full":
+        lora_keys = [
+            k.upper()
+            for k in r.trainer
+            if k.startswith("lora_") and not r.source(k.upper()).startswith("recipes/defaults.env")
+        ]
+        if lora_keys:
+            problems.append(
+                Problem(
+                    ", ".join(lora_keys),
+                    "LoRA settings with TRAIN_TYPE=full have no effect",
+                    "remove them",
+                    fatal=False,
+                )
+            )
+    return problems

@@ -1,0 +1,386 @@
+"""Preflight: bad input refused in seconds, before any model load or GPU process, with the fix named.
+
+Each test runs `python -m entrypoint train ...` with a fake `swift` that records every start
+(tests/fakes/swift) and asserts exit status 2, the message, and that the fake never ran.
+../shared/cases C02, C03, C07, C08 (C09: tests/test_memory.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from entrypoint import renamed
+from tests.conftest import ROOT, clean_env, run_cli
+
+FAKE_SWIFT = ROOT / "tests" / "fakes" / "swift"
+COLOCATE = ROOT / "tests" / "fakes" / "colocate.env"
+SERVER = ROOT / "tests" / "fakes" / "server.env"
+INVENTORIES = ROOT / "examples" / "inventories"
+
+
+def refused(tmp_path: Path, *pairs: str, command: str = "train", extra_env: dict | None = None) -> str:
+    """Run a command that must be refused as bad input; returns its stderr."""
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir(exist_ok=True)
+    env = clean_env(GRPO_RIG_SWIFT=str(FAKE_SWIFT), FAKE_PID_DIR=str(pid_dir), **(extra_env or {}))
+    start = time.monotonic()
+    defaults = [] if any(p.startswith("OUTPUT_DIR=") for p in pairs) else [f"OUTPUT_DIR={tmp_path}/out"]
+    proc = run_cli(command, *defaults, *pairs, "RUN_NAME=r", env=env, timeout=60)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert list(pid_dir.iterdir()) == [], "a swift process was started"
+    assert not (tmp_path / "out" / "r" / "manifest.json").exists()
+    assert elapsed < 15, f"refusal took {elapsed:.1f} s"
+    assert "refused before any heavy work" in proc.stderr
+    return proc.stderr
+
+
+def inventory_file(tmp_path: Path, name: str, **changes) -> Path:
+    data = json.loads((INVENTORIES / f"{name}.json").read_text())
+    data.update(changes)
+    path = tmp_path / f"{name}-changed.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def write_dataset(tmp_path: Path, lines: list[str]) -> Path:
+    path = tmp_path / "train.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# C02: /dev/shm too small ---------------------------------------------------------------------------
+
+
+def test_c02_small_shm_with_p2p_disabled_multi_gpu_run_is_refused(tmp_path):
+    inv = inventory_file(tmp_path, "5x4090-driver535", shm_bytes=64 * 1024**2)
+    err = refused(
+        tmp_path,
+        f"recipe={SERVER}",
+        f"INVENTORY={inv}",
+        "TRAIN_GPUS=0-3",
+        "ROLLOUT_GPUS=4",
+        "DATALOADER_NUM_WORKERS=4",
+    )
+    assert "/dev/shm is 64 MiB" in err and "NCCL_P2P_DISABLE=1" in err
+    assert "ipc: host" in err and "shm_size" in err
+
+
+def test_c02_shipped_compose_file_sets_ipc_or_shm_size():
+    text = (ROOT / "compose.yaml").read_text()
+    assert "ipc: host" in text or "shm_size" in text
+
+
+def test_c02_small_shm_single_gpu_with_workers_is_only_a_warning(tmp_path):
+    inv = inventory_file(tmp_path, "1x4090-driver535", shm_bytes=64 * 1024**2)
+    proc = run_cli(
+        "validate",
+        f"recipe={COLOCATE}",
+        f"INVENTORY={inv}",
+        "DATALOADER_NUM_WORKERS=2",
+        f"OUTPUT_DIR={tmp_path}",
+        env=clean_env(),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: /dev/shm" in proc.stdout
+
+
+# C03: no GPU in the container ------------------------------------------------------------------------
+
+
+def test_c03_no_gpu_names_the_compose_block_and_the_toolkit(tmp_path):
+    inv = inventory_file(
+        tmp_path,
+        "1x4090-driver535",
+        gpus=[],
+        p2p=[],
+        driver_version=None,
+        nvml_error="NVML Shared Library Not Found",
+    )
+    err = refused(tmp_path, "recipe=countdown-1x4090", f"INVENTORY={inv}")
+    assert "No GPU is visible inside the container (NVML Shared Library Not Found)" in err
+    assert "deploy.resources.reservations.devices" in err and "NVIDIA Container Toolkit" in err
+    assert "Traceback" not in err
+
+
+def test_c03_no_gpu_from_real_nvml_on_this_machine(tmp_path):
+    """This machine has no GPU: the real NVML probe must give the same one-paragraph answer."""
+    err = refused(tmp_path, "recipe=countdown-1x4090")
+    assert "deploy.resources.reservations.devices" in err and "Traceback" not in err
+
+
+def test_c03_driver_too_old_states_minimum_and_recommended(tmp_path):
+    inv = inventory_file(tmp_path, "1x4090-driver535", driver_version="525.60.11")
+    err = refused(tmp_path, "recipe=countdown-1x4090", f"INVENTORY={inv}")
+    assert ">= 525.60.13" in err and "CUDA 12.4 runtime" in err
+    assert "550.54.14" in err and "RTX 40" in err
+
+
+# C07: removed, renamed and invented arguments -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", sorted(renamed.RENAMED))
+def test_c07_every_row_of_the_renamed_table_is_refused_with_its_replacement(tmp_path, key):
+    err = refused(tmp_path, "recipe=smoke", f"{key}=1")
+    row = renamed.RENAMED[key]
+    assert key in err and row.fix in err and row.source in err
+
+
+@pytest.mark.parametrize(
+    ("pair", "replacement"),
+    [
+        ("vllm_device=cuda:1", "ROLLOUT_GPUS=<ordinal>"),
+        ("num_infer_workers=1", "ROLLOUT_GPUS=<ordinal>"),
+        ("vllm_max_num_seqs=64", "ROLLOUT_MAX_NUM_SEQS"),
+        ("ROLLOUT_VLLM_GPU_MEMORY_UTILIZATION=0.5", "ROLLOUT_GPU_MEMORY_UTILIZATION=<value>"),
+        ("tuner_type=lora", "TRAIN_TYPE=lora"),
+        ("load_in_4bit=true", "QUANT_METHOD=bnb and QUANT_BITS=4"),
+        ("sft_type=lora", "TRAIN_TYPE"),
+    ],
+)
+def test_c07_values_copied_from_old_posts_and_newer_docs(tmp_path, pair, replacement):
+    assert replacement in refused(
+        tmp_path, "recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}", pair
+    )
+
+
+def test_c07_abbreviated_argument_is_refused(tmp_path):
+    err = refused(tmp_path, "recipe=smoke", "vllm_server_ho=10.0.0.2")
+    assert "abbreviations are refused" in err and "VLLM_SERVER_HOST" in err
+
+
+def test_c07_device_map_with_vllm_is_refused(tmp_path):
+    err = refused(
+        tmp_path,
+        "recipe=countdown-1x4090",
+        f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
+        "DEVICE_MAP=auto",
+    )
+    assert "not compatible with device_map" in err and "remove DEVICE_MAP" in err
+
+
+def test_all_problems_are_reported_together(tmp_path):
+    err = refused(tmp_path, "recipe=smoke", "load_in_4bit=true", "vllm_device=auto", "NUM_GENERATIONS=x")
+    assert err.count("error:") == 3
+
+
+# C08: dataset does not fit the reward functions ------------------------------------------------------------
+
+C08_ROW = '{"messages":[{"role":"user","content":"What is 2+2?"}],"answer":"4"}'
+
+
+def test_c08_accuracy_needs_solution_and_the_answer_column_is_named(tmp_path):
+    data = write_dataset(tmp_path, [C08_ROW] * 64)
+    err = refused(
+        tmp_path, "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={data}", "REWARD_FUNCS=accuracy format"
+    )
+    assert "reward accuracy reads the `solution` column" in err
+    assert "rename the `answer` column to `solution`" in err
+
+
+def test_c08_line_that_is_not_json_is_named(tmp_path):
+    good = '{"messages":[{"role":"user","content":"q"}],"solution":"4"}'
+    data = write_dataset(tmp_path, [good] * 10 + ['{"messages": [ oops'] + [good] * 10)
+    err = refused(tmp_path, "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={data}", "REWARD_FUNCS=accuracy")
+    assert f"dataset {data} line 11: is not JSON" in err
+
+
+def test_c08_column_with_two_types_is_refused(tmp_path):
+    rows = [
+        json.dumps(
+            {
+                "messages": [{"role": "user", "content": "q"}],
+                "solution": "4",
+                "meta": {"a": 1} if i % 2 else [1],
+            }
+        )
+        for i in range(20)
+    ]
+    err = refused(
+        tmp_path,
+        "recipe=smoke",
+        "DATASET_GENERATOR=",
+        f"DATASET={write_dataset(tmp_path, rows)}",
+        "REWARD_FUNCS=accuracy",
+    )
+    assert "column `meta` is a object here but a list on line 1" in err
+
+
+def test_c08_fewer_prompts_than_one_generation_batch_is_refused(tmp_path):
+    rows = [
+        json.dumps({"messages": [{"role": "user", "content": f"q{i}"}], "solution": "4"}) for i in range(3)
+    ]
+    # smoke: 8 completions / NUM_GENERATIONS 4 = 2 prompts per generation; ask for 16 x 2 / 4 = 8
+    err = refused(
+        tmp_path,
+        "recipe=smoke",
+        "DATASET_GENERATOR=",
+        f"DATASET={write_dataset(tmp_path, rows)}",
+        "REWARD_FUNCS=accuracy",
+        "PER_DEVICE_TRAIN_BATCH_SIZE=16",
+        "GRADIENT_ACCUMULATION_STEPS=2",
+    )
+    assert "3 training prompts, fewer than one generation batch needs (8)" in err
+
+
+def test_c08_plugin_reward_columns_come_from_its_signature(tmp_path):
+    rows = [json.dumps({"messages": [{"role": "user", "content": "q"}], "target": 5}) for _ in range(20)]
+    err = refused(
+        tmp_path,
+        "recipe=smoke",
+        "DATASET_GENERATOR=",
+        f"DATASET={write_dataset(tmp_path, rows)}",
+        "REWARD_FUNCS=countdown",
+    )
+    assert "reads the `nums` column" in err
+
+
+def test_c08_missing_dataset_file_mentions_the_data_mount(tmp_path):
+    err = refused(
+        tmp_path, "recipe=smoke", "DATASET_GENERATOR=", "DATASET=/data/missing.jsonl", "REWARD_FUNCS=format"
+    )
+    assert "file not found inside the container" in err and "./data at /data" in err
+
+
+def test_c08_messages_without_user_turn(tmp_path):
+    rows = [json.dumps({"messages": [{"role": "system", "content": "s"}], "solution": "1"})] * 20
+    err = refused(
+        tmp_path,
+        "recipe=smoke",
+        "DATASET_GENERATOR=",
+        f"DATASET={write_dataset(tmp_path, rows)}",
+        "REWARD_FUNCS=accuracy",
+    )
+    assert "has no user turn" in err
+
+
+def test_hub_dataset_is_checked_for_form_and_offline_cache(tmp_path):
+    err = refused(
+        tmp_path, "recipe=smoke", "DATASET_GENERATOR=", "DATASET=not a dataset", "REWARD_FUNCS=format"
+    )
+    assert "neither an existing file nor a hub id" in err
+    err = refused(
+        tmp_path,
+        "recipe=smoke",
+        "DATASET_GENERATOR=",
+        "DATASET=zouxuhong/Countdown-Tasks-3to4#100",
+        "REWARD_FUNCS=format",
+        "OFFLINE=true",
+        extra_env={"MODELSCOPE_CACHE": str(tmp_path / "ms")},
+    )
+    assert "OFFLINE is set and the dataset is not in the local hub cache" in err
+
+
+# Value checks ms-swift reports late ------------------------------------------------------------------------
+
+
+def test_num_generations_must_divide_the_generation_batch(tmp_path):
+    err = refused(tmp_path, "recipe=smoke", "NUM_GENERATIONS=3")
+    assert (
+        "3 does not divide the generation batch (8 completions/device x 1 process(es) x 1 steps = 8)" in err
+    )
+    assert "[2, 4, 8]" in err
+
+
+def test_vllm_memory_fraction_out_of_range(tmp_path):
+    err = refused(
+        tmp_path,
+        "recipe=countdown-1x4090",
+        f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
+        "VLLM_GPU_MEMORY_UTILIZATION=40",
+    )
+    assert "40 is not a fraction in (0, 1]" in err
+
+
+def test_system_prompt_file_must_exist(tmp_path):
+    err = refused(tmp_path, "recipe=smoke", "SYSTEM=prompts/missing.txt")
+    assert "the system prompt file prompts/missing.txt does not exist" in err
+
+
+# Plugins --------------------------------------------------------------------------------------------------
+
+
+def test_unregistered_reward_name(tmp_path):
+    err = refused(tmp_path, "recipe=smoke", "REWARD_FUNCS=countdown TCMSDAccuracy")
+    assert "no reward function is registered under 'TCMSDAccuracy'" in err and "tcm_sd_accuracy" in err
+
+
+def test_plugin_stem_that_shadows_an_installed_module_is_refused(tmp_path):
+    plugin = tmp_path / "datasets.py"
+    plugin.write_text(
+        "from swift.plugin import ORM, orms\nclass R(ORM):\n    def __call__(self, completions, **kw):\n        return [1.0] * len(completions)\norms['mine'] = R\n"
+    )
+    err = refused(tmp_path, "recipe=smoke", f"EXTERNAL_PLUGINS={plugin}", "REWARD_FUNCS=mine")
+    assert "as module 'datasets', which is already the installed" in err and "rename the file" in err
+
+
+def test_plugin_that_fails_to_import_is_reported(tmp_path):
+    plugin = tmp_path / "my_broken_rewards.py"
+    plugin.write_text("import numpy\nraise RuntimeError('typo in my reward')\n")
+    err = refused(tmp_path, "recipe=smoke", f"EXTERNAL_PLUGINS={plugin}", "REWARD_FUNCS=countdown")
+    assert "import failed: RuntimeError: typo in my reward" in err
+
+
+def test_plugin_import_leaks_nothing_into_the_entrypoint(tmp_path):
+    marker = tmp_path / "imported"
+    plugin = tmp_path / "my_marker_rewards.py"
+    plugin.write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).write_text('x')\nfrom swift.plugin import orms\n"
+    )
+    proc = run_cli(
+        "validate", "recipe=smoke", f"EXTERNAL_PLUGINS={plugin}", f"OUTPUT_DIR={tmp_path}", env=clean_env()
+    )
+    assert proc.returncode == 0, proc.stderr
+    import sys
+
+    assert "my_marker_rewards" not in sys.modules and marker.exists()
+
+
+def test_missing_plugin_file(tmp_path):
+    err = refused(tmp_path, "recipe=smoke", "EXTERNAL_PLUGINS=/data/plugin.py", "REWARD_FUNCS=countdown")
+    assert "/data/plugin.py: does not exist inside the container" in err
+
+
+# Environment -------------------------------------------------------------------------------------------------
+
+
+def test_output_dir_not_writable_names_uid_and_fix(tmp_path):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")  # even root cannot create a directory below a regular file
+    err = refused(tmp_path, "recipe=smoke", f"OUTPUT_DIR={blocker}/runs")
+    assert "is not writable by this process (uid:gid" in err and "chown" in err and "UID=$(id -u)" in err
+
+
+def test_validate_passes_on_the_shipped_recipes(tmp_path):
+    cases = [
+        ("recipe=smoke",),
+        ("recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}"),
+        (
+            "recipe=tcm-4x4090",
+            f"INVENTORY={INVENTORIES / '5x4090-driver535.json'}",
+            f"DATASET={ROOT / 'examples/tcm/sample.jsonl'}",
+            "PER_DEVICE_TRAIN_BATCH_SIZE=1",
+            "GRADIENT_ACCUMULATION_STEPS=3",
+        ),
+    ]
+    for pairs in cases:
+        proc = run_cli("validate", *pairs, f"OUTPUT_DIR={tmp_path}", env=clean_env())
+        assert proc.returncode == 0, (pairs, proc.stdout, proc.stderr)
+        assert "valid" in proc.stdout
+
+
+def test_validate_reports_every_problem_and_exits_2(tmp_path):
+    proc = run_cli(
+        "validate",
+        "recipe=smoke",
+        "NUM_GENERATIONS=3",
+        "REWARD_FUNCS=nope",
+        f"OUTPUT_DIR={tmp_path}",
+        env=clean_env(),
+    )
+    assert proc.returncode == 2
+    assert "NUM_GENERATIONS" in proc.stderr and "'nope'" in proc.stderr
