@@ -7,6 +7,7 @@ rollout's last lines if it dies. No process is left holding a GPU or a port.
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import subprocess
@@ -210,7 +211,7 @@ def test_listening_ports_are_read_from_the_child_process_tree(tmp_path):
     from entrypoint.plan import Process
 
     port = ports.first_free(18500)
-    sup = launch.Supervisor(tmp_path / "logs", 1, open(tmp_path / "console", "w"))
+    sup = launch.Supervisor(tmp_path / "logs", 1, io.StringIO())
     child = sup.start(
         Process("rollout", {}, [str(FAKE_SWIFT), "rollout", "--host", "127.0.0.1", "--port", str(port)]),
         base_env=env_for(tmp_path),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from entrypoint import layout, plan as plan_mod
+from entrypoint import layout
+from entrypoint import plan as plan_mod
 from entrypoint.errors import BadInput
 from entrypoint.hardware import Inventory
 from tests.conftest import load_inventory, load_recipe
