@@ -73,6 +73,8 @@ class Plan:
     steps: list[str]  # in-process work before the children start (dataset generation, ...)
     problems: list[Problem]  # fatal and warnings found while planning
     resume_from: str = ""
+    memory: list = dataclasses.field(default_factory=list)  # memory.GpuEstimate per GPU, set by preflight
+    memory_note: list = dataclasses.field(default_factory=list)
 
     @property
     def train_dir(self) -> Path:
@@ -97,6 +99,16 @@ class Plan:
             "gpus": [g.model_dump() for g in self.inventory.gpus],
             "nccl": [dataclasses.asdict(d) for d in self.nccl.decisions],
             "steps": self.steps,
+            "memory": [
+                {
+                    "gpu": e.gpu,
+                    "role": e.role,
+                    "card_gib": round(e.card_gib, 2),
+                    "peak_gib": round(e.peak_gib, 2),
+                    "parts": {k: round(v, 2) for k, v in e.parts.items()},
+                }
+                for e in self.memory
+            ],
             "resume_from": self.resume_from,
             "processes": [p.to_json() for p in self.processes],
             "warnings": [p.render() for p in self.problems if not p.fatal],
@@ -109,6 +121,10 @@ class Plan:
         lines.append(f"layout: {self.layout.describe()}")
         lines.append("nccl:")
         lines += [f"  {d.render()}" for d in self.nccl.decisions]
+        if self.memory:
+            lines.append("memory (predicted peak per GPU, GiB):")
+            lines += [f"  {e.render()}" for e in self.memory]
+            lines += [f"  ({note})" for note in self.memory_note]
         if self.resume_from:
             lines.append(f"resume: from {self.resume_from}")
         for step in self.steps:

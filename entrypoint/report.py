@@ -1,7 +1,9 @@
-"""Human-facing files in the run directory: README.md (how to load the adapter)."""
+"""Human-facing files in the run directory: README.md (how to load the adapter), training curves and
+GPU memory plots (PNG) drawn from ms-swift's logging.jsonl and the monitor's gpu.jsonl."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from entrypoint.export import sha256_file
@@ -10,7 +12,8 @@ from entrypoint.plan import Plan
 README = """# GRPO run `{run}`
 
 Recipe `{recipe}`, base model `{model}`. Status and inputs: `manifest.json`; training log:
-`logging.jsonl`; each process's output: `logs/`; ms-swift's checkpoints: `train/`.
+`logging.jsonl` (curves: `training_curves.png`); each process's output: `logs/`; ms-swift's
+checkpoints: `train/`.
 
 ## Load the adapter
 
@@ -21,26 +24,116 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 base = AutoModelForCausalLM.from_pretrained("{base_path}")
-model = PeftModel.from_pretrained(base, "adapter")
 tokenizer = AutoTokenizer.from_pretrained("{base_path}")
+model = PeftModel.from_pretrained(base, "adapter")
 ```
 
-With ms-swift: `swift infer --model {base_path} --adapters adapter{swift_extra}`
+With ms-swift: `swift infer --model {base_path}{swift_extra} --adapters adapter`
 
 With vLLM: `vllm serve {base_path} --enable-lora --lora-modules {run}=adapter`
+(vLLM's `--max-lora-rank` must be at least the adapter's rank.)
 """
+
+CURVES = [
+    ("reward", "reward (mean)"),
+    ("reward_std", "reward std within groups"),
+    ("loss", "loss"),
+    ("kl", "KL to the reference"),
+    ("completions/mean_length", "completion length (tokens)"),
+    ("grad_norm", "gradient norm"),
+]
+
+
+def _rows(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def _step(row: dict) -> int | None:
+    value = row.get("global_step/max_steps")
+    return int(str(value).split("/")[0]) if value else None
+
+
+def training_curves(logging_jsonl: Path, out: Path) -> bool:
+    """Reward (and each reward function), loss, KL, completion length against the step. False: no data."""
+    rows = [r for r in _rows(logging_jsonl) if "reward" in r and _step(r) is not None]
+    if not rows:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    per_function = sorted({k for r in rows for k in r if k.startswith("rewards/") and k.endswith("/mean")})
+    panels = [(k, t) for k, t in CURVES if any(k in r for r in rows)]
+    fig, axes = plt.subplots(len(panels) + 1, 1, figsize=(8, 2.4 * (len(panels) + 1)), sharex=True)
+    steps = [_step(r) for r in rows]
+    for key in per_function:
+        axes[0].plot(steps, [r.get(key) for r in rows], marker=".", label=key.split("/")[1])
+    axes[0].set_title("reward per function (mean)")
+    axes[0].legend(fontsize=8)
+    for ax, (key, title) in zip(axes[1:], panels, strict=True):
+        ax.plot(steps, [r.get(key) for r in rows], marker=".")
+        ax.set_title(title)
+    axes[-1].set_xlabel("step")
+    fig.tight_layout()
+    fig.savefig(out, dpi=80)
+    plt.close(fig)
+    return True
+
+
+def gpu_memory_plot(gpu_jsonl: Path, out: Path, predicted: dict[int, float]) -> bool:
+    """Memory used per GPU over time, training steps marked, the planner's prediction dashed."""
+    rows = _rows(gpu_jsonl)
+    if not rows:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for gpu in sorted({r["gpu"] for r in rows}):
+        mine = [r for r in rows if r["gpu"] == gpu]
+        line = ax.plot([r["t"] for r in mine], [r["memory_gib"] for r in mine], label=f"GPU {gpu}")[0]
+        if gpu in predicted:
+            ax.axhline(
+                predicted[gpu],
+                color=line.get_color(),
+                linestyle="--",
+                linewidth=1,
+                label=f"GPU {gpu} planned peak",
+            )
+    first = [r for r in rows if r["gpu"] == rows[0]["gpu"]]
+    for before, after in zip(first, first[1:], strict=False):
+        if after["step"] != before["step"]:
+            ax.axvline(after["t"], color="grey", linewidth=0.5)
+            ax.text(after["t"], ax.get_ylim()[1], str(after["step"]), fontsize=6, va="top")
+    ax.set_xlabel("seconds since start (grey lines: training steps)")
+    ax.set_ylabel("GiB used (NVML)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=80)
+    plt.close(fig)
+    return True
 
 
 def write(plan: Plan, run_dir: Path) -> dict[str, str]:
-    """Write README.md; returns {relative path: sha256} of what it wrote."""
-    swift_extra = ""
-    for key in ("model_type", "template"):
-        if key in plan.recipe.trainer or plan.recipe.settings.MODEL_SOURCE == "embedded":
-            value = plan.recipe.trainer.get(key)
-            if value:
-                swift_extra += f" --{key} {value[0]}"
-    path = run_dir / "README.md"
-    path.write_text(
+    """README.md and the plots; returns {relative path: sha256} of what it wrote."""
+    trainer = plan.process("trainer").argv
+    swift_extra = "".join(
+        f" --{k} {trainer[trainer.index('--' + k) + 1]}"
+        for k in ("model_type", "template")
+        if f"--{k}" in trainer
+    )
+    (run_dir / "README.md").write_text(
         README.format(
             run=plan.run_name,
             recipe=plan.recipe.name,
@@ -49,4 +142,10 @@ def write(plan: Plan, run_dir: Path) -> dict[str, str]:
             swift_extra=swift_extra,
         )
     )
-    return {"README.md": sha256_file(path)}
+    written = ["README.md"]
+    if training_curves(run_dir / "logging.jsonl", run_dir / "training_curves.png"):
+        written.append("training_curves.png")
+    predicted = {e.gpu: e.peak_gib for e in plan.memory}
+    if gpu_memory_plot(run_dir / "gpu.jsonl", run_dir / "gpu_memory.png", predicted):
+        written.append("gpu_memory.png")
+    return {name: sha256_file(run_dir / name) for name in written}

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from entrypoint import countdown, export, hardware, manifest, preflight, redact, report
+from entrypoint import countdown, export, hardware, manifest, monitor, preflight, redact, report
 from entrypoint import plan as plan_mod
 from entrypoint import recipe as recipe_mod
 from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE, BadInput, Problem, raise_if_fatal
@@ -148,6 +148,14 @@ def train(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO = sy
             say(f"generated {plan.recipe.settings.DATASET_ROWS} countdown tasks into {path}")
 
     supervisor = Supervisor(run_dir / "logs", plan.recipe.settings.STOP_GRACE_SECONDS, console, secrets)
+    gpu_monitor = None
+    if plan.layout.used_gpus and plan.inventory.source == "nvml":
+        gpu_monitor = monitor.GpuMonitor(
+            list(plan.layout.used_gpus),
+            run_dir / "gpu.jsonl",
+            plan.recipe.settings.GPU_MONITOR_INTERVAL,
+            plan.train_dir / "logging.jsonl",
+        ).start()
     restore = install_signal_handlers()
     status, code, failure = "completed", EXIT_OK, None
     try:
@@ -189,7 +197,15 @@ def train(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO = sy
     finally:
         supervisor.stop_all()
         restore()
+        if gpu_monitor is not None:
+            gpu_monitor.stop()
 
+    if gpu_monitor is not None:
+        predicted = {e.gpu: round(e.peak_gib, 2) for e in plan.memory}
+        data["gpu_memory_peak"] = {
+            str(g): {"measured_gib": round(peak, 2), "predicted_gib": predicted.get(g)}
+            for g, peak in sorted(gpu_monitor.peaks.items())
+        }
     final = finish_run(plan, data, status, failure, console)
     manifest.write(run_dir, final, secrets)
     say(f"run {status}: {run_dir}")

@@ -83,6 +83,9 @@ class Settings(BaseModel):
     MEMORY_CHECK: Literal["error", "warn", "off"] = Field(
         "error", description="what a predicted out-of-memory does: refuse, warn, or nothing"
     )
+    PROMPT_TOKENS: int = Field(
+        0, ge=0, description="longest prompt in tokens, for the memory plan; 0: estimate from the dataset"
+    )
     EMULATE_VRAM_GB: float = Field(0.0, ge=0, description="cap each process's CUDA memory (GiB); 0: off")
     GPU_MONITOR_INTERVAL: float = Field(2.0, gt=0, description="seconds between NVML samples into gpu.jsonl")
 

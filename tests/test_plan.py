@@ -57,6 +57,9 @@ def test_countdown_1x4090_plan_colocates_vllm_on_gpu0():
     assert flag(argv, "use_vllm") == ["true"] and flag(argv, "vllm_mode") == ["colocate"]
     assert flag(argv, "vllm_gpu_memory_utilization") == ["0.4"]
     assert flag(argv, "num_generations") == ["8"] and flag(argv, "max_completion_length") == ["256"]
+    assert flag(argv, "per_device_train_batch_size") == ["1"] and flag(
+        argv, "gradient_accumulation_steps"
+    ) == ["32"]
     assert flag(argv, "learning_rate") == ["5e-7"] and flag(argv, "beta") == ["0.001"]
     assert "--vllm_server_host" not in argv
 

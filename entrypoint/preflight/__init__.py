@@ -18,7 +18,7 @@ from pathlib import Path
 from entrypoint import models
 from entrypoint.errors import Problem
 from entrypoint.plan import Plan
-from entrypoint.preflight import dataset, environment, plugins, values
+from entrypoint.preflight import dataset, environment, memory_check, plugins, values
 
 HUB_MODEL_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -141,6 +141,11 @@ def check(plan: Plan, environ: Mapping[str, str], for_train: bool) -> list[Probl
         )
         for p in found:
             (local if "not found" in p.message or "not readable" in p.message else problems).append(p)
+
+    estimates, found, note = memory_check.estimate(plan, environ)
+    plan.memory[:] = estimates
+    plan.memory_note[:] = [note] if note else []
+    problems += found
 
     workers = int((r.trainer.get("dataloader_num_workers") or ["0"])[0])
     local += environment.check(plan, environ, workers, checkpoint_gib=None)

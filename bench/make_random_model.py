@@ -1,0 +1,48 @@
+"""Build a model with random weights from a shipped config (no hub needed), with a given tokenizer.
+
+    python bench/make_random_model.py Qwen/Qwen2.5-0.5B-Instruct OUT_DIR --tokenizer TOKENIZER_DIR
+
+Dimensions come from entrypoint/data/model_configs.json (the hub config.json values). Weights are bf16,
+initialised on the GPU when there is one. A tokenizer with a smaller vocabulary is fine: its ids are all
+inside the model's embedding table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+DATA = Path(__file__).resolve().parent.parent / "entrypoint" / "data" / "model_configs.json"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("model_id")
+    p.add_argument("out", type=Path)
+    p.add_argument("--tokenizer", type=Path, required=True)
+    args = p.parse_args()
+    fields = {k: v for k, v in json.loads(DATA.read_text())[args.model_id].items() if not k.startswith("_")}
+    model_type = fields.pop("model_type")
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    config = AutoConfig.for_model(model_type, **fields, torch_dtype="bfloat16", max_position_embeddings=32768)
+    config.eos_token_id, config.pad_token_id, config.bos_token_id = (
+        tokenizer.eos_token_id,
+        tokenizer.pad_token_id,
+        tokenizer.bos_token_id,
+    )
+    torch.manual_seed(0)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
+    model.save_pretrained(args.out)
+    tokenizer.save_pretrained(args.out)
+    print(
+        f"{args.model_id}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters -> {args.out}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,242 @@
+"""Memory planner: predicted peak GPU memory (GiB) per GPU, before anything is loaded.
+
+Training side (what `torch.cuda.max_memory_reserved` reaches in the trainer; ms-swift logs it as
+`memory(GiB)`), the larger of two phases:
+
+    train phase = weights [+ reference model] + gradients and AdamW states
+                  + activations of one micro-batch (per_device x (prompt + completion) tokens)
+                  + logits over the vocabulary for its completion tokens
+    generation  = weights [+ reference] + optimizer states + KV cache of the generation batch
+                  (HF generation inside the trainer, when USE_VLLM=false)
+
+    peak = OVERHEAD x max(train, generation) + CONSTANT
+
+AdamW on bf16 parameters keeps bf16 states (torch creates them like the parameter), so full fine-tuning
+costs 2 (weights) + 2 (grads) + 4 (two states) bytes per parameter; DeepSpeed ZeRO-2 keeps fp32 master
+weights and states (12 bytes) plus gradients, sharded over the processes. LoRA's reference log-probs use
+the same model with adapters disabled (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:1155); full
+fine-tuning with BETA > 0 loads a second copy.
+
+The coefficients of activations, logits, OVERHEAD and CONSTANT are fitted to measurements of real
+ms-swift 3.6.4 GRPO runs on an H200 (docs/benchmarks/memory-calibration.json, fitted by
+bench/fit_memory.py); tests/test_memory.py checks every measurement is within 15 %.
+
+vLLM side: colocated, vLLM reserves VLLM_GPU_MEMORY_UTILIZATION x the card on top of what the trainer
+holds when it starts; with SLEEP_LEVEL >= 1 it frees that while the trainer trains
+(grpo_trainer.py:799-851). A dedicated rollout GPU holds ROLLOUT_GPU_MEMORY_UTILIZATION x the card, and
+vLLM refuses to start unless one sequence of max_model_len fits in what is left for the KV cache.
+Every GPU also carries the CUDA context (CUDA_CONTEXT_GIB).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+GIB = 1024**3
+DATA = Path(__file__).parent / "data"
+CUDA_CONTEXT_GIB = 0.5  # CUDA context + NCCL/cuBLAS workspaces outside torch's allocator
+VLLM_NON_KV_GIB = 1.0  # vLLM activations, CUDA graphs, sampler buffers beside weights and KV cache
+HEADROOM_WARNING = 0.10
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+# Fitted coefficients (bench/fit_memory.py writes them to data/memory_coefficients.json).
+DEFAULT_COEFFICIENTS = {
+    "act_hidden": 18.0,  # bytes per token per hidden unit per layer (no gradient checkpointing), / dtype
+    "act_inter": 5.0,  # same, per MLP intermediate unit
+    "gc_layer_input": 1.0,  # with checkpointing: stored layer inputs, x hidden x dtype per token per layer
+    "logit_bytes": 10.0,  # bytes per completion token per vocabulary entry (bf16 logits, fp32 log-softmax, grad)
+    "overhead": 1.10,  # allocator fragmentation / caching
+    "constant_gib": 0.15,
+}
+
+
+@functools.cache
+def coefficients() -> dict[str, float]:
+    path = DATA / "memory_coefficients.json"
+    if path.exists():
+        return {**DEFAULT_COEFFICIENTS, **json.loads(path.read_text())["coefficients"]}
+    return dict(DEFAULT_COEFFICIENTS)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelDims:
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    tie_embeddings: bool = True
+    attention_bias: bool = False
+    head_dim_override: int | None = None
+
+    @property
+    def head_dim(self) -> int:
+        return self.head_dim_override or self.hidden // self.heads
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> ModelDims:
+        """From a transformers config.json (decoder-only models: llama, qwen2, mistral-like)."""
+        text = config.get("text_config", config)
+        return cls(
+            hidden=int(text["hidden_size"]),
+            intermediate=int(text["intermediate_size"]),
+            layers=int(text["num_hidden_layers"]),
+            heads=int(text["num_attention_heads"]),
+            kv_heads=int(text.get("num_key_value_heads") or text["num_attention_heads"]),
+            vocab=int(text["vocab_size"]),
+            tie_embeddings=bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False))),
+            attention_bias=bool(text.get("attention_bias", text.get("model_type") == "qwen2")),
+            head_dim_override=text.get("head_dim"),
+        )
+
+    def linear_shapes(self) -> list[tuple[int, int]]:
+        """(in, out) of every linear layer in one decoder block (attention + SwiGLU MLP)."""
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        h, i = self.hidden, self.intermediate
+        return [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)]
+
+    @property
+    def params(self) -> int:
+        per_layer = sum(a * b for a, b in self.linear_shapes()) + 2 * self.hidden
+        if self.attention_bias:
+            per_layer += self.heads * self.head_dim + 2 * self.kv_heads * self.head_dim
+        embed = self.vocab * self.hidden * (1 if self.tie_embeddings else 2)
+        return self.layers * per_layer + embed + self.hidden
+
+    def lora_params(self, rank: int) -> int:
+        """Trainable parameters of LoRA on all linear layers (TARGET_MODULES=all-linear)."""
+        return self.layers * sum(rank * (a + b) for a, b in self.linear_shapes())
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        return self.layers * 2 * self.kv_heads * self.head_dim * dtype_bytes
+
+
+def find_config(model: str, model_path: str, environ: Mapping[str, str]) -> tuple[dict | None, str]:
+    """config.json of a model: local directory, HF or ModelScope cache, else the shipped table."""
+    candidates = [Path(model_path) / "config.json"] if model_path else []
+    hf_hub = Path(
+        environ.get("HF_HUB_CACHE") or Path(environ.get("HF_HOME", "~/.cache/huggingface")) / "hub"
+    ).expanduser()
+    candidates += sorted((hf_hub / f"models--{model.replace('/', '--')}" / "snapshots").glob("*/config.json"))
+    ms = Path(environ.get("MODELSCOPE_CACHE", "~/.cache/modelscope/hub")).expanduser()
+    candidates += [ms / "models" / model / "config.json", ms / model / "config.json"]
+    for path in candidates:
+        if path.is_file():
+            return json.loads(path.read_text()), str(path)
+    table = json.loads((DATA / "model_configs.json").read_text())
+    if model in table:
+        return table[model], "entrypoint/data/model_configs.json"
+    return None, ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """What the planner needs of a run, per training process."""
+
+    dims: ModelDims
+    dtype_bytes: int
+    full: bool  # TRAIN_TYPE=full
+    lora_rank: int
+    per_device: int  # completions per micro-batch
+    generation_per_device: int  # completions generated per round on this process
+    prompt_tokens: int
+    completion_tokens: int
+    gradient_checkpointing: bool = True
+    reference_copy: bool = False  # full fine-tuning with BETA > 0 loads a reference model
+    zero_stage: int = 0
+    world: int = 1
+    hf_generation: bool = True  # generation inside the trainer (USE_VLLM=false)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingEstimate:
+    weights: float
+    optimizer: float
+    activations: float
+    logits: float
+    kv_cache: float
+    resident: float  # held between phases (weights, reference, optimizer states)
+    peak: float  # torch max reserved, GiB
+
+    def components(self) -> dict[str, float]:
+        return {k: round(v, 2) for k, v in dataclasses.asdict(self).items()}
+
+
+def estimate_training(w: Workload, coef: Mapping[str, float] | None = None) -> TrainingEstimate:
+    """Predicted training-side memory of one training process, in GiB."""
+    c = coef or coefficients()
+    d = w.dtype_bytes
+    p = w.dims.params
+    weights = p * d * (2 if w.reference_copy else 1)
+    if w.full:
+        if w.zero_stage >= 2:
+            grads_states = (12 + d) * p / max(1, w.world)  # fp32 master + 2 fp32 states + grads, sharded
+            states = 12 * p / max(1, w.world)
+        else:
+            grads_states = 3 * d * p  # grads + two AdamW states in the parameter dtype
+            states = 2 * d * p
+    else:
+        lora = w.dims.lora_params(w.lora_rank)
+        grads_states = lora * (d + 8 + 4)  # grads, fp32 states and master weights: small either way
+        states = lora * 12
+    tokens = w.per_device * (w.prompt_tokens + w.completion_tokens)
+    h, i, layers = w.dims.hidden, w.dims.intermediate, w.dims.layers
+    one_layer = tokens * (c["act_hidden"] * h + c["act_inter"] * i) * d / 2
+    if w.gradient_checkpointing:
+        activations = layers * tokens * h * d * c["gc_layer_input"] + one_layer
+    else:
+        activations = layers * one_layer
+    logits = w.per_device * w.completion_tokens * w.dims.vocab * c["logit_bytes"]
+    train = weights + grads_states + activations + logits
+    kv = 0.0
+    if w.hf_generation:
+        kv = w.generation_per_device * (w.prompt_tokens + w.completion_tokens) * w.dims.kv_bytes_per_token(d)
+    generation = weights + states + kv + w.generation_per_device * w.dims.vocab * 4 * 2
+    peak = c["overhead"] * max(train, generation) / GIB + c["constant_gib"]
+    return TrainingEstimate(
+        weights=weights / GIB,
+        optimizer=grads_states / GIB,
+        activations=activations / GIB,
+        logits=logits / GIB,
+        kv_cache=kv / GIB,
+        resident=(weights + states) / GIB,
+        peak=peak,
+    )
+
+
+def estimate_prompt_tokens(rows: list[dict]) -> int:
+    """Rough token count of the longest prompt: ~3.5 ASCII characters per token, one per other
+    character (CJK), plus 8 template tokens per message. Errs high, as a planner should."""
+    longest = 0
+    for row in rows:
+        messages = row.get("messages") or [{"content": str(row.get("query") or row.get("prompt") or "")}]
+        total = 0
+        for m in messages:
+            text = str(m.get("content", ""))
+            ascii_chars = sum(1 for ch in text if ord(ch) < 128)
+            total += int(ascii_chars / 3.5) + (len(text) - ascii_chars) + 8
+        longest = max(longest, total)
+    return longest
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuEstimate:
+    gpu: int
+    role: str  # "trainer", "trainer + vLLM (colocate)", "rollout (vLLM)"
+    card_gib: float
+    peak_gib: float
+    parts: dict[str, float]
+
+    @property
+    def headroom(self) -> float:
+        return (self.card_gib - self.peak_gib) / self.card_gib
+
+    def render(self) -> str:
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in self.parts.items() if v >= 0.05)
+        return f"GPU {self.gpu} {self.role}: {self.peak_gib:.1f} of {self.card_gib:.1f} GiB ({self.headroom:+.0%} headroom) [{parts}]"

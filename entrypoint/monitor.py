@@ -1,0 +1,102 @@
+"""GPU monitor: samples every GPU a run uses through NVML into `<run>/gpu.jsonl`.
+
+One JSON line per GPU per interval: time (s since the run started), gpu, memory used (GiB), utilisation
+(%), power (W), temperature (C) and the trainer's global step (from ms-swift's logging.jsonl), so memory
+can be plotted against steps. A background thread does the sampling; NVML reads take microseconds and
+touch no CUDA context, so the training loop does not see it (bench/monitor_overhead.py measures this).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from pathlib import Path
+
+GIB = 1024**3
+
+
+def latest_step(logging_jsonl: Path) -> int:
+    """The last `global_step/max_steps` ms-swift logged ("3/8" -> 3), 0 before the first."""
+    try:
+        with logging_jsonl.open("rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - 65536))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return 0
+    for line in reversed(lines):
+        try:
+            value = json.loads(line).get("global_step/max_steps")
+        except ValueError:
+            continue
+        if value:
+            return int(str(value).split("/")[0])
+    return 0
+
+
+class GpuMonitor:
+    """Start with `start()`, stop with `stop()`; `peaks` holds each GPU's highest memory use (GiB)."""
+
+    def __init__(self, gpus: list[int], out: Path, interval: float, logging_jsonl: Path):
+        self.gpus, self.out, self.interval, self.logging_jsonl = gpus, out, interval, logging_jsonl
+        self.peaks: dict[int, float] = {}
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpu-monitor", daemon=True)
+        self.error: str | None = None
+
+    def start(self) -> GpuMonitor:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+        except Exception as exc:  # no NVML: nothing to sample
+            self.error = str(exc)
+            return
+        try:
+            handles = {g: pynvml.nvmlDeviceGetHandleByIndex(g) for g in self.gpus}
+            start = time.monotonic()
+            with self.out.open("a", encoding="utf-8") as f:
+                while not self._stop.is_set():
+                    step = latest_step(self.logging_jsonl)
+                    now = round(time.monotonic() - start, 2)
+                    for gpu, h in handles.items():
+                        row = {
+                            "t": now,
+                            "gpu": gpu,
+                            "step": step,
+                            "memory_gib": round(pynvml.nvmlDeviceGetMemoryInfo(h).used / GIB, 3),
+                        }
+                        for key, read in (
+                            ("util_pct", lambda h=h: pynvml.nvmlDeviceGetUtilizationRates(h).gpu),
+                            ("power_w", lambda h=h: round(pynvml.nvmlDeviceGetPowerUsage(h) / 1000, 1)),
+                            (
+                                "temp_c",
+                                lambda h=h: pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+                            ),
+                        ):
+                            try:
+                                row[key] = read()
+                            except pynvml.NVMLError:
+                                row[key] = None
+                        self.peaks[gpu] = max(self.peaks.get(gpu, 0.0), row["memory_gib"])
+                        f.write(json.dumps(row) + "\n")
+                    f.flush()
+                    self.samples += 1
+                    self._stop.wait(self.interval)
+        except Exception as exc:  # a monitor never takes a run down
+            self.error = str(exc)
+        finally:
+            with contextlib.suppress(Exception):
+                pynvml.nvmlShutdown()

@@ -1,0 +1,239 @@
+"""Per-GPU memory plan of a run and the refusal of one that does not fit (../shared/cases C09)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from entrypoint import countdown, memory
+from entrypoint.errors import Problem
+from entrypoint.memory import (
+    CUDA_CONTEXT_GIB,
+    GIB,
+    HEADROOM_WARNING,
+    VLLM_NON_KV_GIB,
+    GpuEstimate,
+    ModelDims,
+    Workload,
+)
+from entrypoint.plan import Plan
+from entrypoint.preflight import dataset, values
+
+DEFAULT_PROMPT_TOKENS = 512
+SLEEPING_VLLM_GIB = 0.3  # what a sleeping colocated vLLM keeps (allocator pools, NCCL)
+
+
+def _tok(plan: Plan, name: str, default: str | None) -> str | None:
+    tokens = plan.recipe.trainer.get(name)
+    return tokens[0] if tokens else default
+
+
+def prompt_tokens(plan: Plan) -> tuple[int, str]:
+    """(tokens, where the number comes from) for the longest prompt."""
+    s = plan.recipe.settings
+    if s.PROMPT_TOKENS:
+        return s.PROMPT_TOKENS, "PROMPT_TOKENS"
+    if s.DATASET_GENERATOR == "countdown":
+        return memory.estimate_prompt_tokens(
+            list(countdown.generate(50, 0))
+        ), "estimated from generated tasks"
+    rows: list[dict] = []
+    for spec in plan.dataset_paths:
+        path = Path(dataset.parse_spec(spec).path)
+        if path.suffix == ".jsonl" and path.is_file():
+            with path.open(encoding="utf-8") as f:
+                for n, line in enumerate(f):
+                    if n >= 2000:
+                        break
+                    try:
+                        rows.append(json.loads(line))
+                    except ValueError:
+                        continue
+    if rows:
+        system = _tok(plan, "system", None)
+        extra = 0
+        if system:
+            text = (
+                Path(system).read_text(encoding="utf-8")
+                if system.endswith(".txt") and Path(system).is_file()
+                else system
+            )
+            extra = memory.estimate_prompt_tokens([{"messages": [{"content": text}]}])
+        return memory.estimate_prompt_tokens(rows) + extra, "estimated from the dataset"
+    return DEFAULT_PROMPT_TOKENS, "assumed (set PROMPT_TOKENS for a better estimate)"
+
+
+def workload(plan: Plan, environ: Mapping[str, str]) -> tuple[Workload | None, str]:
+    r = plan.recipe
+    config, source = memory.find_config(r.raw("MODEL") or "", plan.model_path, environ)
+    if config is None:
+        return (
+            None,
+            "no config.json found for MODEL (local path, hub cache or entrypoint/data/model_configs.json)",
+        )
+    b = values.batch(plan)
+    dtype = _tok(plan, "torch_dtype", "bfloat16")
+    full = _tok(plan, "train_type", "lora") == "full"
+    beta = float(_tok(plan, "beta", "0.04"))
+    ds = _tok(plan, "deepspeed", "") or ""
+    zero = 3 if "zero3" in ds else 2 if "zero2" in ds else 0
+    prompt, why = prompt_tokens(plan)
+    max_length = _tok(plan, "max_length", None)
+    if max_length:
+        prompt = min(prompt, int(max_length))
+    w = Workload(
+        dims=ModelDims.from_config(config),
+        dtype_bytes=memory.DTYPE_BYTES.get(dtype, 2),
+        full=full,
+        lora_rank=int(_tok(plan, "lora_rank", "8")),
+        per_device=b.per_device,
+        generation_per_device=b.per_device * b.steps_per_generation,
+        prompt_tokens=prompt,
+        completion_tokens=int(_tok(plan, "max_completion_length", "512")),
+        gradient_checkpointing=_tok(plan, "gradient_checkpointing", "true") == "true",
+        reference_copy=full and beta > 0,
+        zero_stage=zero,
+        world=b.world,
+        hf_generation=_tok(plan, "use_vllm", "false") != "true",
+    )
+    return w, f"model dimensions from {source}; prompt {prompt} tokens ({why})"
+
+
+def estimate(plan: Plan, environ: Mapping[str, str]) -> tuple[list[GpuEstimate], list[Problem], str]:
+    """Per-GPU estimates, problems (a predicted OOM is fatal unless MEMORY_CHECK says otherwise), and a note."""
+    r, s, layout = plan.recipe, plan.recipe.settings, plan.layout
+    if layout.mode == "cpu" or s.MEMORY_CHECK == "off":
+        return [], [], ""
+    w, note = workload(plan, environ)
+    if w is None:
+        return (
+            [],
+            [
+                Problem(
+                    "memory",
+                    f"not estimated: {note}",
+                    "set MEMORY_CHECK=off to silence, or mount the model",
+                    fatal=False,
+                )
+            ],
+            note,
+        )
+    train = memory.estimate_training(w)
+
+    def card(gpu: int) -> float:
+        info = plan.inventory.gpu(gpu)
+        total = info.memory_total_gib if info else 24.0
+        return min(total, s.EMULATE_VRAM_GB) if s.EMULATE_VRAM_GB else total
+
+    estimates: list[GpuEstimate] = []
+    training_parts = {"context": CUDA_CONTEXT_GIB, "weights": train.weights, "optimizer": train.optimizer,
+                      "activations": train.activations, "logits": train.logits, "kv cache (HF)": train.kv_cache}  # fmt: skip
+    for gpu in layout.train_gpus:
+        total = card(gpu)
+        if layout.mode == "colocate":
+            util = float(_tok(plan, "vllm_gpu_memory_utilization", "0.9"))
+            sleep = int(_tok(plan, "sleep_level", "0"))
+            vllm = util * total
+            resident = 0.0 if _tok(plan, "offload_model", "false") == "true" else train.weights
+            if _tok(plan, "offload_optimizer", "false") != "true":
+                resident += train.resident - train.weights
+            generating = CUDA_CONTEXT_GIB + resident + vllm
+            training = CUDA_CONTEXT_GIB + train.peak + (SLEEPING_VLLM_GIB if sleep >= 1 else vllm)
+            estimates.append(
+                GpuEstimate(
+                    gpu,
+                    "trainer + vLLM (colocate)",
+                    total,
+                    max(generating, training),
+                    {**training_parts, "vLLM": vllm},
+                )
+            )
+        else:
+            estimates.append(
+                GpuEstimate(gpu, "trainer", total, CUDA_CONTEXT_GIB + train.peak, training_parts)
+            )
+    for gpu in layout.rollout_gpus:
+        total = card(gpu)
+        util = float((r.rollout.get("gpu_memory_utilization") or ["0.9"])[0])
+        estimates.append(
+            GpuEstimate(
+                gpu,
+                "rollout (vLLM)",
+                total,
+                CUDA_CONTEXT_GIB + util * total,
+                {"context": CUDA_CONTEXT_GIB, "vLLM": util * total},
+            )
+        )
+
+    problems: list[Problem] = []
+    fatal = s.MEMORY_CHECK == "error"
+    knobs = {
+        "colocate": "lower VLLM_GPU_MEMORY_UTILIZATION (e.g. 0.3-0.4 on 24 GB), SLEEP_LEVEL=1, OFFLOAD_MODEL=true and "
+        "OFFLOAD_OPTIMIZER=true, a shorter MAX_COMPLETION_LENGTH, a smaller PER_DEVICE_TRAIN_BATCH_SIZE "
+        "(keep the generation batch with GRADIENT_ACCUMULATION_STEPS), fewer NUM_GENERATIONS",
+        "server": "a shorter MAX_COMPLETION_LENGTH, a smaller PER_DEVICE_TRAIN_BATCH_SIZE (raise GRADIENT_ACCUMULATION_STEPS "
+        "to keep the batch), GRADIENT_CHECKPOINTING=true, DEEPSPEED=zero2 or zero3 for full fine-tuning",
+        "hf": "a shorter MAX_COMPLETION_LENGTH, a smaller PER_DEVICE_TRAIN_BATCH_SIZE, fewer NUM_GENERATIONS, "
+        "GRADIENT_CHECKPOINTING=true",
+    }
+    for e in estimates:
+        what = (
+            f"predicted {e.peak_gib:.1f} GiB on GPU {e.gpu} ({e.role}), which has {e.card_gib:.1f} GiB: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in e.parts.items() if v >= 0.05)
+        )
+        if e.role.startswith("rollout"):
+            continue
+        if e.peak_gib > e.card_gib:
+            problems.append(
+                Problem(
+                    "memory",
+                    f"does not fit: {what}",
+                    f"turn these knobs: {knobs[layout.mode]}; or MEMORY_CHECK=warn to try anyway",
+                    fatal=fatal,
+                )
+            )
+        elif e.headroom < HEADROOM_WARNING:
+            problems.append(
+                Problem(
+                    "memory",
+                    f"under {HEADROOM_WARNING:.0%} headroom: {what}",
+                    f"consider: {knobs[layout.mode]}",
+                    fatal=False,
+                )
+            )
+    problems += _vllm_fits(plan, w, card)
+    return estimates, problems, note
+
+
+def _vllm_fits(plan: Plan, w: Workload, card) -> list[Problem]:
+    """vLLM refuses to start unless one sequence of max_model_len fits in its KV cache budget."""
+    r, layout = plan.recipe, plan.layout
+    weights = w.dims.params * w.dtype_bytes / GIB
+    kv_token = w.dims.kv_bytes_per_token(w.dtype_bytes) / GIB
+    out: list[Problem] = []
+    if layout.mode == "colocate":
+        util, key = float(_tok(plan, "vllm_gpu_memory_utilization", "0.9")), "VLLM_GPU_MEMORY_UTILIZATION"
+        length = int(_tok(plan, "vllm_max_model_len", None) or (w.prompt_tokens + w.completion_tokens))
+        gpus = layout.train_gpus
+    elif layout.local_rollout:
+        util, key = (
+            float((r.rollout.get("gpu_memory_utilization") or ["0.9"])[0]),
+            "ROLLOUT_GPU_MEMORY_UTILIZATION",
+        )
+        length = int((r.rollout.get("max_model_len") or [str(w.prompt_tokens + w.completion_tokens)])[0])
+        gpus = layout.rollout_gpus
+    else:
+        return out
+    for gpu in gpus:
+        kv_budget = util * card(gpu) - weights - VLLM_NON_KV_GIB
+        if kv_budget < length * kv_token:
+            out.append(
+                Problem(
+                    key,
+                    f"{util} x {card(gpu):.1f} GiB leaves {kv_budget:.1f} GiB for vLLM's KV cache after {weights:.1f} GiB of "
+                    f"weights; one sequence of {length} tokens needs {length * kv_token:.2f} GiB (vLLM would refuse to start)",
+                    f"raise {key}, or lower the max model length",
+                )
+            )
+    return out
