@@ -20,6 +20,15 @@ DEV_EXCLUDE_NEWER := 2026-11-28
 
 RECIPE ?= smoke
 COMPOSE ?= docker compose
+# The container runs as you, so files in ./output are yours (compose.yaml: user: HOST_UID:HOST_GID;
+# not UID/GID, which bash keeps read-only and unexported).
+export HOST_UID ?= $(shell id -u)
+export HOST_GID ?= $(shell id -g)
+# Image identity, recorded as OCI labels and in every run manifest.
+export VERSION ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+export REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+export SOURCE ?= https://github.com/grpo-rig/grpo-rig
+export LOCK_SHA256 ?= $(shell sha256sum requirements/runtime.lock | cut -d' ' -f1)
 
 .PHONY: help
 help:  ## Show this help
@@ -67,7 +76,8 @@ lint: venv  ## ruff, hadolint, compose config, actionlint, zizmor
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 	$(VENV)/bin/actionlint
 	$(VENV)/bin/zizmor --offline .github/workflows
-	@if docker compose version >/dev/null 2>&1; then $(COMPOSE) config -q && echo "compose config: ok"; \
+	@if docker compose version >/dev/null 2>&1; then \
+		$(COMPOSE) -f compose.yaml config -q && $(COMPOSE) -f compose.yaml -f compose.cpu.yaml config -q && echo "compose config: ok"; \
 	else echo "compose config: skipped (docker compose not installed; the schema check above ran)"; fi
 
 .PHONY: test
@@ -87,19 +97,35 @@ build:  ## Build the image (docker compose build); behind a TLS proxy set CA_BUN
 	$(need_docker)
 	$(COMPOSE) build train
 
+# Created by you before compose mounts them; otherwise the daemon creates them owned by root.
+output data:
+	mkdir -p $@
+
 .PHONY: train
-train:  ## Train in the container: make train RECIPE=tcm-4x4090 [ARGS="KEY=VALUE ..."]
+train: | output data  ## Train in the container: make train RECIPE=tcm-4x4090 [ARGS="KEY=VALUE ..."]
 	$(need_docker)
 	$(COMPOSE) run --rm train recipe=$(RECIPE) $(ARGS)
 
 .PHONY: train-single
-train-single:  ## The single-RTX-4090 countdown recipe in the container
+train-single: | output data  ## The single-RTX-4090 countdown recipe in the container
 	$(need_docker)
 	$(COMPOSE) run --rm train recipe=countdown-1x4090 $(ARGS)
 
+.PHONY: container-plan
+container-plan: | output data  ## `plan` inside the container: make container-plan RECIPE=... [ARGS=...]
+	$(need_docker)
+	$(COMPOSE) run --rm train plan recipe=$(RECIPE) $(ARGS)
+
+BENCH_MODELS ?= .cache/bench-models
+BENCH_OUT ?= docs/benchmarks
+
 .PHONY: bench
-bench: venv  ## GPU benchmark of the single-card countdown workload (GPU only; see bench/)
-	$(PY) bench/countdown_throughput.py $(ARGS)
+bench: venv model  ## GPU only: seed vs shipped countdown-1x4090 throughput on a 24 GiB-capped card (bench/)
+	@command -v nvidia-smi >/dev/null 2>&1 || { echo "make bench needs an NVIDIA GPU (nvidia-smi not found)"; exit 1; }
+	test -d $(BENCH_MODELS)/q05 || $(PY) bench/make_random_model.py Qwen/Qwen2.5-0.5B-Instruct $(BENCH_MODELS)/q05 \
+		--tokenizer $(HOME)/.cache/grpo-rig/models/SmolLM2-135M-Instruct
+	$(PY) bench/countdown_throughput.py --models $(BENCH_MODELS) --out $(BENCH_OUT) $(ARGS)
+	$(PY) bench/validate_time.py
 
 .PHONY: clean
 clean:  ## Remove the venv and tools (outputs and caches stay)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -62,6 +63,12 @@ def main() -> None:
     p.add_argument("--gpus", default="0,1")
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--only", default="", help="comma-separated configuration names")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=0,
+        help="seconds; then stop what still runs and keep the steps logged so far",
+    )
     args = p.parse_args()
     gpus = args.gpus.split(",")
     names = [n for n in CONFIGS if not args.only or n in args.only.split(",")]
@@ -75,8 +82,13 @@ def main() -> None:
         )
         time.sleep(2)  # stagger model loads
     results = []
+    end = time.monotonic() + args.deadline if args.deadline else None
     for name, proc in procs.items():
-        rc = proc.wait()
+        try:
+            rc = proc.wait(timeout=max(1.0, end - time.monotonic()) if end else None)
+        except subprocess.TimeoutExpired:
+            proc.terminate()  # the entrypoint stops its children; logged steps stay
+            rc = proc.wait()
         model, train_type, g, completion, gc = CONFIGS[name]
         logged = [r["memory(GiB)"] for r in rows(runs / name) if "memory(GiB)" in r]
         plan = (

@@ -39,33 +39,45 @@ def shipped() -> dict[str, str]:
 
 
 def summarize(run_dir: Path, pairs: dict[str, str], warmup: int) -> dict:
+    """Throughput over the steps after `warmup`, from ms-swift's logging.jsonl and the manifest.
+
+    Generated tokens per completion: a completion cut at MAX_COMPLETION_LENGTH (`clipped_ratio`, all of
+    them with random weights) has exactly that many; the others count `mean_length`.
+    """
     steps = step_rows(run_dir)
     if not (run_dir / "manifest.json").exists():
         return {"status": "not started", "error": "no manifest (refused or killed before the run began)"}
     manifest = json.loads((run_dir / "manifest.json").read_text())
     measured = steps[warmup:]
-    per_step = int(pairs["PER_DEVICE_TRAIN_BATCH_SIZE"]) * int(pairs["GRADIENT_ACCUMULATION_STEPS"])
     if len(measured) < 2:
         return {"status": manifest["status"], "error": "too few steps logged"}
-    span = (
-        seconds(measured[-1]["elapsed_time"]) - seconds(steps[warmup - 1]["elapsed_time"])
-        if warmup
-        else seconds(measured[-1]["elapsed_time"])
-    )
+    per_step = int(pairs["PER_DEVICE_TRAIN_BATCH_SIZE"]) * int(pairs["GRADIENT_ACCUMULATION_STEPS"])
+    per_round = int(pairs.get("GENERATION_BATCH_SIZE") or per_step)
+    limit = int(pairs["MAX_COMPLETION_LENGTH"])
+    start = seconds(steps[warmup - 1]["elapsed_time"]) if warmup else 0.0
+    span = seconds(measured[-1]["elapsed_time"]) - start
+    tokens = completions = 0.0
+    for r in measured:
+        if "completions/mean_length" in r:  # a step that generated
+            clipped = r.get("completions/clipped_ratio", 0.0)
+            tokens += per_round * (clipped * limit + (1 - clipped) * r["completions/mean_length"])
+            completions += per_round
     n = len(measured)
-    tokens = sum(r["completions/mean_length"] * per_step for r in measured)
     peaks = manifest.get("gpu_memory_peak", {})
+    reserved = max(r.get("memory(GiB)", 0.0) for r in steps)
+    nvml = max((v["measured_gib"] for v in peaks.values()), default=None)
     return {
         "status": manifest["status"],
         "completions_per_step": per_step,
         "steps_measured": n,
         "s_per_step": round(span / n, 2),
         "completion_tokens_per_s": round(tokens / span, 1),
-        "completions_per_s": round(per_step * n / span, 3),
-        "peak_reserved_gib": max(r.get("memory(GiB)", 0.0) for r in steps),
-        "peak_nvml_gib": max((v["measured_gib"] for v in peaks.values()), default=None),
+        "completions_per_s": round(completions / span, 3),
+        "peak_reserved_gib": reserved,
+        "peak_nvml_gib": nvml,
+        "non_torch_gib": round(nvml - reserved, 2) if nvml is not None else None,
         "predicted_gib": next((v["predicted_gib"] for v in peaks.values()), None),
-        "mean_reward": round(sum(r["reward"] for r in measured) / n, 4),
+        "mean_reward": round(sum(r["reward"] for r in measured if "reward" in r) / n, 4),
     }
 
 
@@ -163,6 +175,8 @@ def write_markdown(report: dict, path: Path) -> None:
     if "speedup_tokens_per_s" in report:
         lines += ["", f"Shipped recipe vs seed: {report['speedup_tokens_per_s']}x completion tokens/s at "
                       f"{report['peak_reserved_ratio']}x the peak reserved memory."]  # fmt: skip
+    if report.get("provenance"):
+        lines += ["", f"Provenance: {report['provenance']}"]
     lines += ["", "Configurations:", ""] + [
         f"- {n}: `{' '.join(f'{k}={v}' for k, v in r['config'].items())}`"
         for n, r in report["results"].items()

@@ -3,8 +3,9 @@
     python bench/make_random_model.py Qwen/Qwen2.5-0.5B-Instruct OUT_DIR --tokenizer TOKENIZER_DIR
 
 Dimensions come from entrypoint/data/model_configs.json (the hub config.json values). Weights are bf16,
-initialised on the GPU when there is one. A tokenizer with a smaller vocabulary is fine: its ids are all
-inside the model's embedding table.
+initialised on the GPU when there is one. A tokenizer with a smaller vocabulary is padded with added
+tokens `<rN>` up to the model's vocabulary: ms-swift decodes each completion and encodes it again for the
+training pass, and ids the tokenizer does not know would vanish there, shortening every completion.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def main() -> None:
     fields = {k: v for k, v in json.loads(DATA.read_text())[args.model_id].items() if not k.startswith("_")}
     model_type = fields.pop("model_type")
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    if len(tokenizer) < fields["vocab_size"]:
+        tokenizer.add_tokens([f"<r{i}>" for i in range(len(tokenizer), fields["vocab_size"])])
     config = AutoConfig.for_model(model_type, **fields, torch_dtype="bfloat16", max_position_embeddings=32768)
     config.eos_token_id, config.pad_token_id, config.bos_token_id = (
         tokenizer.eos_token_id,

@@ -39,7 +39,10 @@ from typing import Any
 
 GIB = 1024**3
 DATA = Path(__file__).parent / "data"
-CUDA_CONTEXT_GIB = 0.5  # CUDA context + NCCL/cuBLAS workspaces outside torch's allocator
+# Memory outside torch's allocator (CUDA context, cuBLAS/NCCL workspaces): NVML peak minus torch's max
+# reserved was 1.93 GiB in both benchmark runs on an H200 (docs/benchmarks/countdown-throughput.json).
+# A smaller card's context is smaller, so this errs high there.
+CUDA_CONTEXT_GIB = 1.9
 VLLM_NON_KV_GIB = 1.0  # vLLM activations, CUDA graphs, sampler buffers beside weights and KV cache
 HEADROOM_WARNING = 0.10
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}

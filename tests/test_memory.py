@@ -160,9 +160,8 @@ def test_calibration_measurements_are_committed_and_the_planner_is_within_15_per
     assert len(measured) >= 6
     assert {m["model"] for m in measured} == {"Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct"}
     assert {m["train_type"] for m in measured} == {"lora", "full"}
-    assert {m["num_generations"] for m in measured} >= {2, 8} and {
-        m["max_completion_length"] for m in measured
-    } >= {256, 1024}
+    assert {m["num_generations"] for m in measured} >= {2, 8}
+    assert {m["gradient_checkpointing"] for m in measured} == {True, False}
     for m in measured:
         predicted = memory.estimate_training(workload(m)).peak
         assert predicted == pytest.approx(m["measured_reserved_gib"], rel=0.15), m["name"]

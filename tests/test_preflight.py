@@ -352,7 +352,7 @@ def test_output_dir_not_writable_names_uid_and_fix(tmp_path):
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")  # even root cannot create a directory below a regular file
     err = refused(tmp_path, "recipe=smoke", f"OUTPUT_DIR={blocker}/runs")
-    assert "is not writable by this process (uid:gid" in err and "chown" in err and "UID=$(id -u)" in err
+    assert "is not writable by this process (uid:gid" in err and "chown" in err and "HOST_UID=$(id -u)" in err
 
 
 def test_validate_passes_on_the_shipped_recipes(tmp_path):

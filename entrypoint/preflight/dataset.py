@@ -287,6 +287,20 @@ def check(
                 )
             continue
         path = Path(spec.path).expanduser()
+        try:
+            path.stat()
+        except PermissionError:
+            problems.append(
+                Problem(
+                    f"DATASET {text}",
+                    f"cannot be reached by uid {os.getuid()} (a parent directory is not readable)",
+                    "chmod a+rx the directories on the host (./data is mounted read-only at /data)",
+                )
+            )
+            total_prompts = None
+            continue
+        except OSError:
+            pass
         if not path.is_file():
             hint = " (compose mounts ./data at /data, read-only)" if str(path).startswith("/data") else ""
             problems.append(

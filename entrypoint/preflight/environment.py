@@ -126,7 +126,8 @@ def check(
                 f"OUTPUT_DIR {out}",
                 f"is not writable by this process (uid:gid {uid}:{gid}; the directory belongs to {_owner(out)})",
                 f"on the host: `sudo chown -R {uid}:{gid} ./output`, or run the container as the owner: "
-                "`UID=$(id -u) GID=$(id -g) docker compose run ...` (compose.yaml sets user: from them)",
+                "`mkdir -p output data && HOST_UID=$(id -u) HOST_GID=$(id -g) docker compose run ...` "
+                "(compose.yaml sets user: from them; `make train` does this)",
             )
         )
     for var in CACHE_VARIABLES:
