@@ -1,6 +1,7 @@
 """Command line: `python -m entrypoint [COMMAND] [KEY=VALUE ...]`.
 
     train     (default) run GRPO for a recipe: recipe=NAME [KEY=VALUE ...]
+    rollout   serve only the vLLM rollout on this node's ROLLOUT_GPUS, for trainers on other nodes
     plan      print the processes `train` would run, with their environment and argv (--json for JSON)
     validate  run every preflight check and print all problems
     doctor    show the GPU inventory, NCCL-relevant facts and /dev/shm (--save-inventory FILE)
@@ -22,7 +23,7 @@ from pathlib import Path
 from entrypoint import hardware, models
 from entrypoint.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput
 
-COMMANDS = ("train", "plan", "validate", "doctor", "prepare-model", "keys")
+COMMANDS = ("train", "rollout", "plan", "validate", "doctor", "prepare-model", "keys")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m entrypoint", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = p.add_subparsers(dest="command")
-    for name in ("train", "plan", "validate"):
+    for name in ("train", "rollout", "plan", "validate"):
         s = sub.add_parser(name)
         s.add_argument("pairs", nargs="*", metavar="KEY=VALUE")
         if name == "plan":
@@ -69,6 +70,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "train":
         return run.train(args.pairs, os.environ)
+    if args.command == "rollout":
+        return run.rollout(args.pairs, os.environ)
     if args.command == "plan":
         plan, _ = run.make_plan(args.pairs, os.environ, for_train=False)
         print(json.dumps(plan.to_json(), indent=2) if args.json else plan.render())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -79,6 +80,7 @@ class Inventory(BaseModel):
     p2p: list[P2PLink] = []
     infiniband: list[IBPort] = []
     shm_bytes: int | None = Field(None, description="size of /dev/shm in bytes")
+    interfaces: list[str] | None = Field(None, description="network interface names (None: not recorded)")
     nvml_error: str | None = Field(None, description="why NVML could not be read, if it could not")
 
     def gpu(self, index: int) -> GPU | None:
@@ -135,9 +137,17 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def read_interfaces() -> list[str] | None:
+    try:
+        return sorted(name for _, name in socket.if_nameindex())
+    except OSError:
+        return None
+
+
 def probe() -> Inventory:
     """Read this machine through NVML. Never raises: NVML failures land in `nvml_error`."""
     ib, shm = read_infiniband(), read_shm_bytes()
+    interfaces = read_interfaces()
     try:
         import pynvml
     except ImportError as exc:  # pragma: no cover - nvidia-ml-py is in the lock
@@ -147,7 +157,9 @@ def probe() -> Inventory:
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
-        return Inventory(source="nvml", nvml_error=str(exc), infiniband=ib, shm_bytes=shm)
+        return Inventory(
+            source="nvml", nvml_error=str(exc), infiniband=ib, shm_bytes=shm, interfaces=interfaces
+        )
     try:
         driver = _text(pynvml.nvmlSystemGetDriverVersion())
         cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
@@ -186,9 +198,12 @@ def probe() -> Inventory:
             p2p=links,
             infiniband=ib,
             shm_bytes=shm,
+            interfaces=interfaces,
         )
     except pynvml.NVMLError as exc:
-        return Inventory(source="nvml", nvml_error=str(exc), infiniband=ib, shm_bytes=shm)
+        return Inventory(
+            source="nvml", nvml_error=str(exc), infiniband=ib, shm_bytes=shm, interfaces=interfaces
+        )
     finally:
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()

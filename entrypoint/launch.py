@@ -138,13 +138,13 @@ class Supervisor:
 
     def _pump(self, role: str, popen: subprocess.Popen, log_path: Path, tail: collections.deque) -> None:
         prefix = role_prefix(role)
-        with log_path.open("ab") as log:
+        with log_path.open("a", encoding="utf-8") as log:
             for raw in iter(popen.stdout.readline, b""):
-                log.write(raw)
-                log.flush()
                 line = raw.decode("utf-8", "replace").rstrip("\r\n")
-                for secret in self.secret_values:
+                for secret in self.secret_values:  # the log files are ours: no secret reaches them
                     line = line.replace(secret, "<redacted>")
+                log.write(line + "\n")
+                log.flush()
                 # tqdm redraws with \r: keep the last frame only
                 line = line.rsplit("\r", 1)[-1]
                 tail.append(line)
@@ -205,6 +205,13 @@ class Supervisor:
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
         return found
+
+    def wait(self, child: Child) -> int:
+        """Block until `child` exits; returns its status and marks its state."""
+        rc = child.popen.wait()
+        child.reader.join(timeout=5)
+        child.state = ChildState.SUCCEEDED if rc == 0 else ChildState.FAILED
+        return rc
 
     def wait_any(self) -> Child:
         """Block until a child exits; return the first one that did (FAILED or SUCCEEDED)."""

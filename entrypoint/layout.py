@@ -113,9 +113,13 @@ def _int(recipe: Recipe, name: str, default: int) -> int:
 
 
 def decide(
-    recipe: Recipe, inventory: Inventory, environ: Mapping[str, str]
+    recipe: Recipe, inventory: Inventory, environ: Mapping[str, str], rollout_only: bool = False
 ) -> tuple[Layout | None, list[Problem]]:
-    """Place the run on the inventory's GPUs. Returns (layout or None when impossible, problems)."""
+    """Place the run on the inventory's GPUs. Returns (layout or None when impossible, problems).
+
+    `rollout_only`: this node only serves the rollout (`python -m entrypoint rollout`) for trainers on
+    other nodes (their ROLLOUT_HOST); nothing trains here.
+    """
     s = recipe.settings
     problems: list[Problem] = []
     use_vllm = recipe.trainer.get("use_vllm", ["false"])[0] == "true"
@@ -156,7 +160,9 @@ def decide(
         return values
 
     rollout_text = s.ROLLOUT_GPUS.strip()
-    wants_gpu = use_vllm or bool(rollout_text) or s.TRAIN_GPUS.strip().lower() not in ("all", "none", "")
+    # Only an explicit TRAIN_GPUS=none asks for the CPU: `all` (the default) on a machine with no GPU is
+    # the missing-GPU fault (C03), not a request to train slowly on the CPU.
+    wants_gpu = use_vllm or bool(rollout_text) or s.TRAIN_GPUS.strip().lower() not in ("none", "")
     if not visible and wants_gpu:
         why = "USE_VLLM=true" if use_vllm else "the recipe names GPUs"
         problems.append(
@@ -164,12 +170,33 @@ def decide(
                 "GPU",
                 NO_GPU_HELP.format(error=inventory.nvml_error or "NVML lists no device")
                 + f" This recipe needs one ({why}).",
-                "fix the GPU exposure above; for a CPU check of the pipeline use recipe=smoke",
+                "fix the GPU exposure above; for a CPU run set TRAIN_GPUS=none (recipe=smoke does)",
             )
         )
         return None, problems
 
     rollout = ordinals("ROLLOUT_GPUS", rollout_text) if rollout_text else []
+    if rollout_only and rollout is not None:
+        if not rollout:
+            problems.append(
+                Problem(
+                    "ROLLOUT_GPUS",
+                    "`rollout` serves on dedicated GPUs, and none are named",
+                    "set ROLLOUT_GPUS=0 (or 0-3)",
+                )
+            )
+        layout = Layout(mode="server", train_gpus=(), rollout_gpus=tuple(rollout), rollout_host=connect_address(s.ROLLOUT_BIND),
+                        rollout_tp=_int(recipe, "rollout_tensor_parallel_size", 1),
+                        rollout_dp=max(1, len(rollout) // _int(recipe, "rollout_tensor_parallel_size", 1)))  # fmt: skip
+        if not is_loopback(s.ROLLOUT_BIND) and not s.ROLLOUT_ALLOW_REMOTE:
+            problems.append(
+                Problem(
+                    f"ROLLOUT_BIND ({recipe.source('ROLLOUT_BIND')})",
+                    f"{s.ROLLOUT_BIND!r} is not loopback: the rollout server accepts weight updates and prompts from anyone who can reach it",
+                    "set ROLLOUT_ALLOW_REMOTE=true on a trusted network",
+                )
+            )
+        return layout, problems
     train_text = s.TRAIN_GPUS.strip().lower()
     if train_text in ("none", ""):
         train: list[int] | None = []
@@ -246,6 +273,33 @@ def decide(
                 "choose a divisor of the number of TRAIN_GPUS",
             )
         )
+    if mode != "server" and not rollout_only:
+        server_keys = [
+            k
+            for k in recipe.values
+            if (
+                k.startswith("ROLLOUT_")
+                and k != "ROLLOUT_GPUS"
+                and recipe.is_set(k)
+                and recipe.source(k) != "environment"
+                and not recipe.source(k).startswith("recipes/defaults.env")
+            )
+            or k == "VLLM_SERVER_TIMEOUT"
+        ]
+        if server_keys:
+            problems.append(
+                Problem(
+                    ", ".join(sorted(server_keys)),
+                    f"rollout-server settings, but this run has no rollout server ({mode}: ROLLOUT_GPUS and ROLLOUT_HOST are empty), "
+                    "so they would do nothing",
+                    "set ROLLOUT_GPUS=<ordinal> (or ROLLOUT_HOST) for server mode, or remove them"
+                    + (
+                        "; colocated vLLM takes VLLM_GPU_MEMORY_UTILIZATION, VLLM_MAX_MODEL_LEN, ..."
+                        if mode == "colocate"
+                        else ""
+                    ),
+                )
+            )
     if mode == "server":
         for key, replacement in COLOCATE_ONLY.items():
             if recipe.is_set(key) and key.lower() in recipe.trainer:

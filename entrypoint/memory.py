@@ -218,10 +218,12 @@ def estimate_prompt_tokens(rows: list[dict]) -> int:
     character (CJK), plus 8 template tokens per message. Errs high, as a planner should."""
     longest = 0
     for row in rows:
+        if not isinstance(row, dict):
+            continue
         messages = row.get("messages") or [{"content": str(row.get("query") or row.get("prompt") or "")}]
         total = 0
-        for m in messages:
-            text = str(m.get("content", ""))
+        for m in messages if isinstance(messages, list) else [messages]:
+            text = str(m.get("content", "")) if isinstance(m, dict) else str(m)
             ascii_chars = sum(1 for ch in text if ord(ch) < 128)
             total += int(ascii_chars / 3.5) + (len(text) - ascii_chars) + 8
         longest = max(longest, total)

@@ -14,6 +14,11 @@ Rules (each decision carries its reason into `plan`, the train log and the manif
 - NCCL_IB_DISABLE=1 when no InfiniBand/RoCE port is ACTIVE under /sys/class/infiniband; NCCL then
   uses sockets. With an active port and accelerate's check firing, NCCL_IB_DISABLE=0 is set so the
   variable is present without turning IB off.
+- Several nodes (NNODES > 1): IB stays on where this node has an active port (the start-up node check
+  refuses a mix of nodes with and without IB); otherwise NCCL uses sockets and NCCL_SOCKET_IFNAME must
+  name this node's interface towards the others (a name that does not exist is refused: NCCL would fall
+  back to whatever interface it finds, often docker0 or lo). GLOO_SOCKET_IFNAME follows it: torch's gloo
+  (CPU collectives, the rendezvous store) otherwise binds the address the host name resolves to.
 - A value the user set (recipe, command line or environment) is kept, never overwritten. The exception:
   NCCL_P2P_DISABLE=0 on GPUs without P2P is refused unless ALLOW_P2P_WITHOUT_SUPPORT=true (for drivers
   patched to enable P2P, which NVML may not report).
@@ -34,7 +39,15 @@ ACCELERATE_RTX40_DRIVER_TEXT = "550.40.07"
 ACCELERATE_RTX40_DRIVER = Version(ACCELERATE_RTX40_DRIVER_TEXT)
 ACCELERATE_RTX40_SUBSTRING = "RTX 40"
 
-FALSE_WORDS = {"0", "false", "no", "off"}
+
+def nccl_true(value: str | None) -> bool:
+    """How NCCL reads a boolean variable: as an integer (strtol), so only a nonzero number is on;
+    "true", "yes" and "" all mean 0 to NCCL."""
+    try:
+        return int((value or "").strip(), 0) != 0
+    except ValueError:
+        return False
+
 
 # NCCL's documented environment variables (NCCL user guide, "Environment Variables"), used to catch
 # typos: NCCL ignores names it does not know, so NCCL_P2P_DISSABLE=1 silently does nothing.
@@ -119,11 +132,81 @@ def describe_missing(missing: list[tuple[int, int, str]], n_gpus: int) -> str:
     )
 
 
+def interface_matches(spec: str, interfaces: Sequence[str]) -> list[str]:
+    """Entries of an NCCL_SOCKET_IFNAME value (prefixes, `=exact`, `^excluded`) that match no interface."""
+    unknown = []
+    for entry in spec.split(","):
+        entry = entry.strip()
+        if not entry or entry.startswith("^"):
+            continue
+        if entry.startswith("="):
+            if entry[1:] not in interfaces:
+                unknown.append(entry)
+        elif not any(name.startswith(entry) for name in interfaces):
+            unknown.append(entry)
+    return unknown
+
+
+def decide_multi_node(
+    inventory: Inventory, user: Mapping[str, tuple[str, str]], gloo_user_set: bool
+) -> tuple[dict[str, str], list[Decision], list[Problem]]:
+    """NCCL_IB_DISABLE / NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME for a run over several nodes."""
+    env: dict[str, str] = {}
+    decisions: list[Decision] = []
+    problems: list[Problem] = []
+    interfaces = inventory.interfaces
+    ib_on = bool(inventory.active_ib_ports()) and not nccl_true(user.get("NCCL_IB_DISABLE", ("0", ""))[0])
+    if ib_on:
+        decisions.append(
+            Decision(
+                "NCCL_SOCKET_IFNAME",
+                user.get("NCCL_SOCKET_IFNAME", (None, ""))[0],
+                "active IB here: NCCL crosses nodes over IB (every node is checked at start-up)",
+                "entrypoint",
+            )
+        )
+        return env, decisions, problems
+    listed = ", ".join(interfaces) if interfaces else "unknown"
+    if "NCCL_SOCKET_IFNAME" not in user:
+        problems.append(
+            Problem(
+                "NCCL_SOCKET_IFNAME",
+                f"a run over several nodes without InfiniBand goes over TCP sockets, and NCCL must be told which "
+                f"interface reaches the other nodes (this node has: {listed})",
+                "set NCCL_SOCKET_IFNAME=<interface> (e.g. eth0), the same network on every node",
+            )
+        )
+        return env, decisions, problems
+    value, source = user["NCCL_SOCKET_IFNAME"]
+    unknown = interface_matches(value, interfaces) if interfaces is not None else []
+    if unknown:
+        problems.append(
+            Problem(
+                f"NCCL_SOCKET_IFNAME ({source})",
+                f"{', '.join(unknown)} matches no network interface on this node (it has: {listed})",
+                "use one of the listed interfaces (the one on the network the nodes share)",
+            )
+        )
+    if not gloo_user_set and not value.startswith("^"):
+        env["GLOO_SOCKET_IFNAME"] = value.lstrip("=").split(",")[0]
+        decisions.append(
+            Decision(
+                "GLOO_SOCKET_IFNAME",
+                env["GLOO_SOCKET_IFNAME"],
+                "gloo (CPU collectives, rendezvous store) on NCCL's interface",
+                "entrypoint",
+            )
+        )
+    return env, decisions, problems
+
+
 def decide(
     inventory: Inventory,
     gpus: Sequence[int],
     user: Mapping[str, tuple[str, str]],
     allow_p2p_without_support: bool = False,
+    nnodes: int = 1,
+    gloo_user_set: bool = False,
 ) -> Policy:
     """Decide the NCCL variables for a run on `gpus` (every GPU it uses, training and rollout).
 
@@ -145,6 +228,11 @@ def decide(
                 env[name] = value
             decisions.append(Decision(name, value, "set by the user", source))
 
+    if nnodes > 1:
+        extra_env, extra, found = decide_multi_node(inventory, user, gloo_user_set)
+        env.update(extra_env)
+        decisions += extra
+        problems += found
     if not gpus:
         decisions.append(Decision("NCCL_P2P_DISABLE", None, "no GPU in use: NCCL is not used", "entrypoint"))
         return Policy(env, decisions, problems)
@@ -162,12 +250,14 @@ def decide(
     # P2P
     if "NCCL_P2P_DISABLE" in user:
         value, source = user["NCCL_P2P_DISABLE"]
-        if value.strip().lower() in FALSE_WORDS and (missing or accelerate) and not allow_p2p_without_support:
+        if not nccl_true(value) and (missing or accelerate) and not allow_p2p_without_support:
+            numeric = value.strip().lstrip("-").isdigit()
             problems.append(
                 Problem(
                     f"NCCL_P2P_DISABLE ({source})",
-                    f"set to {value!r}, but {missing_reason or accelerate_reason}; NCCL would try P2P "
-                    "transfers these GPUs cannot do (hangs or corrupt results)",
+                    f"set to {value!r}{'' if numeric else ', which NCCL reads as 0 (it reads integers: write 1)'}, but "
+                    f"{missing_reason or accelerate_reason}; NCCL would try P2P transfers these GPUs cannot do "
+                    "(hangs or corrupt results)",
                     "remove it (the entrypoint sets NCCL_P2P_DISABLE=1), or, on a driver patched to enable "
                     "P2P, set ALLOW_P2P_WITHOUT_SUPPORT=true",
                 )

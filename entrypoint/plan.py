@@ -73,6 +73,7 @@ class Plan:
     steps: list[str]  # in-process work before the children start (dataset generation, ...)
     problems: list[Problem]  # fatal and warnings found while planning
     resume_from: str = ""
+    placed: bool = True  # False: no layout was possible (its problems say why); nothing else is checked
     memory: list = dataclasses.field(default_factory=list)  # memory.GpuEstimate per GPU, set by preflight
     memory_note: list = dataclasses.field(default_factory=list)
 
@@ -130,6 +131,20 @@ class Plan:
         for step in self.steps:
             lines.append(f"step: {step}")
         lines += [p.render() for p in self.processes]
+        s = self.recipe.settings
+        if s.NNODES > 1:
+            lines.append(
+                f"nodes: {s.NNODES}; run the same command on every node, each with its own NODE_RANK:"
+            )
+            for rank in range(s.NNODES):
+                mark = "  (this node)" if rank == s.NODE_RANK else ""
+                lines.append(
+                    f"  node {rank}: docker compose run --rm train recipe={self.recipe.name} RUN_NAME={self.run_name} "
+                    f"NNODES={s.NNODES} NODE_RANK={rank} MASTER_ADDR={s.MASTER_ADDR} MASTER_PORT={s.MASTER_PORT}{mark}"
+                )
+            lines.append(
+                f"  open between nodes: TCP {s.MASTER_PORT} (torchrun), {s.MASTER_PORT + 1} (node check), NCCL's ports"
+            )
         lines += [p.render() for p in self.problems if not p.fatal]
         return "\n".join(lines)
 
@@ -170,16 +185,25 @@ def build(
     choose_port: Callable[[int, str], int | None] = ports.first_free,
     ephemeral_port: Callable[[], int] = ports.ephemeral,
     resume_from: str = "",
+    rollout_only: bool = False,
 ) -> Plan:
     """Turn a resolved recipe and an inventory into a Plan. Never raises on bad input: problems are
     collected in `Plan.problems` (callers raise on fatal ones)."""
     s = recipe.settings
     now = now or dt.datetime.now(dt.timezone.utc)
-    layout, problems = layout_mod.decide(recipe, inventory, environ)
+    layout, problems = layout_mod.decide(recipe, inventory, environ, rollout_only)
+    placed = layout is not None
     if layout is None:
         layout = Layout(mode="cpu", train_gpus=(), rollout_gpus=(), rollout_host="")
     user_nccl = {k: (v.value, v.source) for k, v in recipe.nccl.items()}
-    policy = nccl.decide(inventory, layout.used_gpus, user_nccl, s.ALLOW_P2P_WITHOUT_SUPPORT)
+    policy = nccl.decide(
+        inventory,
+        layout.used_gpus,
+        user_nccl,
+        s.ALLOW_P2P_WITHOUT_SUPPORT,
+        s.NNODES,
+        "GLOO_SOCKET_IFNAME" in recipe.env or "GLOO_SOCKET_IFNAME" in environ,
+    )
     problems += policy.problems
 
     run_name = s.RUN_NAME or default_run_name(recipe.name, now)
@@ -331,7 +355,8 @@ def build(
     ]
     if resume_from:
         trainer_argv += ["--resume_from_checkpoint", resume_from]
-    processes.append(Process(role="trainer", env=trainer_env, argv=trainer_argv))
+    if not rollout_only:
+        processes.append(Process(role="trainer", env=trainer_env, argv=trainer_argv))
 
     if layout.local_rollout:
         for port_needed, what in (
@@ -360,6 +385,7 @@ def build(
         steps=steps,
         problems=problems,
         resume_from=resume_from,
+        placed=placed,
     )
 
 

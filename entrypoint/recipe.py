@@ -76,6 +76,7 @@ ENV_PASSTHROUGH = {
     "TOKENIZERS_PARALLELISM",
     "CUDA_LAUNCH_BLOCKING",
     "TORCH_DISTRIBUTED_DEBUG",
+    "GLOO_SOCKET_IFNAME",
 }
 ENV_PASSTHROUGH_PREFIXES = ("WANDB_", "HF_", "MODELSCOPE_", "TORCH_NCCL_")
 
@@ -156,7 +157,7 @@ def explain_unknown(key: str, source: str) -> Problem:
         return Problem(where, f"{r.message} [source: {r.source}]", r.fix)
     if key in MANAGED:
         return Problem(where, "is set by the entrypoint, not by recipes", MANAGED[key])
-    candidates = known_keys() + list(MANAGED) + list(RENAMED)
+    candidates = known_keys() + list(MANAGED)  # never suggest a key that would be refused as renamed
     close = difflib.get_close_matches(key, candidates, n=3, cutoff=0.75)
     prefix = [k for k in candidates if k.startswith(key) and k != key][:3]
     suggestions = list(dict.fromkeys(prefix + close))[:3]
@@ -180,7 +181,7 @@ def read_env_file(path: Path, label: str) -> tuple[dict[str, Value], list[Proble
     values: dict[str, Value] = {}
     problems: list[Problem] = []
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark from Windows editors is not a key
     except (OSError, UnicodeDecodeError) as exc:
         return values, [Problem(label, f"cannot read {path}: {exc}", "check the path and its permissions")]
     for binding in parse_stream(io.StringIO(text)):

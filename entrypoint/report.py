@@ -34,6 +34,12 @@ With vLLM: `vllm serve {base_path} --enable-lora --lora-modules {run}=adapter`
 (vLLM's `--max-lora-rank` must be at least the adapter's rank.)
 """
 
+README_NOTHING_EXPORTED = """# GRPO run `{run}`
+
+No checkpoint was complete, so nothing was exported. Status and the failure: `manifest.json`; each
+process's output: `logs/`.
+"""
+
 CURVES = [
     ("reward", "reward (mean)"),
     ("reward_std", "reward std within groups"),
@@ -133,6 +139,9 @@ def write(plan: Plan, run_dir: Path) -> dict[str, str]:
         for k in ("model_type", "template")
         if f"--{k}" in trainer
     )
+    if not ((run_dir / "adapter").is_dir() or (run_dir / "model").is_dir()):
+        (run_dir / "README.md").write_text(README_NOTHING_EXPORTED.format(run=plan.run_name))
+        return {"README.md": sha256_file(run_dir / "README.md")}
     (run_dir / "README.md").write_text(
         README.format(
             run=plan.run_name,

@@ -17,13 +17,15 @@ that the recipe still trains the same thing (manifest.IDENTITY_KEYS).
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from entrypoint import countdown, export, hardware, manifest, monitor, preflight, redact, report
+from entrypoint import countdown, export, hardware, manifest, monitor, nodes, ports, preflight, redact, report
 from entrypoint import plan as plan_mod
 from entrypoint import recipe as recipe_mod
 from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE, BadInput, Problem, raise_if_fatal
@@ -51,7 +53,7 @@ def inventory_for(r: recipe_mod.Recipe) -> hardware.Inventory:
 
 
 def make_plan(
-    cli_pairs: list[str], environ: Mapping[str, str], for_train: bool
+    cli_pairs: list[str], environ: Mapping[str, str], for_train: bool, rollout_only: bool = False
 ) -> tuple[Plan, dict[str, Any] | None]:
     """Resolve recipe and inventory, look at an existing run directory, build and check the plan.
 
@@ -59,7 +61,7 @@ def make_plan(
     """
     r = recipe_mod.load(cli_pairs, environ)
     inventory = inventory_for(r)
-    first = plan_mod.build(r, inventory, environ)
+    first = plan_mod.build(r, inventory, environ, rollout_only=rollout_only)
     resume_from = ""
     problems: list[Problem] = []
     try:
@@ -91,8 +93,14 @@ def make_plan(
         newest = export.newest_complete(first.train_dir)
         if newest is not None:
             resume_from = str(newest)
-    built = plan_mod.build(r, inventory, environ, resume_from=resume_from) if resume_from else first
+    built = (
+        plan_mod.build(r, inventory, environ, resume_from=resume_from, rollout_only=rollout_only)
+        if resume_from
+        else first
+    )
     built.problems.extend(problems)
+    if not built.placed:  # e.g. no GPU: one clear message, not a cascade of consequences
+        raise_if_fatal(built.problems)
     built.problems.extend(preflight.check(built, environ, for_train=for_train))
     raise_if_fatal(built.problems)
     return built, previous
@@ -119,41 +127,137 @@ def train(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO = sy
     """Run GRPO for a recipe; returns the process exit status (errors.EXIT_*)."""
     plan, previous = make_plan(cli_pairs, environ, for_train=True)
     say = lambda text: print(f"grpo-rig | {text}", file=console, flush=True)  # noqa: E731
-
     if _already_complete(plan, previous):
         done, _ = completed_steps(plan)
         say(f"run {plan.run_name} is already complete ({done} steps) in {plan.run_dir}; nothing changed.")
         say("to train further, raise MAX_STEPS for this RUN_NAME, or start a new run with another RUN_NAME")
         return EXIT_OK
-
     for line in plan.render().splitlines():
         say(line)
-    run_dir = plan.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
+    node_records = check_nodes(plan, dict(environ), say)
+    node_dir = prepare(plan, say)
+    secrets = redact.values_of(dict(environ)) + redact.values_of(
+        {k: v.value for k, v in plan.recipe.values.items()}
+    )
+    data = {
+        **manifest.start(plan, dict(environ), previous),
+        **({"nodes": node_records} if node_records else {}),
+    }
+    manifest.write(node_dir, data, secrets)
+    status, code, failure, peaks = supervise(plan, node_dir, console, secrets, say)
+    if peaks is not None:
+        data["gpu_memory_peak"] = peaks
+    final = finish_run(plan, data, status, failure, console)
+    if final.get("merged", {}).get("status") == "failed":
+        code = EXIT_RUNTIME_FAILURE
+        say(
+            f"merged export failed (status {final['merged']['returncode']}); the adapter is exported, see logs/export.log"
+        )
+    manifest.write(node_dir, final, secrets)
+    say(f"run {status}: {node_dir}")
+    for name in ("adapter", "model", "merged"):
+        if (plan.run_dir / name).is_dir() and plan.recipe.settings.NODE_RANK == 0:
+            say(f"{name}: {plan.run_dir / name}")
+    return code
+
+
+def rollout(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO = sys.stdout) -> int:
+    """Serve the vLLM rollout on this node's ROLLOUT_GPUS for trainers on other nodes, until stopped."""
+    plan, _ = make_plan(cli_pairs, environ, for_train=True, rollout_only=True)
+    say = lambda text: print(f"grpo-rig | {text}", file=console, flush=True)  # noqa: E731
+    for line in plan.render().splitlines():
+        say(line)
+    process = plan.process("rollout")
+    here = plan.run_dir / "nodes" / "rollout"
+    here.mkdir(parents=True, exist_ok=True)
+    secrets = redact.values_of(dict(environ))
+    supervisor = Supervisor(here / "logs", plan.recipe.settings.STOP_GRACE_SECONDS, console, secrets)
+    restore = install_signal_handlers()
+    try:
+        child = supervisor.start(process)
+        supervisor.wait_healthy(child, process.health_url, plan.recipe.settings.ROLLOUT_STARTUP_TIMEOUT)
+        port = process.health_url.rsplit(":", 1)[1].split("/")[0]
+        say(
+            f"rollout server healthy; trainers on other nodes: ROLLOUT_HOST=<this node's address> ROLLOUT_PORT={port}"
+        )
+        say(
+            f"open to the trainer nodes: TCP {port} (HTTP) and {ports.WEIGHT_SYNC_PORT} (weight sync), plus NCCL's ports"
+        )
+        rc = supervisor.wait(child)
+        say(f"rollout server exited with status {rc}")
+        return EXIT_OK if rc == 0 else EXIT_RUNTIME_FAILURE
+    except ChildFailed as exc:
+        say(exc.render())
+        return EXIT_RUNTIME_FAILURE
+    except Interrupted as exc:
+        return 128 + exc.signum
+    finally:
+        supervisor.stop_all()
+        restore()
+
+
+def node_dir(plan: Plan) -> Path:
+    """Where this node keeps its manifest and logs: the run directory on node 0, nodes/node<N>/ on others
+    (so nodes sharing an output volume never write the same file)."""
+    rank = plan.recipe.settings.NODE_RANK
+    return plan.run_dir if rank == 0 else plan.run_dir / "nodes" / f"node{rank}"
+
+
+def check_nodes(plan: Plan, environ: dict[str, str], say) -> list[dict[str, Any]]:
+    """Several nodes: the start-up identity check (nodes.py). Raises BadInput; returns node 0's records."""
+    s = plan.recipe.settings
+    if s.NNODES <= 1:
+        return []
+    if s.NODE_RANK == 0:
+        records, problems = nodes.serve(plan, environ, s.NODE_CHECK_TIMEOUT, say)
+    else:
+        node0, problems = nodes.report(plan, environ, s.NODE_CHECK_TIMEOUT, say)
+        if node0 is not None and node0.get("resume_from") != plan.resume_from:
+            problems.append(
+                Problem(
+                    f"node {s.NODE_RANK}",
+                    f"node 0 resumes from {node0.get('resume_from') or 'nothing'}, this node from {plan.resume_from or 'nothing'}",
+                    "resuming a run over several nodes needs OUTPUT_DIR on storage every node shares",
+                )
+            )
+        records = []
+    raise_if_fatal(problems)
+    say(f"node check passed: {s.NNODES} nodes, same lock, image and recipe")
+    return records
+
+
+def prepare(plan: Plan, say) -> Path:
+    """Create the run directory, set incomplete checkpoints aside, generate the dataset; returns node_dir."""
+    here = node_dir(plan)
+    here.mkdir(parents=True, exist_ok=True)
     for moved in quarantine_incomplete(plan.train_dir):
         say(
             f"warning: {moved} was an incomplete checkpoint (interrupted save); moved aside, not resumed from"
         )
-    secrets = redact.values_of(dict(environ)) + redact.values_of(
-        {k: v.value for k, v in plan.recipe.values.items()}
-    )
-    data = manifest.start(plan, dict(environ), previous)
-    manifest.write(run_dir, data, secrets)
-
     if plan.recipe.settings.DATASET_GENERATOR == "countdown":
         path = Path(plan.dataset_paths[0])
         if not path.exists():
             seed = int((plan.recipe.trainer.get("seed") or ["42"])[0])
             countdown.write_jsonl(path, plan.recipe.settings.DATASET_ROWS, seed)
             say(f"generated {plan.recipe.settings.DATASET_ROWS} countdown tasks into {path}")
+    return here
 
-    supervisor = Supervisor(run_dir / "logs", plan.recipe.settings.STOP_GRACE_SECONDS, console, secrets)
+
+def supervise(
+    plan: Plan, here: Path, console: TextIO, secrets: list[str], say
+) -> tuple[str, int, dict | None, dict | None]:
+    """Start the rollout server (if any) and wait for its health, then the trainer; watch both.
+
+    Returns (status, exit code, failure record or None, GPU peaks or None).
+    """
+    s = plan.recipe.settings
+    supervisor = Supervisor(here / "logs", s.STOP_GRACE_SECONDS, console, secrets)
     gpu_monitor = None
     if plan.layout.used_gpus and plan.inventory.source == "nvml":
         gpu_monitor = monitor.GpuMonitor(
             list(plan.layout.used_gpus),
-            run_dir / "gpu.jsonl",
-            plan.recipe.settings.GPU_MONITOR_INTERVAL,
+            here / "gpu.jsonl",
+            s.GPU_MONITOR_INTERVAL,
             plan.train_dir / "logging.jsonl",
         ).start()
     restore = install_signal_handlers()
@@ -165,24 +269,18 @@ def train(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO = sy
                 f"starting the rollout server on GPU(s) {plan.layout.rollout_gpus}; waiting for {rollout.health_url}"
             )
             child = supervisor.start(rollout)
-            seconds = supervisor.wait_healthy(
-                child, rollout.health_url, plan.recipe.settings.ROLLOUT_STARTUP_TIMEOUT
-            )
+            seconds = supervisor.wait_healthy(child, rollout.health_url, s.ROLLOUT_STARTUP_TIMEOUT)
             port = int(rollout.health_url.rsplit(":", 1)[1].split("/")[0])
             bound = supervisor.listening_ports(child)
             if port not in bound:
-                raise ChildFailed(
-                    "rollout",
-                    None,
-                    list(child.tail),
-                    f"answered on port {port} but listens on {sorted(bound)}: another server holds {port}",
+                reason = (
+                    f"answered on port {port} but listens on {sorted(bound)}: another server holds {port}"
                 )
+                raise ChildFailed("rollout", None, list(child.tail), reason)
             say(f"rollout server healthy after {seconds:.0f} s on port {port}")
         trainer = supervisor.start(plan.process("trainer"))
         first = supervisor.wait_any()
-        if first is trainer and first.state is ChildState.SUCCEEDED:
-            status = "completed"
-        else:
+        if first is not trainer or first.state is not ChildState.SUCCEEDED:
             rc = first.popen.returncode
             raise ChildFailed(first.role, rc, list(first.tail), f"exited with status {rc}")
     except ChildFailed as exc:
@@ -199,19 +297,76 @@ def train(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO = sy
         restore()
         if gpu_monitor is not None:
             gpu_monitor.stop()
-
+    peaks = None
     if gpu_monitor is not None:
         predicted = {e.gpu: round(e.peak_gib, 2) for e in plan.memory}
-        data["gpu_memory_peak"] = {
-            str(g): {"measured_gib": round(peak, 2), "predicted_gib": predicted.get(g)}
-            for g, peak in sorted(gpu_monitor.peaks.items())
+        peaks = {
+            str(g): {"measured_gib": round(p, 2), "predicted_gib": predicted.get(g)}
+            for g, p in sorted(gpu_monitor.peaks.items())
         }
-    final = finish_run(plan, data, status, failure, console)
-    manifest.write(run_dir, final, secrets)
-    say(f"run {status}: {run_dir}")
-    if final.get("exported"):
-        say(f"adapter: {run_dir / ('adapter' if (run_dir / 'adapter').exists() else 'model')}")
-    return code
+    return status, code, failure, peaks
+
+
+def _flag(argv: list[str], name: str) -> list[str]:
+    """The tokens after --name in an argv, up to the next flag."""
+    if f"--{name}" not in argv:
+        return []
+    tokens = argv[argv.index(f"--{name}") + 1 :]
+    return tokens[: next((i for i, t in enumerate(tokens) if t.startswith("--")), len(tokens))]
+
+
+def export_merged(plan: Plan, checkpoint: Path, console: TextIO) -> dict[str, Any]:
+    """`swift export --merge_lora` of `checkpoint` into `<run>/merged/` (EXPORT_MERGED=true).
+
+    The model, its type, template, dtype and the reward plugins are passed explicitly with
+    `--load_args false`: by default ms-swift re-reads them from the checkpoint's args.json, whose absolute
+    paths (the plugin file, a mounted model) may not exist where the export runs
+    (v3.6.4:swift/llm/argument/base_args/base_args.py:212-260). Written to a temporary directory first.
+    """
+    trainer = plan.process("trainer")
+    tmp = plan.run_dir / f".merged.tmp-{os.getpid()}"
+    argv = [
+        trainer.argv[0],
+        "export",
+        "--adapters",
+        str(checkpoint),
+        "--merge_lora",
+        "true",
+        "--load_args",
+        "false",
+    ]
+    argv += [
+        "--model",
+        plan.model_path,
+        "--output_dir",
+        str(tmp),
+        "--external_plugins",
+        *_flag(trainer.argv, "external_plugins"),
+    ]
+    for name in ("model_type", "template", "torch_dtype", "use_hf"):
+        if _flag(trainer.argv, name):
+            argv += [f"--{name}", *_flag(trainer.argv, name)]
+    env = {
+        k: v
+        for k, v in trainer.env.items()
+        if k not in ("NPROC_PER_NODE", "MASTER_PORT", "NNODES", "NODE_RANK", "MASTER_ADDR")
+    }
+    env["CUDA_VISIBLE_DEVICES"] = str(plan.layout.train_gpus[0]) if plan.layout.train_gpus else ""
+    supervisor = Supervisor(plan.run_dir / "logs", plan.recipe.settings.STOP_GRACE_SECONDS, console)
+    try:
+        child = supervisor.start(plan_mod.Process("export", env, argv))
+        rc = supervisor.wait(child)
+    finally:
+        supervisor.stop_all()
+    if rc != 0 or not tmp.is_dir():
+        shutil.rmtree(tmp, ignore_errors=True)
+        return {"status": "failed", "returncode": rc, "log_tail": list(child.tail), "argv": argv}
+    export.replace_dir(tmp, plan.run_dir / "merged")
+    return {
+        "status": "completed",
+        "argv": argv,
+        "files": export.hash_tree(plan.run_dir / "merged", plan.run_dir),
+    }
 
 
 def quarantine_incomplete(train_dir: Path) -> list[str]:
@@ -238,6 +393,11 @@ def finish_run(
     fields: dict[str, Any] = {"failure": failure}
     newest = export.newest_complete(plan.train_dir)
     exported: dict[str, str] = {}
+    if plan.recipe.settings.NODE_RANK != 0:  # only node 0 exports; its checkpoints hold the weights
+        done, planned = completed_steps(plan)
+        return manifest.finish(
+            data, status, **fields, steps={"completed": done, "planned": planned}, exported={}
+        )
     if newest is not None:
         exported.update(
             export.export_checkpoint(newest, run_dir, plan.recipe.raw("MODEL") or plan.model_path)
@@ -249,6 +409,15 @@ def finish_run(
         exported["logging.jsonl"] = export.sha256_file(run_dir / "logging.jsonl")
     done, planned = completed_steps(plan)
     fields["steps"] = {"completed": done, "planned": planned}
+    if (
+        plan.recipe.settings.EXPORT_MERGED
+        and status == "completed"
+        and newest is not None
+        and (run_dir / "adapter").exists()
+    ):
+        fields["merged"] = export_merged(plan, newest, console)
+        if fields["merged"]["status"] == "completed":
+            exported.update(fields["merged"].pop("files"))
     try:
         exported.update(report.write(plan, run_dir))
     except Exception as exc:  # a report is a convenience: never lose the run over it

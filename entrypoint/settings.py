@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class Settings(BaseModel):
@@ -77,7 +77,12 @@ class Settings(BaseModel):
     NNODES: int = Field(1, ge=1, description="number of nodes")
     NODE_RANK: int = Field(0, ge=0, description="this node's rank, 0..NNODES-1")
     MASTER_ADDR: str = Field("", description="address of node 0 (multi-node)")
-    MASTER_PORT: int = Field(29500, ge=1, le=65535, description="torch.distributed rendezvous port")
+    MASTER_PORT: int = Field(
+        29500, ge=1, le=65534, description="torch.distributed rendezvous port (+1: the node check)"
+    )
+    NODE_CHECK_TIMEOUT: float = Field(
+        300.0, gt=0, description="seconds node 0 waits for the others (and they for it) at start-up"
+    )
 
     # Memory and monitoring
     MEMORY_CHECK: Literal["error", "warn", "off"] = Field(
@@ -94,6 +99,17 @@ class Settings(BaseModel):
         20.0, ge=0, description="seconds between SIGTERM and SIGKILL for child processes"
     )
     EXPORT_MERGED: bool = Field(False, description="also export the base model merged with the adapter")
+
+    @field_validator("ROLLOUT_HOST", "ROLLOUT_BIND", "MASTER_ADDR", mode="before")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        """A bare host name or IP: no scheme, port or path (ms-swift takes the port separately)."""
+        value = str(value).strip()
+        if "://" in value or "/" in value or (value.count(":") == 1):
+            raise ValueError(
+                f"{value!r} is not a bare address: write the host or IP only (the port has its own key)"
+            )
+        return value
 
 
 OWNED_KEYS: frozenset[str] = frozenset(Settings.model_fields)

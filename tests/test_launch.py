@@ -75,6 +75,7 @@ def test_rollout_that_dies_stops_the_run_with_its_last_lines(tmp_path):
     assert "rollout exited with status 3 before it was healthy" in proc.stdout
     assert "CUDA out of memory" in proc.stdout.split("Its last lines:")[1]
     assert "fake trainer starting" not in proc.stdout
+    assert "adapter:" not in proc.stdout  # nothing was exported, so no path is printed
     data = manifest(tmp_path)
     assert data["status"] == "failed" and data["failure"]["role"] == "rollout"
     assert any("CUDA out of memory" in line for line in data["failure"]["log_tail"])

@@ -384,3 +384,107 @@ def test_validate_reports_every_problem_and_exits_2(tmp_path):
     )
     assert proc.returncode == 2
     assert "NUM_GENERATIONS" in proc.stderr and "'nope'" in proc.stderr
+
+
+# Variants found by re-running the cases as a user ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["true", "yes", ""])
+def test_p2p_disable_values_nccl_reads_as_zero_are_refused_on_cards_without_p2p(tmp_path, value):
+    err = refused(
+        tmp_path,
+        "recipe=countdown-1x4090",
+        f"INVENTORY={INVENTORIES / '2x4090-driver535.json'}",
+        f"NCCL_P2P_DISABLE={value}",
+    )
+    assert "it reads integers: write 1" in err
+
+
+def test_messages_that_are_not_a_conversation_are_problems_not_tracebacks(tmp_path):
+    rows = [json.dumps({"messages": "What is 2+2?", "solution": "4"})] * 20 + ['["an", "array"]']
+    err = refused(
+        tmp_path,
+        "recipe=smoke",
+        "DATASET_GENERATOR=",
+        f"DATASET={write_dataset(tmp_path, rows)}",
+        "REWARD_FUNCS=accuracy",
+    )
+    assert "`messages` must be a non-empty list" in err and "Traceback" not in err
+
+
+def test_latin1_dataset_is_a_problem_not_a_traceback(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(
+        ('{"messages": [{"role": "user", "content": "caf\xe9"}], "solution": "1"}\n' * 20).encode("latin-1")
+    )
+    err = refused(tmp_path, "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={path}", "REWARD_FUNCS=accuracy")
+    assert "save the file as UTF-8" in err and "Traceback" not in err
+
+
+def test_byte_order_mark_and_json_array_in_a_jsonl_file_are_named(tmp_path):
+    row = '{"messages": [{"role": "user", "content": "q"}], "solution": "1"}'
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + (row + "\n").encode() * 20)
+    assert "byte-order mark" in refused(
+        tmp_path, "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={bom}", "REWARD_FUNCS=accuracy"
+    )
+    array = tmp_path / "array.jsonl"
+    array.write_text("[\n" + ",\n".join([row] * 20) + "\n]\n")
+    assert "is one JSON array" in refused(
+        tmp_path, "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={array}", "REWARD_FUNCS=accuracy"
+    )
+
+
+@pytest.mark.parametrize("value", ["http://10.0.0.2:8000", "10.0.0.2:8000", "10.0.0.2/v1"])
+def test_rollout_host_must_be_a_bare_address(tmp_path, value):
+    err = refused(
+        tmp_path,
+        "recipe=tcm-4x4090",
+        f"INVENTORY={INVENTORIES / '5x4090-driver535.json'}",
+        "ROLLOUT_GPUS=",
+        f"ROLLOUT_HOST={value}",
+    )
+    assert "is not a bare address" in err
+
+
+def test_rollout_server_keys_without_a_rollout_server_are_refused(tmp_path):
+    err = refused(
+        tmp_path,
+        "recipe=countdown-1x4090",
+        f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
+        "ROLLOUT_GPU_MEMORY_UTILIZATION=0.5",
+    )
+    assert (
+        "rollout-server settings, but this run has no rollout server" in err
+        and "VLLM_GPU_MEMORY_UTILIZATION" in err
+    )
+
+
+def test_no_gpu_with_the_default_train_gpus_is_the_missing_gpu_fault(tmp_path):
+    inv = inventory_file(
+        tmp_path,
+        "1x4090-driver535",
+        gpus=[],
+        p2p=[],
+        driver_version=None,
+        nvml_error="NVML Shared Library Not Found",
+    )
+    err = refused(
+        tmp_path,
+        "recipe=countdown-1x4090",
+        f"INVENTORY={inv}",
+        "USE_VLLM=false",
+        "VLLM_GPU_MEMORY_UTILIZATION=",
+        "VLLM_MAX_MODEL_LEN=",
+        "SLEEP_LEVEL=",
+        "TRAIN_GPUS=all",
+    )
+    assert "No GPU is visible inside the container" in err and "TRAIN_GPUS=none" in err
+    assert err.count("error:") == 1  # one clear message, no consequences of it
+
+
+def test_recipe_file_with_a_byte_order_mark_loads(tmp_path):
+    recipe_file = tmp_path / "bom.env"
+    recipe_file.write_bytes(b"\xef\xbb\xbf" + (ROOT / "recipes" / "smoke.env").read_bytes())
+    proc = run_cli("plan", f"recipe={recipe_file}", env=clean_env())
+    assert proc.returncode == 0, proc.stderr

@@ -24,7 +24,7 @@ HUB_MODEL_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def _plugin_files(plan: Plan) -> list[str]:
-    argv = plan.process("trainer").argv
+    argv = (plan.process("trainer") or plan.process("rollout")).argv
     i = argv.index("--external_plugins") + 1
     files = []
     while i < len(argv) and not argv[i].startswith("--"):

@@ -98,6 +98,31 @@ def read_rows(path: Path) -> tuple[list[tuple[int, dict]], int, list[Problem]]:
                 )
         return rows, len(data), problems
     total = 0
+    head = path.open("rb").read(4096)
+    if head.startswith(b"\xef\xbb\xbf"):
+        return (
+            [],
+            0,
+            [
+                Problem(
+                    where,
+                    "starts with a UTF-8 byte-order mark, which the JSON readers refuse",
+                    "save the file as UTF-8 without BOM",
+                )
+            ],
+        )
+    if head.lstrip().startswith(b"["):
+        return (
+            [],
+            0,
+            [
+                Problem(
+                    where,
+                    "is one JSON array, not JSON lines",
+                    f"rename it to {path.with_suffix('.json').name}, or write one object per line",
+                )
+            ],
+        )
     with path.open("r", encoding="utf-8", errors="strict") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from entrypoint import ports
+from entrypoint import nccl, ports
 from entrypoint.errors import Problem
 from entrypoint.plan import Plan
 
@@ -89,7 +90,7 @@ def check_shm(plan: Plan, environ: Mapping[str, str], dataloader_workers: int) -
     processes = plan.layout.nproc_per_node + (
         plan.layout.rollout_tp * plan.layout.rollout_dp if plan.layout.local_rollout else 0
     )
-    p2p_off = (plan.nccl.env.get("NCCL_P2P_DISABLE") or environ.get("NCCL_P2P_DISABLE", "")) in ("1", "true")
+    p2p_off = nccl.nccl_true(plan.nccl.env.get("NCCL_P2P_DISABLE") or environ.get("NCCL_P2P_DISABLE"))
     fix = "give the container shared memory: compose `ipc: host` (the shipped compose.yaml) or `shm_size: 16gb`; `docker run --ipc=host` or `--shm-size=16g`"
     have = f"/dev/shm is {shm / MIB:.0f} MiB"
     if len(plan.layout.used_gpus) > 1 and processes > 1 and p2p_off and shm < SHM_MIN_MULTI_GPU:
@@ -113,10 +114,64 @@ def check_shm(plan: Plan, environ: Mapping[str, str], dataloader_workers: int) -
     return []
 
 
+def check_multi_node(plan: Plan) -> list[Problem]:
+    """NNODES > 1: rank, address and ports, before anything starts (the node check then proves the
+    other nodes reach node 0)."""
+    s, r = plan.recipe.settings, plan.recipe
+    if s.NNODES <= 1:
+        return []
+    problems: list[Problem] = []
+    if s.NODE_RANK >= s.NNODES:
+        problems.append(
+            Problem(
+                f"NODE_RANK ({r.source('NODE_RANK')})",
+                f"{s.NODE_RANK} with NNODES={s.NNODES}",
+                f"use 0..{s.NNODES - 1}",
+            )
+        )
+    if not r.is_set("RUN_NAME"):
+        problems.append(
+            Problem(
+                "RUN_NAME",
+                "unset on a run over several nodes: each node would name the run by its own clock",
+                "set the same RUN_NAME on every node",
+            )
+        )
+    if not s.MASTER_ADDR:
+        return problems + [
+            Problem(
+                "MASTER_ADDR",
+                "unset on a run over several nodes",
+                "set MASTER_ADDR to node 0's address on the network the nodes share",
+            )
+        ]
+    try:
+        socket.getaddrinfo(s.MASTER_ADDR, s.MASTER_PORT, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return problems + [
+            Problem(
+                f"MASTER_ADDR {s.MASTER_ADDR}",
+                f"does not resolve ({exc.strerror})",
+                "use node 0's IP address or a name every node resolves",
+            )
+        ]
+    if s.NODE_RANK == 0:
+        for port in (s.MASTER_PORT, s.MASTER_PORT + 1):
+            if not ports.is_free(port, s.MASTER_ADDR):
+                problems.append(
+                    Problem(
+                        f"MASTER_ADDR {s.MASTER_ADDR}:{port}",
+                        "cannot be bound on node 0: the address is not this machine's, or the port is in use",
+                        "on node 0, MASTER_ADDR must be one of its own addresses and MASTER_PORT, MASTER_PORT+1 free",
+                    )
+                )
+    return problems
+
+
 def check(
     plan: Plan, environ: Mapping[str, str], dataloader_workers: int, checkpoint_gib: float | None
 ) -> list[Problem]:
-    problems = check_driver(plan) + check_shm(plan, environ, dataloader_workers)
+    problems = check_driver(plan) + check_shm(plan, environ, dataloader_workers) + check_multi_node(plan)
     uid, gid = os.getuid(), os.getgid()
 
     out = Path(plan.recipe.settings.OUTPUT_DIR).expanduser()

@@ -42,7 +42,7 @@ def prompt_tokens(plan: Plan) -> tuple[int, str]:
     for spec in plan.dataset_paths:
         path = Path(dataset.parse_spec(spec).path)
         if path.suffix == ".jsonl" and path.is_file():
-            with path.open(encoding="utf-8") as f:
+            with path.open(encoding="utf-8", errors="replace") as f:
                 for n, line in enumerate(f):
                     if n >= 2000:
                         break
