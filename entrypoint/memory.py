@@ -37,6 +37,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from entrypoint import hubcache
+
 GIB = 1024**3
 DATA = Path(__file__).parent / "data"
 # Memory outside torch's allocator (CUDA context, cuBLAS/NCCL workspaces): NVML peak minus torch's max
@@ -123,12 +125,10 @@ class ModelDims:
 def find_config(model: str, model_path: str, environ: Mapping[str, str]) -> tuple[dict | None, str]:
     """config.json of a model: local directory, HF or ModelScope cache, else the shipped table."""
     candidates = [Path(model_path) / "config.json"] if model_path else []
-    hf_hub = Path(
-        environ.get("HF_HUB_CACHE") or Path(environ.get("HF_HOME", "~/.cache/huggingface")) / "hub"
-    ).expanduser()
-    candidates += sorted((hf_hub / f"models--{model.replace('/', '--')}" / "snapshots").glob("*/config.json"))
-    ms = Path(environ.get("MODELSCOPE_CACHE", "~/.cache/modelscope/hub")).expanduser()
-    candidates += [ms / "models" / model / "config.json", ms / model / "config.json"]
+    for use_hf in (True, False):
+        local = hubcache.cached(model, "models", use_hf, environ)
+        if local is not None:
+            candidates += sorted(local.glob("snapshots/*/config.json")) + [local / "config.json"]
     for path in candidates:
         if path.is_file():
             return json.loads(path.read_text()), str(path)

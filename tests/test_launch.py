@@ -39,6 +39,36 @@ def train(tmp_path: Path, *pairs: str, timeout: float = 120, **fake: str) -> sub
     )  # fmt: skip
 
 
+def start(tmp_path: Path, port: int, **fake: str) -> subprocess.Popen:
+    """`train` in the background with the fake swift; its output on a pipe."""
+    argv = [
+        sys.executable,
+        "-m",
+        "entrypoint",
+        "train",
+        f"recipe={RECIPE}",
+        f"OUTPUT_DIR={tmp_path}/out",
+        "RUN_NAME=r",
+        f"ROLLOUT_PORT={port}",
+    ]
+    return subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=env_for(tmp_path, **fake),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )  # noqa: S603
+
+
+def wait_for(path: Path, proc: subprocess.Popen, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.2)
+
+
 def pids(tmp_path: Path) -> list[int]:
     return [int(line) for f in (tmp_path / "pids").glob("*.pids") for line in f.read_text().split()]
 
@@ -135,17 +165,8 @@ def test_trainer_failure_ends_the_rollout_too(tmp_path):
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_signal_stops_every_process_tree(tmp_path, sig, code):
     port = ports.first_free(18200)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "entrypoint", "train", f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path}/out", "RUN_NAME=r", f"ROLLOUT_PORT={port}"],
-        cwd=ROOT, env=env_for(tmp_path, FAKE_ROLLOUT="healthy", FAKE_TRAINER="spawn"),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "pids" / "grandchild.pids").exists():
-        assert time.monotonic() < deadline and proc.poll() is None, (
-            proc.stdout.read() if proc.poll() is not None else "timeout"
-        )
-        time.sleep(0.2)
+    proc = start(tmp_path, port, FAKE_ROLLOUT="healthy", FAKE_TRAINER="spawn")
+    wait_for(tmp_path / "pids" / "grandchild.pids", proc)
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == code, out
@@ -156,22 +177,15 @@ def test_signal_stops_every_process_tree(tmp_path, sig, code):
 
 def test_child_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
     port = ports.first_free(18300)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "entrypoint", "train", f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path}/out", "RUN_NAME=r", f"ROLLOUT_PORT={port}"],
-        cwd=ROOT, env=env_for(tmp_path, FAKE_ROLLOUT="healthy", FAKE_TRAINER="hang"),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "pids" / "trainer.pids").exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    proc = start(tmp_path, port, FAKE_ROLLOUT="healthy", FAKE_TRAINER="hang")
+    wait_for(tmp_path / "pids" / "trainer.pids", proc)
     time.sleep(1)
-    start = time.monotonic()
+    signalled = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 143, out
     assert "did not stop within 2 s: killing it" in out
-    assert time.monotonic() - start < 20
+    assert time.monotonic() - signalled < 20
     assert_nothing_left(tmp_path)
 
 

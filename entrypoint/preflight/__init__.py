@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from entrypoint import models
+from entrypoint import hubcache, models
 from entrypoint.errors import Problem
 from entrypoint.plan import Plan
 from entrypoint.preflight import dataset, environment, memory_check, plugins, values
@@ -60,9 +60,7 @@ def check_model(plan: Plan, environ: Mapping[str, str]) -> list[Problem]:
         ]
     if r.settings.OFFLINE:
         use_hf = (r.trainer.get("use_hf") or ["false"])[0] == "true"
-        if not dataset.hub_cache_exists(value, use_hf, dict(environ)) and not _model_cached(
-            value, use_hf, environ
-        ):
+        if hubcache.cached(value, "models", use_hf, environ) is None:
             return [
                 Problem(
                     where,
@@ -71,16 +69,6 @@ def check_model(plan: Plan, environ: Mapping[str, str]) -> list[Problem]:
                 )
             ]
     return []
-
-
-def _model_cached(model_id: str, use_hf: bool, environ: Mapping[str, str]) -> bool:
-    if use_hf:
-        hub = Path(
-            environ.get("HF_HUB_CACHE") or Path(environ.get("HF_HOME", "~/.cache/huggingface")) / "hub"
-        ).expanduser()
-        return (hub / f"models--{model_id.replace('/', '--')}").is_dir()
-    ms = Path(environ.get("MODELSCOPE_CACHE", "~/.cache/modelscope/hub")).expanduser()
-    return any((ms / sub / model_id).is_dir() for sub in ("models", ""))
 
 
 def check(plan: Plan, environ: Mapping[str, str], for_train: bool) -> list[Problem]:

@@ -20,6 +20,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from entrypoint import hubcache
 from entrypoint.errors import Problem
 
 MAX_ROWS_PARSED = 50_000  # rows fully checked; beyond that only lines are counted (keeps this in seconds)
@@ -267,17 +268,6 @@ def check_types(path: Path, rows: list[tuple[int, dict]]) -> list[Problem]:
     return problems
 
 
-def hub_cache_exists(dataset_id: str, use_hf: bool, environ: dict[str, str]) -> bool:
-    org_name = dataset_id.split(":")[0]
-    if use_hf:
-        hub = Path(
-            environ.get("HF_HUB_CACHE") or Path(environ.get("HF_HOME", "~/.cache/huggingface")) / "hub"
-        ).expanduser()
-        return (hub / f"datasets--{org_name.replace('/', '--')}").is_dir()
-    ms = Path(environ.get("MODELSCOPE_CACHE", "~/.cache/modelscope/hub")).expanduser()
-    return any((ms / sub / org_name).is_dir() for sub in ("datasets", ""))
-
-
 def check(
     specs: list[str],
     needed: dict[str, list[str]],
@@ -302,7 +292,7 @@ def check(
                         "mount the file (./data -> /data) and give its container path",
                     )
                 )
-            elif offline and not hub_cache_exists(spec.path, use_hf, environ):
+            elif offline and hubcache.cached(spec.path, "datasets", use_hf, environ) is None:
                 problems.append(
                     Problem(
                         f"DATASET {text}",

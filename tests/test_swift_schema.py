@@ -1,0 +1,32 @@
+"""The committed argument lists are those of the installed ms-swift (the lock's 3.6.4)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from entrypoint import swift_schema
+
+
+@pytest.mark.slow  # imports ms-swift (~25 s)
+@pytest.mark.parametrize("command", swift_schema.COMMANDS)
+def test_committed_schema_matches_the_installed_ms_swift(command):
+    committed = json.loads(swift_schema.path_for(command).read_text())
+    assert swift_schema.generate(command) == committed, (
+        f"regenerate: python -m entrypoint.swift_schema --write ({command})"
+    )
+
+
+def test_schema_knows_the_grpo_arguments_and_not_the_removed_ones():
+    rlhf, rollout = swift_schema.load("rlhf"), swift_schema.load("rollout")
+    assert (
+        len(rlhf) == 400 and len(rollout) == 133
+    )  # dataclasses.fields of RLHFArguments / RolloutArguments, init fields
+    for name in ("num_generations", "vllm_mode", "vllm_server_host", "sleep_level", "move_model_batches"):
+        assert name in rlhf
+    for name in ("vllm_device", "num_infer_workers", "vllm_max_num_seqs", "tuner_type", "load_in_4bit"):
+        assert name not in rlhf
+    assert "gpu_memory_utilization" in rollout and "vllm_gpu_memory_utilization" not in rollout
+    assert rlhf["reward_funcs"].nargs == "+" and rlhf["use_vllm"].type == "bool"
+    assert rlhf["torch_dtype"].choices == ("bfloat16", "float16", "float32", "None")
