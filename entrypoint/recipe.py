@@ -185,7 +185,9 @@ def read_env_file(path: Path, label: str) -> tuple[dict[str, Value], list[Proble
     except (OSError, UnicodeDecodeError) as exc:
         return values, [Problem(label, f"cannot read {path}: {exc}", "check the path and its permissions")]
     for binding in parse_stream(io.StringIO(text)):
-        line = binding.original.line
+        # python-dotenv counts from where the binding's text starts, blank lines before it included
+        raw = binding.original.string
+        line = binding.original.line + raw[: len(raw) - len(raw.lstrip())].count("\n")
         where = f"{label}:{line}"
         if binding.error:
             snippet = binding.original.string.strip().splitlines()[0][:60]

@@ -27,12 +27,14 @@ SHORT = [
     "MAX_COMPLETION_LENGTH=24",
     "STOP_GRACE_SECONDS=10",
 ]
+# Planted in the environment. (Not MODELSCOPE_API_TOKEN: ms-swift logs in to ModelScope with it while
+# parsing its arguments, which needs the network.)
 SECRETS = {
     "HF_TOKEN": "hf_plantedSECRETvalue123",
-    "WANDB_API_KEY": "wandbPLANTEDkey456789",
+    "MY_SERVICE_API_KEY": "svcPLANTEDkey456789",
     "MY_DB_PASSWORD": "pw-PLANTED-789xyz",
 }
-CLI_SECRET = "cliPLANTEDsecret000"  # also given as a recipe key on the command line
+CLI_SECRET = "cliPLANTEDsecret000"  # also given as a recipe key on the command line (REPORT_TO=none: unused)
 
 
 def snapshot(root: Path) -> dict[str, tuple[str, float]]:
@@ -56,8 +58,8 @@ def lifecycle(tmp_path_factory):
         *SHORT,
         f"OUTPUT_DIR={out}",
         "RUN_NAME=life",
-        "HF_ENDPOINT=https://hf.invalid",
-        f"MODELSCOPE_API_TOKEN={CLI_SECRET}",
+        "WANDB_PROJECT=grpo-rig-test",
+        f"WANDB_API_KEY={CLI_SECRET}",
     ]
     proc = subprocess.Popen(
         argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -163,9 +165,8 @@ def test_planted_secrets_appear_in_no_file(lifecycle):
     for path in lifecycle["run_dir"].rglob("*"):
         if path.is_file():
             blob = path.read_bytes()
-            for name, value in SECRETS.items():
+            for name, value in {**SECRETS, "WANDB_API_KEY": CLI_SECRET}.items():
                 assert value.encode() not in blob, f"{name} leaked into {path}"
-    data = json.loads((lifecycle["run_dir"] / "manifest.json").read_text())
-    assert (
-        data["resolved_recipe"]["HF_ENDPOINT"]["value"] == "https://hf.invalid"
-    )  # non-secrets stay readable
+    recorded = lifecycle["stopped"]["resolved_recipe"]
+    assert recorded["WANDB_API_KEY"] == "<redacted>"  # set, and shown as set
+    assert recorded["WANDB_PROJECT"]["value"] == "grpo-rig-test"  # non-secrets stay readable
