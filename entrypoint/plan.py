@@ -25,7 +25,7 @@ from entrypoint import models, nccl, ports
 from entrypoint.errors import Problem
 from entrypoint.hardware import Inventory
 from entrypoint.layout import Layout
-from entrypoint.recipe import PROJECT_DIR, Recipe
+from entrypoint.recipe import PROJECT_DIR, SHARED_WITH_ROLLOUT, Recipe
 from entrypoint.redact import argv as redact_argv
 from entrypoint.redact import env as redact_env
 
@@ -391,8 +391,6 @@ def build(
 
 def recipe_shared(trainer_args: Mapping[str, list[str]]) -> list[str]:
     """Trainer arguments the rollout server must share (same template, dtype, ...)."""
-    from entrypoint.recipe import SHARED_WITH_ROLLOUT
-
     return [k for k in SHARED_WITH_ROLLOUT if k in trainer_args and k != "model"]
 
 

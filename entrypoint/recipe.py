@@ -49,7 +49,6 @@ MANAGED: dict[str, str] = {
     "VLLM_SERVER_PORT": "the entrypoint picks a free port; set ROLLOUT_PORT to choose one",
     "VLLM_SERVER_BASE_URL": "in ms-swift 3.6.4 a base URL alone does not enable server mode (vLLM then "
     "silently colocates on the training GPU); set ROLLOUT_GPUS or ROLLOUT_HOST instead",
-    "OUTPUT_DIR": "",  # owned (the volume root); swift's output_dir is <OUTPUT_DIR>/<RUN_NAME>/train
     "ADD_VERSION": "the run directory is OUTPUT_DIR/RUN_NAME, with no vN- folder",
     "LOGGING_DIR": "logs go under the run directory",
     "RESUME_FROM_CHECKPOINT": "resume is automatic: start the run again with the same RUN_NAME",
@@ -62,9 +61,6 @@ MANAGED: dict[str, str] = {
     "ROLLOUT_EXTERNAL_PLUGINS": "the rollout loads the same EXTERNAL_PLUGINS as the trainer",
     "ROLLOUT_INFER_BACKEND": "swift rollout always uses vLLM",
 }
-for _key in list(MANAGED):
-    if not MANAGED[_key]:
-        del MANAGED[_key]
 
 # Trainer arguments the rollout server must share (same model, template, plugins).
 SHARED_WITH_ROLLOUT = ("model", "model_type", "model_revision", "template", "torch_dtype", "use_hf", "seed")

@@ -24,11 +24,6 @@ DEFAULT_PROMPT_TOKENS = 512
 SLEEPING_VLLM_GIB = 0.3  # what a sleeping colocated vLLM keeps (allocator pools, NCCL)
 
 
-def _tok(plan: Plan, name: str, default: str | None) -> str | None:
-    tokens = plan.recipe.trainer.get(name)
-    return tokens[0] if tokens else default
-
-
 def prompt_tokens(plan: Plan) -> tuple[int, str]:
     """(tokens, where the number comes from) for the longest prompt."""
     s = plan.recipe.settings
@@ -51,7 +46,7 @@ def prompt_tokens(plan: Plan) -> tuple[int, str]:
                     except ValueError:
                         continue
     if rows:
-        system = _tok(plan, "system", None)
+        system = values.value(plan, "system", None)
         extra = 0
         if system:
             text = (
@@ -73,29 +68,29 @@ def workload(plan: Plan, environ: Mapping[str, str]) -> tuple[Workload | None, s
             "no config.json found for MODEL (local path, hub cache or entrypoint/data/model_configs.json)",
         )
     b = values.batch(plan)
-    dtype = _tok(plan, "torch_dtype", "bfloat16")
-    full = _tok(plan, "train_type", "lora") == "full"
-    beta = float(_tok(plan, "beta", "0.04"))
-    ds = _tok(plan, "deepspeed", "") or ""
+    dtype = values.value(plan, "torch_dtype", "bfloat16")
+    full = values.value(plan, "train_type", "lora") == "full"
+    beta = float(values.value(plan, "beta", "0.04"))
+    ds = values.value(plan, "deepspeed", "") or ""
     zero = 3 if "zero3" in ds else 2 if "zero2" in ds else 0
     prompt, why = prompt_tokens(plan)
-    max_length = _tok(plan, "max_length", None)
+    max_length = values.value(plan, "max_length", None)
     if max_length:
         prompt = min(prompt, int(max_length))
     w = Workload(
         dims=ModelDims.from_config(config),
         dtype_bytes=memory.DTYPE_BYTES.get(dtype, 2),
         full=full,
-        lora_rank=int(_tok(plan, "lora_rank", "8")),
+        lora_rank=int(values.value(plan, "lora_rank", "8")),
         per_device=b.per_device,
         generation_per_device=b.per_device * b.steps_per_generation,
         prompt_tokens=prompt,
-        completion_tokens=int(_tok(plan, "max_completion_length", "512")),
-        gradient_checkpointing=_tok(plan, "gradient_checkpointing", "true") == "true",
+        completion_tokens=int(values.value(plan, "max_completion_length", "512")),
+        gradient_checkpointing=values.value(plan, "gradient_checkpointing", "true") == "true",
         reference_copy=full and beta > 0,
         zero_stage=zero,
         world=b.world,
-        hf_generation=_tok(plan, "use_vllm", "false") != "true",
+        hf_generation=values.value(plan, "use_vllm", "false") != "true",
     )
     return w, f"model dimensions from {source}; prompt {prompt} tokens ({why})"
 
@@ -132,11 +127,11 @@ def estimate(plan: Plan, environ: Mapping[str, str]) -> tuple[list[GpuEstimate],
     for gpu in layout.train_gpus:
         total = card(gpu)
         if layout.mode == "colocate":
-            util = float(_tok(plan, "vllm_gpu_memory_utilization", "0.9"))
-            sleep = int(_tok(plan, "sleep_level", "0"))
+            util = float(values.value(plan, "vllm_gpu_memory_utilization", "0.9"))
+            sleep = int(values.value(plan, "sleep_level", "0"))
             vllm = util * total
-            resident = 0.0 if _tok(plan, "offload_model", "false") == "true" else train.weights
-            if _tok(plan, "offload_optimizer", "false") != "true":
+            resident = 0.0 if values.value(plan, "offload_model", "false") == "true" else train.weights
+            if values.value(plan, "offload_optimizer", "false") != "true":
                 resident += train.resident - train.weights
             generating = CUDA_CONTEXT_GIB + resident + vllm
             training = CUDA_CONTEXT_GIB + train.peak + (SLEEPING_VLLM_GIB if sleep >= 1 else vllm)
@@ -213,8 +208,13 @@ def _vllm_fits(plan: Plan, w: Workload, card) -> list[Problem]:
     kv_token = w.dims.kv_bytes_per_token(w.dtype_bytes) / GIB
     out: list[Problem] = []
     if layout.mode == "colocate":
-        util, key = float(_tok(plan, "vllm_gpu_memory_utilization", "0.9")), "VLLM_GPU_MEMORY_UTILIZATION"
-        length = int(_tok(plan, "vllm_max_model_len", None) or (w.prompt_tokens + w.completion_tokens))
+        util, key = (
+            float(values.value(plan, "vllm_gpu_memory_utilization", "0.9")),
+            "VLLM_GPU_MEMORY_UTILIZATION",
+        )
+        length = int(
+            values.value(plan, "vllm_max_model_len", None) or (w.prompt_tokens + w.completion_tokens)
+        )
         gpus = layout.train_gpus
     elif layout.local_rollout:
         util, key = (

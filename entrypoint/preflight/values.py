@@ -46,21 +46,26 @@ class Batch:
         )
 
 
-def _get(plan: Plan, name: str) -> str | None:
+def value(plan: Plan, name: str, fallback: str | None = None) -> str | None:
+    """A `swift rlhf` argument as the run will see it: the recipe's value, else ms-swift's declared
+    default (booleans as "true"/"false"), else `fallback` for defaults ms-swift sets at run time (GRPO's
+    beta 0.04, the model's own dtype)."""
     tokens = plan.recipe.trainer.get(name)
     if tokens:
         return tokens[0]
     default = swift_schema.load("rlhf")[name].default
-    return None if default is None else str(default)
+    if isinstance(default, bool):
+        return "true" if default else "false"
+    return fallback if default is None else str(default)
 
 
 def batch(plan: Plan) -> Batch:
     world = plan.layout.nproc_per_node * plan.recipe.settings.NNODES
-    per_device = int(_get(plan, "per_device_train_batch_size"))
-    ga = _get(plan, "gradient_accumulation_steps")
+    per_device = int(value(plan, "per_device_train_batch_size"))
+    ga = value(plan, "gradient_accumulation_steps")
     grad_accum = int(ga) if ga else max(1, math.ceil(16 / per_device / world))
-    spg = int(_get(plan, "steps_per_generation") or grad_accum)
-    gbs = _get(plan, "generation_batch_size")
+    spg = int(value(plan, "steps_per_generation") or grad_accum)
+    gbs = value(plan, "generation_batch_size")
     generation_batch = int(gbs) if gbs else per_device * world * spg
     return Batch(
         per_device,
@@ -68,15 +73,17 @@ def batch(plan: Plan) -> Batch:
         grad_accum,
         spg,
         generation_batch,
-        int(_get(plan, "num_generations")),
-        int(_get(plan, "per_device_eval_batch_size")),
+        int(value(plan, "num_generations")),
+        int(value(plan, "per_device_eval_batch_size")),
     )
 
 
 def evaluates(plan: Plan) -> bool:
     """ms-swift turns evaluation off when nothing is held out (v3.6.4:swift/llm/argument/train_args.py:185)."""
-    ratio = float(_get(plan, "split_dataset_ratio") or 0)
-    return (ratio > 0 or bool(plan.recipe.trainer.get("val_dataset"))) and _get(plan, "eval_strategy") != "no"
+    ratio = float(value(plan, "split_dataset_ratio") or 0)
+    return (ratio > 0 or bool(plan.recipe.trainer.get("val_dataset"))) and value(
+        plan, "eval_strategy"
+    ) != "no"
 
 
 def check(plan: Plan) -> list[Problem]:
