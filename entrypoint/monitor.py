@@ -2,8 +2,9 @@
 
 One JSON line per GPU per interval: time (s since the run started), gpu, memory used (GiB), utilisation
 (%), power (W), temperature (C) and the trainer's global step (from ms-swift's logging.jsonl), so memory
-can be plotted against steps. A background thread does the sampling; NVML reads take microseconds and
-touch no CUDA context, so the training loop does not see it (bench/monitor_overhead.py measures this).
+can be plotted against steps. A background thread of the entrypoint (not of the trainer) does the
+sampling; NVML reads create no CUDA context and take microseconds, so the training processes are not
+touched. (Its cost on step time has not been measured separately.)
 """
 
 from __future__ import annotations
