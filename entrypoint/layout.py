@@ -176,6 +176,15 @@ def decide(
         return None, problems
 
     rollout = ordinals("ROLLOUT_GPUS", rollout_text) if rollout_text else []
+    if rollout and not is_loopback(s.ROLLOUT_BIND) and not s.ROLLOUT_ALLOW_REMOTE:
+        problems.append(
+            Problem(
+                f"ROLLOUT_BIND ({recipe.source('ROLLOUT_BIND')})",
+                f"{s.ROLLOUT_BIND!r} is not loopback: the rollout server accepts weight updates and prompts from "
+                "anyone who can reach it (no authentication in ms-swift 3.6.4)",
+                "keep ROLLOUT_BIND=127.0.0.1, or set ROLLOUT_ALLOW_REMOTE=true on a trusted network",
+            )
+        )
     if rollout_only and rollout is not None:
         if not rollout:
             problems.append(
@@ -185,17 +194,9 @@ def decide(
                     "set ROLLOUT_GPUS=0 (or 0-3)",
                 )
             )
+        tp = _int(recipe, "rollout_tensor_parallel_size", 1)
         layout = Layout(mode="server", train_gpus=(), rollout_gpus=tuple(rollout), rollout_host=connect_address(s.ROLLOUT_BIND),
-                        rollout_tp=_int(recipe, "rollout_tensor_parallel_size", 1),
-                        rollout_dp=max(1, len(rollout) // _int(recipe, "rollout_tensor_parallel_size", 1)))  # fmt: skip
-        if not is_loopback(s.ROLLOUT_BIND) and not s.ROLLOUT_ALLOW_REMOTE:
-            problems.append(
-                Problem(
-                    f"ROLLOUT_BIND ({recipe.source('ROLLOUT_BIND')})",
-                    f"{s.ROLLOUT_BIND!r} is not loopback: the rollout server accepts weight updates and prompts from anyone who can reach it",
-                    "set ROLLOUT_ALLOW_REMOTE=true on a trusted network",
-                )
-            )
+                        rollout_tp=tp, rollout_dp=max(1, len(rollout) // tp))  # fmt: skip
         return layout, problems
     train_text = s.TRAIN_GPUS.strip().lower()
     if train_text in ("none", ""):
@@ -313,15 +314,6 @@ def decide(
                     )
                 )
 
-    if rollout and not is_loopback(s.ROLLOUT_BIND) and not s.ROLLOUT_ALLOW_REMOTE:
-        problems.append(
-            Problem(
-                f"ROLLOUT_BIND ({recipe.source('ROLLOUT_BIND')})",
-                f"{s.ROLLOUT_BIND!r} is not loopback: the rollout server accepts weight updates and prompts from "
-                "anyone who can reach it (no authentication in ms-swift 3.6.4)",
-                "keep ROLLOUT_BIND=127.0.0.1, or set ROLLOUT_ALLOW_REMOTE=true on a trusted network",
-            )
-        )
     host = s.ROLLOUT_HOST or (connect_address(s.ROLLOUT_BIND) if rollout else "")
     layout = Layout(
         mode=mode,

@@ -31,17 +31,9 @@ def env_for(tmp_path: Path, **fake: str) -> dict[str, str]:
     return clean_env(GRPO_RIG_SWIFT=str(FAKE_SWIFT), FAKE_PID_DIR=str(pid_dir), **fake)
 
 
-def train(tmp_path: Path, *pairs: str, timeout: float = 120, **fake: str) -> subprocess.CompletedProcess:
-    port = ports.first_free(18000)
-    return subprocess.run(
-        [sys.executable, "-m", "entrypoint", "train", f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path}/out", "RUN_NAME=r", f"ROLLOUT_PORT={port}", *pairs],
-        cwd=ROOT, env=env_for(tmp_path, **fake), capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
-
-
-def start(tmp_path: Path, port: int, **fake: str) -> subprocess.Popen:
-    """`train` in the background with the fake swift; its output on a pipe."""
-    argv = [
+def train_argv(tmp_path: Path, port: int, *pairs: str) -> list[str]:
+    """`train` of the fake-server recipe into tmp_path/out, rollout on `port`."""
+    return [
         sys.executable,
         "-m",
         "entrypoint",
@@ -50,11 +42,24 @@ def start(tmp_path: Path, port: int, **fake: str) -> subprocess.Popen:
         f"OUTPUT_DIR={tmp_path}/out",
         "RUN_NAME=r",
         f"ROLLOUT_PORT={port}",
+        *pairs,
     ]
+
+
+def train(tmp_path: Path, *pairs: str, timeout: float = 120, **fake: str) -> subprocess.CompletedProcess:
+    argv = train_argv(tmp_path, ports.first_free(18000), *pairs)
+    return subprocess.run(
+        argv, cwd=ROOT, env=env_for(tmp_path, **fake), capture_output=True, text=True, timeout=timeout
+    )  # noqa: S603
+
+
+def start(tmp_path: Path, port: int, **fake: str) -> subprocess.Popen:
+    """`train` in the background with the fake swift; its output on a pipe."""
+    env = env_for(tmp_path, **fake)
     return subprocess.Popen(
-        argv,
+        train_argv(tmp_path, port),
         cwd=ROOT,
-        env=env_for(tmp_path, **fake),
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -209,9 +214,8 @@ def test_rollout_port_already_taken_by_another_server_is_detected(tmp_path):
     try:
         env = env_for(tmp_path, FAKE_ROLLOUT="healthy", FAKE_TRAINER="ok")
         proc = subprocess.run(
-            [sys.executable, "-m", "entrypoint", "train", f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path}/out", "RUN_NAME=r", f"ROLLOUT_PORT={port}"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+            train_argv(tmp_path, port), cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        )  # noqa: S603
     finally:
         foreign.shutdown()
     assert proc.returncode == 2  # refused before anything started

@@ -39,6 +39,19 @@ def refused(tmp_path: Path, *pairs: str, command: str = "train", extra_env: dict
     return proc.stderr
 
 
+def refused_dataset(tmp_path: Path, dataset: Path | str, rewards: str, *pairs: str, **kw) -> str:
+    """`refused` for the smoke recipe reading `dataset` instead of generating tasks."""
+    return refused(
+        tmp_path,
+        "recipe=smoke",
+        "DATASET_GENERATOR=",
+        f"DATASET={dataset}",
+        f"REWARD_FUNCS={rewards}",
+        *pairs,
+        **kw,
+    )
+
+
 def inventory_file(tmp_path: Path, name: str, **changes) -> Path:
     data = json.loads((INVENTORIES / f"{name}.json").read_text())
     data.update(changes)
@@ -175,9 +188,7 @@ C08_ROW = '{"messages":[{"role":"user","content":"What is 2+2?"}],"answer":"4"}'
 
 def test_c08_accuracy_needs_solution_and_the_answer_column_is_named(tmp_path):
     data = write_dataset(tmp_path, [C08_ROW] * 64)
-    err = refused(
-        tmp_path, "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={data}", "REWARD_FUNCS=accuracy format"
-    )
+    err = refused_dataset(tmp_path, data, "accuracy format")
     assert "reward accuracy reads the `solution` column" in err
     assert "rename the `answer` column to `solution`" in err
 
@@ -185,7 +196,7 @@ def test_c08_accuracy_needs_solution_and_the_answer_column_is_named(tmp_path):
 def test_c08_line_that_is_not_json_is_named(tmp_path):
     good = '{"messages":[{"role":"user","content":"q"}],"solution":"4"}'
     data = write_dataset(tmp_path, [good] * 10 + ['{"messages": [ oops'] + [good] * 10)
-    err = refused(tmp_path, "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={data}", "REWARD_FUNCS=accuracy")
+    err = refused_dataset(tmp_path, data, "accuracy")
     assert f"dataset {data} line 11: is not JSON" in err
 
 
@@ -200,13 +211,7 @@ def test_c08_column_with_two_types_is_refused(tmp_path):
         )
         for i in range(20)
     ]
-    err = refused(
-        tmp_path,
-        "recipe=smoke",
-        "DATASET_GENERATOR=",
-        f"DATASET={write_dataset(tmp_path, rows)}",
-        "REWARD_FUNCS=accuracy",
-    )
+    err = refused_dataset(tmp_path, write_dataset(tmp_path, rows), "accuracy")
     assert "column `meta` is a object here but a list on line 1" in err
 
 
@@ -215,12 +220,10 @@ def test_c08_fewer_prompts_than_one_generation_batch_is_refused(tmp_path):
         json.dumps({"messages": [{"role": "user", "content": f"q{i}"}], "solution": "4"}) for i in range(3)
     ]
     # smoke: 8 completions / NUM_GENERATIONS 4 = 2 prompts per generation; ask for 16 x 2 / 4 = 8
-    err = refused(
+    err = refused_dataset(
         tmp_path,
-        "recipe=smoke",
-        "DATASET_GENERATOR=",
-        f"DATASET={write_dataset(tmp_path, rows)}",
-        "REWARD_FUNCS=accuracy",
+        write_dataset(tmp_path, rows),
+        "accuracy",
         "PER_DEVICE_TRAIN_BATCH_SIZE=16",
         "GRADIENT_ACCUMULATION_STEPS=2",
     )
@@ -229,46 +232,28 @@ def test_c08_fewer_prompts_than_one_generation_batch_is_refused(tmp_path):
 
 def test_c08_plugin_reward_columns_come_from_its_signature(tmp_path):
     rows = [json.dumps({"messages": [{"role": "user", "content": "q"}], "target": 5}) for _ in range(20)]
-    err = refused(
-        tmp_path,
-        "recipe=smoke",
-        "DATASET_GENERATOR=",
-        f"DATASET={write_dataset(tmp_path, rows)}",
-        "REWARD_FUNCS=countdown",
-    )
+    err = refused_dataset(tmp_path, write_dataset(tmp_path, rows), "countdown")
     assert "reads the `nums` column" in err
 
 
 def test_c08_missing_dataset_file_mentions_the_data_mount(tmp_path):
-    err = refused(
-        tmp_path, "recipe=smoke", "DATASET_GENERATOR=", "DATASET=/data/missing.jsonl", "REWARD_FUNCS=format"
-    )
+    err = refused_dataset(tmp_path, "/data/missing.jsonl", "format")
     assert "file not found inside the container" in err and "./data at /data" in err
 
 
 def test_c08_messages_without_user_turn(tmp_path):
     rows = [json.dumps({"messages": [{"role": "system", "content": "s"}], "solution": "1"})] * 20
-    err = refused(
-        tmp_path,
-        "recipe=smoke",
-        "DATASET_GENERATOR=",
-        f"DATASET={write_dataset(tmp_path, rows)}",
-        "REWARD_FUNCS=accuracy",
-    )
+    err = refused_dataset(tmp_path, write_dataset(tmp_path, rows), "accuracy")
     assert "has no user turn" in err
 
 
 def test_hub_dataset_is_checked_for_form_and_offline_cache(tmp_path):
-    err = refused(
-        tmp_path, "recipe=smoke", "DATASET_GENERATOR=", "DATASET=not a dataset", "REWARD_FUNCS=format"
-    )
+    err = refused_dataset(tmp_path, "not a dataset", "format")
     assert "neither an existing file nor a hub id" in err
-    err = refused(
+    err = refused_dataset(
         tmp_path,
-        "recipe=smoke",
-        "DATASET_GENERATOR=",
-        "DATASET=zouxuhong/Countdown-Tasks-3to4#100",
-        "REWARD_FUNCS=format",
+        "zouxuhong/Countdown-Tasks-3to4#100",
+        "format",
         "OFFLINE=true",
         extra_env={"MODELSCOPE_CACHE": str(tmp_path / "ms")},
     )
@@ -402,13 +387,7 @@ def test_p2p_disable_values_nccl_reads_as_zero_are_refused_on_cards_without_p2p(
 
 def test_messages_that_are_not_a_conversation_are_problems_not_tracebacks(tmp_path):
     rows = [json.dumps({"messages": "What is 2+2?", "solution": "4"})] * 20 + ['["an", "array"]']
-    err = refused(
-        tmp_path,
-        "recipe=smoke",
-        "DATASET_GENERATOR=",
-        f"DATASET={write_dataset(tmp_path, rows)}",
-        "REWARD_FUNCS=accuracy",
-    )
+    err = refused_dataset(tmp_path, write_dataset(tmp_path, rows), "accuracy")
     assert "`messages` must be a non-empty list" in err and "Traceback" not in err
 
 
@@ -417,7 +396,7 @@ def test_latin1_dataset_is_a_problem_not_a_traceback(tmp_path):
     path.write_bytes(
         ('{"messages": [{"role": "user", "content": "caf\xe9"}], "solution": "1"}\n' * 20).encode("latin-1")
     )
-    err = refused(tmp_path, "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={path}", "REWARD_FUNCS=accuracy")
+    err = refused_dataset(tmp_path, path, "accuracy")
     assert "save the file as UTF-8" in err and "Traceback" not in err
 
 
@@ -425,14 +404,10 @@ def test_byte_order_mark_and_json_array_in_a_jsonl_file_are_named(tmp_path):
     row = '{"messages": [{"role": "user", "content": "q"}], "solution": "1"}'
     bom = tmp_path / "bom.jsonl"
     bom.write_bytes(b"\xef\xbb\xbf" + (row + "\n").encode() * 20)
-    assert "byte-order mark" in refused(
-        tmp_path, "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={bom}", "REWARD_FUNCS=accuracy"
-    )
+    assert "byte-order mark" in refused_dataset(tmp_path, bom, "accuracy")
     array = tmp_path / "array.jsonl"
     array.write_text("[\n" + ",\n".join([row] * 20) + "\n]\n")
-    assert "is one JSON array" in refused(
-        tmp_path, "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={array}", "REWARD_FUNCS=accuracy"
-    )
+    assert "is one JSON array" in refused_dataset(tmp_path, array, "accuracy")
 
 
 @pytest.mark.parametrize("value", ["http://10.0.0.2:8000", "10.0.0.2:8000", "10.0.0.2/v1"])
