@@ -206,6 +206,10 @@ class Supervisor:
                 continue
         return found
 
+    def pids(self) -> set[int]:
+        """Every process of every child's tree (the GPU monitor attributes memory by PID)."""
+        return {p.pid for c in self.children for p in self._tree(c.pid)}
+
     def wait(self, child: Child) -> int:
         """Block until `child` exits; returns its status and marks its state."""
         rc = child.popen.wait()

@@ -1,8 +1,10 @@
 """GPU monitor: samples every GPU a run uses through NVML into `<run>/gpu.jsonl`.
 
-One JSON line per GPU per interval: time (s since the run started), gpu, memory used (GiB), utilisation
-(%), power (W), temperature (C) and the trainer's global step (from ms-swift's logging.jsonl), so memory
-can be plotted against steps. A background thread of the entrypoint (not of the trainer) does the
+One JSON line per GPU per interval: time (s since the run started), gpu, memory used on the device
+(GiB), memory used by this run's own processes (GiB, `run_gib`: NVML's per-process figures for the
+supervised process trees; several runs sharing a GPU stay apart), utilisation (%), power (W),
+temperature (C) and the trainer's global step (from ms-swift's logging.jsonl), so memory can be plotted
+against steps. A background thread of the entrypoint (not of the trainer) does the
 sampling; NVML reads create no CUDA context and take microseconds, so the training processes are not
 touched. (Its cost on step time has not been measured separately.)
 """
@@ -13,6 +15,7 @@ import contextlib
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 GIB = 1024**3
@@ -38,12 +41,29 @@ def latest_step(logging_jsonl: Path) -> int:
     return 0
 
 
-class GpuMonitor:
-    """Start with `start()`, stop with `stop()`; `peaks` holds each GPU's highest memory use (GiB)."""
+def run_memory(processes, pids: set[int]) -> int | None:
+    """Bytes NVML attributes to `pids` among a device's compute processes; None when it lists none of
+    them (the run has no context there yet, or NVML cannot see the processes, e.g. in a PID namespace)."""
+    used = [p.usedGpuMemory for p in processes if p.pid in pids and isinstance(p.usedGpuMemory, int)]
+    return sum(used) if used else None
 
-    def __init__(self, gpus: list[int], out: Path, interval: float, logging_jsonl: Path):
+
+class GpuMonitor:
+    """Start with `start()`, stop with `stop()`. `peaks` holds each GPU's highest device-level use and
+    `run_peaks` the highest use by this run's processes (GiB)."""
+
+    def __init__(
+        self,
+        gpus: list[int],
+        out: Path,
+        interval: float,
+        logging_jsonl: Path,
+        pids: Callable[[], set[int]] = set,
+    ):
         self.gpus, self.out, self.interval, self.logging_jsonl = gpus, out, interval, logging_jsonl
+        self.pids = pids
         self.peaks: dict[int, float] = {}
+        self.run_peaks: dict[int, float] = {}
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpu-monitor", daemon=True)
@@ -72,6 +92,10 @@ class GpuMonitor:
                 while not self._stop.is_set():
                     step = latest_step(self.logging_jsonl)
                     now = round(time.monotonic() - start, 2)
+                    try:
+                        pids = self.pids()
+                    except Exception:  # a process ending mid-walk: attribute nothing this round
+                        pids = set()
                     for gpu, h in handles.items():
                         row = {
                             "t": now,
@@ -79,6 +103,13 @@ class GpuMonitor:
                             "step": step,
                             "memory_gib": round(pynvml.nvmlDeviceGetMemoryInfo(h).used / GIB, 3),
                         }
+                        try:
+                            mine = run_memory(pynvml.nvmlDeviceGetComputeRunningProcesses(h), pids)
+                        except pynvml.NVMLError:
+                            mine = None
+                        if mine is not None:
+                            row["run_gib"] = round(mine / GIB, 3)
+                            self.run_peaks[gpu] = max(self.run_peaks.get(gpu, 0.0), row["run_gib"])
                         for key, read in (
                             ("util_pct", lambda h=h: pynvml.nvmlDeviceGetUtilizationRates(h).gpu),
                             ("power_w", lambda h=h: round(pynvml.nvmlDeviceGetPowerUsage(h) / 1000, 1)),

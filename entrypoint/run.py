@@ -16,8 +16,10 @@ that the recipe still trains the same thing (manifest.IDENTITY_KEYS).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -25,12 +27,25 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from entrypoint import countdown, export, hardware, manifest, monitor, nodes, ports, preflight, redact, report
+from entrypoint import (
+    countdown,
+    export,
+    hardware,
+    manifest,
+    monitor,
+    nodes,
+    ports,
+    preflight,
+    redact,
+    report,
+    shape,
+)
 from entrypoint import plan as plan_mod
 from entrypoint import recipe as recipe_mod
 from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE, BadInput, Problem, raise_if_fatal
 from entrypoint.launch import ChildFailed, ChildState, Interrupted, Supervisor, install_signal_handlers
 from entrypoint.plan import Plan
+from entrypoint.preflight import memory_check
 
 
 def inventory_for(r: recipe_mod.Recipe) -> hardware.Inventory:
@@ -98,12 +113,31 @@ def make_plan(
         if resume_from
         else first
     )
+    built = shaped(
+        built,
+        environ,
+        lambda shaped_recipe: plan_mod.build(
+            shaped_recipe, inventory, environ, resume_from=resume_from, rollout_only=rollout_only
+        ),
+    )
     built.problems.extend(problems)
     if not built.placed:  # e.g. no GPU: one clear message, not a cascade of consequences
         raise_if_fatal(built.problems)
     built.problems.extend(preflight.check(built, environ, for_train=for_train))
     raise_if_fatal(built.problems)
     return built, previous
+
+
+def shaped(plan: Plan, environ: Mapping[str, str], rebuild) -> Plan:
+    """The plan rebuilt (`rebuild(recipe) -> Plan`) with the batch shape the planner chooses (shape.py),
+    or `plan` itself when it chooses nothing."""
+    if not plan.placed:
+        return plan
+    w, _ = memory_check.workload(plan, environ)
+    choices = shape.choose(plan, w)
+    if not choices:
+        return plan
+    return rebuild(plan.recipe.with_values({c.key: (c.value, f"planner: {c.reason}") for c in choices}))
 
 
 def completed_steps(plan: Plan) -> tuple[int, int | None]:
@@ -144,10 +178,12 @@ def train(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO = sy
         **({"nodes": node_records} if node_records else {}),
     }
     manifest.write(node_dir, data, secrets)
-    status, code, failure, peaks = supervise(plan, node_dir, console, secrets, say)
+    status, code, ended, peaks = supervise(plan, node_dir, console, secrets, say)
     if peaks is not None:
         data["gpu_memory_peak"] = peaks
-    final = finish_run(plan, data, status, failure, console)
+    if ended["trainer_exit"]:
+        data["trainer_exit"] = ended["trainer_exit"]
+    final = finish_run(plan, data, status, ended["failure"], console)
     if final.get("merged", {}).get("status") == "failed":
         code = EXIT_RUNTIME_FAILURE
         say(
@@ -248,7 +284,9 @@ def supervise(
 ) -> tuple[str, int, dict | None, dict | None]:
     """Start the rollout server (if any) and wait for its health, then the trainer; watch both.
 
-    Returns (status, exit code, failure record or None, GPU peaks or None).
+    Returns (status, exit code, {"failure": record or None, "trainer_exit": record or None}, GPU peaks
+    or None). A trainer that dies after training had finished (`training_finished`) leaves a completed
+    run; its exit is recorded in `trainer_exit`.
     """
     s = plan.recipe.settings
     supervisor = Supervisor(here / "logs", s.STOP_GRACE_SECONDS, console, secrets)
@@ -259,9 +297,10 @@ def supervise(
             here / "gpu.jsonl",
             s.GPU_MONITOR_INTERVAL,
             plan.train_dir / "logging.jsonl",
+            supervisor.pids,
         ).start()
     restore = install_signal_handlers()
-    status, code, failure = "completed", EXIT_OK, None
+    status, code, failure, trainer_exit = "completed", EXIT_OK, None, None
     try:
         rollout = plan.process("rollout")
         if rollout is not None:
@@ -282,7 +321,15 @@ def supervise(
         first = supervisor.wait_any()
         if first is not trainer or first.state is not ChildState.SUCCEEDED:
             rc = first.popen.returncode
-            raise ChildFailed(first.role, rc, list(first.tail), f"exited with status {rc}")
+            why = training_finished(plan, first.log_path) if first is trainer else None
+            if why is None:
+                raise ChildFailed(first.role, rc, list(first.tail), f"exited with status {rc}")
+            signame = exit_signal(rc, first.log_path)
+            trainer_exit = {"returncode": rc, "signal": signame, "accepted": True, "reason": why}
+            say(
+                f"trainer exited with status {rc}{f' ({signame})' if signame else ''} after training had finished "
+                f"({why}); the run counts as completed"
+            )
     except ChildFailed as exc:
         status, code = "failed", EXIT_RUNTIME_FAILURE
         failure = {"role": exc.role, "returncode": exc.returncode, "reason": exc.reason, "log_tail": exc.tail}
@@ -300,11 +347,63 @@ def supervise(
     peaks = None
     if gpu_monitor is not None:
         predicted = {e.gpu: round(e.peak_gib, 2) for e in plan.memory}
+        # this run's own processes where NVML attributes memory to them, else the whole device
         peaks = {
-            str(g): {"measured_gib": round(p, 2), "predicted_gib": predicted.get(g)}
+            str(g): {
+                "measured_gib": round(gpu_monitor.run_peaks.get(g, p), 2),
+                "device_gib": round(p, 2),
+                "measured_by": "run's processes (NVML)" if g in gpu_monitor.run_peaks else "device (NVML)",
+                "predicted_gib": predicted.get(g),
+            }
             for g, p in sorted(gpu_monitor.peaks.items())
         }
-    return status, code, failure, peaks
+    return status, code, {"failure": failure, "trainer_exit": trainer_exit}, peaks
+
+
+END_OF_MAIN = "End time of running main"  # ms-swift's last log line (v3.6.4:swift/llm/base.py:50)
+
+
+def training_finished(plan: Plan, log_path: Path) -> str | None:
+    """Why a trainer that exited with an error had still finished training, or None.
+
+    Finished means both: ms-swift logged the end of its pipeline (it logs END_OF_MAIN only after
+    `trainer.train()` returned and the final state was saved), and the newest complete checkpoint holds
+    the last planned step. A crash at interpreter exit after that (vLLM's sleep-mode teardown,
+    vllm-project/vllm#16993) loses nothing.
+    """
+    try:
+        with log_path.open(encoding="utf-8", errors="replace") as f:
+            ended = any(END_OF_MAIN in line for line in f)
+    except OSError:
+        return None
+    newest = export.newest_complete(plan.train_dir)
+    if not ended or newest is None:
+        return None
+    state = json.loads((newest / "trainer_state.json").read_text())
+    step, planned = int(state.get("global_step", 0)), state.get("max_steps")
+    if not planned or step < int(planned):
+        return None
+    return f"ms-swift logged '{END_OF_MAIN}' and {newest.name} holds step {step} of {planned}"
+
+
+def exit_signal(returncode: int | None, log_path: Path) -> str | None:
+    """The signal that ended the trainer: from a negative status, or from torchrun's failure report
+    ("Signal 6 (SIGABRT) received by PID ...", "exitcode : -11"), which is what a torchrun'ed rank's
+    crash leaves (the torchrun process itself exits 1)."""
+    if returncode is not None and returncode < 0:
+        return signal.Signals(-returncode).name
+    try:
+        text = log_path.read_text(encoding="utf-8", errors="replace")[-20000:]
+    except OSError:
+        return None
+    named = re.findall(r"Signal \d+ \((SIG[A-Z]+)\) received by PID", text)
+    if named:
+        return named[-1]
+    codes = re.findall(r"exitcode\s*:\s*(-\d+)", text)
+    if codes:
+        with contextlib.suppress(ValueError):
+            return signal.Signals(-int(codes[-1])).name
+    return None
 
 
 def _flag(argv: list[str], name: str) -> list[str]:

@@ -167,6 +167,32 @@ def test_trainer_failure_ends_the_rollout_too(tmp_path):
     assert_nothing_left(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("mode", "signame"), [("crash-at-exit", "SIGABRT"), ("torchrun-crash-at-exit", "SIGABRT")]
+)
+def test_a_crash_after_training_finished_is_a_completed_run(tmp_path, mode, signame):
+    """vLLM's sleep-mode teardown can kill the trainer at exit (vllm-project/vllm#16993): once ms-swift
+    logged its end and the final checkpoint is there, nothing is lost, so the run completes, exit 0."""
+    proc = train(tmp_path, FAKE_ROLLOUT="healthy", FAKE_TRAINER=mode)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"({signame}) after training had finished" in proc.stdout
+    data = manifest(tmp_path)
+    assert data["status"] == "completed" and data["failure"] is None
+    assert data["trainer_exit"]["signal"] == signame and data["trainer_exit"]["accepted"] is True
+    assert "End time of running main" in data["trainer_exit"]["reason"] and "step 1 of 1" in data["trainer_exit"]["reason"]
+    assert (tmp_path / "out" / "r" / "adapter" / "adapter_model.safetensors").read_bytes() == b"fake weights"
+    assert_nothing_left(tmp_path)
+
+
+def test_a_crash_before_the_last_step_stays_failed(tmp_path):
+    proc = train(tmp_path, FAKE_ROLLOUT="healthy", FAKE_TRAINER="crash-mid-run")
+    assert proc.returncode == 1
+    data = manifest(tmp_path)
+    assert data["status"] == "failed" and data["failure"]["role"] == "trainer" and "trainer_exit" not in data
+    assert "Segmentation fault" in "\n".join(data["failure"]["log_tail"])
+    assert_nothing_left(tmp_path)
+
+
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_signal_stops_every_process_tree(tmp_path, sig, code):
     port = ports.first_free(18200)

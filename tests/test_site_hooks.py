@@ -1,0 +1,161 @@
+"""The hooks the plan installs in its children (entrypoint/site/sitecustomize.py), on stand-ins for the
+libraries they patch: the real ones need a GPU (tests/gpu runs them for real)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import subprocess
+import sys
+import types
+
+import pytest
+
+from tests.conftest import ROOT, clean_env
+
+SITE = ROOT / "entrypoint" / "site"
+GIB = 1024**3
+
+
+@pytest.fixture
+def site(monkeypatch):
+    """sitecustomize.py loaded as a module with no hook variable set (so it installs nothing)."""
+    for key in ("GRPO_RIG_EMULATE_VRAM_GB", "GRPO_RIG_VLLM_KEEP_POOLS", "GRPO_RIG_EVENTS"):
+        monkeypatch.delenv(key, raising=False)
+    spec = importlib.util.spec_from_file_location("grpo_rig_site_under_test", SITE / "sitecustomize.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("free", "total", "used", "expected"),
+    [
+        # an H200 (140 GiB) this process uses 3 GiB of, emulating 24 GiB: 21 free of 24
+        (137 * GIB, 140 * GIB, 3 * GIB, (21 * GIB, 24 * GIB)),
+        # other processes fill the real device: never more free than there really is
+        (10 * GIB, 140 * GIB, 3 * GIB, (10 * GIB, 24 * GIB)),
+        # over the emulated card: nothing free, not a negative number
+        (100 * GIB, 140 * GIB, 30 * GIB, (0, 24 * GIB)),
+        # a card smaller than the emulation is itself
+        (20 * GIB, 22 * GIB, 2 * GIB, (20 * GIB, 22 * GIB)),
+    ],
+)
+def test_emulated_card_as_vllm_reads_it(site, free, total, used, expected):
+    assert site.emulated_mem_info(free, total, used, 24 * GIB) == expected
+
+
+def _pools_alive_after_use(cumem_module_patch) -> list[bool]:
+    """Use a stand-in of vLLM's pool context once, drop every reference, collect: which objects live on?"""
+    import gc
+    import weakref
+
+    class MemPool:
+        pass
+
+    class CUDAPluggableAllocator:
+        pass
+
+    @contextlib.contextmanager
+    def use_memory_pool_with_allocator(malloc, free):
+        yield MemPool(), CUDAPluggableAllocator()
+
+    cumem = types.SimpleNamespace(use_memory_pool_with_allocator=use_memory_pool_with_allocator)
+    cumem_module_patch(cumem)
+    with cumem.use_memory_pool_with_allocator(None, None) as data:
+        refs = [weakref.ref(obj) for obj in data]
+    del data
+    gc.collect()
+    return [r() is not None for r in refs]
+
+
+def test_vllm_pools_are_never_collected(site):
+    assert _pools_alive_after_use(site._keep_vllm_pools) == [True, True]
+    assert _pools_alive_after_use(lambda cumem: None) == [False, False]  # without the hook they would be
+
+
+def test_phase_events_time_generation_and_training(site, tmp_path, monkeypatch):
+    events = tmp_path / "events.jsonl"
+    monkeypatch.setattr(site, "_EVENTS", str(events))
+    monkeypatch.setenv("RANK", "0")
+
+    class GRPOTrainer:
+        state = types.SimpleNamespace(global_step=3)
+
+        def _generate_completions(self, inputs):
+            return inputs
+
+        def _generate_and_score_completions(self, inputs):
+            return self._generate_completions(inputs)
+
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            return 0.0
+
+    site._record_phases(types.SimpleNamespace(GRPOTrainer=GRPOTrainer))
+    trainer = GRPOTrainer()
+    trainer._generate_and_score_completions(["a", "b", "c", "d"])
+    trainer.training_step(None, None)
+    rows = [json.loads(line) for line in events.read_text().splitlines()]
+    assert [r["phase"] for r in rows] == ["generate", "rollout", "train"]
+    assert rows[0]["completions"] == 4 and all(r["step"] == 3 and r["seconds"] >= 0 for r in rows)
+
+
+def test_other_ranks_write_no_events(site, tmp_path, monkeypatch):
+    monkeypatch.setattr(site, "_EVENTS", str(tmp_path / "events.jsonl"))
+    monkeypatch.setenv("RANK", "1")
+
+    class GRPOTrainer:
+        def training_step(self, *a):
+            return 0.0
+
+    site._record_phases(types.SimpleNamespace(GRPOTrainer=GRPOTrainer))
+    GRPOTrainer().training_step()
+    assert not (tmp_path / "events.jsonl").exists()
+
+
+def _child(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code], env=clean_env(PYTHONPATH=str(SITE), **env), capture_output=True, text=True
+    )
+
+
+def test_emulation_patches_torch_only_once_torch_is_imported():
+    code = (
+        "import sys; assert 'torch' not in sys.modules; import torch; "
+        "print(torch.cuda.mem_get_info.__name__, hasattr(torch.cuda.mem_get_info, '__wrapped__'), len(torch.cuda._queued_calls))"
+    )
+    with_cap = _child(code, GRPO_RIG_EMULATE_VRAM_GB="24")
+    without = _child(code)
+    assert with_cap.returncode == 0, with_cap.stderr
+    name, wrapped, queued = with_cap.stdout.split()
+    assert (name, wrapped) == ("mem_get_info", "True")
+    assert without.stdout.split()[1] == "False"
+    assert int(queued) == int(without.stdout.split()[2]) + 1  # the memory-fraction cap, applied at CUDA init
+
+
+def test_a_failing_hook_never_takes_the_child_down(tmp_path):
+    pkg = tmp_path / "swift" / "trainers" / "rlhf_trainer"
+    pkg.mkdir(parents=True)
+    for d in (tmp_path / "swift", tmp_path / "swift" / "trainers", pkg):
+        (d / "__init__.py").write_text("")
+    (pkg / "grpo_trainer.py").write_text("X = 1\n")  # no GRPOTrainer: the hook fails
+    proc = subprocess.run(
+        [sys.executable, "-c", "import swift.trainers.rlhf_trainer.grpo_trainer as g; print(g.X)"],
+        env=clean_env(PYTHONPATH=f"{SITE}:{tmp_path}", GRPO_RIG_EVENTS=str(tmp_path / "e.jsonl")),
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "1", proc.stderr
+    assert "hook for swift.trainers.rlhf_trainer.grpo_trainer not installed" in proc.stderr
+
+
+def test_another_sitecustomize_on_the_path_still_runs(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text("import builtins; builtins.OTHER_SITE_RAN = True\n")
+    proc = subprocess.run(
+        [sys.executable, "-c", "import builtins; print(getattr(builtins, 'OTHER_SITE_RAN', False))"],
+        env=clean_env(PYTHONPATH=f"{SITE}:{tmp_path}"),
+        capture_output=True,
+        text=True,
+    )
+    assert proc.stdout.strip() == "True", proc.stderr
