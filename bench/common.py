@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -9,25 +10,66 @@ import platform
 import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "bench" / "recipes" / "random-qwen-hf.env"
 
 
-def start_train(out: Path, name: str, pairs: dict[str, str], log: Path) -> subprocess.Popen:
-    """Start one entrypoint run in the background; its console goes to `log`."""
+@dataclasses.dataclass
+class Run:
+    """One entrypoint run in the background; its console goes to `log`, each line stamped with the
+    wall-clock time it arrived (start-up phases are read from those stamps)."""
+
+    name: str
+    run_dir: Path
+    log: Path
+    proc: subprocess.Popen
+    started: float
+    _reader: threading.Thread
+
+    def wait(self, timeout: float | None = None) -> int:
+        rc = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        return rc
+
+
+def start_train(
+    out: Path,
+    name: str,
+    pairs: dict[str, str],
+    log: Path,
+    recipe: str | Path = RECIPE,
+    env: dict | None = None,
+) -> Run:
+    """Start `python -m entrypoint train recipe=RECIPE OUTPUT_DIR=out RUN_NAME=name KEY=VALUE...`."""
     argv = [
         sys.executable,
         "-m",
         "entrypoint",
         "train",
-        f"recipe={RECIPE}",
+        f"recipe={recipe}",
         f"OUTPUT_DIR={out}",
         f"RUN_NAME={name}",
     ]
     argv += [f"{k}={v}" for k, v in pairs.items()]
-    return subprocess.Popen(argv, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT)  # noqa: S603
+    started = time.time()
+    proc = subprocess.Popen(  # noqa: S603 - argv list
+        argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+    )
+
+    def pump() -> None:
+        with log.open("w", encoding="utf-8") as f:
+            f.write(f"{started:.3f} $ {' '.join(argv)}\n")
+            for raw in iter(proc.stdout.readline, b""):
+                f.write(f"{time.time():.3f} {raw.decode('utf-8', 'replace').rstrip()}\n")
+                f.flush()
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    return Run(name, out / name, log, proc, started, reader)
 
 
 def rows(run_dir: Path) -> list[dict]:
@@ -41,10 +83,48 @@ def step_rows(run_dir: Path) -> list[dict]:
     return [r for r in rows(run_dir) if "loss" in r and "global_step/max_steps" in r]
 
 
+def events(run_dir: Path) -> list[dict]:
+    """The trainer's phase timings (entrypoint/site/sitecustomize.py, GRPO_RIG_EVENTS)."""
+    path = run_dir / "logs" / "events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def manifest(run_dir: Path) -> dict:
+    path = run_dir / "manifest.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def seconds(text: str) -> float:
     """ms-swift's elapsed_time ('1h 2m 3s', '1m 34s', '45s') in seconds."""
     units = {"h": 3600, "m": 60, "s": 1}
     return float(sum(int(n) * units[u] for n, u in re.findall(r"(\d+)([hms])", text)))
+
+
+# Console markers of the start-up phases (the entrypoint's own lines and ms-swift / vLLM 0.8.5 log lines).
+STARTUP_MARKERS = {
+    "trainer started": r"^\S+ +trainer \| ",
+    "model loaded": r"\[INFO:swift\] model_info:",
+    "vLLM engine start": r"Initializing a V1 LLM engine|Initializing an LLM engine",
+    "vLLM engine ready": r"init engine \(profile, create kv cache, warmup model\) took|Graph capturing finished",
+    "first step logged": r"'global_step/max_steps': '1/",
+}
+
+
+def startup(log: Path) -> dict[str, float]:
+    """Seconds from the command to each start-up marker (absent markers are left out)."""
+    lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    if not lines:
+        return {}
+    t0 = float(lines[0].split(" ", 1)[0])
+    found: dict[str, float] = {}
+    for line in lines[1:]:
+        stamp, _, text = line.partition(" ")
+        for name, pattern in STARTUP_MARKERS.items():
+            if name not in found and re.search(pattern, text if name != "trainer started" else line):
+                found[name] = round(float(stamp) - t0, 1)
+    return found
 
 
 def environment() -> dict:
@@ -65,11 +145,9 @@ def environment() -> dict:
         info["gpus"] = []
     import importlib.metadata as md
 
-    for pkg in ("torch", "transformers", "ms-swift", "trl", "peft", "accelerate", "deepspeed"):
+    for pkg in ("torch", "vllm", "transformers", "ms-swift", "trl", "peft", "accelerate", "liger-kernel"):
         try:
             info[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
             info[pkg] = None
-    info["generation"] = "HF generate inside the trainer (vLLM cannot be carried to the benchmark machine)"
-    info["host_env"] = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES",) if os.environ.get(k)}
     return info

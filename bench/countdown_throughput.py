@@ -1,12 +1,18 @@
-"""Single-card countdown GRPO throughput: the seed's settings against the shipped countdown-1x4090.
+"""Single-card countdown GRPO throughput: seed 001, countdown-1x4090 before and after the planner chose its
+shape, and the levers beyond it, one after another on the same GPU.
 
-    python bench/countdown_throughput.py --models DIR --out DIR [--gpus 0,1] [--steps 6] [--warmup 2]
+    python bench/countdown_throughput.py --models DIR --out DIR [--steps 6] [--warmup 2] [--only NAME,...]
 
-Both run through the entrypoint on the same random-weight Qwen2.5-0.5B architecture and the same
-generated countdown tasks, each process capped at a 24 GiB card (EMULATE_VRAM_GB=24), with HF
-generation (the benchmark machine cannot run vLLM; with vLLM both sides generate faster). Reported
-after the warm-up steps: completion tokens/s, completions/s, s/step, and peak memory (torch max
-reserved as ms-swift logs it, and NVML's peak for the GPU).
+Every configuration runs through the entrypoint on the same random-weight Qwen2.5-0.5B architecture
+(`--models`/q05: bench/make_random_model.py with the real Qwen2.5 tokenizer, bench/qwen_tokenizer.py)
+and the same generated countdown tasks, capped at a 24 GiB card (EMULATE_VRAM_GB=24), alone on the GPU.
+Reported over the steps after the warm-up: completion tokens/s, completions/s, s/step, the share of each
+step spent generating (weight sync included), scoring and preparing (rewards, log-probs), training
+(forward + backward of the micro-batches) and the rest (optimizer step, logging), from the trainer's phase
+events (entrypoint/site/sitecustomize.py); torch's peak reserved memory (ms-swift's memory(GiB)) and NVML's
+peak for the run's processes; and the start-up phases from the command to the first logged step. The
+first vLLM configuration starts with an empty torch.compile cache (VLLM_CACHE_ROOT under --out: cold), the
+later ones reuse it (warm).
 Writes countdown-throughput.json, .md and .png under --out.
 """
 
@@ -15,141 +21,168 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
-from common import ROOT, environment, seconds, start_train, step_rows
+from common import ROOT, environment, events, manifest, start_train, startup, step_rows
 
 sys.path.insert(0, str(ROOT))
-from entrypoint import recipe as recipe_mod  # noqa: E402
 
-# Seed 001's single-card values (../shared/seeds/NOTES.md), minus vLLM: it never set USE_VLLM=true.
+# Seed 001's single-card values (../shared/seeds/NOTES.md); it never set USE_VLLM=true, so HF generation.
 SEED = {
     "PER_DEVICE_TRAIN_BATCH_SIZE": "1", "GRADIENT_ACCUMULATION_STEPS": "8", "NUM_GENERATIONS": "2",
     "MAX_COMPLETION_LENGTH": "256", "MAX_LENGTH": "2048", "LEARNING_RATE": "5e-7", "BETA": "0.001",
+    "USE_VLLM": "false",
 }  # fmt: skip
-BATCH_KEYS = ("PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "NUM_GENERATIONS", "MAX_COMPLETION_LENGTH",
-              "MAX_LENGTH", "LEARNING_RATE", "BETA", "GENERATION_BATCH_SIZE", "STEPS_PER_GENERATION", "GRADIENT_CHECKPOINTING")  # fmt: skip
+# recipes/countdown-1x4090.env as shipped before the planner chose the shape (git 75ce9ea).
+BEFORE = {
+    "PER_DEVICE_TRAIN_BATCH_SIZE": "1", "GRADIENT_ACCUMULATION_STEPS": "32", "GENERATION_BATCH_SIZE": "",
+    "VLLM_GPU_MEMORY_UTILIZATION": "0.4", "SLEEP_LEVEL": "1",
+}  # fmt: skip
+# name: (recipe, overrides); the shipped recipe as it is has no overrides.
+CONFIGS = {
+    "seed 001 settings": ("bench/recipes/random-qwen-hf.env", SEED),
+    "countdown-1x4090 before": ("countdown-1x4090", BEFORE),
+    "countdown-1x4090 (shipped)": ("countdown-1x4090", {}),
+    "lever: shipped + SLEEP_LEVEL=1": ("countdown-1x4090", {"SLEEP_LEVEL": "1"}),
+    "lever: shipped, prefix caching off": ("countdown-1x4090", {"VLLM_ENABLE_PREFIX_CACHING": "false"}),
+    "lever: liger fused loss, micro-batch 32": (
+        "countdown-1x4090",
+        {
+            "USE_LIGER_KERNEL": "true",
+            "PER_DEVICE_TRAIN_BATCH_SIZE": "32",
+            "GRADIENT_ACCUMULATION_STEPS": "1",
+            "MEMORY_CHECK": "warn",
+        },
+    ),  # fmt: skip
+}
+SHIPPED, OLD, SEED_NAME = "countdown-1x4090 (shipped)", "countdown-1x4090 before", "seed 001 settings"
 
 
-def shipped() -> dict[str, str]:
-    """The batch-shaping values of recipes/countdown-1x4090.env (read, not copied)."""
-    r = recipe_mod.load(["recipe=countdown-1x4090"], {})
-    return {k: r.raw(k) for k in BATCH_KEYS if r.raw(k)}
+def slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name).strip("-").replace("--", "-")
 
 
-def summarize(run_dir: Path, pairs: dict[str, str], warmup: int) -> dict:
-    """Throughput over the steps after `warmup`, from ms-swift's logging.jsonl and the manifest.
-
-    Generated tokens per completion: a completion cut at MAX_COMPLETION_LENGTH (`clipped_ratio`, all of
-    them with random weights) has exactly that many; the others count `mean_length`.
-    """
-    steps = step_rows(run_dir)
-    if not (run_dir / "manifest.json").exists():
-        return {"status": "not started", "error": "no manifest (refused or killed before the run began)"}
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    measured = steps[warmup:]
-    if len(measured) < 2:
-        return {"status": manifest["status"], "error": "too few steps logged"}
-    per_step = int(pairs["PER_DEVICE_TRAIN_BATCH_SIZE"]) * int(pairs["GRADIENT_ACCUMULATION_STEPS"])
-    per_round = int(pairs.get("GENERATION_BATCH_SIZE") or per_step)
-    limit = int(pairs["MAX_COMPLETION_LENGTH"])
-    start = seconds(steps[warmup - 1]["elapsed_time"]) if warmup else 0.0
-    span = seconds(measured[-1]["elapsed_time"]) - start
-    tokens = completions = 0.0
-    for r in measured:
-        if "completions/mean_length" in r:  # a step that generated
-            clipped = r.get("completions/clipped_ratio", 0.0)
-            tokens += per_round * (clipped * limit + (1 - clipped) * r["completions/mean_length"])
-            completions += per_round
-    n = len(measured)
-    peaks = manifest.get("gpu_memory_peak", {})
-    reserved = max(r.get("memory(GiB)", 0.0) for r in steps)
-    nvml = max((v["measured_gib"] for v in peaks.values()), default=None)
+def phase_shares(evs: list[dict], warmup: int) -> dict | None:
+    """Seconds per step and the share of each phase over the optimizer steps after `warmup`, from the
+    trainer's phase events: a step starts with its rollout and ends where the next rollout starts."""
+    rollouts = [e for e in evs if e["phase"] == "rollout"]
+    if len(rollouts) <= warmup + 1:
+        return None
+    start = rollouts[warmup]["t"] - rollouts[warmup]["seconds"]
+    last_train = max(e["t"] for e in evs if e["phase"] == "train")
+    window = [e for e in evs if e["t"] - e["seconds"] >= start - 1e-3]
+    span = last_train - start
+    total = {
+        p: sum(e["seconds"] for e in window if e["phase"] == p)
+        for p in ("sync", "generate", "rollout", "train")
+    }
+    steps = len(rollouts) - warmup
+    shares = {
+        "generating": total["generate"] / span,
+        "of which weight sync": total["sync"] / span,
+        "scoring and log-probs": (total["rollout"] - total["generate"]) / span,
+        # a round's rollout runs inside its first micro-batch's training_step (HF Trainer -> _prepare_inputs)
+        "training": (total["train"] - total["rollout"]) / span,
+    }
+    shares["other"] = 1 - shares["generating"] - shares["scoring and log-probs"] - shares["training"]
     return {
-        "status": manifest["status"],
+        "s_per_step": round(span / steps, 2),
+        "steps": steps,
+        "shares": {k: round(v, 3) for k, v in shares.items()},
+    }
+
+
+def summarize(run_dir: Path, warmup: int, log: Path) -> dict:
+    """Throughput over the steps after `warmup`, from ms-swift's logging.jsonl, the phase events and the
+    manifest. Completion tokens per step: completions x their mean length as ms-swift logs it."""
+    m = manifest(run_dir)
+    if not m:
+        return {"status": "not started", "error": "no manifest (refused or killed before the run began)"}
+    steps = step_rows(run_dir)
+    out: dict = {"status": m["status"], "startup_s": startup(log), "trainer_exit": m.get("trainer_exit")}
+    out["shape"] = {k: v["value"] for k, v in m.get("resolved_recipe", {}).items()
+                    if k in ("PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "GENERATION_BATCH_SIZE",
+                             "NUM_GENERATIONS", "VLLM_GPU_MEMORY_UTILIZATION", "SLEEP_LEVEL", "USE_VLLM", "USE_LIGER_KERNEL")}  # fmt: skip
+    timing = phase_shares(events(run_dir), warmup)
+    measured = steps[warmup:]
+    if timing is None or len(measured) < 2:
+        return {**out, "error": f"too few steps logged ({len(steps)})"}
+    resolved = {k: v["value"] for k, v in m["resolved_recipe"].items()}
+    per_step = int(resolved["PER_DEVICE_TRAIN_BATCH_SIZE"]) * int(resolved["GRADIENT_ACCUMULATION_STEPS"])
+    tokens_per_step = sum(per_step * r["completions/mean_length"] for r in measured) / len(measured)
+    peak = next(iter((m.get("gpu_memory_peak") or {}).values()), {})
+    reserved = max(r.get("memory(GiB)", 0.0) for r in steps)
+    return {
+        **out,
         "completions_per_step": per_step,
-        "steps_measured": n,
-        "s_per_step": round(span / n, 2),
-        "completion_tokens_per_s": round(tokens / span, 1),
-        "completions_per_s": round(completions / span, 3),
+        "steps_measured": timing["steps"],
+        "s_per_step": timing["s_per_step"],
+        "completion_tokens_per_s": round(tokens_per_step / timing["s_per_step"], 1),
+        "completions_per_s": round(per_step / timing["s_per_step"], 3),
+        "phase_shares": timing["shares"],
         "peak_reserved_gib": reserved,
-        "peak_nvml_gib": nvml,
-        "non_torch_gib": round(nvml - reserved, 2) if nvml is not None else None,
-        "predicted_gib": next((v["predicted_gib"] for v in peaks.values()), None),
-        "mean_reward": round(sum(r["reward"] for r in measured if "reward" in r) / n, 4),
+        "peak_nvml_gib": peak.get("measured_gib"),
+        "peak_measured_by": peak.get("measured_by"),
+        "predicted_gib": peak.get("predicted_gib"),
+        "mean_reward": round(sum(r["reward"] for r in measured if "reward" in r) / len(measured), 4),
     }
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", type=Path, required=True, help="folder with q05/ (bench/make_random_model.py)")
+    p.add_argument("--models", type=Path, required=True, help="folder with q05/")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument(
-        "--gpus", default="0,1", help="two GPUs run the configurations side by side; one runs them in turn"
-    )
+    p.add_argument("--gpu", default="0")
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--only", default="", help="comma-separated configuration names (default: all)")
     p.add_argument(
-        "--extra", action="append", default=[], help="NAME:KEY=V,KEY=V extra configuration to compare"
-    )
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=V",
-        help="override for every configuration (CPU checks)",
+        "--set", action="append", default=[], metavar="KEY=V", help="override for every configuration"
     )
     args = p.parse_args()
-    overrides = dict(item.split("=", 1) for item in args.set)
     args.out.mkdir(parents=True, exist_ok=True)
-    configs = {"seed 001 settings": SEED, "countdown-1x4090 (shipped)": shipped()}
-    for spec in args.extra:
-        name, _, kv = spec.partition(":")
-        configs[name] = dict(item.split("=", 1) for item in kv.split(","))
-    gpus = args.gpus.split(",")
+    names = [n for n in CONFIGS if not args.only or n in args.only.split(",")]
     common = {
         "MODEL": str(args.models / "q05"),
+        "DATASET_GENERATOR": "countdown",
         "EMULATE_VRAM_GB": "24",
         "MAX_STEPS": str(args.steps),
         "SEED": "42",
+        "TRAIN_GPUS": args.gpu,
+        **dict(item.split("=", 1) for item in args.set),
     }
-    results, pending = {}, list(configs.items())
-    runs = args.out / "runs"
-    while pending:
-        batch, pending = pending[: len(gpus)], pending[len(gpus) :]
-        procs = []
-        for gpu, (name, pairs) in zip(gpus, batch, strict=False):
-            slug = name.split()[0]
-            procs.append(
-                (
-                    name,
-                    pairs,
-                    slug,
-                    start_train(
-                        runs,
-                        slug,
-                        {**common, **pairs, **overrides, "TRAIN_GPUS": gpu},
-                        args.out / f"{slug}.log",
-                    ),
-                )
-            )
-        for name, pairs, slug, proc in procs:
-            start = time.monotonic()
-            rc = proc.wait()
-            results[name] = {"config": pairs, "returncode": rc, **summarize(runs / slug, pairs, args.warmup)}
-            print(name, json.dumps(results[name]), f"({time.monotonic() - start:.0f} s)", flush=True)
-    report = {"environment": environment(), "emulate_vram_gib": 24, "model": "Qwen2.5-0.5B architecture, random weights",
-              "steps": args.steps, "warmup_steps": args.warmup, "results": results}  # fmt: skip
-    seed, ours = results["seed 001 settings"], results["countdown-1x4090 (shipped)"]
-    if "completion_tokens_per_s" in seed and "completion_tokens_per_s" in ours:
-        report["speedup_tokens_per_s"] = round(
-            ours["completion_tokens_per_s"] / seed["completion_tokens_per_s"], 2
-        )
-        report["peak_reserved_ratio"] = round(ours["peak_reserved_gib"] / seed["peak_reserved_gib"], 3)
-    (args.out / "countdown-throughput.json").write_text(json.dumps(report, indent=2) + "\n")
-    write_markdown(report, args.out / "countdown-throughput.md")
-    write_plot(report, args.out / "countdown-throughput.png")
+    cache = {"VLLM_CACHE_ROOT": str(args.out / "vllm-cache")}  # empty at the first vLLM run: cold
+    report_path = args.out / "countdown-throughput.json"
+    results: dict = {}
+    for name in names:
+        recipe, pairs = CONFIGS[name]
+        run = start_train(args.out / "runs", slug(name), {**common, **pairs}, args.out / f"{slug(name)}.log",
+                          recipe=ROOT / recipe if recipe.endswith(".env") else recipe, env=cache)  # fmt: skip
+        rc = run.wait()
+        results[name] = {"overrides": pairs, "returncode": rc, **summarize(run.run_dir, args.warmup, run.log)}
+        print(name, json.dumps(results[name]), flush=True)
+        write_report(results, args, report_path)  # after every run: a cut-short benchmark keeps what ran
+
+
+def write_report(results: dict, args, path: Path) -> None:
+    report = {
+        "environment": environment(),
+        "emulate_vram_gib": 24,
+        "model": "Qwen2.5-0.5B architecture, random weights, real Qwen2.5 tokenizer (bench/qwen_tokenizer.py)",
+        "workload": "recipes/countdown-1x4090.env (seed: bench/recipes/random-qwen-hf.env) with MODEL, "
+        "DATASET_GENERATOR=countdown, EMULATE_VRAM_GB=24, MAX_STEPS, SEED=42; one configuration at a time on one GPU",
+        "steps": args.steps,
+        "warmup_steps": args.warmup,
+        "results": results,
+    }
+    ours, old, seed = (results.get(n, {}).get("completion_tokens_per_s") for n in (SHIPPED, OLD, SEED_NAME))
+    if ours and old:
+        report["speedup_vs_before"] = round(ours / old, 2)
+    if ours and seed:
+        report["speedup_vs_seed"] = round(ours / seed, 2)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    write_markdown(report, path.with_suffix(".md"))
+    write_plot(report, path.with_suffix(".png"))
 
 
 def write_markdown(report: dict, path: Path) -> None:
@@ -157,31 +190,57 @@ def write_markdown(report: dict, path: Path) -> None:
     lines = [
         "# Countdown GRPO throughput on one emulated 24 GiB card",
         "",
-        f"{env['date']}, {', '.join(env['gpus']) or 'GPU unknown'}; torch {env['torch']}, transformers {env['transformers']}, "
-        f"ms-swift {env['ms-swift']}, trl {env['trl']}. {report['model']}, {env['generation']}; each process capped at "
-        f"{report['emulate_vram_gib']} GiB (EMULATE_VRAM_GB); {report['steps']} steps, the first {report['warmup_steps']} not measured.",
+        f"{env['date']}, {', '.join(env['gpus']) or 'GPU unknown'} (name, driver, memory); Python {env['python']}, "
+        f"torch {env['torch']}, vLLM {env['vllm']}, transformers {env['transformers']}, ms-swift {env['ms-swift']}, "
+        f"trl {env['trl']}, peft {env['peft']}, liger-kernel {env['liger-kernel']}. {report['model']}; each run capped at "
+        f"{report['emulate_vram_gib']} GiB (EMULATE_VRAM_GB), alone on the GPU; {report['steps']} steps, the first "
+        f"{report['warmup_steps']} not measured. Workload: {report['workload']}.",
         "",
-        "| configuration | completions/step | s/step | completion tokens/s | completions/s | peak reserved GiB | peak NVML GiB | planned GiB |",
-        "|---|---|---|---|---|---|---|---|",
+        "| configuration | shape (micro-batch x accumulation, vLLM share, sleep) | s/step | completion tokens/s | "
+        "completions/s | generating | scoring + log-probs | training | other | peak reserved GiB | peak NVML GiB | planned GiB | exit |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in report["results"].items():
-        if "s_per_step" not in r:
-            lines.append(f"| {name} | failed: {r.get('error', r.get('returncode'))} | | | | | | |")
-            continue
-        lines.append(
-            f"| {name} | {r['completions_per_step']} | {r['s_per_step']} | {r['completion_tokens_per_s']} | {r['completions_per_s']} | "
-            f"{r['peak_reserved_gib']} | {r['peak_nvml_gib']} | {r['predicted_gib']} |"
+        s = r.get("shape", {})
+        shape = (f"{s.get('PER_DEVICE_TRAIN_BATCH_SIZE')} x {s.get('GRADIENT_ACCUMULATION_STEPS')}, "
+                 + (f"{s.get('VLLM_GPU_MEMORY_UTILIZATION', '-')}, {s.get('SLEEP_LEVEL', '0')}" if s.get("USE_VLLM") == "true" else "HF generate"))  # fmt: skip
+        exit_text = r["status"] + (
+            f" ({r['trainer_exit']['signal']} after training, accepted)" if r.get("trainer_exit") else ""
         )
-    if "speedup_tokens_per_s" in report:
-        lines += ["", f"Shipped recipe vs seed: {report['speedup_tokens_per_s']}x completion tokens/s at "
-                      f"{report['peak_reserved_ratio']}x the peak reserved memory."]  # fmt: skip
-    if report.get("provenance"):
-        lines += ["", f"Provenance: {report['provenance']}"]
-    lines += ["", "Configurations:", ""] + [
-        f"- {n}: `{' '.join(f'{k}={v}' for k, v in r['config'].items())}`"
+        if "s_per_step" not in r:
+            lines.append(
+                f"| {name} | {shape} | failed: {r.get('error', r.get('returncode'))} | | | | | | | | | | {exit_text} |"
+            )
+            continue
+        sh = r["phase_shares"]
+        lines.append(
+            f"| {name} | {shape} | {r['s_per_step']} | {r['completion_tokens_per_s']} | {r['completions_per_s']} | "
+            f"{sh['generating']:.0%} | {sh['scoring and log-probs']:.0%} | {sh['training']:.0%} | {sh['other']:.0%} | "
+            f"{r['peak_reserved_gib']} | {r['peak_nvml_gib']} | {r['predicted_gib']} | {exit_text} |"
+        )
+    if "speedup_vs_before" in report or "speedup_vs_seed" in report:
+        lines += ["", f"Shipped recipe: {report.get('speedup_vs_before')}x the completion tokens/s of the recipe as shipped "
+                      f"before, {report.get('speedup_vs_seed')}x the seed's."]  # fmt: skip
+    lines += ["", "Start-up, seconds from the command to each phase (the first vLLM run starts with an empty "
+              "torch.compile cache):", "", "| configuration | " + " | ".join(STARTUP_COLUMNS) + " |",
+              "|---|" + "---|" * len(STARTUP_COLUMNS)]  # fmt: skip
+    for name, r in report["results"].items():
+        st = r.get("startup_s", {})
+        lines.append(f"| {name} | " + " | ".join(str(st.get(c, "-")) for c in STARTUP_COLUMNS) + " |")
+    lines += ["", "Overrides on top of the recipe:", ""] + [
+        f"- {n}: `{' '.join(f'{k}={v}' for k, v in r['overrides'].items()) or '(none)'}`"
         for n, r in report["results"].items()
     ]
     path.write_text("\n".join(lines) + "\n")
+
+
+STARTUP_COLUMNS = (
+    "trainer started",
+    "model loaded",
+    "vLLM engine start",
+    "vLLM engine ready",
+    "first step logged",
+)
 
 
 def write_plot(report: dict, path: Path) -> None:
@@ -193,15 +252,17 @@ def write_plot(report: dict, path: Path) -> None:
     done = {n: r for n, r in report["results"].items() if "completion_tokens_per_s" in r}
     if not done:
         return
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.5))
-    names = list(done)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 0.6 * len(done) + 2))
+    names = list(done)[::-1]
     a.barh(names, [done[n]["completion_tokens_per_s"] for n in names])
-    a.set_xlabel("completion tokens/s")
-    b.barh(names, [done[n]["peak_reserved_gib"] for n in names])
-    b.set_xlabel("peak reserved GiB")
-    fig.suptitle(
-        f"countdown GRPO, {report['environment']['gpus'][0] if report['environment']['gpus'] else ''}, 24 GiB cap"
-    )
+    a.set_xlabel("completion tokens/s (higher is better)")
+    b.barh(names, [done[n]["peak_nvml_gib"] or 0 for n in names], label="NVML (run's processes)")
+    b.axvline(24, color="red", linestyle="--", label="24 GiB card")
+    b.set_xlabel("peak GiB")
+    b.set_yticks([])
+    b.legend(loc="lower right", fontsize=8)
+    gpu = report["environment"]["gpus"][0].split(",")[0] if report["environment"]["gpus"] else ""
+    fig.suptitle(f"countdown GRPO on {gpu} capped at 24 GiB, {report['environment']['date'][:10]}")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
 

@@ -21,10 +21,23 @@ The coefficients of activations, logits, OVERHEAD and CONSTANT are fitted to mea
 ms-swift 3.6.4 GRPO runs on an H200 (docs/benchmarks/memory-calibration.json, fitted by
 bench/fit_memory.py); tests/test_memory.py checks every measurement is within 15 %.
 
-vLLM side: colocated, vLLM reserves VLLM_GPU_MEMORY_UTILIZATION x the card on top of what the trainer
-holds when it starts; with SLEEP_LEVEL >= 1 it frees that while the trainer trains
-(grpo_trainer.py:799-851). A dedicated rollout GPU holds ROLLOUT_GPU_MEMORY_UTILIZATION x the card, and
-vLLM refuses to start unless one sequence of max_model_len fits in what is left for the KV cache.
+vLLM side, colocated (what NVML sees on the card, fitted to real vLLM 0.8.5.post1 colocate runs on a
+24 GiB-capped H200: docs/benchmarks/memory-calibration.json, "colocate" measurements):
+
+    card peak = vllm_util_scale x VLLM_GPU_MEMORY_UTILIZATION x card
+                + vllm_train_scale x training peak (the trainer side above, without HF generation)
+                + vllm_constant_gib [+ vllm_sleep_gib with SLEEP_LEVEL >= 1]
+
+vLLM's V1 engine (the default in 0.8.5 for these models) sizes itself so that the whole process holds
+utilization x card once its KV cache is allocated: the trainer's weights and the CUDA context already
+there count against that share (vllm 0.8.5.post1 v1/worker/gpu_worker.py:170-215). With sleep mode,
+ms-swift 3.6.4 empties torch's cache after vLLM sleeps but not before it wakes up
+(grpo_trainer.py:799-851), so the trainer's cached training memory and vLLM's pool meet on the card at
+the next wake-up: SLEEP_LEVEL=1 saves no peak memory without OFFLOAD_MODEL / OFFLOAD_OPTIMIZER, only
+time (the calibration measures both levels). vLLM refuses to start when its share leaves no room for one
+sequence of max_model_len in the KV cache (`kv_budget`).
+
+A dedicated rollout GPU holds ROLLOUT_GPU_MEMORY_UTILIZATION x the card (vLLM's own process there).
 Every GPU also carries the CUDA context (CUDA_CONTEXT_GIB).
 """
 
@@ -57,6 +70,13 @@ DEFAULT_COEFFICIENTS = {
     "logit_bytes": 10.0,  # bytes per completion token per vocabulary entry (bf16 logits, fp32 log-softmax, grad)
     "overhead": 1.10,  # allocator fragmentation / caching
     "constant_gib": 0.15,
+    # vLLM colocate, card level. Until the colocate calibration, the values solved from the two colocate
+    # runs in ../shared/device/README.md (micro-batch 1 and 8, 0.069 x 139.8 GiB for vLLM: 11.92 and
+    # 20.86 GiB NVML peak).
+    "vllm_util_scale": 1.0,
+    "vllm_train_scale": 2.38,
+    "vllm_constant_gib": -5.25,
+    "vllm_sleep_gib": 0.0,
 }
 
 
@@ -79,6 +99,7 @@ class ModelDims:
     tie_embeddings: bool = True
     attention_bias: bool = False
     head_dim_override: int | None = None
+    max_positions: int | None = None  # max_position_embeddings: vLLM's max_model_len when none is given
 
     @property
     def head_dim(self) -> int:
@@ -98,6 +119,7 @@ class ModelDims:
             tie_embeddings=bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False))),
             attention_bias=bool(text.get("attention_bias", text.get("model_type") == "qwen2")),
             head_dim_override=text.get("head_dim"),
+            max_positions=text.get("max_position_embeddings"),
         )
 
     def linear_shapes(self) -> list[tuple[int, int]]:
@@ -211,6 +233,43 @@ def estimate_training(w: Workload, coef: Mapping[str, float] | None = None) -> T
         resident=(weights + states) / GIB,
         peak=peak,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Colocate:
+    """vLLM colocated on a training GPU, as the planner sees it."""
+
+    utilization: float  # VLLM_GPU_MEMORY_UTILIZATION
+    sleep_level: int  # SLEEP_LEVEL
+    max_model_len: int  # tokens of the longest sequence vLLM must be able to hold
+    round_tokens: int  # tokens this process generates in one round: its sequences x (prompt + completion)
+
+
+def colocate_peak(train: TrainingEstimate, card_gib: float, v: Colocate, coef=None) -> dict[str, float]:
+    """Card-level peak (GiB, what NVML sees) of a training GPU with vLLM colocated, by part:
+    {"vLLM": share, "trainer": scaled training peak, "fit": constant}; their sum is the peak."""
+    c = coef or coefficients()
+    parts = {
+        "vLLM": c["vllm_util_scale"] * v.utilization * card_gib,
+        "trainer": c["vllm_train_scale"] * train.peak,
+        "fit": c["vllm_constant_gib"] + (c["vllm_sleep_gib"] if v.sleep_level >= 1 else 0.0),
+    }
+    return parts
+
+
+def kv_budget(
+    dims: ModelDims, dtype_bytes: int, card_gib: float, utilization: float, resident_gib: float
+) -> float:
+    """GiB left for vLLM's KV cache on a colocated card: vLLM's V1 engine counts everything the process
+    already holds (CUDA context, the trainer's weights) against utilization x card, then its own weights
+    and activation peak (vllm 0.8.5.post1 v1/worker/gpu_worker.py:170-215)."""
+    vllm_weights = dims.params * dtype_bytes / GIB
+    return utilization * card_gib - CUDA_CONTEXT_GIB - resident_gib - vllm_weights - VLLM_NON_KV_GIB
+
+
+def kv_gib(dims: ModelDims, dtype_bytes: int, tokens: int) -> float:
+    """GiB of KV cache for `tokens` tokens."""
+    return tokens * dims.kv_bytes_per_token(dtype_bytes) / GIB
 
 
 def estimate_prompt_tokens(rows: list[dict]) -> int:

@@ -42,6 +42,9 @@ def swift_executable() -> str:
 
 
 TRAIN_SUBDIR = "train"  # ms-swift's output_dir inside the run directory
+EVENTS_FILE = "events.jsonl"  # the trainer's phase timings (entrypoint/site/sitecustomize.py)
+SITE_DIR = Path(__file__).resolve().parent / "site"
+SITE_HOOK_VARIABLES = ("GRPO_RIG_EMULATE_VRAM_GB", "GRPO_RIG_VLLM_KEEP_POOLS", "GRPO_RIG_EVENTS")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +84,15 @@ class Plan:
     def train_dir(self) -> Path:
         return self.run_dir / TRAIN_SUBDIR
 
+    @property
+    def shape(self) -> list[tuple[str, str, str]]:
+        """(key, value, reason) of every value the planner chose (entrypoint/shape.py)."""
+        return [
+            (k, v.value, v.source.removeprefix("planner: "))
+            for k, v in self.recipe.values.items()
+            if v.source.startswith("planner")
+        ]
+
     def process(self, role: str) -> Process | None:
         return next((p for p in self.processes if p.role == role), None)
 
@@ -99,6 +111,7 @@ class Plan:
             },
             "gpus": [g.model_dump() for g in self.inventory.gpus],
             "nccl": [dataclasses.asdict(d) for d in self.nccl.decisions],
+            "shape": [{"key": k, "value": v, "reason": why} for k, v, why in self.shape],
             "steps": self.steps,
             "memory": [
                 {
@@ -120,6 +133,11 @@ class Plan:
         lines.append(f"inventory ({self.inventory.source}):")
         lines += ["  " + line for line in self.inventory.table().splitlines()]
         lines.append(f"layout: {self.layout.describe()}")
+        if self.shape:
+            lines.append(
+                "batch shape, chosen by the planner where the recipe leaves it open (AUTO_SHAPE=false: off):"
+            )
+            lines += [f"  {key}={value}: {why}" for key, value, why in self.shape]
         lines.append("nccl:")
         lines += [f"  {d.render()}" for d in self.nccl.decisions]
         if self.memory:
@@ -231,11 +249,20 @@ def build(
     # Dataset
     dataset_paths = trainer_args.pop("dataset", [])
     if s.DATASET_GENERATOR:
-        if dataset_paths:
+        if dataset_paths and recipe.layer("DATASET_GENERATOR") > recipe.layer("DATASET"):
+            problems.append(
+                Problem(
+                    f"DATASET ({recipe.source('DATASET')})",
+                    f"replaced by DATASET_GENERATOR={s.DATASET_GENERATOR} ({recipe.source('DATASET_GENERATOR')}), "
+                    "which a later layer set",
+                    fatal=False,
+                )
+            )
+        elif dataset_paths:
             problems.append(
                 Problem(
                     "DATASET",
-                    f"set together with DATASET_GENERATOR={s.DATASET_GENERATOR}",
+                    f"set together with DATASET_GENERATOR={s.DATASET_GENERATOR} in the same layer",
                     "keep one of the two",
                 )
             )
@@ -269,11 +296,6 @@ def build(
         common["NO_PROXY"] = common["no_proxy"] = ",".join(no_proxy)
     if s.EMULATE_VRAM_GB:
         common["GRPO_RIG_EMULATE_VRAM_GB"] = str(s.EMULATE_VRAM_GB)
-        common["PYTHONPATH"] = ":".join(
-            [str(Path(__file__).resolve().parent / "site")]
-            + ([environ["PYTHONPATH"]] if environ.get("PYTHONPATH") else [])
-        )
-
     processes: list[Process] = []
     server_flags: list[str] = []
     if layout.mode == "server":
@@ -321,6 +343,10 @@ def build(
         server_flags = ["--vllm_mode", "colocate"]
 
     trainer_env = dict(common)
+    # The trainer's hooks (entrypoint/site/sitecustomize.py says why each exists).
+    trainer_env["GRPO_RIG_EVENTS"] = str(run_dir / "logs" / EVENTS_FILE)
+    if layout.mode == "colocate" and int((trainer_args.get("sleep_level") or ["0"])[0]) >= 1:
+        trainer_env["GRPO_RIG_VLLM_KEEP_POOLS"] = "1"
     if layout.train_gpus:
         trainer_env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, layout.train_gpus))
         trainer_env["NPROC_PER_NODE"] = str(layout.nproc_per_node)
@@ -358,6 +384,8 @@ def build(
     if not rollout_only:
         processes.append(Process(role="trainer", env=trainer_env, argv=trainer_argv))
 
+    processes = [_with_site_hooks(p, environ) for p in processes]
+
     if layout.local_rollout:
         for port_needed, what in (
             (ports.WEIGHT_SYNC_PORT, "the weight-sync rendezvous (fixed in ms-swift 3.6.4)"),
@@ -387,6 +415,14 @@ def build(
         resume_from=resume_from,
         placed=placed,
     )
+
+
+def _with_site_hooks(process: Process, environ: Mapping[str, str]) -> Process:
+    """Put entrypoint/site first on PYTHONPATH of a child that has a GRPO_RIG_* hook variable."""
+    if not any(k in process.env for k in SITE_HOOK_VARIABLES):
+        return process
+    path = [str(SITE_DIR)] + ([environ["PYTHONPATH"]] if environ.get("PYTHONPATH") else [])
+    return dataclasses.replace(process, env={**process.env, "PYTHONPATH": ":".join(path)})
 
 
 def recipe_shared(trainer_args: Mapping[str, list[str]]) -> list[str]:

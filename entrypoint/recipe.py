@@ -112,6 +112,27 @@ class Recipe:
         v = self.values.get(key)
         return v.source if v is not None else "default"
 
+    def layer(self, key: str) -> int:
+        """Precedence of the layer that set `key`: -1 unset, 0 defaults.env, 1 the recipe file,
+        2 the process environment, 3 the command line, 4 the planner."""
+        source = self.source(key)
+        if key not in self.values:
+            return -1
+        if source.startswith(f"recipes/{DEFAULTS_FILE}"):
+            return 0
+        return {"environment": 2, "command line": 3}.get(source, 4 if source.startswith("planner") else 1)
+
+    def with_values(self, chosen: Mapping[str, tuple[str, str]]) -> Recipe:
+        """A copy with swift arguments set by the planner: {KEY: (value, source)}. Keys must be unset here."""
+        rlhf = swift_schema.load("rlhf")
+        values = dict(self.values)
+        trainer = dict(self.trainer)
+        for key, (value, source) in chosen.items():
+            values[key] = Value(value, source)
+            spec = rlhf[key.lower()]
+            trainer[spec.name] = spec.coerce(value)
+        return dataclasses.replace(self, values=values, trainer=trainer)
+
     def resolved(self) -> dict[str, dict[str, str]]:
         """{KEY: {"value", "source"}} for the manifest and `plan --json`."""
         return {k: {"value": v.value, "source": v.source} for k, v in sorted(self.values.items())}

@@ -91,6 +91,11 @@ class Settings(BaseModel):
     PROMPT_TOKENS: int = Field(
         0, ge=0, description="longest prompt in tokens, for the memory plan; 0: estimate from the dataset"
     )
+    AUTO_SHAPE: bool = Field(
+        True,
+        description="let the planner choose PER_DEVICE_TRAIN_BATCH_SIZE, GRADIENT_ACCUMULATION_STEPS, "
+        "VLLM_GPU_MEMORY_UTILIZATION and SLEEP_LEVEL where the recipe leaves them unset (entrypoint/shape.py)",
+    )
     EMULATE_VRAM_GB: float = Field(0.0, ge=0, description="cap each process's CUDA memory (GiB); 0: off")
     GPU_MONITOR_INTERVAL: float = Field(2.0, gt=0, description="seconds between NVML samples into gpu.jsonl")
 

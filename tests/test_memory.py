@@ -99,9 +99,17 @@ def test_c09_shipped_gpu_recipes_fit_24gb_with_headroom(recipe, inventory, extra
         assert e["peak_gib"] <= 0.9 * e["card_gib"], e
 
 
-def test_shipped_single_gpu_recipe_sets_the_vllm_share_explicitly():
-    text = (ROOT / "recipes" / "countdown-1x4090.env").read_text()
-    assert "\nVLLM_GPU_MEMORY_UTILIZATION=" in text
+def test_shipped_single_gpu_recipe_gets_an_explicit_fitting_vllm_share():
+    """C09: never ms-swift's default 0.9 on a shared card; the planner sizes it when the recipe does not."""
+    proc = run_cli(
+        "plan", "--json", "recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}", env=clean_env()
+    )
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    argv = plan["processes"][0]["argv"]
+    util = float(argv[argv.index("--vllm_gpu_memory_utilization") + 1])
+    assert 0.1 <= util < 0.9
+    assert {c["key"] for c in plan["shape"]} >= {"VLLM_GPU_MEMORY_UTILIZATION", "PER_DEVICE_TRAIN_BATCH_SIZE"}
 
 
 def test_emulated_card_size_is_used():
@@ -114,8 +122,10 @@ def test_emulated_card_size_is_used():
         env=clean_env(),
     )
     assert proc.returncode == 0, proc.stderr
-    (gpu0,) = json.loads(proc.stdout)["memory"]
-    assert gpu0["card_gib"] == 24.0 and gpu0["parts"]["vLLM"] == pytest.approx(0.4 * 24, abs=0.01)
+    plan = json.loads(proc.stdout)
+    (gpu0,) = plan["memory"]
+    util = float(next(c["value"] for c in plan["shape"] if c["key"] == "VLLM_GPU_MEMORY_UTILIZATION"))
+    assert gpu0["card_gib"] == 24.0 and gpu0["parts"]["vLLM"] == pytest.approx(util * 24, abs=0.01)
 
 
 def test_dedicated_rollout_gpu_too_small_for_one_sequence_is_refused(tmp_path):

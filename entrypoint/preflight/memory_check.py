@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from entrypoint import countdown, memory
@@ -95,6 +95,80 @@ def workload(plan: Plan, environ: Mapping[str, str]) -> tuple[Workload | None, s
     return w, f"model dimensions from {source}; prompt {prompt} tokens ({why})"
 
 
+def colocate_settings(plan: Plan, w: Workload) -> memory.Colocate:
+    """vLLM's colocate settings as the run will see them (recipe values, else ms-swift's defaults)."""
+    b = values.batch(plan)
+    length = values.value(plan, "vllm_max_model_len", None)
+    return memory.Colocate(
+        utilization=float(values.value(plan, "vllm_gpu_memory_utilization", "0.9")),
+        sleep_level=int(values.value(plan, "sleep_level", "0")),
+        max_model_len=int(length)
+        if length
+        else (w.dims.max_positions or w.prompt_tokens + w.completion_tokens),
+        # ms-swift's colocate engine: max_num_seqs = per-device batch x vLLM TP x steps_per_generation
+        # (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:449-475)
+        round_tokens=b.per_device * b.steps_per_generation * (w.prompt_tokens + w.completion_tokens),
+    )
+
+
+def per_gpu(
+    layout,
+    card: Callable[[int], float],
+    w: Workload,
+    colocate: memory.Colocate | None,
+    rollout_utilization: float,
+    offload: bool = False,
+    coef: Mapping[str, float] | None = None,
+) -> list[GpuEstimate]:
+    """Predicted card-level peak of every GPU the layout uses (pure: the shape chooser calls it for each
+    candidate). `card(gpu)` is the card's size in GiB; `offload`: OFFLOAD_MODEL or OFFLOAD_OPTIMIZER."""
+    train = memory.estimate_training(w, coef)
+    training_parts = {"context": CUDA_CONTEXT_GIB, "weights": train.weights, "optimizer": train.optimizer,
+                      "activations": train.activations, "logits": train.logits, "kv cache (HF)": train.kv_cache}  # fmt: skip
+    estimates: list[GpuEstimate] = []
+    for gpu in layout.train_gpus:
+        total = card(gpu)
+        if colocate is None:
+            estimates.append(
+                GpuEstimate(gpu, "trainer", total, CUDA_CONTEXT_GIB + train.peak, training_parts)
+            )
+        elif offload:
+            # Offloading empties torch's cache around generation, so the two phases do not meet on the card
+            # (not calibrated: no offload measurement yet).
+            vllm = colocate.utilization * total
+            sleeping = SLEEPING_VLLM_GIB if colocate.sleep_level >= 1 else vllm
+            peak = max(CUDA_CONTEXT_GIB + vllm, CUDA_CONTEXT_GIB + train.peak + sleeping)
+            estimates.append(GpuEstimate(gpu, "trainer + vLLM (colocate, offload)", total, peak,
+                                         {**training_parts, "vLLM": vllm}))  # fmt: skip
+        else:
+            parts = memory.colocate_peak(train, total, colocate, coef)
+            estimates.append(GpuEstimate(gpu, "trainer + vLLM (colocate)", total, sum(parts.values()), parts))
+    for gpu in layout.rollout_gpus:
+        total = card(gpu)
+        estimates.append(
+            GpuEstimate(
+                gpu,
+                "rollout (vLLM)",
+                total,
+                CUDA_CONTEXT_GIB + rollout_utilization * total,
+                {"context": CUDA_CONTEXT_GIB, "vLLM": rollout_utilization * total},
+            )  # fmt: skip
+        )
+    return estimates
+
+
+def card_size(plan: Plan) -> Callable[[int], float]:
+    """GiB of a GPU as the run sees it: EMULATE_VRAM_GB caps every card (sitecustomize.py)."""
+    s = plan.recipe.settings
+
+    def card(gpu: int) -> float:
+        info = plan.inventory.gpu(gpu)
+        total = info.memory_total_gib if info else 24.0
+        return min(total, s.EMULATE_VRAM_GB) if s.EMULATE_VRAM_GB else total
+
+    return card
+
+
 def estimate(plan: Plan, environ: Mapping[str, str]) -> tuple[list[GpuEstimate], list[Problem], str]:
     """Per-GPU estimates, problems (a predicted OOM is fatal unless MEMORY_CHECK says otherwise), and a note."""
     r, s, layout = plan.recipe, plan.recipe.settings, plan.layout
@@ -114,58 +188,20 @@ def estimate(plan: Plan, environ: Mapping[str, str]) -> tuple[list[GpuEstimate],
             ],
             note,
         )
-    train = memory.estimate_training(w)
-
-    def card(gpu: int) -> float:
-        info = plan.inventory.gpu(gpu)
-        total = info.memory_total_gib if info else 24.0
-        return min(total, s.EMULATE_VRAM_GB) if s.EMULATE_VRAM_GB else total
-
-    estimates: list[GpuEstimate] = []
-    training_parts = {"context": CUDA_CONTEXT_GIB, "weights": train.weights, "optimizer": train.optimizer,
-                      "activations": train.activations, "logits": train.logits, "kv cache (HF)": train.kv_cache}  # fmt: skip
-    for gpu in layout.train_gpus:
-        total = card(gpu)
-        if layout.mode == "colocate":
-            util = float(values.value(plan, "vllm_gpu_memory_utilization", "0.9"))
-            sleep = int(values.value(plan, "sleep_level", "0"))
-            vllm = util * total
-            resident = 0.0 if values.value(plan, "offload_model", "false") == "true" else train.weights
-            if values.value(plan, "offload_optimizer", "false") != "true":
-                resident += train.resident - train.weights
-            generating = CUDA_CONTEXT_GIB + resident + vllm
-            training = CUDA_CONTEXT_GIB + train.peak + (SLEEPING_VLLM_GIB if sleep >= 1 else vllm)
-            estimates.append(
-                GpuEstimate(
-                    gpu,
-                    "trainer + vLLM (colocate)",
-                    total,
-                    max(generating, training),
-                    {**training_parts, "vLLM": vllm},
-                )
-            )
-        else:
-            estimates.append(
-                GpuEstimate(gpu, "trainer", total, CUDA_CONTEXT_GIB + train.peak, training_parts)
-            )
-    for gpu in layout.rollout_gpus:
-        total = card(gpu)
-        util = float((r.rollout.get("gpu_memory_utilization") or ["0.9"])[0])
-        estimates.append(
-            GpuEstimate(
-                gpu,
-                "rollout (vLLM)",
-                total,
-                CUDA_CONTEXT_GIB + util * total,
-                {"context": CUDA_CONTEXT_GIB, "vLLM": util * total},
-            )
-        )
+    card = card_size(plan)
+    colocate = colocate_settings(plan, w) if layout.mode == "colocate" else None
+    offload = "true" in (
+        values.value(plan, "offload_model", "false"),
+        values.value(plan, "offload_optimizer", "false"),
+    )
+    rollout_util = float((r.rollout.get("gpu_memory_utilization") or ["0.9"])[0])
+    estimates = per_gpu(layout, card, w, colocate, rollout_util, offload)
 
     problems: list[Problem] = []
     fatal = s.MEMORY_CHECK == "error"
     knobs = {
-        "colocate": "lower VLLM_GPU_MEMORY_UTILIZATION (e.g. 0.3-0.4 on 24 GB), SLEEP_LEVEL=1, OFFLOAD_MODEL=true and "
-        "OFFLOAD_OPTIMIZER=true, a shorter MAX_COMPLETION_LENGTH, a smaller PER_DEVICE_TRAIN_BATCH_SIZE "
+        "colocate": "lower VLLM_GPU_MEMORY_UTILIZATION (e.g. 0.3-0.4 on 24 GB), OFFLOAD_MODEL=true and "
+        "OFFLOAD_OPTIMIZER=true with SLEEP_LEVEL=1, a shorter MAX_COMPLETION_LENGTH, a smaller PER_DEVICE_TRAIN_BATCH_SIZE "
         "(keep the generation batch with GRADIENT_ACCUMULATION_STEPS), fewer NUM_GENERATIONS",
         "server": "a shorter MAX_COMPLETION_LENGTH, a smaller PER_DEVICE_TRAIN_BATCH_SIZE (raise GRADIENT_ACCUMULATION_STEPS "
         "to keep the batch), GRADIENT_CHECKPOINTING=true, DEEPSPEED=zero2 or zero3 for full fine-tuning",
@@ -175,7 +211,7 @@ def estimate(plan: Plan, environ: Mapping[str, str]) -> tuple[list[GpuEstimate],
     for e in estimates:
         what = (
             f"predicted {e.peak_gib:.1f} GiB on GPU {e.gpu} ({e.role}), which has {e.card_gib:.1f} GiB: "
-            + ", ".join(f"{k} {v:.1f}" for k, v in e.parts.items() if v >= 0.05)
+            + ", ".join(f"{k} {v:.1f}" for k, v in e.parts.items() if abs(v) >= 0.05)
         )
         if e.role.startswith("rollout"):
             continue
@@ -197,43 +233,44 @@ def estimate(plan: Plan, environ: Mapping[str, str]) -> tuple[list[GpuEstimate],
                     fatal=False,
                 )
             )
-    problems += _vllm_fits(plan, w, card)
+    problems += _vllm_fits(plan, w, card, colocate)
     return estimates, problems, note
 
 
-def _vllm_fits(plan: Plan, w: Workload, card) -> list[Problem]:
+def _vllm_fits(plan: Plan, w: Workload, card, colocate: memory.Colocate | None) -> list[Problem]:
     """vLLM refuses to start unless one sequence of max_model_len fits in its KV cache budget."""
     r, layout = plan.recipe, plan.layout
-    weights = w.dims.params * w.dtype_bytes / GIB
-    kv_token = w.dims.kv_bytes_per_token(w.dtype_bytes) / GIB
+    need_one = lambda length: memory.kv_gib(w.dims, w.dtype_bytes, length)  # noqa: E731
     out: list[Problem] = []
-    if layout.mode == "colocate":
-        util, key = (
-            float(values.value(plan, "vllm_gpu_memory_utilization", "0.9")),
-            "VLLM_GPU_MEMORY_UTILIZATION",
-        )
-        length = int(
-            values.value(plan, "vllm_max_model_len", None) or (w.prompt_tokens + w.completion_tokens)
-        )
-        gpus = layout.train_gpus
-    elif layout.local_rollout:
-        util, key = (
-            float((r.rollout.get("gpu_memory_utilization") or ["0.9"])[0]),
-            "ROLLOUT_GPU_MEMORY_UTILIZATION",
-        )
-        length = int((r.rollout.get("max_model_len") or [str(w.prompt_tokens + w.completion_tokens)])[0])
-        gpus = layout.rollout_gpus
-    else:
+    if colocate is not None:
+        train = memory.estimate_training(w)
+        for gpu in layout.train_gpus:
+            budget = memory.kv_budget(w.dims, w.dtype_bytes, card(gpu), colocate.utilization, train.weights)
+            if budget < need_one(colocate.max_model_len):
+                out.append(
+                    Problem(
+                        "VLLM_GPU_MEMORY_UTILIZATION",
+                        f"{colocate.utilization} x {card(gpu):.1f} GiB leaves {budget:.1f} GiB for vLLM's KV cache once the "
+                        f"CUDA context, the trainer's and vLLM's weights are counted; one sequence of {colocate.max_model_len} "
+                        f"tokens needs {need_one(colocate.max_model_len):.2f} GiB (vLLM would refuse to start)",
+                        "raise VLLM_GPU_MEMORY_UTILIZATION, or set VLLM_MAX_MODEL_LEN to prompt + completion tokens",
+                    )
+                )
         return out
-    for gpu in gpus:
+    if not layout.local_rollout:
+        return out
+    util = float((r.rollout.get("gpu_memory_utilization") or ["0.9"])[0])
+    length = int((r.rollout.get("max_model_len") or [str(w.prompt_tokens + w.completion_tokens)])[0])
+    weights = w.dims.params * w.dtype_bytes / GIB
+    for gpu in layout.rollout_gpus:
         kv_budget = util * card(gpu) - weights - VLLM_NON_KV_GIB
-        if kv_budget < length * kv_token:
+        if kv_budget < need_one(length):
             out.append(
                 Problem(
-                    key,
+                    "ROLLOUT_GPU_MEMORY_UTILIZATION",
                     f"{util} x {card(gpu):.1f} GiB leaves {kv_budget:.1f} GiB for vLLM's KV cache after {weights:.1f} GiB of "
-                    f"weights; one sequence of {length} tokens needs {length * kv_token:.2f} GiB (vLLM would refuse to start)",
-                    f"raise {key}, or lower the max model length",
+                    f"weights; one sequence of {length} tokens needs {need_one(length):.2f} GiB (vLLM would refuse to start)",
+                    "raise ROLLOUT_GPU_MEMORY_UTILIZATION, or lower the max model length",
                 )
             )
     return out

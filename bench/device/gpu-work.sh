@@ -1,0 +1,66 @@
+#!/bin/bash
+# All the GPU work of one lease of the lent H200, with the project's exact locked stack (torch 2.6.0+cu124,
+# vLLM 0.8.5.post1, ms-swift 3.6.4, ... as Python 3.12 builds: ../shared/device/README.md) unpacked in
+# /tmp/devsite. Started in the background (setsid) by the call that unpacks the stack, so the work goes on
+# between calls; bench/device/collect.sh waits for it and hands back the results through $OUT.
+#   1. the real Qwen2.5 tokenizer and random-weight Qwen2.5-0.5B / -1.5B models (no hub there)
+#   2. doctor, and a check that the child hooks see the emulated card
+#   3. at the same time on the one GPU (memory, not speed): the GPU tests (pytest -m gpu tests/gpu) and
+#      the vLLM colocate calibration (bench/calibrate_memory.py), each run on its own emulated 24 GiB card
+#   4. the planner's vLLM coefficients fitted to 3 (bench/fit_memory.py), used from here on
+#   5. alone on the GPU, one after another: the throughput benchmark (bench/countdown_throughput.py), whose
+#      "countdown-1x4090 (shipped)" run is `train recipe=countdown-1x4090 MODEL=<random q05>
+#      DATASET_GENERATOR=countdown EMULATE_VRAM_GB=24 MAX_STEPS=6`
+# Progress: /tmp/work/progress.log; everything lands under /tmp/work.
+set -u
+src=$(cd "$(dirname "$0")/../.." && pwd)
+W=/tmp/work
+mkdir -p "$W" && rm -rf /tmp/grpo-rig && cp -r "$src" /tmp/grpo-rig && cd /tmp/grpo-rig || exit 1
+export PYTHONPATH=/tmp/devsite:$PWD PATH=/tmp/devsite/bin:$PATH GRPO_RIG_SWIFT=/tmp/devsite/bin/swift
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export HF_HUB_OFFLINE=1 MODELSCOPE_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+step() { echo "$(date -u +%T) $*" | tee -a "$W/progress.log"; }
+
+step "tokenizer and models"
+python3 bench/qwen_tokenizer.py "$W/qtok" --wheel .device/kit/dashscope-2.0.2-py3-none-any.whl > "$W/models.log" 2>&1
+for m in q05:Qwen/Qwen2.5-0.5B-Instruct q15:Qwen/Qwen2.5-1.5B-Instruct; do
+  python3 bench/make_random_model.py "${m#*:}" "$W/models/${m%%:*}" --tokenizer "$W/qtok" >> "$W/models.log" 2>&1 &
+done
+wait
+tail -2 "$W/models.log" | tee -a "$W/progress.log"
+
+step "doctor and hooks"
+nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv > "$W/nvidia-smi.txt" 2>&1
+python3 -m entrypoint doctor --save-inventory "$W/inventory-h200.json" > "$W/doctor.txt" 2>&1
+PYTHONPATH=$PWD/entrypoint/site:$PYTHONPATH GRPO_RIG_EMULATE_VRAM_GB=24 python3 -c '
+import os, torch, pynvml
+x = torch.ones(1, device="cuda")
+free, total = torch.cuda.mem_get_info()
+pynvml.nvmlInit()
+h = pynvml.nvmlDeviceGetHandleByIndex(0)
+mine = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h) if p.pid == os.getpid()]
+print(f"emulated card: total {total / 2**30:.2f} GiB, free {free / 2**30:.2f} GiB; NVML lists this PID: {bool(mine)} ({mine})")
+' >> "$W/progress.log" 2>&1
+
+step "phase 1: GPU tests and the colocate calibration, side by side"
+python3 bench/calibrate_memory.py --models "$W/models" --out "$W/calib" --steps 3 --deadline 600 > "$W/calib.log" 2>&1 &
+calib=$!
+# the test's q05 engine reuses the calibration's q05 compile cache once it is written
+for _ in $(seq 150); do [ -e "$W/calib/ready-q05" ] && break; sleep 2; done
+step "q05 engine ready; GPU tests start"
+VLLM_CACHE_ROOT=$W/calib/vllm-cache/q05 GRPO_RIG_TEST_MODEL=$W/models/q05 \
+  python3 -m pytest -p no:cacheprovider -m gpu tests/gpu -v -rA > "$W/pytest-gpu.log" 2>&1
+step "gpu tests: $(tail -1 "$W/pytest-gpu.log")"
+wait $calib
+step "calibration: $(grep -c measured_nvml_gib "$W/calib.log") runs"
+
+step "phase 2: fit, then the throughput benchmark alone on the GPU"
+python3 bench/fit_memory.py --colocate "$W/calib/colocate-measurements.json" > "$W/fit.log" 2>&1
+tail -3 "$W/fit.log" | tee -a "$W/progress.log"
+cp docs/benchmarks/memory-calibration.json entrypoint/data/memory_coefficients.json "$W/" 2>/dev/null
+python3 -m entrypoint plan recipe=countdown-1x4090 "MODEL=$W/models/q05" DATASET_GENERATOR=countdown EMULATE_VRAM_GB=24 > "$W/plan-shipped.txt" 2>&1
+python3 -m entrypoint plan recipe=countdown-1x4090 INVENTORY=examples/inventories/1x4090-driver535.json > "$W/plan-1x4090.txt" 2>&1
+python3 bench/countdown_throughput.py --models "$W/models" --out "$W/bench" --steps 6 --warmup 2 > "$W/bench.log" 2>&1
+step "benchmark: $(grep -c '^' "$W/bench.log") configurations"
+touch "$W/DONE"
+step "done"

@@ -1,0 +1,190 @@
+"""The batch shape: the planner picks what the recipe leaves open, for throughput within the card.
+
+A recipe defines the work of an optimizer step: GENERATION_BATCH_SIZE completions per step (one
+generation round, e.g. 32 = 4 prompts x NUM_GENERATIONS 8), or PER_DEVICE_TRAIN_BATCH_SIZE x processes x
+GRADIENT_ACCUMULATION_STEPS. How that work is cut into micro-batches is a question of memory and speed,
+not of learning: the same completions, prompts and advantages reach the same optimizer step. So where the
+recipe does not set them, `choose` picks (AUTO_SHAPE=true, the default):
+
+- PER_DEVICE_TRAIN_BATCH_SIZE: the largest divisor of the per-process completions whose predicted peak
+  leaves at least HEADROOM of every training card free. Larger micro-batches are faster: the GPU runs one
+  forward/backward over 8 completions in about the time of two over one (countdown-1x4090 on a 24 GiB
+  card: micro-batch 8 ran 3.5x the completion tokens/s of micro-batch 1, ../shared/device/README.md).
+- GRADIENT_ACCUMULATION_STEPS: what keeps the completions per optimizer step (one generation round per
+  step, ms-swift's default steps_per_generation = gradient_accumulation_steps).
+- VLLM_GPU_MEMORY_UTILIZATION (colocate): the smallest share, in steps of 0.05, whose KV cache holds this
+  process's whole generation round and one sequence of max_model_len; the rest of the card goes to
+  training.
+- SLEEP_LEVEL (colocate): 0. In ms-swift 3.6.4 sleeping saves no peak memory unless the model or the
+  optimizer is offloaded (memory.py, "vLLM side"), and every step pays for the offload and the reload.
+  With OFFLOAD_MODEL or OFFLOAD_OPTIMIZER set, 1.
+
+Values the recipe sets (in any layer) are never changed. With AUTO_SHAPE=false, or when the memory
+cannot be estimated (unknown model, CPU run), the micro-batch is ms-swift's default of 1 and the
+accumulation keeps the step's completions. Every choice carries its reason, which `plan` prints and the
+manifest records as the value's source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from entrypoint import memory
+from entrypoint.memory import GpuEstimate, Workload
+from entrypoint.preflight import memory_check, values
+
+HEADROOM = 0.10  # at least this share of every card stays free (DEVELOPERS.md, issue "Fast by default")
+UTILIZATION_STEP = 0.05
+UTILIZATION_FLOOR = 0.10
+KV_MARGIN = 1.25  # vLLM's block rounding and the prompts' spread around the planner's estimate
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    key: str  # recipe key, e.g. PER_DEVICE_TRAIN_BATCH_SIZE
+    value: str
+    reason: str
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _round_up(x: float, step: float) -> float:
+    return round(-(-x // step) * step, 2)
+
+
+def choose(
+    plan,
+    w: Workload | None,
+    estimate: Callable[[Workload, memory.Colocate | None], list[GpuEstimate]] | None = None,
+) -> list[Choice]:
+    """The values the planner sets for `plan`, given the workload at the recipe's current shape (None
+    when the model's dimensions are unknown). `estimate(w, colocate)` predicts the card peaks (default:
+    memory_check.per_gpu on the plan's layout and cards)."""
+    r, layout = plan.recipe, plan.layout
+    b = values.batch(plan)
+    user = {k for k in ("PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "GENERATION_BATCH_SIZE",
+                        "STEPS_PER_GENERATION", "VLLM_GPU_MEMORY_UTILIZATION", "SLEEP_LEVEL") if r.is_set(k)}  # fmt: skip
+    if (
+        "STEPS_PER_GENERATION" in user
+        or {"PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS"} <= user
+    ):
+        batch_open = False
+    else:
+        batch_open = True
+    total = b.generation_batch if "GENERATION_BATCH_SIZE" in user else b.per_device * b.world * b.grad_accum
+    per_process = total // b.world if total % b.world == 0 else 0
+    if "PER_DEVICE_TRAIN_BATCH_SIZE" in user:
+        candidates = [b.per_device]
+    elif "GRADIENT_ACCUMULATION_STEPS" in user:
+        candidates = [per_process // b.grad_accum] if per_process and per_process % b.grad_accum == 0 else []
+    else:
+        candidates = divisors(per_process) if per_process else []
+    if not batch_open or not candidates:
+        return []
+
+    def accumulate(pd: int, why: str) -> list[Choice]:
+        out = []
+        if "PER_DEVICE_TRAIN_BATCH_SIZE" not in user:
+            out.append(Choice("PER_DEVICE_TRAIN_BATCH_SIZE", str(pd), why))
+        if "GRADIENT_ACCUMULATION_STEPS" not in user:
+            out.append(
+                Choice(
+                    "GRADIENT_ACCUMULATION_STEPS",
+                    str(per_process // pd),
+                    f"{total} completions per optimizer step / ({pd} per micro-batch x {b.world} process(es)): "
+                    "one generation round per step",
+                )
+            )
+        return out
+
+    auto = r.settings.AUTO_SHAPE and layout.mode != "cpu" and w is not None
+    if not auto:
+        why = (
+            "AUTO_SHAPE=false"
+            if not r.settings.AUTO_SHAPE
+            else "no GPU"
+            if layout.mode == "cpu"
+            else "the model's memory cannot be estimated"
+        )
+        return accumulate(min(candidates), f"ms-swift's default micro-batch ({why})")
+
+    out: list[Choice] = []
+    colocate = None
+    if layout.mode == "colocate":
+        colocate, out = _vllm_share(plan, w, per_process, user)
+    estimate = estimate or (lambda wl, co: _estimate(plan, wl, co))
+    verdicts = []
+    for pd in sorted(candidates, reverse=True):
+        trial = dataclasses.replace(w, per_device=pd, generation_per_device=per_process)
+        trainers = [e for e in estimate(trial, colocate) if not e.role.startswith("rollout")]
+        worst = min(trainers, key=lambda e: e.headroom)
+        verdicts.append((pd, worst))
+        if worst.headroom >= HEADROOM:
+            why = (
+                f"the largest micro-batch whose predicted peak, {worst.peak_gib:.1f} of {worst.card_gib:.1f} GiB on GPU "
+                f"{worst.gpu}, leaves at least {HEADROOM:.0%} free ({worst.headroom:.0%})"
+            )
+            if len(verdicts) > 1:
+                bigger, e = verdicts[-2]
+                why += f"; {bigger} would need {e.peak_gib:.1f} GiB"
+            return accumulate(pd, why) + out
+    pd, worst = verdicts[-1]
+    why = f"no micro-batch leaves {HEADROOM:.0%} free; even {pd} is predicted at {worst.peak_gib:.1f} of {worst.card_gib:.1f} GiB"
+    return accumulate(pd, why) + out
+
+
+def _estimate(plan, w: Workload, colocate: memory.Colocate | None) -> list[GpuEstimate]:
+    offload = "true" in (
+        values.value(plan, "offload_model", "false"),
+        values.value(plan, "offload_optimizer", "false"),
+    )
+    rollout_util = float((plan.recipe.rollout.get("gpu_memory_utilization") or ["0.9"])[0])
+    return memory_check.per_gpu(plan.layout, memory_check.card_size(plan), w, colocate, rollout_util, offload)
+
+
+def _vllm_share(plan, w: Workload, per_process: int, user: set[str]) -> tuple[memory.Colocate, list[Choice]]:
+    """vLLM's share and sleep level for colocate (those the recipe leaves open), and the Colocate they make."""
+    current = memory_check.colocate_settings(plan, w)
+    tokens = w.prompt_tokens + w.completion_tokens
+    out: list[Choice] = []
+    util = current.utilization
+    if "VLLM_GPU_MEMORY_UTILIZATION" not in user:
+        card = min(memory_check.card_size(plan)(g) for g in plan.layout.train_gpus)
+        resident = memory.estimate_training(w).weights
+        need = KV_MARGIN * memory.kv_gib(
+            w.dims, w.dtype_bytes, max(current.max_model_len, per_process * tokens)
+        )
+        util = UTILIZATION_FLOOR
+        while util < 0.95 and memory.kv_budget(w.dims, w.dtype_bytes, card, util, resident) < need:
+            util = _round_up(util + UTILIZATION_STEP, UTILIZATION_STEP)
+        out.append(
+            Choice(
+                "VLLM_GPU_MEMORY_UTILIZATION",
+                f"{util:.2f}",
+                f"the smallest share whose KV cache holds this process's generation round ({per_process} sequences "
+                f"of ~{tokens} tokens) and one sequence of {current.max_model_len} (with {KV_MARGIN}x margin: "
+                f"{need:.2f} GiB), after the context and both copies of the weights; the rest of the "
+                f"{card:.1f} GiB card trains",
+            )
+        )
+    sleep = current.sleep_level
+    if "SLEEP_LEVEL" not in user:
+        offload = "true" in (
+            values.value(plan, "offload_model", "false"),
+            values.value(plan, "offload_optimizer", "false"),
+        )
+        sleep = 1 if offload else 0
+        out.append(
+            Choice(
+                "SLEEP_LEVEL",
+                str(sleep),
+                "offload is on: vLLM sleeps while the model and optimizer are away"
+                if offload
+                else "sleeping saves no peak memory without offload in ms-swift 3.6.4 (torch's cache and vLLM's "
+                "pool meet at the next wake-up) and costs the offload and reload of vLLM every step",
+            )
+        )
+    return dataclasses.replace(current, utilization=util, sleep_level=sleep), out

@@ -1,0 +1,109 @@
+"""The planner's batch shape (entrypoint/shape.py): rules as tables on the pure chooser, with a stand-in
+memory model, plus what `plan` prints."""
+
+from __future__ import annotations
+
+import pytest
+
+from entrypoint import memory, shape
+from entrypoint.preflight import memory_check
+from tests.conftest import INVENTORIES, build_plan, clean_env, run_cli
+
+COUNTDOWN = ("recipe=countdown-1x4090",)
+
+
+def linear(per_completion: float, base: float):
+    """A stand-in memory model: peak = base + per_completion x micro-batch on every training card."""
+
+    def estimate(w: memory.Workload, colocate) -> list[memory.GpuEstimate]:
+        return [memory.GpuEstimate(0, "trainer", 24.0, base + per_completion * w.per_device, {})]
+
+    return estimate
+
+
+def chosen(*pairs: str, estimate=linear(2.0, 4.0), inventory="1x4090-driver535") -> dict[str, str]:
+    plan = build_plan(*COUNTDOWN, *pairs, inventory=inventory, shaped=False)
+    w, _ = memory_check.workload(plan, {})
+    return {c.key: c.value for c in shape.choose(plan, w, estimate)}
+
+
+@pytest.mark.parametrize(
+    ("pairs", "expected"),
+    [
+        # 32 completions per step: the largest divisor whose peak (4 + 2 x pd) leaves 10 % of 24 GiB
+        ((), {"PER_DEVICE_TRAIN_BATCH_SIZE": "8", "GRADIENT_ACCUMULATION_STEPS": "4"}),
+        # the step's work is the recipe's: 64 completions, same micro-batch, twice the accumulation
+        (("GENERATION_BATCH_SIZE=64",), {"PER_DEVICE_TRAIN_BATCH_SIZE": "8", "GRADIENT_ACCUMULATION_STEPS": "8"}),
+        # the user's micro-batch stays; only the accumulation follows
+        (("PER_DEVICE_TRAIN_BATCH_SIZE=2",), {"GRADIENT_ACCUMULATION_STEPS": "16"}),
+        # the user's accumulation stays; the micro-batch follows
+        (("GRADIENT_ACCUMULATION_STEPS=8",), {"PER_DEVICE_TRAIN_BATCH_SIZE": "4"}),
+        # both set: the recipe's shape, untouched (its generation batch no longer defines the step)
+        (("PER_DEVICE_TRAIN_BATCH_SIZE=1", "GRADIENT_ACCUMULATION_STEPS=32", "GENERATION_BATCH_SIZE="), {}),
+        (("STEPS_PER_GENERATION=2",), {}),
+        # switched off: ms-swift's micro-batch of one, the step's 32 completions kept
+        (("AUTO_SHAPE=false",), {"PER_DEVICE_TRAIN_BATCH_SIZE": "1", "GRADIENT_ACCUMULATION_STEPS": "32"}),
+    ],
+)
+def test_batch_shape(pairs, expected):
+    got = chosen(*pairs)
+    assert {k: v for k, v in got.items() if k in expected or k.endswith(("_SIZE", "_STEPS"))} == expected
+
+
+def test_nothing_fits_gives_the_smallest_micro_batch():
+    got = chosen(estimate=linear(2.0, 30.0))
+    assert got["PER_DEVICE_TRAIN_BATCH_SIZE"] == "1" and got["GRADIENT_ACCUMULATION_STEPS"] == "32"
+
+
+def test_reasons_name_the_peak_and_the_next_size_up():
+    plan = build_plan(*COUNTDOWN, inventory="1x4090-driver535", shaped=False)
+    w, _ = memory_check.workload(plan, {})
+    reasons = {c.key: c.reason for c in shape.choose(plan, w, linear(2.0, 4.0))}
+    assert "20.0 of 24.0 GiB" in reasons["PER_DEVICE_TRAIN_BATCH_SIZE"]
+    assert "16 would need 36.0 GiB" in reasons["PER_DEVICE_TRAIN_BATCH_SIZE"]
+    assert "one generation round per step" in reasons["GRADIENT_ACCUMULATION_STEPS"]
+
+
+@pytest.mark.parametrize(
+    ("pairs", "sleep"),
+    [((), "0"), (("OFFLOAD_MODEL=true",), "1"), (("SLEEP_LEVEL=1",), None)],
+)
+def test_sleep_level(pairs, sleep):
+    assert chosen(*pairs).get("SLEEP_LEVEL") == sleep
+
+
+def test_vllm_share_is_the_smallest_whose_kv_cache_holds_the_round():
+    plan = build_plan(*COUNTDOWN, inventory="1x4090-driver535", shaped=False)
+    w, _ = memory_check.workload(plan, {})
+    util = float(chosen()["VLLM_GPU_MEMORY_UTILIZATION"])
+    resident = memory.estimate_training(w).weights
+    tokens = 32 * (w.prompt_tokens + w.completion_tokens)
+    need = shape.KV_MARGIN * memory.kv_gib(w.dims, w.dtype_bytes, max(2304, tokens))
+    assert memory.kv_budget(w.dims, w.dtype_bytes, 24.0, util, resident) >= need
+    assert memory.kv_budget(w.dims, w.dtype_bytes, 24.0, util - shape.UTILIZATION_STEP, resident) < need
+    assert "VLLM_GPU_MEMORY_UTILIZATION" not in chosen("VLLM_GPU_MEMORY_UTILIZATION=0.4")
+
+
+def test_a_bigger_card_gets_a_bigger_micro_batch():
+    """With the real memory model: 24 GB against an 80 GB A100 (EMULATE_VRAM_GB caps a card)."""
+    small = build_plan(*COUNTDOWN, "EMULATE_VRAM_GB=24", inventory="2xA100-nvlink-ib")
+    big = build_plan(*COUNTDOWN, inventory="2xA100-nvlink-ib")
+    pd = lambda p: int(p.recipe.raw("PER_DEVICE_TRAIN_BATCH_SIZE"))  # noqa: E731
+    assert pd(small) < pd(big)
+
+
+def test_cpu_runs_keep_the_step_with_microbatches_of_one():
+    got = chosen("TRAIN_GPUS=none", "USE_VLLM=false", "VLLM_MAX_MODEL_LEN=")
+    assert got == {"PER_DEVICE_TRAIN_BATCH_SIZE": "1", "GRADIENT_ACCUMULATION_STEPS": "32"}
+
+
+def test_plan_prints_each_choice_and_the_manifest_source_is_the_planner():
+    proc = run_cli("plan", *COUNTDOWN, f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}", env=clean_env())
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "batch shape, chosen by the planner" in out
+    for key in ("PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "VLLM_GPU_MEMORY_UTILIZATION", "SLEEP_LEVEL"):
+        assert f"  {key}=" in out
+    plan = build_plan(*COUNTDOWN, inventory="1x4090-driver535")
+    assert plan.recipe.source("PER_DEVICE_TRAIN_BATCH_SIZE").startswith("planner: the largest micro-batch")
+    assert plan.recipe.source("NUM_GENERATIONS").startswith("recipes/countdown-1x4090.env:")  # the recipe's, kept
