@@ -64,7 +64,9 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def build_plan(*pairs: str, inventory: str = "5x4090-driver535", environ: dict | None = None, shaped: bool = True):
+def build_plan(
+    *pairs: str, inventory: str = "5x4090-driver535", environ: dict | None = None, shaped: bool = True
+):
     """The plan `plan` would print for these KEY=VALUE words on an example inventory, with fixed ports;
     `shaped`: with the batch shape the planner chooses (entrypoint/shape.py)."""
     from entrypoint import plan as plan_mod
@@ -72,7 +74,11 @@ def build_plan(*pairs: str, inventory: str = "5x4090-driver535", environ: dict |
 
     def planned(r):
         return plan_mod.build(
-            r, load_inventory(inventory), environ or {}, choose_port=lambda start, host: 8000, ephemeral_port=lambda: 29999
+            r,
+            load_inventory(inventory),
+            environ or {},
+            choose_port=lambda start, host: 8000,
+            ephemeral_port=lambda: 29999,
         )
 
     first = planned(load_recipe(*pairs, environ=environ))

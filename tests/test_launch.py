@@ -179,7 +179,10 @@ def test_a_crash_after_training_finished_is_a_completed_run(tmp_path, mode, sign
     data = manifest(tmp_path)
     assert data["status"] == "completed" and data["failure"] is None
     assert data["trainer_exit"]["signal"] == signame and data["trainer_exit"]["accepted"] is True
-    assert "End time of running main" in data["trainer_exit"]["reason"] and "step 1 of 1" in data["trainer_exit"]["reason"]
+    assert (
+        "End time of running main" in data["trainer_exit"]["reason"]
+        and "step 1 of 1" in data["trainer_exit"]["reason"]
+    )
     assert (tmp_path / "out" / "r" / "adapter" / "adapter_model.safetensors").read_bytes() == b"fake weights"
     assert_nothing_left(tmp_path)
 

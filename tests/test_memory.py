@@ -102,7 +102,11 @@ def test_c09_shipped_gpu_recipes_fit_24gb_with_headroom(recipe, inventory, extra
 def test_shipped_single_gpu_recipe_gets_an_explicit_fitting_vllm_share():
     """C09: never ms-swift's default 0.9 on a shared card; the planner sizes it when the recipe does not."""
     proc = run_cli(
-        "plan", "--json", "recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}", env=clean_env()
+        "plan",
+        "--json",
+        "recipe=countdown-1x4090",
+        f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
+        env=clean_env(),
     )
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)

@@ -49,9 +49,14 @@ def test_countdown_1x4090_plan_colocates_vllm_on_gpu0():
     assert flag(argv, "use_vllm") == ["true"] and flag(argv, "vllm_mode") == ["colocate"]
     assert flag(argv, "num_generations") == ["8"] and flag(argv, "max_completion_length") == ["256"]
     # 32 completions per step, cut by the planner (tests/test_shape.py) into micro-batches that fit 24 GB
-    pd, ga = int(flag(argv, "per_device_train_batch_size")[0]), int(flag(argv, "gradient_accumulation_steps")[0])
+    pd, ga = (
+        int(flag(argv, "per_device_train_batch_size")[0]),
+        int(flag(argv, "gradient_accumulation_steps")[0]),
+    )
     assert pd * ga == 32 and pd > 1 and flag(argv, "generation_batch_size") == ["32"]
-    assert 0.1 <= float(flag(argv, "vllm_gpu_memory_utilization")[0]) < 0.5 and flag(argv, "sleep_level") == ["0"]
+    assert 0.1 <= float(flag(argv, "vllm_gpu_memory_utilization")[0]) < 0.5 and flag(argv, "sleep_level") == [
+        "0"
+    ]
     assert flag(argv, "learning_rate") == ["5e-7"] and flag(argv, "beta") == ["0.001"]
     assert "--vllm_server_host" not in argv
 
@@ -79,7 +84,10 @@ def test_tcm_4x4090_plan_on_5_cards_is_4_trainers_and_1_rollout_server():
     assert flag(argv, "vllm_server_host") == ["127.0.0.1"] and flag(argv, "vllm_server_port") == ["8000"]
     assert flag(argv, "deepspeed") == ["zero2"] and flag(argv, "num_generations") == ["6"]
     # the seed's 48 completions per step (3 x 4 processes x 4) in micro-batches that fit each card
-    pd, ga = int(flag(argv, "per_device_train_batch_size")[0]), int(flag(argv, "gradient_accumulation_steps")[0])
+    pd, ga = (
+        int(flag(argv, "per_device_train_batch_size")[0]),
+        int(flag(argv, "gradient_accumulation_steps")[0]),
+    )
     assert pd * 4 * ga == 48 and flag(argv, "generation_batch_size") == ["48"]
     assert flag(argv, "reward_funcs") == ["tcm_sd_accuracy", "format"]
     assert flag(argv, "system")[0].endswith("recipes/prompts/tcm.txt")
@@ -111,12 +119,23 @@ def test_plan_works_without_gpu_and_without_the_embedded_model(tmp_path):
 
 
 def test_a_generator_named_in_a_later_layer_replaces_the_recipes_dataset(tmp_path):
-    p = build("recipe=countdown-1x4090", "DATASET_GENERATOR=countdown", f"OUTPUT_DIR={tmp_path}", "RUN_NAME=g", inventory="1x4090-driver535")
+    p = build(
+        "recipe=countdown-1x4090",
+        "DATASET_GENERATOR=countdown",
+        f"OUTPUT_DIR={tmp_path}",
+        "RUN_NAME=g",
+        inventory="1x4090-driver535",
+    )
     assert flag(p.processes[0].argv, "dataset") == [str(tmp_path / "g" / "data" / "countdown.jsonl")]
     (warning,) = [x for x in p.problems if x.where.startswith("DATASET (recipes/countdown-1x4090.env")]
     assert not warning.fatal and "replaced by DATASET_GENERATOR=countdown (command line)" in warning.message
 
 
 def test_a_generator_and_a_dataset_in_the_same_layer_are_refused():
-    p = build("recipe=countdown-1x4090", "DATASET_GENERATOR=countdown", "DATASET=/data/x.jsonl", inventory="1x4090-driver535")
+    p = build(
+        "recipe=countdown-1x4090",
+        "DATASET_GENERATOR=countdown",
+        "DATASET=/data/x.jsonl",
+        inventory="1x4090-driver535",
+    )
     assert any(x.fatal and x.where == "DATASET" and "same layer" in x.message for x in p.problems)

@@ -33,7 +33,10 @@ def chosen(*pairs: str, estimate=linear(2.0, 4.0), inventory="1x4090-driver535")
         # 32 completions per step: the largest divisor whose peak (4 + 2 x pd) leaves 10 % of 24 GiB
         ((), {"PER_DEVICE_TRAIN_BATCH_SIZE": "8", "GRADIENT_ACCUMULATION_STEPS": "4"}),
         # the step's work is the recipe's: 64 completions, same micro-batch, twice the accumulation
-        (("GENERATION_BATCH_SIZE=64",), {"PER_DEVICE_TRAIN_BATCH_SIZE": "8", "GRADIENT_ACCUMULATION_STEPS": "8"}),
+        (
+            ("GENERATION_BATCH_SIZE=64",),
+            {"PER_DEVICE_TRAIN_BATCH_SIZE": "8", "GRADIENT_ACCUMULATION_STEPS": "8"},
+        ),
         # the user's micro-batch stays; only the accumulation follows
         (("PER_DEVICE_TRAIN_BATCH_SIZE=2",), {"GRADIENT_ACCUMULATION_STEPS": "16"}),
         # the user's accumulation stays; the micro-batch follows
@@ -102,8 +105,15 @@ def test_plan_prints_each_choice_and_the_manifest_source_is_the_planner():
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "batch shape, chosen by the planner" in out
-    for key in ("PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "VLLM_GPU_MEMORY_UTILIZATION", "SLEEP_LEVEL"):
+    for key in (
+        "PER_DEVICE_TRAIN_BATCH_SIZE",
+        "GRADIENT_ACCUMULATION_STEPS",
+        "VLLM_GPU_MEMORY_UTILIZATION",
+        "SLEEP_LEVEL",
+    ):
         assert f"  {key}=" in out
     plan = build_plan(*COUNTDOWN, inventory="1x4090-driver535")
     assert plan.recipe.source("PER_DEVICE_TRAIN_BATCH_SIZE").startswith("planner: the largest micro-batch")
-    assert plan.recipe.source("NUM_GENERATIONS").startswith("recipes/countdown-1x4090.env:")  # the recipe's, kept
+    assert plan.recipe.source("NUM_GENERATIONS").startswith(
+        "recipes/countdown-1x4090.env:"
+    )  # the recipe's, kept

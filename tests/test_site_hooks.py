@@ -116,7 +116,10 @@ def test_other_ranks_write_no_events(site, tmp_path, monkeypatch):
 
 def _child(code: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", code], env=clean_env(PYTHONPATH=str(SITE), **env), capture_output=True, text=True
+        [sys.executable, "-c", code],
+        env=clean_env(PYTHONPATH=str(SITE), **env),
+        capture_output=True,
+        text=True,
     )
 
 

@@ -51,7 +51,9 @@ _EMULATE_GIB = float(os.environ.get("GRPO_RIG_EMULATE_VRAM_GB") or 0)
 _KEEP_POOLS = os.environ.get("GRPO_RIG_VLLM_KEEP_POOLS") == "1"
 _EVENTS = os.environ.get("GRPO_RIG_EVENTS", "")
 GIB = 1024**3
-CONTEXT_BYTES = 512 * 1024**2  # a CUDA context and cuBLAS workspace, where NVML cannot tell this process's use
+CONTEXT_BYTES = (
+    512 * 1024**2
+)  # a CUDA context and cuBLAS workspace, where NVML cannot tell this process's use
 
 
 def _say(text):
