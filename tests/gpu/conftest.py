@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from entrypoint import hardware, models
-from tests.conftest import ROOT
+from tests.conftest import ROOT, clean_env
 
 
 @functools.cache
@@ -33,6 +33,12 @@ def pytest_runtest_setup(item):
     needed = next((m.args[0] for m in item.iter_markers("gpus")), 1)
     if visible_gpus() < needed:
         pytest.skip(f"needs {needed} GPU(s); NVML lists {visible_gpus()}")
+
+
+def gpu_env() -> dict[str, str]:
+    """The test environment, keeping a host's NCCL safety settings (the lent machine's multicast ban)."""
+    keep = {k: os.environ[k] for k in ("NCCL_NVLS_ENABLE",) if k in os.environ}
+    return clean_env(**keep)
 
 
 @pytest.fixture(scope="session")

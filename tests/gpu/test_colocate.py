@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from tests.conftest import clean_env, read_jsonl, run_cli
+from tests.conftest import read_jsonl, run_cli
+from tests.gpu.conftest import gpu_env
 
 pytestmark = pytest.mark.gpu
 
@@ -18,8 +19,8 @@ def colocate_run(gpu_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("colocate")
     proc = run_cli(
         "train", "recipe=countdown-1x4090", f"MODEL={gpu_model}", "DATASET_GENERATOR=countdown",
-        "EMULATE_VRAM_GB=24", "SLEEP_LEVEL=1", "MAX_STEPS=3", "SAVE_STEPS=2", f"OUTPUT_DIR={out}", "RUN_NAME=colocate",
-        env=clean_env(), timeout=1500,
+        "EMULATE_VRAM_GB=24", "SLEEP_LEVEL=1", "MAX_STEPS=3", "SAVE_STEPS=2", "OFFLINE=true",
+        f"OUTPUT_DIR={out}", "RUN_NAME=colocate", env=gpu_env(), timeout=1500,
     )  # fmt: skip
     (out / "console.log").write_text(proc.stdout + proc.stderr)
     return proc, out / "colocate"
