@@ -120,10 +120,11 @@ BENCH_MODELS ?= .cache/bench-models
 BENCH_OUT ?= docs/benchmarks
 
 .PHONY: bench
-bench: venv model  ## GPU only: seed vs shipped countdown-1x4090 throughput on a 24 GiB-capped card (bench/)
+bench: venv model  ## GPU only: countdown-1x4090 throughput (seed, before, shipped) on a 24 GiB-capped card (bench/)
 	@command -v nvidia-smi >/dev/null 2>&1 || { echo "make bench needs an NVIDIA GPU (nvidia-smi not found)"; exit 1; }
+	test -d $(BENCH_MODELS)/qwen-tokenizer || $(PY) bench/qwen_tokenizer.py $(BENCH_MODELS)/qwen-tokenizer
 	test -d $(BENCH_MODELS)/q05 || $(PY) bench/make_random_model.py Qwen/Qwen2.5-0.5B-Instruct $(BENCH_MODELS)/q05 \
-		--tokenizer $(HOME)/.cache/grpo-rig/models/SmolLM2-135M-Instruct
+		--tokenizer $(BENCH_MODELS)/qwen-tokenizer
 	$(PY) bench/countdown_throughput.py --models $(BENCH_MODELS) --out $(BENCH_OUT) $(ARGS)
 	$(PY) bench/validate_time.py
 

@@ -70,9 +70,9 @@ DEFAULT_COEFFICIENTS = {
     "logit_bytes": 10.0,  # bytes per completion token per vocabulary entry (bf16 logits, fp32 log-softmax, grad)
     "overhead": 1.10,  # allocator fragmentation / caching
     "constant_gib": 0.15,
-    # vLLM colocate, card level. Until the colocate calibration, the values solved from the two colocate
-    # runs in ../shared/device/README.md (micro-batch 1 and 8, 0.069 x 139.8 GiB for vLLM: 11.92 and
-    # 20.86 GiB NVML peak).
+    # vLLM colocate, card level (data/memory_coefficients.json holds the fitted values). These defaults are
+    # solved from the first two colocate runs (micro-batch 1 and 8, 0.069 x 139.8 GiB for vLLM: 11.92 and
+    # 20.86 GiB NVML peak, 2026-12-01).
     "vllm_util_scale": 1.0,
     "vllm_train_scale": 2.38,
     "vllm_constant_gib": -5.25,
@@ -247,14 +247,17 @@ class Colocate:
 
 def colocate_peak(train: TrainingEstimate, card_gib: float, v: Colocate, coef=None) -> dict[str, float]:
     """Card-level peak (GiB, what NVML sees) of a training GPU with vLLM colocated, by part:
-    {"vLLM": share, "trainer": scaled training peak, "fit": constant}; their sum is the peak."""
+    {"vLLM": its share, "trainer": scaled training peak, "calibration": the fitted rest}; their sum is the
+    peak."""
     c = coef or coefficients()
-    parts = {
-        "vLLM": c["vllm_util_scale"] * v.utilization * card_gib,
+    share = v.utilization * card_gib
+    return {
+        "vLLM": share,  # what vLLM's engine takes
         "trainer": c["vllm_train_scale"] * train.peak,
-        "fit": c["vllm_constant_gib"] + (c["vllm_sleep_gib"] if v.sleep_level >= 1 else 0.0),
+        "calibration": (c["vllm_util_scale"] - 1) * share
+        + c["vllm_constant_gib"]
+        + (c["vllm_sleep_gib"] if v.sleep_level >= 1 else 0.0),
     }
-    return parts
 
 
 def kv_budget(
@@ -302,5 +305,5 @@ class GpuEstimate:
         return (self.card_gib - self.peak_gib) / self.card_gib
 
     def render(self) -> str:
-        parts = ", ".join(f"{k} {v:.1f}" for k, v in self.parts.items() if v >= 0.05)
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in self.parts.items() if abs(v) >= 0.05)
         return f"GPU {self.gpu} {self.role}: {self.peak_gib:.1f} of {self.card_gib:.1f} GiB ({self.headroom:+.0%} headroom) [{parts}]"

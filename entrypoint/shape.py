@@ -16,7 +16,9 @@ recipe does not set them, `choose` picks (AUTO_SHAPE=true, the default):
   process's whole generation round and one sequence of max_model_len; the rest of the card goes to
   training.
 - SLEEP_LEVEL (colocate): 0. In ms-swift 3.6.4 sleeping saves no peak memory unless the model or the
-  optimizer is offloaded (memory.py, "vLLM side"), and every step pays for the offload and the reload.
+  optimizer is offloaded (memory.py, "vLLM side"): at micro-batch 8 on a 24 GiB card it peaked 3.5 GiB
+  higher than without (18.9 against 15.4 GiB, docs/benchmarks/memory-calibration.json), and every step
+  pays for the offload and the reload.
   With OFFLOAD_MODEL or OFFLOAD_OPTIMIZER set, 1.
 
 Values the recipe sets (in any layer) are never changed. With AUTO_SHAPE=false, or when the memory
@@ -184,7 +186,8 @@ def _vllm_share(plan, w: Workload, per_process: int, user: set[str]) -> tuple[me
                 "offload is on: vLLM sleeps while the model and optimizer are away"
                 if offload
                 else "sleeping saves no peak memory without offload in ms-swift 3.6.4 (torch's cache and vLLM's "
-                "pool meet at the next wake-up) and costs the offload and reload of vLLM every step",
+                "pool meet at the next wake-up; measured: +1.9 GiB, docs/benchmarks/memory-calibration.json) and "
+                "costs the offload and reload of vLLM every step",
             )
         )
     return dataclasses.replace(current, utilization=util, sleep_level=sleep), out

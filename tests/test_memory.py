@@ -181,6 +181,21 @@ def test_calibration_measurements_are_committed_and_the_planner_is_within_15_per
         assert predicted == pytest.approx(m["measured_reserved_gib"], rel=0.15), m["name"]
 
 
+def test_vllm_colocate_calibration_card_peaks_within_15_percent():
+    """Real vLLM 0.8.5.post1 colocate runs on a 24 GiB-capped H200 (NVML, the run's own processes)."""
+    sys.path.insert(0, str(ROOT))
+    from bench.fit_memory import colocate_prediction
+
+    data = json.loads(CALIBRATION.read_text())
+    measured = [m for m in data["colocate_measurements"] if m.get("measured_nvml_gib")]
+    assert len(measured) >= 4
+    assert {m["sleep_level"] for m in measured} == {0, 1}
+    assert len({m["per_device_train_batch_size"] for m in measured}) >= 2
+    assert len({m["vllm_gpu_memory_utilization"] for m in measured}) >= 2
+    for m in measured:
+        assert colocate_prediction(m) == pytest.approx(m["measured_nvml_gib"], rel=0.15), m["name"]
+
+
 def test_emulate_vram_hook_caps_torch_when_cuda_initialises():
     code = "import torch; print(len(torch.cuda._queued_calls))"
     site = str(ROOT / "entrypoint" / "site")

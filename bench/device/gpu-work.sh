@@ -11,7 +11,8 @@
 #   5. alone on the GPU, one after another: the throughput benchmark (bench/countdown_throughput.py), whose
 #      "countdown-1x4090 (shipped)" run is `train recipe=countdown-1x4090 MODEL=<random q05>
 #      DATASET_GENERATOR=countdown EMULATE_VRAM_GB=24 MAX_STEPS=6`
-# Progress: /tmp/work/progress.log; everything lands under /tmp/work.
+# Progress: /tmp/work/progress.log; everything lands under /tmp/work. Started again on the same machine, it
+# keeps the models it built. CALIBRATE_ONLY=NAME,... limits the calibration (bench/calibrate_memory.py).
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
 W=/tmp/work
@@ -22,9 +23,9 @@ export HF_HUB_OFFLINE=1 MODELSCOPE_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARAL
 step() { echo "$(date -u +%T) $*" | tee -a "$W/progress.log"; }
 
 step "tokenizer and models"
-python3 bench/qwen_tokenizer.py "$W/qtok" --wheel .device/kit/dashscope-2.0.2-py3-none-any.whl > "$W/models.log" 2>&1
+test -d "$W/models/q15" || python3 bench/qwen_tokenizer.py "$W/qtok" --wheel .device/kit/dashscope-2.0.2-py3-none-any.whl > "$W/models.log" 2>&1
 for m in q05:Qwen/Qwen2.5-0.5B-Instruct q15:Qwen/Qwen2.5-1.5B-Instruct; do
-  python3 bench/make_random_model.py "${m#*:}" "$W/models/${m%%:*}" --tokenizer "$W/qtok" >> "$W/models.log" 2>&1 &
+  test -d "$W/models/${m%%:*}" || python3 bench/make_random_model.py "${m#*:}" "$W/models/${m%%:*}" --tokenizer "$W/qtok" >> "$W/models.log" 2>&1 &
 done
 wait
 tail -2 "$W/models.log" | tee -a "$W/progress.log"
@@ -43,7 +44,7 @@ print(f"emulated card: total {total / 2**30:.2f} GiB, free {free / 2**30:.2f} Gi
 ' >> "$W/progress.log" 2>&1
 
 step "phase 1: GPU tests and the colocate calibration, side by side"
-python3 bench/calibrate_memory.py --models "$W/models" --out "$W/calib" --steps 3 --deadline 600 > "$W/calib.log" 2>&1 &
+python3 bench/calibrate_memory.py --models "$W/models" --out "$W/calib" --steps 3 --deadline 420 ${CALIBRATE_ONLY:+--only $CALIBRATE_ONLY} > "$W/calib.log" 2>&1 &
 calib=$!
 # the test's q05 engine reuses the calibration's q05 compile cache once it is written
 for _ in $(seq 150); do [ -e "$W/calib/ready-q05" ] && break; sleep 2; done

@@ -56,7 +56,7 @@ def prompt_tokens(plan: Plan) -> tuple[int, str]:
             )
             extra = memory.estimate_prompt_tokens([{"messages": [{"content": text}]}])
         return memory.estimate_prompt_tokens(rows) + extra, "estimated from the dataset"
-    return DEFAULT_PROMPT_TOKENS, "assumed (set PROMPT_TOKENS for a better estimate)"
+    return DEFAULT_PROMPT_TOKENS, "assumed; set PROMPT_TOKENS for a better estimate"
 
 
 def workload(plan: Plan, environ: Mapping[str, str]) -> tuple[Workload | None, str]:
@@ -92,7 +92,7 @@ def workload(plan: Plan, environ: Mapping[str, str]) -> tuple[Workload | None, s
         world=b.world,
         hf_generation=values.value(plan, "use_vllm", "false") != "true",
     )
-    return w, f"model dimensions from {source}; prompt {prompt} tokens ({why})"
+    return w, f"model dimensions from {source}; prompt {prompt} tokens, {why}"
 
 
 def colocate_settings(plan: Plan, w: Workload) -> memory.Colocate:
