@@ -21,8 +21,8 @@ from collections.abc import Mapping
 
 from entrypoint.errors import Problem
 from entrypoint.hardware import Inventory
+from entrypoint.keys import COLOCATE_ONLY, COLOCATE_ONLY_SOURCE
 from entrypoint.recipe import Recipe
-from entrypoint.renamed import COLOCATE_ONLY, COLOCATE_ONLY_SOURCE
 
 DOCKER_RENUMBERING = (
     "Ordinals are the container's: Docker numbers the GPUs it exposes from 0, whatever their host "

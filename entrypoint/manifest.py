@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from entrypoint import redact
+from entrypoint import keys, redact
 from entrypoint.export import write_json_atomic
 from entrypoint.plan import Plan
 from entrypoint.recipe import PROJECT_DIR
@@ -26,12 +26,6 @@ PACKAGES = (
     "accelerate", "datasets", "math-verify", "nvidia-ml-py",
 )  # fmt: skip
 
-# Recipe keys that define what a run trains; a resume with any of them changed is refused.
-IDENTITY_KEYS = (
-    "MODEL", "MODEL_SOURCE", "MODEL_TYPE", "TRAIN_TYPE", "LORA_RANK", "LORA_ALPHA", "LORA_DROPOUT",
-    "TARGET_MODULES", "QUANT_METHOD", "QUANT_BITS", "DATASET", "DATASET_GENERATOR", "DATASET_ROWS",
-    "REWARD_FUNCS", "REWARD_WEIGHTS", "SEED",
-)  # fmt: skip
 
 
 def now_iso() -> str:
@@ -65,7 +59,7 @@ def image_identity(environ: dict[str, str]) -> dict[str, str | None]:
 
 
 def identity(plan: Plan) -> dict[str, str]:
-    return {k: plan.recipe.raw(k) or "" for k in IDENTITY_KEYS}
+    return {k: plan.recipe.raw(k) or "" for k in keys.IDENTITY}
 
 
 def start(plan: Plan, environ: dict[str, str], previous: dict[str, Any] | None) -> dict[str, Any]:

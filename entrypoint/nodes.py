@@ -7,7 +7,7 @@ what differs; node 0 records every node's identity in its manifest. torchrun's o
 (MASTER_PORT) starts only after this.
 
 Compared: the lock's sha256, the image version and revision, and every recipe value except the keys
-that may differ per node (NODE_LOCAL_KEYS). Each node also reports whether it has an active
+that may differ per node (node-local in entrypoint/keys.py). Each node also reports whether it has an active
 InfiniBand/RoCE port: NCCL uses IB only when every node has it.
 """
 
@@ -21,14 +21,9 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from entrypoint import manifest
+from entrypoint import keys, manifest
 from entrypoint.errors import Problem
 from entrypoint.plan import Plan
-
-NODE_LOCAL_KEYS = {
-    "NODE_RANK", "OUTPUT_DIR", "INVENTORY", "EMBEDDED_MODEL_DIR", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA",
-    "GPU_MONITOR_INTERVAL", "STOP_GRACE_SECONDS", "NODE_CHECK_TIMEOUT", "RECIPE",
-}  # fmt: skip
 
 
 def identity(plan: Plan, environ: dict[str, str]) -> dict[str, Any]:
@@ -41,7 +36,7 @@ def identity(plan: Plan, environ: dict[str, str]) -> dict[str, Any]:
         "recipe": {
             k: v.value
             for k, v in sorted(r.values.items())
-            if k not in NODE_LOCAL_KEYS and not k.startswith(("WANDB_", "HF_"))
+            if not (keys.lookup(k) and keys.lookup(k).node_local)
         },
         "active_ib": bool(plan.inventory.active_ib_ports()),
         "gpus": [g.name for g in plan.inventory.gpus],

@@ -24,8 +24,9 @@ from entrypoint import layout as layout_mod
 from entrypoint import models, nccl, ports
 from entrypoint.errors import Problem
 from entrypoint.hardware import Inventory
+from entrypoint.keys import SHARED_WITH_ROLLOUT
 from entrypoint.layout import Layout
-from entrypoint.recipe import PROJECT_DIR, SHARED_WITH_ROLLOUT, Recipe
+from entrypoint.recipe import PROJECT_DIR, Recipe
 from entrypoint.redact import argv as redact_argv
 from entrypoint.redact import env as redact_env
 
@@ -427,7 +428,7 @@ def _with_site_hooks(process: Process, environ: Mapping[str, str]) -> Process:
 
 def recipe_shared(trainer_args: Mapping[str, list[str]]) -> list[str]:
     """Trainer arguments the rollout server must share (same template, dtype, ...)."""
-    return [k for k in SHARED_WITH_ROLLOUT if k in trainer_args and k != "model"]
+    return [k.lower() for k in SHARED_WITH_ROLLOUT if k.lower() in trainer_args and k != "MODEL"]
 
 
 def dumps(plan: Plan) -> str:

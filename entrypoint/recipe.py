@@ -12,7 +12,7 @@ Key kinds (`classify`):
     owned    keys of `settings.Settings` (placement, run identity, ...)
     trainer  `swift rlhf` arguments, upper-cased: NUM_GENERATIONS=6 -> --num_generations 6
     rollout  `swift rollout` arguments behind ROLLOUT_: ROLLOUT_MAX_MODEL_LEN -> --max_model_len
-    nccl     NCCL environment variables (nccl.KNOWN_VARIABLES), given to trainer and rollout alike
+    nccl     NCCL environment variables (keys.NCCL_VARIABLES), given to trainer and rollout alike
     env      a few environment variables for the children (wandb, hub, allocator settings)
 Anything else is refused with a did-you-mean, and keys the entrypoint composes itself are refused with
 the key to use instead.
@@ -31,55 +31,14 @@ from pathlib import Path
 from dotenv.parser import parse_stream
 from pydantic import ValidationError
 
-from entrypoint import nccl, swift_schema
+from entrypoint import keys, swift_schema
 from entrypoint.errors import BadInput, Problem
-from entrypoint.renamed import RENAMED
-from entrypoint.settings import OWNED_KEYS, Settings
+from entrypoint.keys import MANAGED, NCCL_VARIABLES
+from entrypoint.settings import Settings
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 RECIPES_DIR = Path(os.environ.get("GRPO_RIG_RECIPES", PROJECT_DIR / "recipes"))
 DEFAULTS_FILE = "defaults.env"
-
-# Keys the entrypoint composes from others. Setting them is refused with the key to use instead.
-MANAGED: dict[str, str] = {
-    "RLHF_TYPE": "this image runs GRPO; the entrypoint always passes --rlhf_type grpo",
-    "VLLM_MODE": "the mode follows the layout: ROLLOUT_GPUS set -> server, empty -> colocate",
-    "VLLM_SERVER_HOST": "server mode is composed by the entrypoint: set ROLLOUT_GPUS=<ordinal> for a rollout "
-    "on this machine, or ROLLOUT_HOST=<address> for one on another node",
-    "VLLM_SERVER_PORT": "the entrypoint picks a free port; set ROLLOUT_PORT to choose one",
-    "VLLM_SERVER_BASE_URL": "in ms-swift 3.6.4 a base URL alone does not enable server mode (vLLM then "
-    "silently colocates on the training GPU); set ROLLOUT_GPUS or ROLLOUT_HOST instead",
-    "ADD_VERSION": "the run directory is OUTPUT_DIR/RUN_NAME, with no vN- folder",
-    "LOGGING_DIR": "logs go under the run directory",
-    "RESUME_FROM_CHECKPOINT": "resume is automatic: start the run again with the same RUN_NAME",
-    "LOCAL_RANK": "set by torchrun for each process",
-    "CUDA_VISIBLE_DEVICES": "the entrypoint sets it per process: use TRAIN_GPUS and ROLLOUT_GPUS "
-    "(in-container ordinals); to hide GPUs from the container, use compose's device_ids",
-    "NPROC_PER_NODE": "derived from the number of TRAIN_GPUS",
-    "ROLLOUT_MODEL": "the rollout serves MODEL",
-    "ROLLOUT_DATA_PARALLEL_SIZE": "derived: number of ROLLOUT_GPUS / ROLLOUT_TENSOR_PARALLEL_SIZE",
-    "ROLLOUT_EXTERNAL_PLUGINS": "the rollout loads the same EXTERNAL_PLUGINS as the trainer",
-    "ROLLOUT_INFER_BACKEND": "swift rollout always uses vLLM",
-}
-
-# Trainer arguments the rollout server must share (same model, template, plugins).
-SHARED_WITH_ROLLOUT = ("model", "model_type", "model_revision", "template", "torch_dtype", "use_hf", "seed")
-
-# Environment variables a recipe may set for the child processes.
-ENV_PASSTHROUGH = {
-    "PYTORCH_CUDA_ALLOC_CONF",
-    "OMP_NUM_THREADS",
-    "TOKENIZERS_PARALLELISM",
-    "CUDA_LAUNCH_BLOCKING",
-    "TORCH_DISTRIBUTED_DEBUG",
-    "GLOO_SOCKET_IFNAME",
-}
-ENV_PASSTHROUGH_PREFIXES = ("WANDB_", "HF_", "MODELSCOPE_", "TORCH_NCCL_")
-
-# Names that shells and launchers export for their own reasons; never read as recipe values from the
-# process environment (they remain valid in recipe files and on the command line).
-NOT_FROM_ENVIRONMENT = {"COLUMNS", "DEBUG", "LOCAL_RANK", "LOG_LEVEL", "VERBOSE", "STREAM", "STRICT"}
-
 
 @dataclasses.dataclass(frozen=True)
 class Value:
@@ -141,40 +100,22 @@ class Recipe:
 def classify(key: str) -> str | None:
     """The kind of a recipe key ("owned", "trainer", "rollout", "nccl", "env"), or None if unknown.
 
-    Managed and renamed keys return None too; `explain_unknown` says why.
+    Managed and renamed keys return None too; `explain_unknown` says why (entrypoint/keys.py).
     """
-    if key in MANAGED or key in RENAMED:
-        return None
-    if key in OWNED_KEYS:
-        return "owned"
-    if key in nccl.KNOWN_VARIABLES:
-        return "nccl"
-    if key in ENV_PASSTHROUGH or key.startswith(ENV_PASSTHROUGH_PREFIXES):
-        return "env"
-    if key.startswith("ROLLOUT_") and key[len("ROLLOUT_") :].lower() in swift_schema.load("rollout"):
-        return "rollout"
-    if key.lower() in swift_schema.load("rlhf"):
-        return "trainer"
-    return None
-
-
-def known_keys() -> list[str]:
-    """Every key a recipe may set (for suggestions and `keys`)."""
-    keys = set(OWNED_KEYS) | set(nccl.KNOWN_VARIABLES) | ENV_PASSTHROUGH
-    keys |= {name.upper() for name in swift_schema.load("rlhf")}
-    keys |= {"ROLLOUT_" + name.upper() for name in swift_schema.load("rollout")}
-    return sorted(k for k in keys if k not in MANAGED and k not in RENAMED)
+    found = keys.lookup(key)
+    return found.kind if found is not None and found.kind not in ("managed", "renamed") else None
 
 
 def explain_unknown(key: str, source: str) -> Problem:
     """The problem for a key `classify` refused: renamed, managed, or unknown with suggestions."""
     where = f"{key} ({source})"
-    if key in RENAMED:
-        r = RENAMED[key]
+    found = keys.lookup(key)
+    if found is not None and found.renamed is not None:
+        r = found.renamed
         return Problem(where, f"{r.message} [source: {r.source}]", r.fix)
-    if key in MANAGED:
-        return Problem(where, "is set by the entrypoint, not by recipes", MANAGED[key])
-    candidates = known_keys() + list(MANAGED)  # never suggest a key that would be refused as renamed
+    if found is not None and found.managed:
+        return Problem(where, "is set by the entrypoint, not by recipes", found.managed)
+    candidates = keys.known() + list(MANAGED)  # never suggest a key that would be refused as renamed
     close = difflib.get_close_matches(key, candidates, n=3, cutoff=0.75)
     prefix = [k for k in candidates if k.startswith(key) and k != key][:3]
     suggestions = list(dict.fromkeys(prefix + close))[:3]
@@ -258,7 +199,8 @@ def environment_layer(environ: Mapping[str, str]) -> dict[str, Value]:
     """Known keys set in the process environment (upper-case names only)."""
     layer: dict[str, Value] = {}
     for key, value in environ.items():
-        if key in NOT_FROM_ENVIRONMENT or not key.isupper():
+        found = keys.lookup(key)
+        if not key.isupper() or (found is not None and not found.from_environment):
             continue
         if (
             classify(key) in ("owned", "nccl", "trainer", "rollout")
@@ -267,7 +209,7 @@ def environment_layer(environ: Mapping[str, str]) -> dict[str, Value]:
         ):
             layer[key] = Value(value, "environment")
         elif key.startswith("NCCL_") and difflib.get_close_matches(
-            key, nccl.KNOWN_VARIABLES, n=1, cutoff=0.85
+            key, NCCL_VARIABLES, n=1, cutoff=0.85
         ):
             layer[key] = Value(value, "environment")  # a likely typo; unrelated NCCL_* names pass through
     return layer

@@ -11,7 +11,7 @@ Run directory `OUTPUT_DIR/<RUN_NAME>/`:
     README.md            how to load the adapter
 
 Starting a run whose directory exists resumes it from its newest complete checkpoint, after checking
-that the recipe still trains the same thing (manifest.IDENTITY_KEYS).
+that the recipe still trains the same thing (the identity keys of entrypoint/keys.py).
 """
 
 from __future__ import annotations

@@ -116,5 +116,3 @@ class Settings(BaseModel):
             )
         return value
 
-
-OWNED_KEYS: frozenset[str] = frozenset(Settings.model_fields)

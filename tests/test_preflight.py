@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import renamed
+from entrypoint import keys
 from tests.conftest import ROOT, clean_env, run_cli
 
 FAKE_SWIFT = ROOT / "tests" / "fakes" / "swift"
@@ -136,10 +136,10 @@ def test_c03_driver_too_old_states_minimum_and_recommended(tmp_path):
 # C07: removed, renamed and invented arguments -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("key", sorted(renamed.RENAMED))
+@pytest.mark.parametrize("key", sorted(keys.RENAMED))
 def test_c07_every_row_of_the_renamed_table_is_refused_with_its_replacement(tmp_path, key):
     err = refused(tmp_path, "recipe=smoke", f"{key}=1")
-    row = renamed.RENAMED[key]
+    row = keys.RENAMED[key]
     assert key in err and row.fix in err and row.source in err
 
 

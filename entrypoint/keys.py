@@ -1,0 +1,287 @@
+"""The one registry of recipe keys: what each key is, who reads it, and what it takes part in.
+
+A recipe (and the environment, and the command line) holds these kinds of keys:
+
+    owned     the entrypoint's own keys (settings.Settings: type, default and meaning of each)
+    trainer   `swift rlhf` arguments, upper-cased: NUM_GENERATIONS=6 -> --num_generations 6
+    rollout   `swift rollout` arguments behind ROLLOUT_: ROLLOUT_MAX_MODEL_LEN -> --max_model_len
+    nccl      NCCL's documented variables (NCCL_VARIABLES), given to every child
+    env       a few environment variables for the children (wandb, the hubs, allocator settings)
+    managed   keys the entrypoint composes itself: refused, naming the key to use (MANAGED)
+    renamed   arguments of other ms-swift versions or tools: refused, naming the 3.6.4 way (RENAMED)
+
+and flags on some of them (`Key`): part of the run's identity (a resume with a changed value is refused),
+node-local (may differ between the nodes of one run), shared with the rollout server (passed to
+`swift rollout` as well), colocate-only (ms-swift ignores it in server mode; the rollout's key is named).
+`lookup(name)` answers for any name; the tables below are the data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from entrypoint import swift_schema
+from entrypoint.settings import Settings
+
+
+@dataclasses.dataclass(frozen=True)
+class Renamed:
+    message: str  # what the key was / why it does not apply
+    fix: str  # the 3.6.4 way
+    source: str  # where the fact comes from
+
+
+@dataclasses.dataclass(frozen=True)
+class Key:
+    """What the registry knows of one key."""
+
+    name: str
+    kind: str  # "owned" | "trainer" | "rollout" | "nccl" | "env" | "managed" | "renamed"
+    identity: bool = False  # what the run trains: a resume with another value is refused
+    node_local: bool = False  # may differ between the nodes of a multi-node run
+    shared_with_rollout: bool = False  # the rollout server gets the same value
+    from_environment: bool = True  # read from the process environment when set there
+    colocate_only: str | None = None  # ignored in server mode; the rollout's key ("" when none)
+    managed: str = ""  # kind "managed": which key to use instead
+    renamed: Renamed | None = None  # kind "renamed": the 3.6.4 way
+
+
+MANAGED: dict[str, str] = {
+    "RLHF_TYPE": "this image runs GRPO; the entrypoint always passes --rlhf_type grpo",
+    "VLLM_MODE": "the mode follows the layout: ROLLOUT_GPUS set -> server, empty -> colocate",
+    "VLLM_SERVER_HOST": "server mode is composed by the entrypoint: set ROLLOUT_GPUS=<ordinal> for a rollout "
+    "on this machine, or ROLLOUT_HOST=<address> for one on another node",
+    "VLLM_SERVER_PORT": "the entrypoint picks a free port; set ROLLOUT_PORT to choose one",
+    "VLLM_SERVER_BASE_URL": "in ms-swift 3.6.4 a base URL alone does not enable server mode (vLLM then "
+    "silently colocates on the training GPU); set ROLLOUT_GPUS or ROLLOUT_HOST instead",
+    "ADD_VERSION": "the run directory is OUTPUT_DIR/RUN_NAME, with no vN- folder",
+    "LOGGING_DIR": "logs go under the run directory",
+    "RESUME_FROM_CHECKPOINT": "resume is automatic: start the run again with the same RUN_NAME",
+    "LOCAL_RANK": "set by torchrun for each process",
+    "CUDA_VISIBLE_DEVICES": "the entrypoint sets it per process: use TRAIN_GPUS and ROLLOUT_GPUS "
+    "(in-container ordinals); to hide GPUs from the container, use compose's device_ids",
+    "NPROC_PER_NODE": "derived from the number of TRAIN_GPUS",
+    "ROLLOUT_MODEL": "the rollout serves MODEL",
+    "ROLLOUT_DATA_PARALLEL_SIZE": "derived: number of ROLLOUT_GPUS / ROLLOUT_TENSOR_PARALLEL_SIZE",
+    "ROLLOUT_EXTERNAL_PLUGINS": "the rollout loads the same EXTERNAL_PLUGINS as the trainer",
+    "ROLLOUT_INFER_BACKEND": "swift rollout always uses vLLM",
+}
+
+
+_SERVER_FIX = (
+    "give the rollout its own GPU(s) with ROLLOUT_GPUS=<ordinal> (server mode: a `swift rollout` process), "
+    "or leave ROLLOUT_GPUS empty to colocate vLLM on the training GPUs"
+)
+
+RENAMED: dict[str, Renamed] = {
+    "VLLM_DEVICE": Renamed(
+        "removed in ms-swift 3.6 (the <=3.5 'last GPU runs vLLM' layout)",
+        _SERVER_FIX,
+        "deprecated with 'will be removed in version 3.6' in v3.5.3:swift/llm/argument/rlhf_args.py:279-294; "
+        "absent from v3.6.0",
+    ),
+    "NUM_INFER_WORKERS": Renamed(
+        "removed in ms-swift 3.6",
+        _SERVER_FIX + "; several rollout GPUs run data-parallel",
+        "v3.5.3:swift/llm/argument/rlhf_args.py:279-294",
+    ),
+    "VLLM_MAX_NUM_SEQS": Renamed(
+        "a ms-swift 3.2 GRPO argument, not in 3.6.4 (it returns in 3.7+ as a rollout argument)",
+        "server mode: ROLLOUT_MAX_NUM_SEQS=<n>; colocate mode sizes it from the batch "
+        "(per_device_train_batch_size x tp x steps_per_generation)",
+        "v3.2.0:swift/trainers/arguments.py:73-100; v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:449-475",
+    ),
+    "TENSOR_PARALLEL_SIZE": Renamed(
+        "the pre-3.6 GRPO spelling",
+        "colocate: VLLM_TENSOR_PARALLEL_SIZE=<n>; server mode: ROLLOUT_TENSOR_PARALLEL_SIZE=<n>",
+        "v3.5.3:swift/llm/argument/rlhf_args.py:279-294",
+    ),
+    "TUNER_TYPE": Renamed(
+        "the ms-swift 4.x name",
+        "TRAIN_TYPE=lora (or full)",
+        "v3.6.4:swift/llm/argument/base_args/base_args.py:73 (train_type), tuner_args.py",
+    ),
+    "SFT_TYPE": Renamed(
+        "the ms-swift 2.x name",
+        "TRAIN_TYPE=lora (or full)",
+        "v3.6.4:swift/llm/argument/base_args/base_args.py:73 (train_type), tuner_args.py",
+    ),
+    "LOAD_IN_4BIT": Renamed(
+        "not an ms-swift argument in any version (a transformers/bitsandbytes kwarg)",
+        "QLoRA: QUANT_METHOD=bnb and QUANT_BITS=4 (with TRAIN_TYPE=lora)",
+        "v3.6.4:swift/llm/argument/base_args/quant_args.py:29-32",
+    ),
+    "LOAD_IN_8BIT": Renamed(
+        "not an ms-swift argument in any version",
+        "QUANT_METHOD=bnb and QUANT_BITS=8",
+        "v3.6.4:swift/llm/argument/base_args/quant_args.py:29-32",
+    ),
+    "QUANTIZATION_BIT": Renamed(
+        "not an ms-swift argument (LLaMA-Factory's name)",
+        "QUANT_METHOD=bnb and QUANT_BITS=4",
+        "v3.6.4:swift/llm/argument/base_args/quant_args.py:29-32",
+    ),
+    "LORA_TARGET_MODULES": Renamed(
+        "not an ms-swift argument",
+        "TARGET_MODULES=all-linear",
+        "v3.6.4:swift/llm/argument/base_args/base_args.py:73 (train_type), tuner_args.py",
+    ),
+    "LORA_TARGET": Renamed(
+        "LLaMA-Factory's name",
+        "TARGET_MODULES=all-linear",
+        "v3.6.4:swift/llm/argument/base_args/base_args.py:73 (train_type), tuner_args.py",
+    ),
+    "LORA_R": Renamed(
+        "PEFT's name",
+        "LORA_RANK=<r>",
+        "v3.6.4:swift/llm/argument/base_args/base_args.py:73 (train_type), tuner_args.py",
+    ),
+    "USE_PEFT": Renamed(
+        "TRL's name",
+        "TRAIN_TYPE=lora",
+        "v3.6.4:swift/llm/argument/base_args/base_args.py:73 (train_type), tuner_args.py",
+    ),
+    "MAX_PROMPT_LENGTH": Renamed(
+        "TRL's name; ms-swift truncates prompt + completion to MAX_LENGTH",
+        "MAX_LENGTH=<tokens> (prompt + completion) and MAX_COMPLETION_LENGTH=<tokens>",
+        "v3.6.4:swift/llm/argument/rlhf_args.py:163-167",
+    ),
+    "GC_COLLECT_AFTER_OFFLOAD": Renamed(
+        "deprecated in 3.6.4 and has no effect",
+        "drop it; OFFLOAD_MODEL / OFFLOAD_OPTIMIZER / SLEEP_LEVEL control memory in colocate mode",
+        "v3.6.4:swift/trainers/arguments.py:202",
+    ),
+}
+
+# ms-swift 3.7+ renamed the rollout's vLLM flags with a `vllm_` prefix; in 3.6.4 they are unknown
+# (`ValueError: remaining_argv`). Spelled here as recipe keys.
+for _flag in (
+    "GPU_MEMORY_UTILIZATION",
+    "MAX_MODEL_LEN",
+    "TENSOR_PARALLEL_SIZE",
+    "DATA_PARALLEL_SIZE",
+    "ENABLE_PREFIX_CACHING",
+    "ENFORCE_EAGER",
+    "MAX_NUM_SEQS",
+    "USE_ASYNC_ENGINE",
+):
+    RENAMED[f"ROLLOUT_VLLM_{_flag}"] = Renamed(
+        "the ms-swift 3.7+ spelling of a `swift rollout` flag; 3.6.4 has no `vllm_` prefix there",
+        f"ROLLOUT_{_flag}=<value>",
+        "v3.6.4:swift/llm/argument/infer_args.py:67-82; prefix added in v3.7.0",
+    )
+
+
+# `swift rlhf` arguments that only act in colocate mode: in server mode ms-swift ignores them (some with
+# one warning line), so a user who set them believes they are tuning the rollout when they are not.
+COLOCATE_ONLY: dict[str, str] = {
+    "VLLM_GPU_MEMORY_UTILIZATION": "ROLLOUT_GPU_MEMORY_UTILIZATION",
+    "VLLM_MAX_MODEL_LEN": "ROLLOUT_MAX_MODEL_LEN",
+    "VLLM_ENFORCE_EAGER": "ROLLOUT_ENFORCE_EAGER",
+    "VLLM_ENABLE_PREFIX_CACHING": "ROLLOUT_ENABLE_PREFIX_CACHING",
+    "VLLM_TENSOR_PARALLEL_SIZE": "ROLLOUT_TENSOR_PARALLEL_SIZE",
+    "VLLM_LIMIT_MM_PER_PROMPT": "ROLLOUT_LIMIT_MM_PER_PROMPT",
+    "SLEEP_LEVEL": "",
+    "OFFLOAD_MODEL": "",
+    "OFFLOAD_OPTIMIZER": "",
+}
+COLOCATE_ONLY_SOURCE = "v3.6.4:swift/llm/argument/rlhf_args.py:294-302; swift/trainers/arguments.py:163-201"
+
+# NCCL's documented environment variables (NCCL user guide, "Environment Variables"), used to catch
+# typos: NCCL ignores names it does not know, so NCCL_P2P_DISSABLE=1 silently does nothing.
+NCCL_VARIABLES = frozenset(
+    {
+        "NCCL_ALGO", "NCCL_BUFFSIZE", "NCCL_CHECK_POINTERS", "NCCL_COLLNET_ENABLE", "NCCL_COMM_BLOCKING",
+        "NCCL_COMM_ID", "NCCL_CONF_FILE", "NCCL_CROSS_NIC", "NCCL_CUMEM_ENABLE", "NCCL_DEBUG",
+        "NCCL_DEBUG_FILE", "NCCL_DEBUG_SUBSYS", "NCCL_DMABUF_ENABLE", "NCCL_GRAPH_DUMP_FILE",
+        "NCCL_GRAPH_FILE", "NCCL_GRAPH_MIXING_SUPPORT", "NCCL_HOSTID", "NCCL_IB_ADAPTIVE_ROUTING",
+        "NCCL_IB_AR_THRESHOLD", "NCCL_IB_DISABLE", "NCCL_IB_GID_INDEX", "NCCL_IB_HCA", "NCCL_IB_MERGE_NICS",
+        "NCCL_IB_PCI_RELAXED_ORDERING", "NCCL_IB_QPS_PER_CONNECTION", "NCCL_IB_RETRY_CNT", "NCCL_IB_ROCE_VERSION_NUM",
+        "NCCL_IB_SL", "NCCL_IB_SPLIT_DATA_ON_QPS", "NCCL_IB_TC", "NCCL_IB_TIMEOUT", "NCCL_IB_USE_INLINE",
+        "NCCL_IGNORE_CPU_AFFINITY", "NCCL_IGNORE_DISABLED_P2P", "NCCL_LAUNCH_MODE", "NCCL_LL128_BUFFSIZE",
+        "NCCL_LL_BUFFSIZE", "NCCL_MAX_CTAS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MIN_NCHANNELS",
+        "NCCL_MNNVL_ENABLE", "NCCL_NET", "NCCL_NET_DISABLE_INTRA", "NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ",
+        "NCCL_NET_OVERHEAD", "NCCL_NET_PLUGIN", "NCCL_NSOCKS_PERTHREAD", "NCCL_NTHREADS", "NCCL_NVB_DISABLE",
+        "NCCL_NVLS_ENABLE", "NCCL_P2P_DIRECT_DISABLE", "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL",
+        "NCCL_P2P_NET_CHUNKSIZE", "NCCL_P2P_NVL_CHUNKSIZE", "NCCL_P2P_PCI_CHUNKSIZE", "NCCL_P2P_READ_ENABLE",
+        "NCCL_P2P_USE_CUDA_MEMCPY", "NCCL_PROTO", "NCCL_PXN_DISABLE", "NCCL_RAS_ENABLE", "NCCL_RUNTIME_CONNECT",
+        "NCCL_SET_STACK_SIZE", "NCCL_SET_THREAD_NAME", "NCCL_SHM_DISABLE", "NCCL_SHM_USE_CUDA_MEMCPY",
+        "NCCL_SOCKET_FAMILY", "NCCL_SOCKET_IFNAME", "NCCL_SOCKET_NTHREADS", "NCCL_SOCKET_RETRY_CNT",
+        "NCCL_SOCKET_RETRY_SLEEP_MSEC", "NCCL_TOPO_DUMP_FILE", "NCCL_TOPO_FILE", "NCCL_TUNER_PLUGIN",
+        "NCCL_WORK_FIFO_DEPTH",
+    }
+)  # fmt: skip
+
+
+
+# Environment variables a recipe may set for the child processes.
+ENV_PASSTHROUGH = {
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "OMP_NUM_THREADS",
+    "TOKENIZERS_PARALLELISM",
+    "CUDA_LAUNCH_BLOCKING",
+    "TORCH_DISTRIBUTED_DEBUG",
+    "GLOO_SOCKET_IFNAME",
+}
+ENV_PASSTHROUGH_PREFIXES = ("WANDB_", "HF_", "MODELSCOPE_", "TORCH_NCCL_")
+
+# Names that shells and launchers export for their own reasons; never read as recipe values from the
+# process environment (they remain valid in recipe files and on the command line).
+NOT_FROM_ENVIRONMENT = {"COLUMNS", "DEBUG", "LOCAL_RANK", "LOG_LEVEL", "VERBOSE", "STREAM", "STRICT"}
+
+# Recipe keys that define what a run trains; a resume with any of them changed is refused.
+IDENTITY = (
+    "MODEL", "MODEL_SOURCE", "MODEL_TYPE", "TRAIN_TYPE", "LORA_RANK", "LORA_ALPHA", "LORA_DROPOUT",
+    "TARGET_MODULES", "QUANT_METHOD", "QUANT_BITS", "DATASET", "DATASET_GENERATOR", "DATASET_ROWS",
+    "REWARD_FUNCS", "REWARD_WEIGHTS", "SEED",
+)  # fmt: skip
+
+# Keys that may differ between the nodes of one run (everything else must match: nodes.py).
+NODE_LOCAL = (
+    "NODE_RANK", "OUTPUT_DIR", "INVENTORY", "EMBEDDED_MODEL_DIR", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA",
+    "GPU_MONITOR_INTERVAL", "STOP_GRACE_SECONDS", "NODE_CHECK_TIMEOUT", "RECIPE",
+)  # fmt: skip
+NODE_LOCAL_PREFIXES = ("WANDB_", "HF_")
+
+# Trainer arguments the rollout server must share (same model, template, dtype, seed).
+SHARED_WITH_ROLLOUT = ("MODEL", "MODEL_TYPE", "MODEL_REVISION", "TEMPLATE", "TORCH_DTYPE", "USE_HF", "SEED")
+
+OWNED = frozenset(Settings.model_fields)
+
+
+@functools.cache
+def lookup(name: str) -> Key | None:
+    """The registry's answer for a recipe key (upper case), or None when no kind takes it."""
+    flags = {
+        "identity": name in IDENTITY,
+        "node_local": name in NODE_LOCAL or name.startswith(NODE_LOCAL_PREFIXES),
+        "shared_with_rollout": name in SHARED_WITH_ROLLOUT,
+        "from_environment": name not in NOT_FROM_ENVIRONMENT,
+        "colocate_only": COLOCATE_ONLY.get(name),
+    }
+    if name in MANAGED:
+        return Key(name, "managed", managed=MANAGED[name], **flags)
+    if name in RENAMED:
+        return Key(name, "renamed", renamed=RENAMED[name], **flags)
+    if name in OWNED:
+        kind = "owned"
+    elif name in NCCL_VARIABLES:
+        kind = "nccl"
+    elif name in ENV_PASSTHROUGH or name.startswith(ENV_PASSTHROUGH_PREFIXES):
+        kind = "env"
+    elif name.startswith("ROLLOUT_") and name[len("ROLLOUT_") :].lower() in swift_schema.load("rollout"):
+        kind = "rollout"
+    elif name.lower() in swift_schema.load("rlhf"):
+        kind = "trainer"
+    else:
+        return None
+    return Key(name, kind, **flags)
+
+
+def known() -> list[str]:
+    """Every key a recipe may set (for suggestions and `keys`)."""
+    names = set(OWNED) | set(NCCL_VARIABLES) | ENV_PASSTHROUGH
+    names |= {name.upper() for name in swift_schema.load("rlhf")}
+    names |= {"ROLLOUT_" + name.upper() for name in swift_schema.load("rollout")}
+    return sorted(k for k in names if k not in MANAGED and k not in RENAMED)
