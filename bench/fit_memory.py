@@ -25,7 +25,7 @@ from scipy.optimize import least_squares, minimize
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from entrypoint import hardware, memory, plan, recipe  # noqa: E402
+from entrypoint import hardware, host, memory, plan, recipe  # noqa: E402
 from entrypoint.preflight import memory_check  # noqa: E402
 
 RECIPE = ROOT / "bench" / "recipes" / "random-qwen-hf.env"
@@ -58,7 +58,7 @@ def h200s(world: int) -> hardware.Inventory:
 
 def _planned(recipe_name: str | Path, pairs: list[str], world: int) -> plan.Plan:
     r = recipe.load([f"recipe={recipe_name}", *pairs], {})
-    return plan.build(r, h200s(world), {}, choose_port=lambda s, h: 8000, ephemeral_port=lambda: 29500)
+    return plan.build(r, h200s(world), host.gather(r, {}, probe_plugins=False))
 
 
 def workload(m: dict) -> memory.Workload:
@@ -76,7 +76,8 @@ def workload(m: dict) -> memory.Workload:
         f"DEEPSPEED={m.get('deepspeed', '')}",
         f"TRAIN_GPUS={','.join(str(i) for i in range(world))}",
     ]
-    w, _ = memory_check.workload(_planned(RECIPE, pairs, world), {})
+    planned = _planned(RECIPE, pairs, world)
+    w, _ = memory_check.workload(planned, planned.facts)
     return w
 
 
@@ -96,7 +97,7 @@ def colocate_prediction(m: dict, coef: dict | None = None) -> float:
         f"SLEEP_LEVEL={m['sleep_level']}",
     ]
     planned = _planned("countdown-1x4090", pairs, 1)
-    w, _ = memory_check.workload(planned, {})
+    w, _ = memory_check.workload(planned, planned.facts)
     colocate = memory_check.colocate_settings(planned, w)
     (gpu0,) = memory_check.per_gpu(
         planned.layout, memory_check.card_size(planned), w, colocate, 0.9, coef=coef

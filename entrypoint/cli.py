@@ -73,11 +73,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "rollout":
         return run.rollout(args.pairs, os.environ)
     if args.command == "plan":
-        plan, _ = run.make_plan(args.pairs, os.environ, for_train=False)
+        plan = run.make_plan(args.pairs, os.environ, for_train=False)
         print(json.dumps(plan.to_json(), indent=2) if args.json else plan.render())
         return EXIT_OK
     if args.command == "validate":
-        plan, _ = run.make_plan(args.pairs, os.environ, for_train=True)
+        plan = run.make_plan(args.pairs, os.environ, for_train=True)
         warnings = [p for p in plan.problems if not p.fatal]
         for w in warnings:
             print(w.render())

@@ -17,6 +17,12 @@ EXIT_SIGINT = 130  # 128 + SIGINT (Ctrl-C)
 EXIT_SIGTERM = 143  # 128 + SIGTERM (docker stop)
 
 
+# Kinds of problem (`Problem.kind`), which decide how a command treats them, never their text:
+INPUT = "input"  # the recipe, the command line or a file's content is wrong
+LOCAL = "local"  # something on this machine is not in place yet (a dataset file, the converted embedded
+#                  model, a writable output volume): `train` and `validate` refuse, `plan` only warns
+
+
 @dataclasses.dataclass(frozen=True)
 class Problem:
     """One thing wrong with the input. `fatal` problems stop the run; the others are warnings."""
@@ -25,6 +31,7 @@ class Problem:
     message: str  # what is wrong, in the user's terms
     fix: str = ""  # what to do about it
     fatal: bool = True
+    kind: str = INPUT
 
     def render(self) -> str:
         level = "error" if self.fatal else "warning"

@@ -214,7 +214,6 @@ NCCL_VARIABLES = frozenset(
 )  # fmt: skip
 
 
-
 # Environment variables a recipe may set for the child processes.
 ENV_PASSTHROUGH = {
     "PYTORCH_CUDA_ALLOC_CONF",

@@ -1,18 +1,28 @@
-"""Supervise the child processes of a run: start, wait for health, watch, and end whole process trees.
+"""Supervision: start the children of a run, gate on health, watch, and end whole process trees.
 
-State of a child (`ChildState`), after torchelastic's WorkerState:
+Policy (`launch`), in one place:
+  1. start the rollout server first (server mode) and wait for its /health/ within ROLLOUT_STARTUP_TIMEOUT,
+     printing progress; then check it listens on the port the trainer was given (ms-swift moves to another
+     port silently when its port is taken);
+  2. start the trainer;
+  3. the first child to exit ends the run: the trainer with 0 is `completed`; a trainer that fails after
+     training had finished (`finished(child)` says why) is `completed` too, its exit recorded; anything else
+     is `failed`, with the child's last lines;
+  4. SIGINT/SIGTERM make it `stopped` (130/143);
+  5. always: SIGTERM to every child's process group, SIGKILL after one shared grace period, and any
+     descendant that left its group is found with psutil and killed (honcho's escalation).
+
+State of a child (`ChildState`, after torchelastic's WorkerState):
 
     STARTING --(health endpoint 200)--> HEALTHY    (rollout server only)
     STARTING/HEALTHY --(exit 0)--> SUCCEEDED
     STARTING/HEALTHY --(exit != 0)--> FAILED
     any --(stop_all)--> STOPPED
 
-Every child runs in its own session (process group), so a signal reaches its whole tree (torchrun and
-its ranks, vLLM's workers); on stop the group gets SIGTERM, then SIGKILL after one shared grace period
-(honcho's escalation), and any descendant that left the group is found with psutil and killed too.
-Signal handlers only raise `Interrupted`; cleanup happens in the caller's `finally`.
-
-Output: each child's lines go to `<run>/logs/<role>.log` and to the console prefixed `role | `.
+Every child runs in its own session (process group). Signal handlers only raise `Interrupted`; cleanup
+happens in `launch`'s `finally`. Each child's lines go to `<run>/logs/<role>.log` and, through the one
+`Printer`, to the console as `role | line`. Seams for tests: the process constructor (`popen`), the
+clock and sleep, the health probe and the port lookup (`Supervisor.__init__`).
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ from typing import TextIO
 
 import psutil
 
+from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE
 from entrypoint.plan import Process
 
 TAIL_LINES = 40
@@ -65,12 +76,31 @@ class ChildFailed(Exception):
         super().__init__(f"{role} {reason}")
 
     def render(self) -> str:
-        lines = "\n".join(f"  {role_prefix(self.role)}{line}" for line in self.tail) or "  (no output)"
+        lines = "\n".join(f"  {Printer.prefix(self.role)}{line}" for line in self.tail) or "  (no output)"
         return f"{self.role} {self.reason}. Its last lines:\n{lines}"
 
 
-def role_prefix(role: str) -> str:
-    return f"{role:>8} | "
+class Printer:
+    """The console: `say` for the entrypoint's own lines, `line` for a child's, one lock for both."""
+
+    def __init__(self, console: TextIO = sys.stdout):
+        self.console = console
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def prefix(role: str) -> str:
+        return f"{role:>8} | "
+
+    def say(self, text: str) -> None:
+        self._write(f"grpo-rig | {text}")
+
+    def line(self, role: str, text: str) -> None:
+        self._write(self.prefix(role) + text)
+
+    def _write(self, text: str) -> None:
+        with self._lock:
+            self.console.write(text + "\n")
+            self.console.flush()
 
 
 @dataclasses.dataclass
@@ -79,12 +109,22 @@ class Child:
     popen: subprocess.Popen
     log_path: Path
     tail: collections.deque
-    reader: threading.Thread
+    reader: threading.Thread | None
     state: ChildState = ChildState.STARTING
 
     @property
     def pid(self) -> int:
         return self.popen.pid
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """How a run's children ended."""
+
+    status: str  # "completed" | "failed" | "stopped"
+    code: int  # the exit status the entrypoint returns (errors.EXIT_*)
+    failure: dict | None = None  # role, returncode, reason, log_tail of the child that failed
+    trainer_exit: dict | None = None  # a trainer crash after training had finished, accepted (why)
 
 
 def install_signal_handlers() -> Callable[[], None]:
@@ -97,75 +137,106 @@ def install_signal_handlers() -> Callable[[], None]:
     return lambda: [signal.signal(s, h) for s, h in old.items()]
 
 
+def http_ok(url: str) -> bool:
+    """GET `url` answered 200 (never through a proxy: the rollout is on loopback or a trusted network)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def listening_ports(pid: int) -> set[int]:
+    """TCP ports in LISTEN state owned by the process tree of `pid`."""
+    found: set[int] = set()
+    for proc in _tree(pid):
+        try:
+            for conn in proc.net_connections(kind="tcp"):
+                if conn.status == psutil.CONN_LISTEN and conn.laddr:
+                    found.add(conn.laddr.port)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
 class Supervisor:
     """Starts children and guarantees that none outlives `stop_all()`."""
 
     def __init__(
-        self, log_dir: Path, grace_seconds: float, console: TextIO = sys.stdout, secret_values: list[str] = ()
+        self,
+        log_dir: Path,
+        grace_seconds: float,
+        printer: Printer | None = None,
+        secret_values: list[str] = (),
+        base_env: Mapping[str, str] = {},  # noqa: B006 - read only: the environment the children inherit
+        *,
+        popen: Callable[..., subprocess.Popen] = subprocess.Popen,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        health: Callable[[str], bool] = http_ok,
+        ports_of: Callable[[int], set[int]] = listening_ports,
     ):
-        self.log_dir = log_dir
-        self.grace_seconds = grace_seconds
-        self.console = console
+        self.log_dir, self.grace_seconds = log_dir, grace_seconds
+        self.printer = printer or Printer()
         self.secret_values = list(secret_values)
+        self.base_env = dict(base_env)
+        self.popen, self.clock, self.sleep, self.health, self.ports_of = popen, clock, sleep, health, ports_of
         self.children: list[Child] = []
-        self._console_lock = threading.Lock()
 
-    def start(self, process: Process, base_env: Mapping[str, str] | None = None) -> Child:
-        """Start `process` in a new session with `base_env` (default os.environ) plus its own env."""
+    def start(self, process: Process) -> Child:
+        """Start `process` in a new session with the base environment plus its own env."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ if base_env is None else base_env)
-        env.update(process.env)
+        env = {**self.base_env, **process.env}
         log_path = self.log_dir / f"{process.role}.log"
         try:
-            popen = subprocess.Popen(  # noqa: S603 - argv list from the plan, never a shell string
-                process.argv,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            popen = self.popen(  # noqa: S603 - argv list from the plan, never a shell string
+                process.argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
         except OSError as exc:
             raise ChildFailed(
                 process.role, None, [], f"could not start ({process.argv[0]}: {exc.strerror})"
             ) from exc
         tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
-        reader = threading.Thread(target=self._pump, args=(process.role, popen, log_path, tail), daemon=True)
-        child = Child(process.role, popen, log_path, tail, reader)
-        reader.start()
+        child = Child(process.role, popen, log_path, tail, None)
+        if popen.stdout is not None:
+            child.reader = threading.Thread(target=self._pump, args=(child,), daemon=True)
+            child.reader.start()
         self.children.append(child)
         return child
 
-    def _pump(self, role: str, popen: subprocess.Popen, log_path: Path, tail: collections.deque) -> None:
-        prefix = role_prefix(role)
-        with log_path.open("a", encoding="utf-8") as log:
-            for raw in iter(popen.stdout.readline, b""):
+    def _pump(self, child: Child) -> None:
+        with child.log_path.open("a", encoding="utf-8") as log:
+            for raw in iter(child.popen.stdout.readline, b""):
                 line = raw.decode("utf-8", "replace").rstrip("\r\n")
                 for secret in self.secret_values:  # the log files are ours: no secret reaches them
                     line = line.replace(secret, "<redacted>")
                 log.write(line + "\n")
                 log.flush()
-                # tqdm redraws with \r: keep the last frame only
-                line = line.rsplit("\r", 1)[-1]
-                tail.append(line)
-                with self._console_lock:
-                    self.console.write(prefix + line + "\n")
-                    self.console.flush()
-        popen.stdout.close()
+                line = line.rsplit("\r", 1)[-1]  # tqdm redraws with \r: keep the last frame only
+                child.tail.append(line)
+                self.printer.line(child.role, line)
+        child.popen.stdout.close()
 
     def _finished(self, child: Child) -> int | None:
         rc = child.popen.poll()
-        if rc is not None:
+        if rc is not None and child.reader is not None:
             child.reader.join(timeout=5)
         return rc
 
     def wait_healthy(self, child: Child, url: str, timeout: float, progress_every: float = 15.0) -> float:
-        """Poll GET `url` until it answers 200; returns the seconds it took.
-
-        Raises ChildFailed if the child exits first or `timeout` seconds pass.
-        """
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never via a proxy
-        start = time.monotonic()
+        """Poll `url` until it answers 200; returns the seconds it took. Raises ChildFailed if the child
+        exits first or `timeout` seconds pass."""
+        start = self.clock()
         next_progress = start + progress_every
         while True:
             rc = self._finished(child)
@@ -174,46 +245,30 @@ class Supervisor:
                 raise ChildFailed(
                     child.role, rc, list(child.tail), f"exited with status {rc} before it was healthy"
                 )
-            try:
-                with opener.open(url, timeout=2) as response:
-                    if response.status == 200:
-                        child.state = ChildState.HEALTHY
-                        return time.monotonic() - start
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
-            now = time.monotonic()
+            if self.health(url):
+                child.state = ChildState.HEALTHY
+                return self.clock() - start
+            now = self.clock()
             if now - start > timeout:
                 raise ChildFailed(
-                    child.role,
-                    None,
-                    list(child.tail),
+                    child.role, None, list(child.tail),
                     f"was not healthy after {timeout:.0f} s (ROLLOUT_STARTUP_TIMEOUT); {url} did not answer 200",
-                )
+                )  # fmt: skip
             if now >= next_progress:
-                self._say(f"waiting for {child.role} at {url} ({now - start:.0f} s of {timeout:.0f} s)")
+                self.printer.say(
+                    f"waiting for {child.role} at {url} ({now - start:.0f} s of {timeout:.0f} s)"
+                )
                 next_progress = now + progress_every
-            time.sleep(1.0)
-
-    def listening_ports(self, child: Child) -> set[int]:
-        """TCP ports in LISTEN state owned by the child's process tree."""
-        found: set[int] = set()
-        for proc in self._tree(child.pid):
-            try:
-                for conn in proc.net_connections(kind="tcp"):
-                    if conn.status == psutil.CONN_LISTEN and conn.laddr:
-                        found.add(conn.laddr.port)
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-        return found
+            self.sleep(1.0)
 
     def pids(self) -> set[int]:
         """Every process of every child's tree (the GPU monitor attributes memory by PID)."""
-        return {p.pid for c in self.children for p in self._tree(c.pid)}
+        return {p.pid for c in self.children for p in _tree(c.pid)}
 
     def wait(self, child: Child) -> int:
         """Block until `child` exits; returns its status and marks its state."""
-        rc = child.popen.wait()
-        child.reader.join(timeout=5)
+        while (rc := self._finished(child)) is None:
+            self.sleep(POLL_SECONDS)
         child.state = ChildState.SUCCEEDED if rc == 0 else ChildState.FAILED
         return rc
 
@@ -226,32 +281,23 @@ class Supervisor:
                     if rc is not None:
                         child.state = ChildState.SUCCEEDED if rc == 0 else ChildState.FAILED
                         return child
-            time.sleep(POLL_SECONDS)
-
-    @staticmethod
-    def _tree(pid: int) -> list[psutil.Process]:
-        try:
-            root = psutil.Process(pid)
-            return [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return []
+            self.sleep(POLL_SECONDS)
 
     def stop_all(self) -> None:
         """SIGTERM every child's process group, SIGKILL what remains after the grace period."""
-        trees = {c.pid: self._tree(c.pid) for c in self.children}
+        trees = {c.pid: _tree(c.pid) for c in self.children}
         for child in self.children:
             if child.popen.poll() is None:
                 child.state = ChildState.STOPPED
-                self._signal_group(child.pid, signal.SIGTERM)
-        deadline = time.monotonic() + self.grace_seconds
+                _signal_group(child.pid, signal.SIGTERM)
+        deadline = self.clock() + self.grace_seconds
         for child in self.children:
-            remaining = max(0.0, deadline - time.monotonic())
             try:
-                child.popen.wait(timeout=remaining)
+                child.popen.wait(timeout=max(0.0, deadline - self.clock()))
             except subprocess.TimeoutExpired:
-                self._say(f"{child.role} did not stop within {self.grace_seconds:.0f} s: killing it")
+                self.printer.say(f"{child.role} did not stop within {self.grace_seconds:.0f} s: killing it")
         for child in self.children:
-            self._signal_group(child.pid, signal.SIGKILL)
+            _signal_group(child.pid, signal.SIGKILL)
             leftovers = [p for p in trees.get(child.pid, []) if p.is_running()]
             for proc in leftovers:  # descendants that moved to another process group
                 with contextlib.suppress(psutil.NoSuchProcess):
@@ -259,14 +305,89 @@ class Supervisor:
             psutil.wait_procs(leftovers, timeout=5)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.popen.wait(timeout=5)
-            child.reader.join(timeout=5)
+            if child.reader is not None:
+                child.reader.join(timeout=5)
 
-    @staticmethod
-    def _signal_group(pid: int, signum: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signum)
 
-    def _say(self, text: str) -> None:
-        with self._console_lock:
-            self.console.write(f"grpo-rig | {text}\n")
-            self.console.flush()
+def _signal_group(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signum)
+
+
+def launch(
+    processes: list[Process],
+    supervisor: Supervisor,
+    startup_timeout: float,
+    finished: Callable[[Child], str | None] = lambda child: None,
+) -> Outcome:
+    """Run `processes` (a rollout server, then the trainer) under the policy in this module's docstring.
+    `finished(trainer)` says why a failed trainer had still finished training (None: it had not)."""
+    say = supervisor.printer.say
+    restore = install_signal_handlers()
+    try:
+        for process in processes:
+            if process.role == "rollout":
+                _start_healthy(supervisor, process, startup_timeout)
+        trainer = supervisor.start(next(p for p in processes if p.role == "trainer"))
+        first = supervisor.wait_any()
+        if first is trainer and first.state is ChildState.SUCCEEDED:
+            return Outcome("completed", EXIT_OK)
+        rc = first.popen.returncode
+        why = finished(first) if first is trainer else None
+        if why is None:
+            raise ChildFailed(first.role, rc, list(first.tail), f"exited with status {rc}")
+        signame = exit_signal(rc, first.log_path)
+        say(f"trainer exited with status {rc}{f' ({signame})' if signame else ''} after training had finished "
+            f"({why}); the run counts as completed")  # fmt: skip
+        return Outcome(
+            "completed",
+            EXIT_OK,
+            trainer_exit={"returncode": rc, "signal": signame, "accepted": True, "reason": why},
+        )
+    except ChildFailed as exc:
+        say(exc.render())
+        failure = {"role": exc.role, "returncode": exc.returncode, "reason": exc.reason, "log_tail": exc.tail}
+        return Outcome("failed", EXIT_RUNTIME_FAILURE, failure=failure)
+    except Interrupted as exc:
+        say(
+            f"{signal.Signals(exc.signum).name} received: stopping all processes (grace {supervisor.grace_seconds:.0f} s)"
+        )
+        return Outcome("stopped", 128 + exc.signum)
+    finally:
+        supervisor.stop_all()
+        restore()
+
+
+def _start_healthy(supervisor: Supervisor, process: Process, timeout: float) -> Child:
+    supervisor.printer.say(f"starting the rollout server; waiting for {process.health_url}")
+    child = supervisor.start(process)
+    seconds = supervisor.wait_healthy(child, process.health_url, timeout)
+    port = int(process.health_url.rsplit(":", 1)[1].split("/")[0])
+    bound = supervisor.ports_of(child.pid)
+    if port not in bound:
+        reason = f"answered on port {port} but listens on {sorted(bound)}: another server holds {port}"
+        raise ChildFailed("rollout", None, list(child.tail), reason)
+    supervisor.printer.say(f"rollout server healthy after {seconds:.0f} s on port {port}")
+    return child
+
+
+def exit_signal(returncode: int | None, log_path: Path) -> str | None:
+    """The signal that ended the trainer: from a negative status, or from torchrun's failure report
+    ("Signal 6 (SIGABRT) received by PID ...", "exitcode : -11"), which is what a torchrun'ed rank's
+    crash leaves (the torchrun process itself exits 1)."""
+    import re
+
+    if returncode is not None and returncode < 0:
+        return signal.Signals(-returncode).name
+    try:
+        text = log_path.read_text(encoding="utf-8", errors="replace")[-20000:]
+    except OSError:
+        return None
+    named = re.findall(r"Signal \d+ \((SIG[A-Z]+)\) received by PID", text)
+    if named:
+        return named[-1]
+    codes = re.findall(r"exitcode\s*:\s*(-\d+)", text)
+    if codes:
+        with contextlib.suppress(ValueError):
+            return signal.Signals(-int(codes[-1])).name
+    return None

@@ -113,69 +113,121 @@ def _int(recipe: Recipe, name: str, default: int) -> int:
 
 
 def decide(
-    recipe: Recipe, inventory: Inventory, environ: Mapping[str, str], rollout_only: bool = False
-) -> tuple[Layout | None, list[Problem]]:
-    """Place the run on the inventory's GPUs. Returns (layout or None when impossible, problems).
+    recipe: Recipe,
+    inventory: Inventory,
+    env: Mapping[str, str],
+    rollout_only: bool = False,
+    problems: list[Problem] | None = None,
+) -> Layout | None:
+    """Place the run on the inventory's GPUs; None when no placement is possible. Problems are appended
+    to `problems`.
 
-    `rollout_only`: this node only serves the rollout (`python -m entrypoint rollout`) for trainers on
-    other nodes (their ROLLOUT_HOST); nothing trains here.
+    `env`: the environment variables host.gather read (CUDA_VISIBLE_DEVICES). `rollout_only`: this node
+    only serves the rollout (`python -m entrypoint rollout`) for trainers on other nodes (their
+    ROLLOUT_HOST); nothing trains here.
     """
-    s = recipe.settings
-    problems: list[Problem] = []
-    use_vllm = recipe.trainer.get("use_vllm", ["false"])[0] == "true"
-    visible = [g.index for g in inventory.gpus]
+    found: list[Problem] = []
+    layout = _place(recipe, inventory, env, rollout_only, found)
+    if problems is not None:
+        problems.extend(found)
+    return layout
 
-    if "CUDA_VISIBLE_DEVICES" in environ:
+
+def _place(
+    recipe: Recipe, inventory: Inventory, env: Mapping[str, str], rollout_only: bool, problems: list[Problem]
+) -> Layout | None:
+    _warn_visible_devices(env, problems)
+    use_vllm = recipe.trainer.get("use_vllm", ["false"])[0] == "true"
+    if not _gpus_there(recipe, inventory, use_vllm, problems):
+        return None
+    s = recipe.settings
+    rollout = (
+        _ordinals(recipe, inventory, "ROLLOUT_GPUS", s.ROLLOUT_GPUS.strip(), problems)
+        if s.ROLLOUT_GPUS.strip()
+        else []
+    )
+    _check_bind(recipe, rollout, problems)
+    if rollout_only and rollout is not None:
+        return _rollout_only(recipe, rollout, problems)
+    train = _training_gpus(recipe, inventory, rollout, problems)
+    if train is None or rollout is None:
+        return None
+    mode = _mode(recipe, len(inventory.gpus), train, rollout, use_vllm, problems)
+    _check_parallel_sizes(recipe, mode, train, rollout, problems)
+    _check_mode_keys(recipe, mode, rollout_only, problems)
+    tp = _int(recipe, "rollout_tensor_parallel_size", 1)
+    host = s.ROLLOUT_HOST or (connect_address(s.ROLLOUT_BIND) if rollout else "")
+    return Layout(
+        mode=mode,
+        train_gpus=tuple(train),
+        rollout_gpus=tuple(rollout),
+        rollout_host=host if mode == "server" else "",
+        rollout_tp=tp,
+        rollout_dp=max(1, len(rollout) // tp) if rollout else 1,
+    )
+
+
+def _warn_visible_devices(env: Mapping[str, str], problems: list[Problem]) -> None:
+    if "CUDA_VISIBLE_DEVICES" in env:
         problems.append(
             Problem(
                 "CUDA_VISIBLE_DEVICES (environment)",
-                f"is set to {environ['CUDA_VISIBLE_DEVICES']!r}; the entrypoint replaces it for each process",
+                f"is set to {env['CUDA_VISIBLE_DEVICES']!r}; the entrypoint replaces it for each process",
                 "select GPUs with TRAIN_GPUS / ROLLOUT_GPUS, or hide them from the container with compose device_ids",
                 fatal=False,
             )
         )
 
-    def ordinals(key: str, text: str) -> list[int] | None:
-        try:
-            values = parse_ordinals(text)
-        except ValueError as exc:
-            problems.append(
-                Problem(f"{key} ({recipe.source(key)})", f"{text!r}: {exc}", "write ordinals like 0,1 or 0-3")
-            )
-            return None
-        unknown = [v for v in values if v not in visible]
-        if unknown:
-            problems.append(
-                Problem(
-                    f"{key} ({recipe.source(key)})",
-                    f"GPU {', '.join(map(str, unknown))} does not exist in this container. Visible:\n    "
-                    + inventory.table().replace("\n", "\n    ")
-                    + f"\n  {DOCKER_RENUMBERING}",
-                    f"use ordinals from the list above (0..{len(visible) - 1})"
-                    if visible
-                    else "expose GPUs first",
-                )
-            )
-            return None
-        return values
 
-    rollout_text = s.ROLLOUT_GPUS.strip()
-    # Only an explicit TRAIN_GPUS=none asks for the CPU: `all` (the default) on a machine with no GPU is
-    # the missing-GPU fault (C03), not a request to train slowly on the CPU.
-    wants_gpu = use_vllm or bool(rollout_text) or s.TRAIN_GPUS.strip().lower() not in ("none", "")
-    if not visible and wants_gpu:
-        why = "USE_VLLM=true" if use_vllm else "the recipe names GPUs"
+def _gpus_there(recipe: Recipe, inventory: Inventory, use_vllm: bool, problems: list[Problem]) -> bool:
+    """Only an explicit TRAIN_GPUS=none asks for the CPU: `all` (the default) on a machine with no GPU is
+    the missing-GPU fault (C03), not a request to train slowly on the CPU."""
+    s = recipe.settings
+    wants_gpu = use_vllm or bool(s.ROLLOUT_GPUS.strip()) or s.TRAIN_GPUS.strip().lower() not in ("none", "")
+    if inventory.gpus or not wants_gpu:
+        return True
+    why = "USE_VLLM=true" if use_vllm else "the recipe names GPUs"
+    problems.append(
+        Problem(
+            "GPU",
+            NO_GPU_HELP.format(error=inventory.nvml_error or "NVML lists no device")
+            + f" This recipe needs one ({why}).",
+            "fix the GPU exposure above; for a CPU run set TRAIN_GPUS=none (recipe=smoke does)",
+        )
+    )
+    return False
+
+
+def _ordinals(
+    recipe: Recipe, inventory: Inventory, key: str, text: str, problems: list[Problem]
+) -> list[int] | None:
+    visible = [g.index for g in inventory.gpus]
+    try:
+        values = parse_ordinals(text)
+    except ValueError as exc:
+        problems.append(
+            Problem(f"{key} ({recipe.source(key)})", f"{text!r}: {exc}", "write ordinals like 0,1 or 0-3")
+        )
+        return None
+    unknown = [v for v in values if v not in visible]
+    if unknown:
         problems.append(
             Problem(
-                "GPU",
-                NO_GPU_HELP.format(error=inventory.nvml_error or "NVML lists no device")
-                + f" This recipe needs one ({why}).",
-                "fix the GPU exposure above; for a CPU run set TRAIN_GPUS=none (recipe=smoke does)",
+                f"{key} ({recipe.source(key)})",
+                f"GPU {', '.join(map(str, unknown))} does not exist in this container. Visible:\n    "
+                + inventory.table().replace("\n", "\n    ")
+                + f"\n  {DOCKER_RENUMBERING}",
+                f"use ordinals from the list above (0..{len(visible) - 1})"
+                if visible
+                else "expose GPUs first",
             )
         )
-        return None, problems
+        return None
+    return values
 
-    rollout = ordinals("ROLLOUT_GPUS", rollout_text) if rollout_text else []
+
+def _check_bind(recipe: Recipe, rollout: list[int] | None, problems: list[Problem]) -> None:
+    s = recipe.settings
     if rollout and not is_loopback(s.ROLLOUT_BIND) and not s.ROLLOUT_ALLOW_REMOTE:
         problems.append(
             Problem(
@@ -185,36 +237,51 @@ def decide(
                 "keep ROLLOUT_BIND=127.0.0.1, or set ROLLOUT_ALLOW_REMOTE=true on a trusted network",
             )
         )
-    if rollout_only and rollout is not None:
-        if not rollout:
-            problems.append(
-                Problem(
-                    "ROLLOUT_GPUS",
-                    "`rollout` serves on dedicated GPUs, and none are named",
-                    "set ROLLOUT_GPUS=0 (or 0-3)",
-                )
-            )
-        tp = _int(recipe, "rollout_tensor_parallel_size", 1)
-        layout = Layout(mode="server", train_gpus=(), rollout_gpus=tuple(rollout), rollout_host=connect_address(s.ROLLOUT_BIND),
-                        rollout_tp=tp, rollout_dp=max(1, len(rollout) // tp))  # fmt: skip
-        return layout, problems
-    train_text = s.TRAIN_GPUS.strip().lower()
-    if train_text in ("none", ""):
-        train: list[int] | None = []
-    elif train_text == "all":
-        train = [g for g in visible if g not in (rollout or [])]
-    else:
-        train = ordinals("TRAIN_GPUS", s.TRAIN_GPUS)
-    if train is None or rollout is None:
-        return None, problems
 
+
+def _rollout_only(recipe: Recipe, rollout: list[int], problems: list[Problem]) -> Layout:
+    if not rollout:
+        problems.append(
+            Problem(
+                "ROLLOUT_GPUS",
+                "`rollout` serves on dedicated GPUs, and none are named",
+                "set ROLLOUT_GPUS=0 (or 0-3)",
+            )
+        )
+    tp = _int(recipe, "rollout_tensor_parallel_size", 1)
+    return Layout(mode="server", train_gpus=(), rollout_gpus=tuple(rollout),
+                  rollout_host=connect_address(recipe.settings.ROLLOUT_BIND), rollout_tp=tp,
+                  rollout_dp=max(1, len(rollout) // tp))  # fmt: skip
+
+
+def _training_gpus(
+    recipe: Recipe, inventory: Inventory, rollout: list[int] | None, problems: list[Problem]
+) -> list[int] | None:
+    text = recipe.settings.TRAIN_GPUS.strip().lower()
+    if text in ("none", ""):
+        return []
+    if text == "all":
+        return [g.index for g in inventory.gpus if g.index not in (rollout or [])]
+    return _ordinals(recipe, inventory, "TRAIN_GPUS", recipe.settings.TRAIN_GPUS, problems)
+
+
+def _mode(
+    recipe: Recipe,
+    visible: int,
+    train: list[int],
+    rollout: list[int],
+    use_vllm: bool,
+    problems: list[Problem],
+) -> str:
+    """cpu, hf, colocate or server, and what makes the combination impossible."""
+    s = recipe.settings
     if s.ROLLOUT_HOST and rollout:
         problems.append(
             Problem(
                 "ROLLOUT_HOST",
                 "set together with ROLLOUT_GPUS",
                 "ROLLOUT_GPUS for a rollout here, ROLLOUT_HOST for one on another node; not both",
-            )
+            )  # fmt: skip
         )
     if (rollout or s.ROLLOUT_HOST) and not use_vllm:
         problems.append(
@@ -222,7 +289,7 @@ def decide(
                 "ROLLOUT_GPUS" if rollout else "ROLLOUT_HOST",
                 "a dedicated rollout server needs vLLM, but USE_VLLM is false",
                 "set USE_VLLM=true, or drop the rollout keys to generate inside the trainer",
-            )
+            )  # fmt: skip
         )
     overlap = sorted(set(train) & set(rollout))
     if overlap:
@@ -234,28 +301,28 @@ def decide(
                 "list disjoint GPUs, or empty ROLLOUT_GPUS to colocate vLLM on the training GPUs",
             )
         )
-    if rollout and not train and train_text not in ("none",):
+    if rollout and not train and s.TRAIN_GPUS.strip().lower() not in ("none",):
         problems.append(
             Problem(
                 "ROLLOUT_GPUS",
-                f"leaves no GPU for training ({len(visible)} visible, {len(rollout)} for the rollout)",
+                f"leaves no GPU for training ({visible} visible, {len(rollout)} for the rollout)",
                 "server mode needs at least 2 GPUs; on one GPU empty ROLLOUT_GPUS to colocate",
-            )
+            )  # fmt: skip
         )
     if not train and use_vllm and not problems:
         problems.append(
             Problem("USE_VLLM", "vLLM needs a GPU, but the trainer runs on the CPU", "set USE_VLLM=false")
         )
-
     if not train:
-        mode = "cpu"
-    elif rollout or s.ROLLOUT_HOST:
-        mode = "server"
-    elif use_vllm:
-        mode = "colocate"
-    else:
-        mode = "hf"
+        return "cpu"
+    if rollout or s.ROLLOUT_HOST:
+        return "server"
+    return "colocate" if use_vllm else "hf"
 
+
+def _check_parallel_sizes(
+    recipe: Recipe, mode: str, train: list[int], rollout: list[int], problems: list[Problem]
+) -> None:
     tp = _int(recipe, "rollout_tensor_parallel_size", 1)
     if rollout and len(rollout) % tp:
         problems.append(
@@ -274,6 +341,10 @@ def decide(
                 "choose a divisor of the number of TRAIN_GPUS",
             )
         )
+
+
+def _check_mode_keys(recipe: Recipe, mode: str, rollout_only: bool, problems: list[Problem]) -> None:
+    """Keys that do nothing in this mode: rollout-server keys without a server, colocate-only keys with one."""
     if mode != "server" and not rollout_only:
         server_keys = [
             k
@@ -288,17 +359,14 @@ def decide(
             or k == "VLLM_SERVER_TIMEOUT"
         ]
         if server_keys:
+            colocate_hint = "; colocated vLLM takes VLLM_GPU_MEMORY_UTILIZATION, VLLM_MAX_MODEL_LEN, ..."
             problems.append(
                 Problem(
                     ", ".join(sorted(server_keys)),
                     f"rollout-server settings, but this run has no rollout server ({mode}: ROLLOUT_GPUS and ROLLOUT_HOST are empty), "
                     "so they would do nothing",
                     "set ROLLOUT_GPUS=<ordinal> (or ROLLOUT_HOST) for server mode, or remove them"
-                    + (
-                        "; colocated vLLM takes VLLM_GPU_MEMORY_UTILIZATION, VLLM_MAX_MODEL_LEN, ..."
-                        if mode == "colocate"
-                        else ""
-                    ),
+                    + (colocate_hint if mode == "colocate" else ""),
                 )
             )
     if mode == "server":
@@ -313,14 +381,3 @@ def decide(
                         else f"remove {key} (server mode)",
                     )
                 )
-
-    host = s.ROLLOUT_HOST or (connect_address(s.ROLLOUT_BIND) if rollout else "")
-    layout = Layout(
-        mode=mode,
-        train_gpus=tuple(train),
-        rollout_gpus=tuple(rollout),
-        rollout_host=host if mode == "server" else "",
-        rollout_tp=tp,
-        rollout_dp=max(1, len(rollout) // tp) if rollout else 1,
-    )
-    return layout, problems

@@ -10,13 +10,16 @@ import datetime as dt
 import hashlib
 import importlib.metadata
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from entrypoint import keys, redact
 from entrypoint.export import write_json_atomic
-from entrypoint.plan import Plan
 from entrypoint.recipe import PROJECT_DIR
+
+if TYPE_CHECKING:
+    from entrypoint.plan import Plan
 
 MANIFEST = "manifest.json"
 SCHEMA_VERSION = 1
@@ -25,7 +28,6 @@ PACKAGES = (
     "grpo-rig", "ms-swift", "vllm", "torch", "transformers", "trl", "peft", "deepspeed",
     "accelerate", "datasets", "math-verify", "nvidia-ml-py",
 )  # fmt: skip
-
 
 
 def now_iso() -> str:
@@ -49,24 +51,30 @@ def lock_sha256() -> str | None:
         return None
 
 
-def image_identity(environ: dict[str, str]) -> dict[str, str | None]:
-    """Set by the Dockerfile (ARG -> ENV); None outside the image."""
+def image_identity(env: Mapping[str, str]) -> dict[str, str | None]:
+    """Set by the Dockerfile (ARG -> ENV; host.Facts.env); None outside the image."""
     return {
-        "version": environ.get("GRPO_RIG_VERSION"),
-        "revision": environ.get("GRPO_RIG_REVISION"),
-        "lock_sha256": environ.get("GRPO_RIG_LOCK_SHA256") or lock_sha256(),
+        "version": env.get("GRPO_RIG_VERSION"),
+        "revision": env.get("GRPO_RIG_REVISION"),
+        "lock_sha256": env.get("GRPO_RIG_LOCK_SHA256") or lock_sha256(),
     }
 
 
-def identity(plan: Plan) -> dict[str, str]:
-    return {k: plan.recipe.raw(k) or "" for k in keys.IDENTITY}
+def identity(recipe) -> dict[str, str]:
+    """The values that define what a run trains (keys.IDENTITY); a resume must keep them."""
+    return {k: recipe.raw(k) or "" for k in keys.IDENTITY}
 
 
-def start(plan: Plan, environ: dict[str, str], previous: dict[str, Any] | None) -> dict[str, Any]:
-    """The manifest of a run that is starting (or resuming: earlier attempts are kept)."""
-    secrets = redact.values_of(environ) + redact.values_of(
+def secrets_of(plan: Plan) -> list[str]:
+    """Secret values to scrub: the environment's (host.Facts) and the recipe's."""
+    return list(plan.facts.secret_values) + redact.values_of(
         {k: v.value for k, v in plan.recipe.values.items()}
     )
+
+
+def start(plan: Plan, previous: dict[str, Any] | None) -> dict[str, Any]:
+    """The manifest of a run that is starting (or resuming: earlier attempts are kept)."""
+    secrets = secrets_of(plan)
     attempts = list(previous.get("attempts", [])) if previous else []
     attempts.append({"started_at": now_iso(), "resume_from": plan.resume_from or None})
     data = {
@@ -74,7 +82,7 @@ def start(plan: Plan, environ: dict[str, str], previous: dict[str, Any] | None) 
         "status": "running",
         "run_name": plan.run_name,
         "recipe": plan.recipe.name,
-        "identity": identity(plan),
+        "identity": identity(plan.recipe),
         "resolved_recipe": plan.recipe.resolved(),
         "seed": int((plan.recipe.trainer.get("seed") or ["42"])[0]),
         "model": {
@@ -84,7 +92,7 @@ def start(plan: Plan, environ: dict[str, str], previous: dict[str, Any] | None) 
         },
         "dataset": plan.dataset_paths,
         "versions": package_versions(),
-        "image": image_identity(dict(environ)),
+        "image": image_identity(plan.facts.env),
         "inventory": plan.inventory.model_dump(),
         "layout": plan.to_json()["layout"],
         "nccl": [

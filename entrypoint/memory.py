@@ -50,8 +50,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from entrypoint import hubcache
-
 GIB = 1024**3
 DATA = Path(__file__).parent / "data"
 # Memory outside torch's allocator (CUDA context, cuBLAS/NCCL workspaces): NVML peak minus torch's max
@@ -144,20 +142,10 @@ class ModelDims:
         return self.layers * 2 * self.kv_heads * self.head_dim * dtype_bytes
 
 
-def find_config(model: str, model_path: str, environ: Mapping[str, str]) -> tuple[dict | None, str]:
-    """config.json of a model: local directory, HF or ModelScope cache, else the shipped table."""
-    candidates = [Path(model_path) / "config.json"] if model_path else []
-    for use_hf in (True, False):
-        local = hubcache.cached(model, "models", use_hf, environ)
-        if local is not None:
-            candidates += sorted(local.glob("snapshots/*/config.json")) + [local / "config.json"]
-    for path in candidates:
-        if path.is_file():
-            return json.loads(path.read_text()), str(path)
-    table = json.loads((DATA / "model_configs.json").read_text())
-    if model in table:
-        return table[model], "entrypoint/data/model_configs.json"
-    return None, ""
+def shipped_config(model: str) -> dict | None:
+    """config.json fields of the recipes' hub models (entrypoint/data/model_configs.json), for planning
+    without the model on disk; None for other models."""
+    return json.loads((DATA / "model_configs.json").read_text()).get(model)
 
 
 @dataclasses.dataclass(frozen=True)

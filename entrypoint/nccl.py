@@ -174,6 +174,85 @@ def decide_multi_node(
     return env, decisions, problems
 
 
+def _decide_p2p(
+    gpus: Sequence[int],
+    user: Mapping[str, tuple[str, str]],
+    allow: bool,
+    why: str,
+    env: dict[str, str],
+    decisions: list[Decision],
+    problems: list[Problem],
+) -> None:
+    """NCCL_P2P_DISABLE. `why`: the reason these GPUs must not use P2P ("" when they may)."""
+    if "NCCL_P2P_DISABLE" in user:
+        value, source = user["NCCL_P2P_DISABLE"]
+        if not nccl_true(value) and why and not allow:
+            numeric = value.strip().lstrip("-").isdigit()
+            problems.append(
+                Problem(
+                    f"NCCL_P2P_DISABLE ({source})",
+                    f"set to {value!r}{'' if numeric else ', which NCCL reads as 0 (it reads integers: write 1)'}, but "
+                    f"{why}; NCCL would try P2P transfers these GPUs cannot do (hangs or corrupt results)",
+                    "remove it (the entrypoint sets NCCL_P2P_DISABLE=1), or, on a driver patched to enable "
+                    "P2P, set ALLOW_P2P_WITHOUT_SUPPORT=true",
+                )
+            )
+        reason = "kept as the user set it" + (" (ALLOW_P2P_WITHOUT_SUPPORT=true)" if allow and why else "")
+        if source != "environment":
+            env["NCCL_P2P_DISABLE"] = value
+        decisions.append(Decision("NCCL_P2P_DISABLE", value, reason, source))
+    elif why:
+        env["NCCL_P2P_DISABLE"] = "1"
+        decisions.append(Decision("NCCL_P2P_DISABLE", "1", why, "entrypoint"))
+    else:
+        reason = (
+            "one GPU in use: no peer traffic"
+            if len(set(gpus)) == 1
+            else "NVML reports P2P between all GPUs in use"
+        )
+        decisions.append(Decision("NCCL_P2P_DISABLE", None, reason, "entrypoint"))
+
+
+def _decide_ib(
+    inventory: Inventory,
+    user: Mapping[str, tuple[str, str]],
+    accelerate: bool,
+    env: dict[str, str],
+    decisions: list[Decision],
+) -> None:
+    """NCCL_IB_DISABLE: off without an active InfiniBand/RoCE port; present (0) for accelerate's check."""
+    active = inventory.active_ib_ports()
+    if "NCCL_IB_DISABLE" in user:
+        value, source = user["NCCL_IB_DISABLE"]
+        if source != "environment":
+            env["NCCL_IB_DISABLE"] = value
+        decisions.append(Decision("NCCL_IB_DISABLE", value, "kept as the user set it", source))
+    elif not active:
+        env["NCCL_IB_DISABLE"] = "1"
+        decisions.append(
+            Decision(
+                "NCCL_IB_DISABLE",
+                "1",
+                "no ACTIVE InfiniBand/RoCE port under /sys/class/infiniband",
+                "entrypoint",
+            )
+        )
+    elif accelerate:
+        env["NCCL_IB_DISABLE"] = "0"
+        ports = ", ".join(f"{p.device} port {p.port}" for p in active)
+        decisions.append(
+            Decision(
+                "NCCL_IB_DISABLE",
+                "0",
+                f"present for accelerate's check, IB kept on (active: {ports})",
+                "entrypoint",
+            )
+        )
+    else:
+        ports = ", ".join(f"{p.device} port {p.port} ({p.link_layer})" for p in active)
+        decisions.append(Decision("NCCL_IB_DISABLE", None, f"active RDMA ports: {ports}", "entrypoint"))
+
+
 def decide(
     inventory: Inventory,
     gpus: Sequence[int],
@@ -220,72 +299,7 @@ def decide(
     )
     missing = pairs_without_p2p(inventory, gpus)
     missing_reason = describe_missing(missing, len(set(gpus)))
-
-    # P2P
-    if "NCCL_P2P_DISABLE" in user:
-        value, source = user["NCCL_P2P_DISABLE"]
-        if not nccl_true(value) and (missing or accelerate) and not allow_p2p_without_support:
-            numeric = value.strip().lstrip("-").isdigit()
-            problems.append(
-                Problem(
-                    f"NCCL_P2P_DISABLE ({source})",
-                    f"set to {value!r}{'' if numeric else ', which NCCL reads as 0 (it reads integers: write 1)'}, but "
-                    f"{missing_reason or accelerate_reason}; NCCL would try P2P transfers these GPUs cannot do "
-                    "(hangs or corrupt results)",
-                    "remove it (the entrypoint sets NCCL_P2P_DISABLE=1), or, on a driver patched to enable "
-                    "P2P, set ALLOW_P2P_WITHOUT_SUPPORT=true",
-                )
-            )
-        reason = "kept as the user set it"
-        if allow_p2p_without_support and (missing or accelerate):
-            reason += " (ALLOW_P2P_WITHOUT_SUPPORT=true)"
-        if source != "environment":
-            env["NCCL_P2P_DISABLE"] = value
-        decisions.append(Decision("NCCL_P2P_DISABLE", value, reason, source))
-    elif missing:
-        env["NCCL_P2P_DISABLE"] = "1"
-        decisions.append(Decision("NCCL_P2P_DISABLE", "1", missing_reason, "entrypoint"))
-    elif accelerate:
-        env["NCCL_P2P_DISABLE"] = "1"
-        decisions.append(Decision("NCCL_P2P_DISABLE", "1", accelerate_reason, "entrypoint"))
-    else:
-        reason = (
-            "one GPU in use: no peer traffic"
-            if len(set(gpus)) == 1
-            else "NVML reports P2P between all GPUs in use"
-        )
-        decisions.append(Decision("NCCL_P2P_DISABLE", None, reason, "entrypoint"))
-
-    # InfiniBand / RoCE
-    active = inventory.active_ib_ports()
-    if "NCCL_IB_DISABLE" in user:
-        value, source = user["NCCL_IB_DISABLE"]
-        if source != "environment":
-            env["NCCL_IB_DISABLE"] = value
-        decisions.append(Decision("NCCL_IB_DISABLE", value, "kept as the user set it", source))
-    elif not active:
-        env["NCCL_IB_DISABLE"] = "1"
-        decisions.append(
-            Decision(
-                "NCCL_IB_DISABLE",
-                "1",
-                "no ACTIVE InfiniBand/RoCE port under /sys/class/infiniband",
-                "entrypoint",
-            )
-        )
-    elif accelerate:
-        env["NCCL_IB_DISABLE"] = "0"
-        ports = ", ".join(f"{p.device} port {p.port}" for p in active)
-        decisions.append(
-            Decision(
-                "NCCL_IB_DISABLE",
-                "0",
-                f"present for accelerate's check, IB kept on (active: {ports})",
-                "entrypoint",
-            )
-        )
-    else:
-        ports = ", ".join(f"{p.device} port {p.port} ({p.link_layer})" for p in active)
-        decisions.append(Decision("NCCL_IB_DISABLE", None, f"active RDMA ports: {ports}", "entrypoint"))
-
+    p2p_why = missing_reason or (accelerate_reason if accelerate else "")
+    _decide_p2p(gpus, user, allow_p2p_without_support, p2p_why, env, decisions, problems)
+    _decide_ib(inventory, user, accelerate, env, decisions)
     return Policy(env, decisions, problems)

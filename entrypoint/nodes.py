@@ -19,20 +19,22 @@ import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from entrypoint import keys, manifest
 from entrypoint.errors import Problem
-from entrypoint.plan import Plan
+
+if TYPE_CHECKING:
+    from entrypoint.plan import Plan
 
 
-def identity(plan: Plan, environ: dict[str, str]) -> dict[str, Any]:
+def identity(plan: Plan) -> dict[str, Any]:
     """What must match across nodes, plus this node's facts."""
     r = plan.recipe
     return {
         "node_rank": r.settings.NODE_RANK,
         "lock_sha256": manifest.lock_sha256(),
-        "image": manifest.image_identity(environ),
+        "image": manifest.image_identity(plan.facts.env),
         "recipe": {
             k: v.value
             for k, v in sorted(r.values.items())
@@ -71,12 +73,10 @@ def _opener() -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def serve(
-    plan: Plan, environ: dict[str, str], timeout: float, say
-) -> tuple[list[dict[str, Any]], list[Problem]]:
+def serve(plan: Plan, timeout: float, say) -> tuple[list[dict[str, Any]], list[Problem]]:
     """Node 0: publish the identity, collect every other node's. Returns (all identities, problems)."""
     s = plan.recipe.settings
-    mine = identity(plan, environ)
+    mine = identity(plan)
     reports: dict[int, dict[str, Any]] = {}
     lock = threading.Lock()
 
@@ -142,13 +142,11 @@ def serve(
     return identities, problems
 
 
-def report(
-    plan: Plan, environ: dict[str, str], timeout: float, say
-) -> tuple[dict[str, Any] | None, list[Problem]]:
+def report(plan: Plan, timeout: float, say) -> tuple[dict[str, Any] | None, list[Problem]]:
     """Node > 0: fetch node 0's identity (retrying until `timeout`), compare, report ours."""
     s = plan.recipe.settings
     url = f"http://{s.MASTER_ADDR}:{s.MASTER_PORT + 1}/"
-    mine = identity(plan, environ)
+    mine = identity(plan)
     deadline = time.monotonic() + timeout
     next_note = time.monotonic()
     theirs = None

@@ -1,56 +1,56 @@
-"""Plan: recipe + inventory -> the exact processes a run will execute, with no side effects.
+"""Plan: recipe + inventory + facts -> the exact processes a run will execute. A pure function.
 
-`build()` is a pure function of its inputs (the port chooser is injected), so `plan` works on a machine
-with no GPU and tests feed it made-up machines. `train` executes the same Plan.
+`build(recipe, inventory, facts)` reads nothing but its arguments (host.gather read the world once), so
+`plan` works on a machine with no GPU and tests feed it made-up machines; `train` executes the same Plan.
+It runs once and is a short list of named stages, each a screen at most:
 
-Each process lists only the environment the entrypoint sets on top of its own (inherited) environment,
-and its full argv.
+    _layout       which GPUs train and serve the rollout (layout.py)
+    _nccl         the NCCL variables and why (nccl.py)
+    _run          run name and directory; resume from the newest complete checkpoint
+    _model        what --model gets (an embedded model's converted directory)
+    _dataset      the dataset files, or the generator that writes one
+    _shape        the batch shape the planner chooses where the recipe leaves it open (shape.py)
+    _child_env    the environment every child gets
+    _rollout      the `swift rollout` server (server mode on this node)
+    _trainer      the `swift rlhf` trainer
+    _export       the merged export after training (EXPORT_MERGED=true)
+    _memory       the per-GPU memory estimate (memory.py)
+
+Each process lists only the environment the entrypoint sets on top of the inherited one, and its argv.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import json
-import os
 import shlex
-import shutil
-import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from entrypoint import layout as layout_mod
-from entrypoint import models, nccl, ports
+from entrypoint import manifest, models, nccl, ports, shape
 from entrypoint.errors import Problem
 from entrypoint.hardware import Inventory
+from entrypoint.host import Facts, resolved, run_dir_of
 from entrypoint.keys import SHARED_WITH_ROLLOUT
 from entrypoint.layout import Layout
-from entrypoint.recipe import PROJECT_DIR, Recipe
+from entrypoint.preflight import memory_check
+from entrypoint.recipe import Recipe
 from entrypoint.redact import argv as redact_argv
 from entrypoint.redact import env as redact_env
-
-PLUGIN_FILE = Path(__file__).resolve().parent / "plugins" / "grpo_rig_rewards.py"
-
-
-def swift_executable() -> str:
-    """ms-swift's CLI: GRPO_RIG_SWIFT if set (tests put a fake there), else the one installed beside
-    this interpreter (the venv may not be on PATH), else `swift` from PATH."""
-    if os.environ.get("GRPO_RIG_SWIFT"):
-        return os.environ["GRPO_RIG_SWIFT"]
-    beside = Path(sys.executable).parent / "swift"
-    return str(beside) if beside.exists() else (shutil.which("swift") or "swift")
-
+from entrypoint.rewards import PLUGIN_FILE
 
 TRAIN_SUBDIR = "train"  # ms-swift's output_dir inside the run directory
 EVENTS_FILE = "events.jsonl"  # the trainer's phase timings (entrypoint/site/sitecustomize.py)
 SITE_DIR = Path(__file__).resolve().parent / "site"
 SITE_HOOK_VARIABLES = ("GRPO_RIG_EMULATE_VRAM_GB", "GRPO_RIG_VLLM_KEEP_POOLS", "GRPO_RIG_EVENTS")
+CHECKPOINT = "<newest complete checkpoint>"  # the export's --adapters, known once training ends
 
 
 @dataclasses.dataclass(frozen=True)
 class Process:
-    role: str  # "rollout" | "trainer"
+    role: str  # "rollout" | "trainer" | "export"
     env: dict[str, str]  # set by the entrypoint, on top of the inherited environment
     argv: list[str]
     health_url: str = ""  # rollout: GET this until 200 before starting the trainer
@@ -73,13 +73,15 @@ class Plan:
     run_dir: Path
     model_path: str  # what --model gets (an embedded model's converted directory, else MODEL)
     dataset_paths: list[str]
-    processes: list[Process]
+    processes: list[Process]  # started in this order; `export` runs after training, not with the others
     steps: list[str]  # in-process work before the children start (dataset generation, ...)
     problems: list[Problem]  # fatal and warnings found while planning
     resume_from: str = ""
     placed: bool = True  # False: no layout was possible (its problems say why); nothing else is checked
-    memory: list = dataclasses.field(default_factory=list)  # memory.GpuEstimate per GPU, set by preflight
-    memory_note: list = dataclasses.field(default_factory=list)
+    memory: tuple = ()  # memory.GpuEstimate per GPU
+    memory_note: tuple = ()
+    memory_problems: tuple = ()  # what the estimate found (preflight reports them in their place)
+    facts: Facts | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def train_dir(self) -> Path:
@@ -121,7 +123,7 @@ class Plan:
                     "card_gib": round(e.card_gib, 2),
                     "peak_gib": round(e.peak_gib, 2),
                     "parts": {k: round(v, 2) for k, v in e.parts.items()},
-                }
+                }  # fmt: skip
                 for e in self.memory
             ],
             "resume_from": self.resume_from,
@@ -147,29 +149,28 @@ class Plan:
             lines += [f"  ({note})" for note in self.memory_note]
         if self.resume_from:
             lines.append(f"resume: from {self.resume_from}")
-        for step in self.steps:
-            lines.append(f"step: {step}")
+        lines += [f"step: {step}" for step in self.steps]
         lines += [p.render() for p in self.processes]
-        s = self.recipe.settings
-        if s.NNODES > 1:
-            lines.append(
-                f"nodes: {s.NNODES}; run the same command on every node, each with its own NODE_RANK:"
-            )
-            for rank in range(s.NNODES):
-                mark = "  (this node)" if rank == s.NODE_RANK else ""
-                lines.append(
-                    f"  node {rank}: docker compose run --rm train recipe={self.recipe.name} RUN_NAME={self.run_name} "
-                    f"NNODES={s.NNODES} NODE_RANK={rank} MASTER_ADDR={s.MASTER_ADDR} MASTER_PORT={s.MASTER_PORT}{mark}"
-                )
-            lines.append(
-                f"  open between nodes: TCP {s.MASTER_PORT} (torchrun), {s.MASTER_PORT + 1} (node check), NCCL's ports"
-            )
+        lines += _render_nodes(self)
         lines += [p.render() for p in self.problems if not p.fatal]
         return "\n".join(lines)
 
 
-def default_run_name(recipe_name: str, now: dt.datetime) -> str:
-    return f"{Path(recipe_name).stem}-{now.strftime('%Y%m%d-%H%M%S')}"
+def _render_nodes(plan: Plan) -> list[str]:
+    s = plan.recipe.settings
+    if s.NNODES <= 1:
+        return []
+    lines = [f"nodes: {s.NNODES}; run the same command on every node, each with its own NODE_RANK:"]
+    for rank in range(s.NNODES):
+        mark = "  (this node)" if rank == s.NODE_RANK else ""
+        lines.append(
+            f"  node {rank}: docker compose run --rm train recipe={plan.recipe.name} RUN_NAME={plan.run_name} "
+            f"NNODES={s.NNODES} NODE_RANK={rank} MASTER_ADDR={s.MASTER_ADDR} MASTER_PORT={s.MASTER_PORT}{mark}"
+        )
+    lines.append(
+        f"  open between nodes: TCP {s.MASTER_PORT} (torchrun), {s.MASTER_PORT + 1} (node check), NCCL's ports"
+    )
+    return lines
 
 
 def _args(mapping: Mapping[str, list[str]], skip: set[str] = frozenset()) -> list[str]:
@@ -180,255 +181,344 @@ def _args(mapping: Mapping[str, list[str]], skip: set[str] = frozenset()) -> lis
     return out
 
 
-def _resolve_file(value: str) -> str:
-    """A relative file path from a recipe resolves against the project directory when it exists there."""
-    path = Path(value)
-    if path.is_absolute() or not (PROJECT_DIR / path).exists():
-        return value
-    return str(PROJECT_DIR / path)
+@dataclasses.dataclass
+class Draft:
+    """What the stages build up; `build` freezes it into a Plan."""
+
+    recipe: Recipe
+    inventory: Inventory
+    facts: Facts
+    rollout_only: bool
+    problems: list[Problem]
+    layout: Layout | None = None
+    nccl: nccl.Policy | None = None
+    run_name: str = ""
+    run_dir: Path = Path()
+    resume_from: str = ""
+    resume_problems: list[Problem] = dataclasses.field(default_factory=list)
+    trainer_args: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    model_path: str = ""
+    dataset_paths: list[str] = dataclasses.field(default_factory=list)
+    steps: list[str] = dataclasses.field(default_factory=list)
+    plugins: list[str] = dataclasses.field(default_factory=list)
+    common: dict[str, str] = dataclasses.field(default_factory=dict)
+    processes: list[Process] = dataclasses.field(default_factory=list)
+    server_flags: list[str] = dataclasses.field(default_factory=list)
 
 
-def _absolute_if_local(spec: str) -> str:
-    """A relative dataset path that exists here (optionally with ms-swift's #N suffix) made absolute."""
-    path, sep, rows = spec.partition("#")
-    if Path(path).is_absolute() or not Path(path).exists():
-        return spec
-    return str(Path(path).absolute()) + sep + rows
+def draft(recipe: Recipe, inventory: Inventory, facts: Facts, rollout_only: bool = False) -> Draft:
+    """The stages up to the batch shape: layout, NCCL, run directory, model, dataset (`placed` False on
+    the draft's layout None: nothing else was decided)."""
+    d = Draft(recipe, inventory, facts, rollout_only, [])
+    if _layout(d):
+        _nccl(d)
+        _run(d)
+        _model(d)
+        _dataset(d)
+    return d
 
 
-def build(
-    recipe: Recipe,
-    inventory: Inventory,
-    environ: Mapping[str, str],
-    now: dt.datetime | None = None,
-    choose_port: Callable[[int, str], int | None] = ports.first_free,
-    ephemeral_port: Callable[[], int] = ports.ephemeral,
-    resume_from: str = "",
-    rollout_only: bool = False,
-) -> Plan:
-    """Turn a resolved recipe and an inventory into a Plan. Never raises on bad input: problems are
-    collected in `Plan.problems` (callers raise on fatal ones)."""
-    s = recipe.settings
-    now = now or dt.datetime.now(dt.timezone.utc)
-    layout, problems = layout_mod.decide(recipe, inventory, environ, rollout_only)
-    placed = layout is not None
-    if layout is None:
-        layout = Layout(mode="cpu", train_gpus=(), rollout_gpus=(), rollout_host="")
-    user_nccl = {k: (v.value, v.source) for k, v in recipe.nccl.items()}
-    policy = nccl.decide(
-        inventory,
-        layout.used_gpus,
-        user_nccl,
-        s.ALLOW_P2P_WITHOUT_SUPPORT,
-        s.NNODES,
-        "GLOO_SOCKET_IFNAME" in recipe.env or "GLOO_SOCKET_IFNAME" in environ,
+def build(recipe: Recipe, inventory: Inventory, facts: Facts, rollout_only: bool = False) -> Plan:
+    """Turn a resolved recipe, an inventory and the host's facts into a Plan. Never raises on bad input:
+    problems are collected in `Plan.problems` (callers raise on fatal ones)."""
+    d = draft(recipe, inventory, facts, rollout_only)
+    if d.layout is None:
+        return _frozen(d, placed=False)
+    if _shape(d):  # the planner set values: the stages that read them run on the shaped recipe
+        d.problems.clear()
+        _layout(d), _nccl(d), _model(d), _dataset(d)
+    _child_env(d)
+    _rollout(d)
+    _trainer(d)
+    _export(d)
+    d.problems += d.recipe.warnings + d.resume_problems
+    return _memory(_frozen(d, placed=True))
+
+
+def _frozen(d: Draft, placed: bool) -> Plan:
+    layout = d.layout or Layout(mode="cpu", train_gpus=(), rollout_gpus=(), rollout_host="")
+    policy = d.nccl or nccl.Policy({}, [], [])
+    run_name = d.run_name or run_dir_of(d.recipe, d.facts.now).name
+    return Plan(
+        recipe=d.recipe, inventory=d.inventory, layout=layout, nccl=policy, run_name=run_name,
+        run_dir=d.run_dir if d.run_name else run_dir_of(d.recipe, d.facts.now), model_path=d.model_path,
+        dataset_paths=d.dataset_paths, processes=d.processes, steps=d.steps, problems=d.problems,
+        resume_from=d.resume_from, placed=placed, facts=d.facts,
+    )  # fmt: skip
+
+
+def _layout(d: Draft) -> bool:
+    d.layout = layout_mod.decide(d.recipe, d.inventory, d.facts.env, d.rollout_only, d.problems)
+    return d.layout is not None
+
+
+def _nccl(d: Draft) -> None:
+    s = d.recipe.settings
+    user = {k: (v.value, v.source) for k, v in d.recipe.nccl.items()}
+    gloo_set = "GLOO_SOCKET_IFNAME" in d.recipe.env or "GLOO_SOCKET_IFNAME" in d.facts.env
+    d.nccl = nccl.decide(
+        d.inventory, d.layout.used_gpus, user, s.ALLOW_P2P_WITHOUT_SUPPORT, s.NNODES, gloo_set
     )
-    problems += policy.problems
+    d.problems += d.nccl.problems
 
-    run_name = s.RUN_NAME or default_run_name(recipe.name, now)
-    run_dir = (Path(s.OUTPUT_DIR).expanduser() / run_name).absolute()
-    steps: list[str] = []
-    trainer_args = dict(recipe.trainer)
 
-    # Model
-    model_value = trainer_args.pop("model", [""])[0]
-    model_path = model_value
-    if not model_value:
-        problems.append(Problem("MODEL", "no model named", "set MODEL=<hub id or /path/to/model>"))
+def _run(d: Draft) -> None:
+    """Run directory, and what a restart of it resumes (the recipe must train the same thing)."""
+    d.run_dir = run_dir_of(d.recipe, d.facts.now)
+    d.run_name = d.run_dir.name
+    previous = d.facts.previous
+    where = f"RUN_NAME {d.run_name}"
+    if previous.error:
+        d.resume_problems.append(
+            Problem(
+                where,
+                f"{d.run_dir / manifest.MANIFEST} exists but cannot be read ({previous.error})",
+                "move that run directory aside, or choose another RUN_NAME",
+            )  # fmt: skip
+        )
+    if previous.manifest is None:
+        return
+    before = previous.manifest.get("identity", {})
+    changed = {
+        k: (before.get(k, ""), v) for k, v in manifest.identity(d.recipe).items() if before.get(k, "") != v
+    }
+    if changed:
+        detail = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
+        d.resume_problems.append(
+            Problem(
+                where,
+                f"exists and was started with a different recipe ({detail})",
+                "restore those values to resume it, or choose a new RUN_NAME for a new run",
+            )  # fmt: skip
+        )
+    d.resume_from = previous.newest_checkpoint
+
+
+def _model(d: Draft) -> None:
+    r, s = d.recipe, d.recipe.settings
+    d.trainer_args = dict(r.trainer)
+    value = d.trainer_args.pop("model", [""])[0]
+    d.model_path = value
+    if not value:
+        d.problems.append(Problem("MODEL", "no model named", "set MODEL=<hub id or /path/to/model>"))
     elif s.MODEL_SOURCE == "embedded":
         try:
-            embedded = models.lookup(model_value)
+            embedded = models.lookup(value)
         except KeyError as exc:
-            problems.append(
-                Problem(f"MODEL ({recipe.source('MODEL')})", str(exc.args[0]), "set MODEL_SOURCE=hub")
+            d.problems.append(
+                Problem(f"MODEL ({r.source('MODEL')})", str(exc.args[0]), "set MODEL_SOURCE=hub")
             )
         else:
-            model_path = str(models.model_dir(embedded, Path(s.EMBEDDED_MODEL_DIR)))
-            trainer_args.setdefault("model_type", [embedded.model_type])
-            trainer_args.setdefault("template", [embedded.template])
+            d.model_path = str(models.model_dir(embedded, Path(s.EMBEDDED_MODEL_DIR)))
+            d.trainer_args.setdefault("model_type", [embedded.model_type])
+            d.trainer_args.setdefault("template", [embedded.template])
 
-    # Dataset
-    dataset_paths = trainer_args.pop("dataset", [])
+
+def _dataset(d: Draft) -> None:
+    r, s = d.recipe, d.recipe.settings
+    paths = d.trainer_args.pop("dataset", [])
+    d.steps = []
     if s.DATASET_GENERATOR:
-        if dataset_paths and recipe.layer("DATASET_GENERATOR") > recipe.layer("DATASET"):
-            problems.append(
+        if paths and r.layer("DATASET_GENERATOR") > r.layer("DATASET"):
+            d.problems.append(
                 Problem(
-                    f"DATASET ({recipe.source('DATASET')})",
-                    f"replaced by DATASET_GENERATOR={s.DATASET_GENERATOR} ({recipe.source('DATASET_GENERATOR')}), "
+                    f"DATASET ({r.source('DATASET')})",
+                    f"replaced by DATASET_GENERATOR={s.DATASET_GENERATOR} ({r.source('DATASET_GENERATOR')}), "
                     "which a later layer set",
                     fatal=False,
-                )
+                )  # fmt: skip
             )
-        elif dataset_paths:
-            problems.append(
+        elif paths:
+            d.problems.append(
                 Problem(
                     "DATASET",
                     f"set together with DATASET_GENERATOR={s.DATASET_GENERATOR} in the same layer",
                     "keep one of the two",
-                )
+                )  # fmt: skip
             )
-        generated = run_dir / "data" / f"{s.DATASET_GENERATOR}.jsonl"
-        seed = int(trainer_args.get("seed", ["42"])[0])
-        steps.append(f"generate {s.DATASET_ROWS} {s.DATASET_GENERATOR} tasks (seed {seed}) into {generated}")
-        dataset_paths = [str(generated)]
-    elif not dataset_paths:
-        problems.append(Problem("DATASET", "no dataset named", "set DATASET=/data/train.jsonl (or a hub id)"))
+        generated = d.run_dir / "data" / f"{s.DATASET_GENERATOR}.jsonl"
+        seed = int(d.trainer_args.get("seed", ["42"])[0])
+        d.steps.append(
+            f"generate {s.DATASET_ROWS} {s.DATASET_GENERATOR} tasks (seed {seed}) into {generated}"
+        )
+        d.dataset_paths = [str(generated)]
+    elif not paths:
+        d.problems.append(
+            Problem("DATASET", "no dataset named", "set DATASET=/data/train.jsonl (or a hub id)")
+        )
+        d.dataset_paths = []
     else:
-        dataset_paths = [_absolute_if_local(d) for d in dataset_paths]
+        d.dataset_paths = [_absolute_if_local(spec, d.facts) for spec in paths]
 
-    if "system" in trainer_args:
-        trainer_args["system"] = [_resolve_file(trainer_args["system"][0])]
-    plugins = [str(PLUGIN_FILE)] + [_resolve_file(p) for p in trainer_args.pop("external_plugins", [])]
 
-    # Environment common to the children
+def _absolute_if_local(spec: str, facts: Facts) -> str:
+    """A relative dataset path that exists here (optionally with ms-swift's #N suffix) made absolute."""
+    path, sep, rows = spec.partition("#")
+    if Path(path).is_absolute() or not facts.path(Path(path)).exists:
+        return spec
+    return str(Path(path).absolute()) + sep + rows
+
+
+def _shape(d: Draft) -> bool:
+    """The batch shape the planner chooses (shape.py); True when it set values (the recipe changed)."""
+    w, _ = memory_check.workload(d, d.facts)
+    choices = shape.choose(d, w)
+    if not choices:
+        return False
+    d.recipe = d.recipe.with_values({c.key: (c.value, f"planner: {c.reason}") for c in choices})
+    return True
+
+
+def _child_env(d: Draft) -> None:
+    """The environment every child gets on top of the inherited one."""
+    s, env = d.recipe.settings, d.facts.env
     common: dict[str, str] = {"PYTHONUNBUFFERED": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-    common.update(policy.env)
-    common.update(recipe.env)
+    common.update(d.nccl.env)
+    common.update(d.recipe.env)
     if s.OFFLINE:
         common.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
-    no_proxy = [v for v in (environ.get("NO_PROXY", ""), "127.0.0.1,localhost,::1") if v]
-    if (
-        environ.get("HTTP_PROXY")
-        or environ.get("HTTPS_PROXY")
-        or environ.get("http_proxy")
-        or environ.get("https_proxy")
-    ):
+    if any(env.get(k) for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")):
         # The trainer's HTTP client to the rollout server must not go through a proxy.
+        no_proxy = [v for v in (env.get("NO_PROXY", ""), "127.0.0.1,localhost,::1") if v]
         common["NO_PROXY"] = common["no_proxy"] = ",".join(no_proxy)
     if s.EMULATE_VRAM_GB:
         common["GRPO_RIG_EMULATE_VRAM_GB"] = str(s.EMULATE_VRAM_GB)
-    processes: list[Process] = []
-    server_flags: list[str] = []
-    if layout.mode == "server":
-        port = s.ROLLOUT_PORT
-        if layout.local_rollout:
-            if not port:
-                port = choose_port(ports.ROLLOUT_PORT_START, s.ROLLOUT_BIND) or 0
-                if not port:
-                    problems.append(
-                        Problem(
-                            "ROLLOUT_PORT", "no free port in 8000-8099", "set ROLLOUT_PORT to a free port"
-                        )
-                    )
-            rollout_shared = {k: trainer_args[k] for k in recipe_shared(trainer_args)}
-            rollout_argv = (
-                [swift_executable(), "rollout", "--model", model_path]
-                + _args(rollout_shared)
-                + ["--external_plugins", *plugins]
-                + ["--host", s.ROLLOUT_BIND, "--port", str(port)]
-                + [
-                    "--tensor_parallel_size",
-                    str(layout.rollout_tp),
-                    "--data_parallel_size",
-                    str(layout.rollout_dp),
-                ]
-                + _args(recipe.rollout, skip={"tensor_parallel_size"})
-            )
-            processes.append(
-                Process(
-                    role="rollout",
-                    env={**common, "CUDA_VISIBLE_DEVICES": ",".join(map(str, layout.rollout_gpus))},
-                    argv=rollout_argv,
-                    health_url=f"http://{layout.rollout_host}:{port}/health/",
-                )
-            )
-        elif not port:
-            port = ports.ROLLOUT_PORT_START
-        server_flags = [
-            "--vllm_mode", "server",
-            "--vllm_server_host", layout.rollout_host, "--vllm_server_port", str(port),
-            "--vllm_server_timeout", str(int(s.ROLLOUT_STARTUP_TIMEOUT)),
-        ]  # fmt: skip
-        trainer_args.pop("vllm_server_timeout", None)
-    elif layout.mode == "colocate":
-        server_flags = ["--vllm_mode", "colocate"]
+    d.common = common
+    if "system" in d.trainer_args:
+        d.trainer_args["system"] = [resolved(d.trainer_args["system"][0], d.facts.paths)]
+    d.plugins = [str(PLUGIN_FILE)] + [
+        resolved(p, d.facts.paths) for p in d.trainer_args.pop("external_plugins", [])
+    ]
 
-    trainer_env = dict(common)
-    # The trainer's hooks (entrypoint/site/sitecustomize.py says why each exists).
-    trainer_env["GRPO_RIG_EVENTS"] = str(run_dir / "logs" / EVENTS_FILE)
-    if layout.mode == "colocate" and int((trainer_args.get("sleep_level") or ["0"])[0]) >= 1:
-        trainer_env["GRPO_RIG_VLLM_KEEP_POOLS"] = "1"
-    if layout.train_gpus:
-        trainer_env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, layout.train_gpus))
-        trainer_env["NPROC_PER_NODE"] = str(layout.nproc_per_node)
-    else:
-        trainer_env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU run must not initialise a GPU it was not given
-    if s.NNODES > 1:
-        trainer_env.update(
-            {
-                "NNODES": str(s.NNODES),
-                "NODE_RANK": str(s.NODE_RANK),
-                "MASTER_ADDR": s.MASTER_ADDR,
-                "MASTER_PORT": str(s.MASTER_PORT),
-            }
+
+def _rollout(d: Draft) -> None:
+    """The local `swift rollout` server and the trainer's server flags (server mode)."""
+    s, layout = d.recipe.settings, d.layout
+    d.processes, d.server_flags = [], []
+    if layout.mode == "colocate":
+        d.server_flags = ["--vllm_mode", "colocate"]
+    if layout.mode != "server":
+        return
+    port = s.ROLLOUT_PORT
+    if layout.local_rollout:
+        if not port:
+            port = d.facts.ports.rollout_first_free or 0
+            if not port:
+                d.problems.append(
+                    Problem("ROLLOUT_PORT", "no free port in 8000-8099", "set ROLLOUT_PORT to a free port")
+                )
+        shared = {
+            k.lower(): d.trainer_args[k.lower()]
+            for k in SHARED_WITH_ROLLOUT
+            if k != "MODEL" and k.lower() in d.trainer_args
+        }
+        argv = (
+            [d.facts.swift, "rollout", "--model", d.model_path] + _args(shared) + ["--external_plugins", *d.plugins]
+            + ["--host", s.ROLLOUT_BIND, "--port", str(port)]
+            + ["--tensor_parallel_size", str(layout.rollout_tp), "--data_parallel_size", str(layout.rollout_dp)]
+            + _args(d.recipe.rollout, skip={"tensor_parallel_size"})
+        )  # fmt: skip
+        env = {**d.common, "CUDA_VISIBLE_DEVICES": ",".join(map(str, layout.rollout_gpus))}
+        d.processes.append(
+            Process("rollout", env, argv, health_url=f"http://{layout.rollout_host}:{port}/health/")
         )
-        trainer_env.setdefault("NPROC_PER_NODE", "1")
+    elif not port:
+        port = ports.ROLLOUT_PORT_START
+    d.server_flags = ["--vllm_mode", "server", "--vllm_server_host", layout.rollout_host,
+                      "--vllm_server_port", str(port), "--vllm_server_timeout", str(int(s.ROLLOUT_STARTUP_TIMEOUT))]  # fmt: skip
+    d.trainer_args.pop("vllm_server_timeout", None)
+
+
+def _trainer_env(d: Draft) -> dict[str, str]:
+    s, layout = d.recipe.settings, d.layout
+    env = dict(d.common)
+    # The trainer's hooks (entrypoint/site/sitecustomize.py says why each exists).
+    env["GRPO_RIG_EVENTS"] = str(d.run_dir / "logs" / EVENTS_FILE)
+    if layout.mode == "colocate" and int((d.trainer_args.get("sleep_level") or ["0"])[0]) >= 1:
+        env["GRPO_RIG_VLLM_KEEP_POOLS"] = "1"
+    if layout.train_gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, layout.train_gpus))
+        env["NPROC_PER_NODE"] = str(layout.nproc_per_node)
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU run must not initialise a GPU it was not given
+    if s.NNODES > 1:
+        env.update({"NNODES": str(s.NNODES), "NODE_RANK": str(s.NODE_RANK), "MASTER_ADDR": s.MASTER_ADDR,
+                    "MASTER_PORT": str(s.MASTER_PORT)})  # fmt: skip
+        env.setdefault("NPROC_PER_NODE", "1")
     elif layout.nproc_per_node > 1 or layout.train_gpus:
         # torchrun's default 29500 collides with any other run on the host; pick a free one unless set.
-        trainer_env["MASTER_PORT"] = str(s.MASTER_PORT if recipe.is_set("MASTER_PORT") else ephemeral_port())
+        env["MASTER_PORT"] = str(s.MASTER_PORT if d.recipe.is_set("MASTER_PORT") else d.facts.ports.ephemeral)
+    return env
 
-    trainer_argv = [swift_executable(), "rlhf", "--rlhf_type", "grpo", "--model", model_path]
-    trainer_argv += ["--dataset", *dataset_paths] if dataset_paths else []
-    trainer_argv += _args(trainer_args)
-    trainer_argv += server_flags
-    trainer_argv += ["--external_plugins", *plugins]
-    trainer_argv += [
+
+def _trainer(d: Draft) -> None:
+    argv = [d.facts.swift, "rlhf", "--rlhf_type", "grpo", "--model", d.model_path]
+    argv += ["--dataset", *d.dataset_paths] if d.dataset_paths else []
+    argv += _args(d.trainer_args) + d.server_flags + ["--external_plugins", *d.plugins]
+    argv += [
         "--output_dir",
-        str(run_dir / TRAIN_SUBDIR),
+        str(d.run_dir / TRAIN_SUBDIR),
         "--add_version",
         "false",
         "--run_name",
-        run_name,
+        d.run_name,
     ]
-    if resume_from:
-        trainer_argv += ["--resume_from_checkpoint", resume_from]
-    if not rollout_only:
-        processes.append(Process(role="trainer", env=trainer_env, argv=trainer_argv))
+    if d.resume_from:
+        argv += ["--resume_from_checkpoint", d.resume_from]
+    if not d.rollout_only:
+        d.processes.append(Process("trainer", _trainer_env(d), argv))
+    d.processes[:] = [_with_site_hooks(p, d.facts.env) for p in d.processes]
+    if d.layout.local_rollout and not d.facts.ports.weight_sync_free:
+        d.problems.append(
+            Problem(
+                f"port {ports.WEIGHT_SYNC_PORT}",
+                "is in use; it is the weight-sync rendezvous (fixed in ms-swift 3.6.4)",
+                "stop the other GRPO run or rollout server on this machine (only one server-mode run fits per host)",
+            )  # fmt: skip
+        )
 
-    processes = [_with_site_hooks(p, environ) for p in processes]
 
-    if layout.local_rollout:
-        for port_needed, what in (
-            (ports.WEIGHT_SYNC_PORT, "the weight-sync rendezvous (fixed in ms-swift 3.6.4)"),
-        ):
-            if not ports.is_free(port_needed, "127.0.0.1"):
-                problems.append(
-                    Problem(
-                        f"port {port_needed}",
-                        f"is in use; it is {what}",
-                        "stop the other GRPO run or rollout server on this machine (only one server-mode run fits per host)",
-                    )
-                )
+def _export(d: Draft) -> None:
+    """`swift export --merge_lora` of the newest checkpoint into <run>/merged/ (EXPORT_MERGED=true).
 
-    problems += recipe.warnings
-    return Plan(
-        recipe=recipe,
-        inventory=inventory,
-        layout=layout,
-        nccl=policy,
-        run_name=run_name,
-        run_dir=run_dir,
-        model_path=model_path,
-        dataset_paths=dataset_paths,
-        processes=processes,
-        steps=steps,
-        problems=problems,
-        resume_from=resume_from,
-        placed=placed,
+    The model, its type, template, dtype and the reward plugins are passed explicitly with
+    `--load_args false`: by default ms-swift re-reads them from the checkpoint's args.json, whose absolute
+    paths (the plugin file, a mounted model) may not exist where the export runs
+    (v3.6.4:swift/llm/argument/base_args/base_args.py:212-260). It writes to a temporary directory first.
+    """
+    trainer = next((p for p in d.processes if p.role == "trainer"), None)
+    if not d.recipe.settings.EXPORT_MERGED or trainer is None or d.recipe.settings.NODE_RANK != 0:
+        return
+    argv = [d.facts.swift, "export", "--adapters", CHECKPOINT, "--merge_lora", "true", "--load_args", "false",
+            "--model", d.model_path, "--output_dir", str(d.run_dir / MERGED_TMP), "--external_plugins", *d.plugins]  # fmt: skip
+    for name in ("model_type", "template", "torch_dtype", "use_hf"):
+        if name in d.trainer_args:
+            argv += [f"--{name}", *d.trainer_args[name]]
+    env = {
+        k: v
+        for k, v in trainer.env.items()
+        if k not in ("NPROC_PER_NODE", "MASTER_PORT", "NNODES", "NODE_RANK", "MASTER_ADDR")
+    }
+    env["CUDA_VISIBLE_DEVICES"] = str(d.layout.train_gpus[0]) if d.layout.train_gpus else ""
+    d.processes.append(Process("export", env, argv))
+
+
+MERGED_TMP = ".merged.tmp"  # the export's output, renamed to merged/ once complete
+
+
+def _memory(plan: Plan) -> Plan:
+    estimates, problems, note = memory_check.estimate(plan, plan.facts)
+    return dataclasses.replace(
+        plan, memory=tuple(estimates), memory_note=(note,) if note else (), memory_problems=tuple(problems)
     )
 
 
-def _with_site_hooks(process: Process, environ: Mapping[str, str]) -> Process:
+def _with_site_hooks(process: Process, env: Mapping[str, str]) -> Process:
     """Put entrypoint/site first on PYTHONPATH of a child that has a GRPO_RIG_* hook variable."""
     if not any(k in process.env for k in SITE_HOOK_VARIABLES):
         return process
-    path = [str(SITE_DIR)] + ([environ["PYTHONPATH"]] if environ.get("PYTHONPATH") else [])
+    path = [str(SITE_DIR)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
     return dataclasses.replace(process, env={**process.env, "PYTHONPATH": ":".join(path)})
-
-
-def recipe_shared(trainer_args: Mapping[str, list[str]]) -> list[str]:
-    """Trainer arguments the rollout server must share (same template, dtype, ...)."""
-    return [k.lower() for k in SHARED_WITH_ROLLOUT if k.lower() in trainer_args and k != "MODEL"]
 
 
 def dumps(plan: Plan) -> str:

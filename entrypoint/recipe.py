@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import io
-import os
 from collections import ChainMap
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,8 +36,16 @@ from entrypoint.keys import MANAGED, NCCL_VARIABLES
 from entrypoint.settings import Settings
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-RECIPES_DIR = Path(os.environ.get("GRPO_RIG_RECIPES", PROJECT_DIR / "recipes"))
+RECIPES_DIR = PROJECT_DIR / "recipes"
+
+
+def recipes_dir(environ: Mapping[str, str]) -> Path:
+    """Where recipe names are looked up: GRPO_RIG_RECIPES (the image's mounted recipes), else the checkout's."""
+    return Path(environ.get("GRPO_RIG_RECIPES") or RECIPES_DIR)
+
+
 DEFAULTS_FILE = "defaults.env"
+
 
 @dataclasses.dataclass(frozen=True)
 class Value:
@@ -208,9 +215,7 @@ def environment_layer(environ: Mapping[str, str]) -> dict[str, Value]:
             and key != "CUDA_VISIBLE_DEVICES"
         ):
             layer[key] = Value(value, "environment")
-        elif key.startswith("NCCL_") and difflib.get_close_matches(
-            key, NCCL_VARIABLES, n=1, cutoff=0.85
-        ):
+        elif key.startswith("NCCL_") and difflib.get_close_matches(key, NCCL_VARIABLES, n=1, cutoff=0.85):
             layer[key] = Value(value, "environment")  # a likely typo; unrelated NCCL_* names pass through
     return layer
 
@@ -226,20 +231,37 @@ def available_recipes(recipes_dir: Path = RECIPES_DIR) -> list[str]:
     return sorted(p.stem for p in recipes_dir.glob("*.env") if p.name != DEFAULTS_FILE)
 
 
-def load(
-    cli_pairs: list[str], environ: Mapping[str, str] | None = None, recipes_dir: Path = RECIPES_DIR
-) -> Recipe:
-    """Resolve a recipe from the four layers. Raises BadInput listing every problem found."""
-    environ = os.environ if environ is None else environ
+def load(cli_pairs: list[str], environ: Mapping[str, str], recipes_dir: Path = RECIPES_DIR) -> Recipe:
+    """Resolve a recipe from the four layers (`environ`: the process environment, read by the CLI).
+    Raises BadInput listing every problem found."""
     cli, problems = parse_cli_pairs(cli_pairs)
-    env_layer = environment_layer(environ)
     name = (cli.get("RECIPE") or Value(environ.get("RECIPE", ""), "environment")).value
     if not name:
         names = ", ".join(available_recipes(recipes_dir))
         raise BadInput(
             problems + [Problem("RECIPE", "no recipe named", f"add recipe=NAME; shipped recipes: {names}")]
         )
+    layers = _file_layers(name, recipes_dir, problems) + [environment_layer(environ), cli]
+    merged: dict[str, Value] = dict(ChainMap(*reversed(layers)))
+    merged["RECIPE"] = Value(name, cli["RECIPE"].source if "RECIPE" in cli else "environment")
+    owned, trainer, rollout, nccl_values, env = _sort_by_kind(merged, problems)
+    settings = _settings(owned, merged, problems)
+    if any(p.fatal for p in problems):
+        raise BadInput(problems)
+    return Recipe(
+        name=name,
+        values=merged,
+        settings=settings,
+        trainer=trainer,
+        rollout=rollout,
+        nccl=nccl_values,
+        env=env,
+        warnings=[p for p in problems if not p.fatal],
+    )
 
+
+def _file_layers(name: str, recipes_dir: Path, problems: list[Problem]) -> list[dict[str, Value]]:
+    """recipes/defaults.env and the recipe file (raises BadInput when the recipe file is missing)."""
     layers: list[dict[str, Value]] = []
     defaults_path = recipes_dir / DEFAULTS_FILE
     if defaults_path.exists():
@@ -255,12 +277,13 @@ def load(
         raise BadInput(problems)
     label = f"recipes/{path.name}" if path.parent.resolve() == recipes_dir.resolve() else str(path)
     values, found = read_env_file(path, label)
-    layers.append(values)
     problems += found
-    layers += [env_layer, cli]
-    merged: dict[str, Value] = dict(ChainMap(*reversed(layers)))
-    merged["RECIPE"] = Value(name, cli["RECIPE"].source if "RECIPE" in cli else "environment")
+    return [*layers, values]
 
+
+def _sort_by_kind(merged: dict[str, Value], problems: list[Problem]):
+    """(owned, trainer, rollout, nccl, env) values by the registry's kinds (keys.py); swift arguments
+    type-checked against ms-swift's own schema."""
     owned: dict[str, str] = {}
     trainer: dict[str, list[str]] = {}
     rollout: dict[str, list[str]] = {}
@@ -277,47 +300,27 @@ def load(
             nccl_values[key] = item
         elif kind == "env":
             env[key] = item.value
-        elif item.value == "":
-            continue  # empty swift argument: leave ms-swift's default
-        else:
+        elif item.value != "":  # empty swift argument: leave ms-swift's default
             spec = (
                 rlhf_schema[key.lower()]
                 if kind == "trainer"
                 else rollout_schema[key[len("ROLLOUT_") :].lower()]
             )
             try:
-                tokens = spec.coerce(item.value)
+                (trainer if kind == "trainer" else rollout)[spec.name] = spec.coerce(item.value)
             except ValueError as exc:
                 problems.append(
                     Problem(f"{key} ({item.source})", str(exc), f"set {key} to a valid {spec.type}")
                 )
-                continue
-            (trainer if kind == "trainer" else rollout)[spec.name] = tokens
+    return owned, trainer, rollout, nccl_values, env
 
+
+def _settings(owned: dict[str, str], merged: dict[str, Value], problems: list[Problem]) -> Settings:
     try:
-        settings = Settings(**owned)
+        return Settings(**owned)
     except ValidationError as exc:
-        settings = Settings()
         for err in exc.errors():
             key = str(err["loc"][0]) if err["loc"] else "?"
-            problems.append(
-                Problem(
-                    f"{key} ({merged[key].source if key in merged else 'default'})",
-                    err["msg"],
-                    f"set a valid {key}",
-                )
-            )
-
-    fatal = [p for p in problems if p.fatal]
-    if fatal:
-        raise BadInput(problems)
-    return Recipe(
-        name=name,
-        values=merged,
-        settings=settings,
-        trainer=trainer,
-        rollout=rollout,
-        nccl=nccl_values,
-        env=env,
-        warnings=[p for p in problems if not p.fatal],
-    )
+            source = merged[key].source if key in merged else "default"
+            problems.append(Problem(f"{key} ({source})", err["msg"], f"set a valid {key}"))
+        return Settings()

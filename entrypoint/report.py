@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from entrypoint.export import sha256_file
-from entrypoint.plan import Plan
+
+if TYPE_CHECKING:
+    from entrypoint.plan import Plan
 
 README = """# GRPO run `{run}`
 

@@ -115,4 +115,3 @@ class Settings(BaseModel):
                 f"{value!r} is not a bare address: write the host or IP only (the port has its own key)"
             )
         return value
-

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ from entrypoint import hardware, recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 INVENTORIES = ROOT / "examples" / "inventories"
+FAKES = ROOT / "tests" / "fakes"
+FAKE_SWIFT = FAKES / "swift"  # a stand-in for ms-swift's CLI that records every start (tests/fakes/swift)
 
 
 def load_inventory(name: str) -> hardware.Inventory:
@@ -64,22 +67,78 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def build_plan(
-    *pairs: str, inventory: str = "5x4090-driver535", environ: dict | None = None, shaped: bool = True
-):
-    """The plan `plan` would print for these KEY=VALUE words on an example inventory, with fixed ports;
-    `shaped`: with the batch shape the planner chooses (entrypoint/shape.py)."""
+def facts_for(r: recipe.Recipe, environ: dict | None = None, **changes):
+    """host.gather's facts for recipe `r` (without the plugin probe, the slow part), with fixed ports and
+    any field replaced by `changes`."""
+    import dataclasses
+
+    from entrypoint import host
+
+    facts = host.gather(r, environ or {}, probe_plugins=False)
+    return dataclasses.replace(facts, ports=host.Ports(rollout_first_free=8000, ephemeral=29999), **changes)
+
+
+def build_plan(*pairs: str, inventory: str = "5x4090-driver535", environ: dict | None = None, **changes):
+    """The plan `plan` would print for these KEY=VALUE words on an example inventory, with fixed ports
+    (plan.build, the batch shape included)."""
     from entrypoint import plan as plan_mod
-    from entrypoint import run
 
-    def planned(r):
-        return plan_mod.build(
-            r,
-            load_inventory(inventory),
-            environ or {},
-            choose_port=lambda start, host: 8000,
-            ephemeral_port=lambda: 29999,
-        )
+    r = load_recipe(*pairs, environ=environ)
+    return plan_mod.build(r, load_inventory(inventory), facts_for(r, environ, **changes))
 
-    first = planned(load_recipe(*pairs, environ=environ))
-    return run.shaped(first, environ or {}, planned) if shaped else first
+
+def draft_plan(*pairs: str, inventory: str = "5x4090-driver535"):
+    """The plan's stages before the batch shape: what shape.choose sees (and its facts)."""
+    from entrypoint import plan as plan_mod
+
+    r = load_recipe(*pairs)
+    facts = facts_for(r)
+    return plan_mod.draft(r, load_inventory(inventory), facts), facts
+
+
+def flag(argv: list[str], name: str) -> list[str]:
+    """The tokens after --name in an argv, up to the next flag ([] when absent)."""
+    if f"--{name}" not in argv:
+        return []
+    tokens = argv[argv.index(f"--{name}") + 1 :]
+    return tokens[: next((i for i, t in enumerate(tokens) if t.startswith("--")), len(tokens))]
+
+
+def refused(tmp_path: Path, *pairs: str, command: str = "train", extra_env: dict | None = None) -> str:
+    """Run a command that must be refused as bad input: exit status 2 within seconds, no swift process
+    started (the fake records every start), no manifest written. Returns its stderr."""
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir(exist_ok=True)
+    env = clean_env(GRPO_RIG_SWIFT=str(FAKE_SWIFT), FAKE_PID_DIR=str(pid_dir), **(extra_env or {}))
+    start = time.monotonic()
+    defaults = [] if any(p.startswith("OUTPUT_DIR=") for p in pairs) else [f"OUTPUT_DIR={tmp_path}/out"]
+    proc = run_cli(command, *defaults, *pairs, "RUN_NAME=r", env=env, timeout=60)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert list(pid_dir.iterdir()) == [], "a swift process was started"
+    assert not (tmp_path / "out" / "r" / "manifest.json").exists()
+    assert elapsed < 15, f"refusal took {elapsed:.1f} s"
+    assert "refused before any heavy work" in proc.stderr
+    return proc.stderr
+
+
+def refused_dataset(tmp_path: Path, dataset: Path | str, rewards: str, *pairs: str, **kw) -> str:
+    """`refused` for the smoke recipe reading `dataset` instead of generating tasks."""
+    return refused(
+        tmp_path,
+        "recipe=smoke",
+        "DATASET_GENERATOR=",
+        f"DATASET={dataset}",
+        f"REWARD_FUNCS={rewards}",
+        *pairs,
+        **kw,
+    )
+
+
+def inventory_file(tmp_path: Path, name: str, **changes) -> Path:
+    """An example inventory with some fields changed, written to tmp_path."""
+    data = json.loads((INVENTORIES / f"{name}.json").read_text())
+    data.update(changes)
+    path = tmp_path / f"{name}-changed.json"
+    path.write_text(json.dumps(data))
+    return path

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from entrypoint import countdown
+from entrypoint.rewards import countdown
 from entrypoint.rewards import countdown as reward
 
 

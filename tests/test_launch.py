@@ -19,10 +19,9 @@ import psutil
 import pytest
 
 from entrypoint import ports
-from tests.conftest import ROOT, clean_env
+from tests.conftest import FAKE_SWIFT, FAKES, ROOT, clean_env
 
-FAKE_SWIFT = ROOT / "tests" / "fakes" / "swift"
-RECIPE = ROOT / "tests" / "fakes" / "server.env"
+RECIPE = FAKES / "server.env"
 
 
 def env_for(tmp_path: Path, **fake: str) -> dict[str, str]:
@@ -122,39 +121,6 @@ def test_rollout_never_healthy_hits_the_startup_budget(tmp_path):
     assert proc.returncode == 1
     assert "was not healthy after 3 s (ROLLOUT_STARTUP_TIMEOUT)" in proc.stdout
     assert_nothing_left(tmp_path)
-
-
-def test_progress_lines_while_waiting(tmp_path, monkeypatch):
-    from entrypoint import launch
-
-    lines: list[str] = []
-
-    class Console:
-        def write(self, s):
-            lines.append(s)
-
-        def flush(self):
-            pass
-
-    sup = launch.Supervisor(tmp_path / "logs", 1, Console())
-    port = ports.first_free(18100)
-    from entrypoint.plan import Process
-
-    child = sup.start(
-        Process(
-            "rollout",
-            {"FAKE_ROLLOUT": "slow:2.5"},
-            [str(FAKE_SWIFT), "rollout", "--host", "127.0.0.1", "--port", str(port)],
-        ),
-        base_env=env_for(tmp_path),
-    )
-    try:
-        seconds = sup.wait_healthy(child, f"http://127.0.0.1:{port}/health/", timeout=20, progress_every=1)
-    finally:
-        sup.stop_all()
-    assert seconds >= 2
-    assert any("waiting for rollout" in line for line in lines)
-    assert ports.is_free(port)  # the server is gone after stop_all
 
 
 def test_trainer_failure_ends_the_rollout_too(tmp_path):
@@ -259,13 +225,12 @@ def test_listening_ports_are_read_from_the_child_process_tree(tmp_path):
     from entrypoint.plan import Process
 
     port = ports.first_free(18500)
-    sup = launch.Supervisor(tmp_path / "logs", 1, io.StringIO())
+    sup = launch.Supervisor(tmp_path / "logs", 1, launch.Printer(io.StringIO()), base_env=env_for(tmp_path))
     child = sup.start(
-        Process("rollout", {}, [str(FAKE_SWIFT), "rollout", "--host", "127.0.0.1", "--port", str(port)]),
-        base_env=env_for(tmp_path),
+        Process("rollout", {}, [str(FAKE_SWIFT), "rollout", "--host", "127.0.0.1", "--port", str(port)])
     )
     try:
         sup.wait_healthy(child, f"http://127.0.0.1:{port}/health/", timeout=20)
-        assert port in sup.listening_ports(child)
+        assert port in launch.listening_ports(child.pid)
     finally:
         sup.stop_all()

@@ -8,7 +8,7 @@ from entrypoint import layout
 from entrypoint import plan as plan_mod
 from entrypoint.errors import BadInput
 from entrypoint.hardware import Inventory
-from tests.conftest import load_inventory, load_recipe
+from tests.conftest import facts_for, load_inventory, load_recipe
 
 
 def inventory(n: int) -> Inventory:
@@ -20,9 +20,7 @@ def inventory(n: int) -> Inventory:
 
 def plan_for(*pairs, gpus=3, environ=None):
     r = load_recipe(*pairs, environ=environ)
-    return plan_mod.build(
-        r, inventory(gpus), environ or {}, choose_port=lambda s, h: 8000, ephemeral_port=lambda: 29999
-    )
+    return plan_mod.build(r, inventory(gpus), facts_for(r, environ))
 
 
 def fatal(p):

@@ -9,8 +9,7 @@ import sys
 import pytest
 
 from entrypoint import memory
-from tests.conftest import ROOT, clean_env, run_cli
-from tests.test_preflight import INVENTORIES, refused
+from tests.conftest import INVENTORIES, ROOT, clean_env, refused, run_cli
 
 CALIBRATION = ROOT / "docs" / "benchmarks" / "memory-calibration.json"
 
@@ -27,8 +26,7 @@ CALIBRATION = ROOT / "docs" / "benchmarks" / "memory-calibration.json"
     ],
 )
 def test_parameter_counts_from_config(model, billions):
-    config, source = memory.find_config(model, "", {})
-    assert source == "entrypoint/data/model_configs.json"
+    config = memory.shipped_config(model)
     assert memory.ModelDims.from_config(config).params / 1e9 == pytest.approx(billions, rel=0.01)
 
 
@@ -141,7 +139,7 @@ def test_dedicated_rollout_gpu_too_small_for_one_sequence_is_refused(tmp_path):
 
 
 def test_more_memory_for_more_tokens_and_full_fine_tuning():
-    config, _ = memory.find_config("Qwen/Qwen2.5-1.5B-Instruct", "", {})
+    config = memory.shipped_config("Qwen/Qwen2.5-1.5B-Instruct")
     base = memory.Workload(memory.ModelDims.from_config(config), 2, False, 8, 4, 4, 200, 256)
     longer = memory.Workload(memory.ModelDims.from_config(config), 2, False, 8, 4, 4, 200, 1024)
     full = memory.Workload(

@@ -9,10 +9,9 @@ import pytest
 from entrypoint import nccl
 from entrypoint.errors import BadInput
 from entrypoint.hardware import IBPort, Inventory
-from tests.conftest import ROOT, clean_env, load_inventory, load_recipe, run_cli
-from tests.test_plan import build
+from tests.conftest import FAKE_SWIFT, ROOT, build_plan, clean_env, load_inventory, load_recipe, run_cli
 
-FAKE_SWIFT = ROOT / "tests" / "fakes" / "swift"
+build = build_plan
 
 
 def decide(inventory: Inventory, gpus, user=None, allow=False):

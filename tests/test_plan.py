@@ -4,22 +4,11 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import build_plan, clean_env, run_cli
+from tests.conftest import build_plan, clean_env, flag, run_cli
 
 
 def build(*pairs, inventory="5x4090-driver535", environ=None):
     return build_plan(*pairs, inventory=inventory, environ=environ)
-
-
-def flag(argv: list[str], name: str) -> list[str]:
-    """The tokens after --name up to the next flag."""
-    i = argv.index(f"--{name}")
-    out = []
-    for tok in argv[i + 1 :]:
-        if tok.startswith("--"):
-            break
-        out.append(tok)
-    return out
 
 
 def test_smoke_plan_is_one_cpu_trainer(tmp_path):
@@ -34,7 +23,7 @@ def test_smoke_plan_is_one_cpu_trainer(tmp_path):
     assert flag(argv, "dataset") == [str(tmp_path / "s" / "data" / "countdown.jsonl")]
     assert flag(argv, "output_dir") == [str(tmp_path / "s" / "train")]
     assert flag(argv, "add_version") == ["false"]
-    assert flag(argv, "external_plugins")[0].endswith("entrypoint/plugins/grpo_rig_rewards.py")
+    assert flag(argv, "external_plugins")[0].endswith("entrypoint/rewards/grpo_rig_rewards.py")
     assert p.processes[0].env["CUDA_VISIBLE_DEVICES"] == ""  # TRAIN_GPUS=none: the GPU stays untouched
     assert "NPROC_PER_NODE" not in p.processes[0].env
 

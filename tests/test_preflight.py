@@ -8,56 +8,24 @@ Each test runs `python -m entrypoint train ...` with a fake `swift` that records
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 
 from entrypoint import keys
-from tests.conftest import ROOT, clean_env, run_cli
+from tests.conftest import (
+    FAKES,
+    INVENTORIES,
+    ROOT,
+    clean_env,
+    inventory_file,
+    refused,
+    refused_dataset,
+    run_cli,
+)
 
-FAKE_SWIFT = ROOT / "tests" / "fakes" / "swift"
-COLOCATE = ROOT / "tests" / "fakes" / "colocate.env"
-SERVER = ROOT / "tests" / "fakes" / "server.env"
-INVENTORIES = ROOT / "examples" / "inventories"
-
-
-def refused(tmp_path: Path, *pairs: str, command: str = "train", extra_env: dict | None = None) -> str:
-    """Run a command that must be refused as bad input; returns its stderr."""
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir(exist_ok=True)
-    env = clean_env(GRPO_RIG_SWIFT=str(FAKE_SWIFT), FAKE_PID_DIR=str(pid_dir), **(extra_env or {}))
-    start = time.monotonic()
-    defaults = [] if any(p.startswith("OUTPUT_DIR=") for p in pairs) else [f"OUTPUT_DIR={tmp_path}/out"]
-    proc = run_cli(command, *defaults, *pairs, "RUN_NAME=r", env=env, timeout=60)
-    elapsed = time.monotonic() - start
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert list(pid_dir.iterdir()) == [], "a swift process was started"
-    assert not (tmp_path / "out" / "r" / "manifest.json").exists()
-    assert elapsed < 15, f"refusal took {elapsed:.1f} s"
-    assert "refused before any heavy work" in proc.stderr
-    return proc.stderr
-
-
-def refused_dataset(tmp_path: Path, dataset: Path | str, rewards: str, *pairs: str, **kw) -> str:
-    """`refused` for the smoke recipe reading `dataset` instead of generating tasks."""
-    return refused(
-        tmp_path,
-        "recipe=smoke",
-        "DATASET_GENERATOR=",
-        f"DATASET={dataset}",
-        f"REWARD_FUNCS={rewards}",
-        *pairs,
-        **kw,
-    )
-
-
-def inventory_file(tmp_path: Path, name: str, **changes) -> Path:
-    data = json.loads((INVENTORIES / f"{name}.json").read_text())
-    data.update(changes)
-    path = tmp_path / f"{name}-changed.json"
-    path.write_text(json.dumps(data))
-    return path
+COLOCATE = FAKES / "colocate.env"
+SERVER = FAKES / "server.env"
 
 
 def write_dataset(tmp_path: Path, lines: list[str]) -> Path:

@@ -7,7 +7,7 @@ import pytest
 
 from entrypoint import memory, shape
 from entrypoint.preflight import memory_check
-from tests.conftest import INVENTORIES, build_plan, clean_env, run_cli
+from tests.conftest import INVENTORIES, build_plan, clean_env, draft_plan, run_cli
 
 COUNTDOWN = ("recipe=countdown-1x4090",)
 
@@ -22,8 +22,8 @@ def linear(per_completion: float, base: float):
 
 
 def chosen(*pairs: str, estimate=linear(2.0, 4.0), inventory="1x4090-driver535") -> dict[str, str]:
-    plan = build_plan(*COUNTDOWN, *pairs, inventory=inventory, shaped=False)
-    w, _ = memory_check.workload(plan, {})
+    plan, facts = draft_plan(*COUNTDOWN, *pairs, inventory=inventory)
+    w, _ = memory_check.workload(plan, facts)
     return {c.key: c.value for c in shape.choose(plan, w, estimate)}
 
 
@@ -59,8 +59,8 @@ def test_nothing_fits_gives_the_smallest_micro_batch():
 
 
 def test_reasons_name_the_peak_and_the_next_size_up():
-    plan = build_plan(*COUNTDOWN, inventory="1x4090-driver535", shaped=False)
-    w, _ = memory_check.workload(plan, {})
+    plan, facts = draft_plan(*COUNTDOWN, inventory="1x4090-driver535")
+    w, _ = memory_check.workload(plan, facts)
     reasons = {c.key: c.reason for c in shape.choose(plan, w, linear(2.0, 4.0))}
     assert "20.0 of 24.0 GiB" in reasons["PER_DEVICE_TRAIN_BATCH_SIZE"]
     assert "16 would need 36.0 GiB" in reasons["PER_DEVICE_TRAIN_BATCH_SIZE"]
@@ -76,8 +76,8 @@ def test_sleep_level(pairs, sleep):
 
 
 def test_vllm_share_is_the_smallest_whose_kv_cache_holds_the_round():
-    plan = build_plan(*COUNTDOWN, inventory="1x4090-driver535", shaped=False)
-    w, _ = memory_check.workload(plan, {})
+    plan, facts = draft_plan(*COUNTDOWN, inventory="1x4090-driver535")
+    w, _ = memory_check.workload(plan, facts)
     util = float(chosen()["VLLM_GPU_MEMORY_UTILIZATION"])
     resident = memory.estimate_training(w).weights
     tokens = 32 * (w.prompt_tokens + w.completion_tokens)

@@ -1,26 +1,31 @@
 """Preflight: everything that can be checked before heavy work is checked before heavy work.
 
-"Heavy work" is any model or dataset download, model load, or process on a GPU. These checks read the
-plan, the recipe's files and the machine, import reward plugins in a throwaway process (with a stub
-ms-swift, so it takes well under a second), and report every problem at once, each naming its fix.
-`train` and `validate` refuse on any fatal problem; `plan` shows problems about local inputs (a dataset
-file not there yet, an unconverted embedded model, the output volume) as warnings, so a plan can be
-previewed before the data is in place.
+"Heavy work" is any model or dataset download, model load, or process on a GPU. These checks are pure
+functions of the plan and the host's facts (host.gather read the files, imported the reward plugins in a
+throwaway process with a stub ms-swift, looked at ports and disks), and report every problem at once,
+each naming its fix. `train` and `validate` refuse on any fatal problem; `plan` shows problems of kind
+LOCAL (a dataset file not there yet, an unconverted embedded model, the output volume) as warnings, so a
+plan can be previewed before the data is in place.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from entrypoint import hubcache, models
-from entrypoint.errors import Problem
-from entrypoint.plan import Plan
-from entrypoint.preflight import dataset, environment, memory_check, plugins, values
+from entrypoint import models
+from entrypoint.errors import LOCAL, Problem
+from entrypoint.preflight import dataset, environment, values
+from entrypoint.rewards import check as rewards_check
+
+if TYPE_CHECKING:
+    from entrypoint.host import Facts
+    from entrypoint.plan import Plan
 
 HUB_MODEL_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+GENERATED_COLUMNS = {"countdown": {"messages", "nums", "target"}}
 
 
 def _plugin_files(plan: Plan) -> list[str]:
@@ -33,21 +38,30 @@ def _plugin_files(plan: Plan) -> list[str]:
     return files
 
 
-def check_model(plan: Plan, environ: Mapping[str, str]) -> list[Problem]:
+def check_model(plan: Plan, facts: Facts) -> list[Problem]:
     r = plan.recipe
     value = r.raw("MODEL") or ""
     if not value or r.settings.MODEL_SOURCE == "embedded":
+        if value in models.CATALOG and not facts.path(Path(plan.model_path, models.PROVENANCE_FILE)).is_file:
+            return [
+                Problem(
+                    "MODEL",
+                    f"embedded model {value} is not converted yet at {plan.model_path}",
+                    "run `python -m entrypoint prepare-model` (`make model`; the image does this at build time)",
+                    kind=LOCAL,
+                )
+            ]
         return []
     where = f"MODEL ({r.source('MODEL')})"
-    if value.startswith(("/", "./", "../", "~")) or Path(value).exists():
+    if value.startswith(("/", "./", "../", "~")) or facts.path(Path(value)).exists:
         path = Path(value).expanduser()
-        if not path.is_dir() or not (path / "config.json").is_file():
+        if not facts.path(path).is_dir or not facts.path(path / "config.json").is_file:
             return [
                 Problem(
                     where,
                     f"{path} is not a model directory with a config.json inside the container",
                     "mount the model directory and give its container path",
-                )
+                )  # fmt: skip
             ]
         return []
     if not HUB_MODEL_RE.match(value):
@@ -56,88 +70,73 @@ def check_model(plan: Plan, environ: Mapping[str, str]) -> list[Problem]:
                 where,
                 f"{value!r} is neither a local model directory nor a hub id (org/name)",
                 "give a hub id like Qwen/Qwen2.5-0.5B-Instruct or a path",
-            )
+            )  # fmt: skip
         ]
-    if r.settings.OFFLINE:
-        use_hf = (r.trainer.get("use_hf") or ["false"])[0] == "true"
-        if hubcache.cached(value, "models", use_hf, environ) is None:
-            return [
-                Problem(
-                    where,
-                    "OFFLINE is set and the model is not in the local hub cache",
-                    "download it once with network access into the same cache volume, or give a local path",
-                )
-            ]
+    use_hf = (r.trainer.get("use_hf") or ["false"])[0] == "true"
+    if r.settings.OFFLINE and facts.hub_cached(value, "models", use_hf) is None:
+        return [
+            Problem(
+                where,
+                "OFFLINE is set and the model is not in the local hub cache",
+                "download it once with network access into the same cache volume, or give a local path",
+            )  # fmt: skip
+        ]
     return []
 
 
-def check(plan: Plan, environ: Mapping[str, str], for_train: bool) -> list[Problem]:
-    """Every problem found in the plan's inputs; fatal ones stop `train`, `plan` and `validate`."""
-    r = plan.recipe
-    local: list[Problem] = []  # about inputs on this machine: warnings for `plan`
-    problems: list[Problem] = []
-
-    s = r.settings
-    if (
-        s.MODEL_SOURCE == "embedded"
-        and r.raw("MODEL") in models.CATALOG
-        and not Path(plan.model_path, models.PROVENANCE_FILE).is_file()
-    ):
-        local.append(
-            Problem(
-                "MODEL",
-                f"embedded model {r.raw('MODEL')} is not converted yet at {plan.model_path}",
-                "run `python -m entrypoint prepare-model` (`make model`; the image does this at build time)",
-            )
-        )
-    problems += values.check(plan)
-    problems += check_model(plan, environ)
-
-    infos, found = plugins.check(_plugin_files(plan), r.trainer.get("reward_funcs", []))
-    problems += found
+def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
+    """The reward plugins, and the dataset against the columns the rewards read."""
+    r, s = plan.recipe, plan.recipe.settings
+    infos, problems = rewards_check.check(
+        _plugin_files(plan), r.trainer.get("reward_funcs", []), facts.plugins, facts.plugin_error,
+        lambda f: facts.path(Path(f)).is_file,
+    )  # fmt: skip
     needed: dict[str, list[str]] = {}
     for name, info in infos.items():
         for column in info.columns:
             needed.setdefault(column, []).append(name)
-
     b = values.batch(plan)
     prompts_needed = b.prompts_per_generation if b.num_generations >= 2 else 0
     holdout = float((r.trainer.get("split_dataset_ratio") or ["0"])[0])
-    if s.DATASET_GENERATOR:
-        generated_columns = {"messages", "nums", "target"}
-        for column, readers in needed.items():
-            if column not in generated_columns:
-                problems.append(
-                    Problem(
-                        f"REWARD_FUNCS {', '.join(readers)}",
-                        f"reads `{column}`, which the {s.DATASET_GENERATOR} generator does not write (it writes {', '.join(sorted(generated_columns))})",
-                        "choose rewards that fit the generated tasks",
-                    )
-                )
-        if int(s.DATASET_ROWS * (1 - holdout)) < prompts_needed:
-            problems.append(
-                Problem(
-                    f"DATASET_ROWS ({r.source('DATASET_ROWS')})",
-                    f"{s.DATASET_ROWS} rows, fewer than one generation batch needs ({prompts_needed})",
-                    f"set DATASET_ROWS >= {prompts_needed}",
-                )
-            )
-    else:
+    if not s.DATASET_GENERATOR:
         use_hf = (r.trainer.get("use_hf") or ["false"])[0] == "true"
         found, _ = dataset.check(
-            plan.dataset_paths, needed, prompts_needed, holdout, s.OFFLINE, use_hf, dict(environ)
+            plan.dataset_paths, needed, prompts_needed, holdout, s.OFFLINE, use_hf, facts
         )
-        for p in found:
-            (local if "not found" in p.message or "not readable" in p.message else problems).append(p)
+        return problems + found
+    generated = GENERATED_COLUMNS[s.DATASET_GENERATOR]
+    for column, readers in needed.items():
+        if column not in generated:
+            problems.append(
+                Problem(
+                    f"REWARD_FUNCS {', '.join(readers)}",
+                    f"reads `{column}`, which the {s.DATASET_GENERATOR} generator does not write (it writes {', '.join(sorted(generated))})",
+                    "choose rewards that fit the generated tasks",
+                )
+            )
+    if int(s.DATASET_ROWS * (1 - holdout)) < prompts_needed:
+        problems.append(
+            Problem(
+                f"DATASET_ROWS ({r.source('DATASET_ROWS')})",
+                f"{s.DATASET_ROWS} rows, fewer than one generation batch needs ({prompts_needed})",
+                f"set DATASET_ROWS >= {prompts_needed}",
+            )  # fmt: skip
+        )
+    return problems
 
-    estimates, found, note = memory_check.estimate(plan, environ)
-    plan.memory[:] = estimates
-    plan.memory_note[:] = [note] if note else []
-    problems += found
 
-    workers = int((r.trainer.get("dataloader_num_workers") or ["0"])[0])
-    local += environment.check(plan, environ, workers, checkpoint_gib=None)
-
+def check(plan: Plan, facts: Facts, for_train: bool) -> list[Problem]:
+    """Every problem found in the plan's inputs; fatal ones stop `train`, `plan` and `validate`. The
+    problems of kind LOCAL come last, and `plan` (for_train False) only warns about them."""
+    workers = int((plan.recipe.trainer.get("dataloader_num_workers") or ["0"])[0])
+    found = (
+        values.check(plan, facts)
+        + check_model(plan, facts)
+        + check_rewards_and_data(plan, facts)
+        + list(plan.memory_problems)
+        + environment.check(plan, facts, workers, checkpoint_gib=None)
+    )
+    local = [p for p in found if p.kind == LOCAL]
     if not for_train:
         local = [dataclasses.replace(p, fatal=False) for p in local]
-    return problems + local
+    return [p for p in found if p.kind != LOCAL] + local

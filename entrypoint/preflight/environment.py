@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import tempfile
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
-from entrypoint import nccl, ports
-from entrypoint.errors import Problem
-from entrypoint.plan import Plan
+from entrypoint import nccl
+from entrypoint.errors import LOCAL, Problem
+from entrypoint.host import CACHE_VARIABLES
+
+if TYPE_CHECKING:
+    from entrypoint.host import Facts
+    from entrypoint.plan import Plan
 
 GIB = 1024**3
 MIB = 1024**2
@@ -25,31 +27,6 @@ RECOMMENDED_DRIVER_RTX40 = "550.54.14"
 # NCCL with P2P disabled moves intra-node GPU traffic through /dev/shm; Docker gives 64 MiB by default.
 SHM_MIN_MULTI_GPU = 1 * GIB
 SHM_MIN_WORKERS = 256 * MIB
-CACHE_VARIABLES = ("HF_HOME", "MODELSCOPE_CACHE", "HF_DATASETS_CACHE", "TRITON_CACHE_DIR", "XDG_CACHE_HOME")
-
-
-def _nearest_existing(path: Path) -> Path:
-    path = path.absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
-def writable(path: Path) -> bool:
-    """True when a file can be created in `path` (or, if it does not exist yet, in its nearest ancestor)."""
-    target = _nearest_existing(path)
-    if not target.is_dir():
-        return False
-    try:
-        with tempfile.NamedTemporaryFile(dir=target, prefix=".grpo-rig-write-test-"):
-            return True
-    except OSError:
-        return False
-
-
-def _owner(path: Path) -> str:
-    st = _nearest_existing(path).stat()
-    return f"{st.st_uid}:{st.st_gid}"
 
 
 def check_driver(plan: Plan) -> list[Problem]:
@@ -83,14 +60,14 @@ def check_driver(plan: Plan) -> list[Problem]:
     return []
 
 
-def check_shm(plan: Plan, environ: Mapping[str, str], dataloader_workers: int) -> list[Problem]:
+def check_shm(plan: Plan, env: Mapping[str, str], dataloader_workers: int) -> list[Problem]:
     shm = plan.inventory.shm_bytes
     if shm is None:
         return []
     processes = plan.layout.nproc_per_node + (
         plan.layout.rollout_tp * plan.layout.rollout_dp if plan.layout.local_rollout else 0
     )
-    p2p_off = nccl.nccl_true(plan.nccl.env.get("NCCL_P2P_DISABLE") or environ.get("NCCL_P2P_DISABLE"))
+    p2p_off = nccl.nccl_true(plan.nccl.env.get("NCCL_P2P_DISABLE") or env.get("NCCL_P2P_DISABLE"))
     fix = "give the container shared memory: compose `ipc: host` (the shipped compose.yaml) or `shm_size: 16gb`; `docker run --ipc=host` or `--shm-size=16g`"
     have = f"/dev/shm is {shm / MIB:.0f} MiB"
     if len(plan.layout.used_gpus) > 1 and processes > 1 and p2p_off and shm < SHM_MIN_MULTI_GPU:
@@ -114,7 +91,7 @@ def check_shm(plan: Plan, environ: Mapping[str, str], dataloader_workers: int) -
     return []
 
 
-def check_multi_node(plan: Plan) -> list[Problem]:
+def check_multi_node(plan: Plan, facts: Facts) -> list[Problem]:
     """NNODES > 1: rank, address and ports, before anything starts (the node check then proves the
     other nodes reach node 0)."""
     s, r = plan.recipe.settings, plan.recipe
@@ -145,19 +122,17 @@ def check_multi_node(plan: Plan) -> list[Problem]:
                 "set MASTER_ADDR to node 0's address on the network the nodes share",
             )
         ]
-    try:
-        socket.getaddrinfo(s.MASTER_ADDR, s.MASTER_PORT, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
+    if facts.ports.master_addr_error:
         return problems + [
             Problem(
                 f"MASTER_ADDR {s.MASTER_ADDR}",
-                f"does not resolve ({exc.strerror})",
+                f"does not resolve ({facts.ports.master_addr_error})",
                 "use node 0's IP address or a name every node resolves",
             )
         ]
     if s.NODE_RANK == 0:
-        for port in (s.MASTER_PORT, s.MASTER_PORT + 1):
-            if not ports.is_free(port, s.MASTER_ADDR):
+        for port, free in zip((s.MASTER_PORT, s.MASTER_PORT + 1), facts.ports.master_addr_binds, strict=True):
+            if not free:
                 problems.append(
                     Problem(
                         f"MASTER_ADDR {s.MASTER_ADDR}:{port}",
@@ -168,56 +143,23 @@ def check_multi_node(plan: Plan) -> list[Problem]:
     return problems
 
 
-def check(
-    plan: Plan, environ: Mapping[str, str], dataloader_workers: int, checkpoint_gib: float | None
-) -> list[Problem]:
-    problems = check_driver(plan) + check_shm(plan, environ, dataloader_workers) + check_multi_node(plan)
-    uid, gid = os.getuid(), os.getgid()
-
-    out = Path(plan.recipe.settings.OUTPUT_DIR).expanduser()
-    if not writable(out):
-        problems.append(
-            Problem(
-                f"OUTPUT_DIR {out}",
-                f"is not writable by this process (uid:gid {uid}:{gid}; the directory belongs to {_owner(out)})",
-                f"on the host: `sudo chown -R {uid}:{gid} ./output`, or run the container as the owner: "
-                "`mkdir -p output data && HOST_UID=$(id -u) HOST_GID=$(id -g) docker compose run ...` "
-                "(compose.yaml sets user: from them; `make train` does this)",
-            )
-        )
-    for var in CACHE_VARIABLES:
-        if environ.get(var) and not writable(Path(environ[var])):
-            path = Path(environ[var])
-            problems.append(
-                Problem(
-                    f"{var} {path}",
-                    f"cache directory is not writable (uid:gid {uid}:{gid}; owner {_owner(path)})",
-                    "make the cache volume writable for this user, or point the variable elsewhere",
-                )
-            )
-
-    base = _nearest_existing(out)
-    free = shutil.disk_usage(base).free / GIB
-    need = max(checkpoint_gib or 0.0, 1.0)
-    if free < need:
-        problems.append(
-            Problem(
-                f"disk under {base}",
-                f"{free:.1f} GiB free; checkpoints of this run need about {need:.1f} GiB",
-                "free space on the output volume, or lower SAVE_TOTAL_LIMIT",
-            )
-        )
-
+def check(plan: Plan, facts: Facts, dataloader_workers: int, checkpoint_gib: float | None) -> list[Problem]:
+    """Driver, /dev/shm, nodes, writable output and caches, disk, ports, proxies. All of kind LOCAL:
+    they are about this machine, not the recipe."""
+    problems = (
+        check_driver(plan) + check_shm(plan, facts.env, dataloader_workers) + check_multi_node(plan, facts)
+    )
+    problems += _check_writable(plan, facts)
     s = plan.recipe.settings
-    if plan.layout.local_rollout and s.ROLLOUT_PORT and not ports.is_free(s.ROLLOUT_PORT, s.ROLLOUT_BIND):
+    if plan.layout.local_rollout and s.ROLLOUT_PORT and not facts.ports.rollout_port_free:
         problems.append(
             Problem(
                 f"ROLLOUT_PORT {s.ROLLOUT_PORT}",
                 "is in use on this machine",
                 "choose a free port, or leave ROLLOUT_PORT=0 to pick one",
-            )
+            )  # fmt: skip
         )
-    if plan.recipe.is_set("MASTER_PORT") and s.NNODES == 1 and not ports.is_free(s.MASTER_PORT):
+    if plan.recipe.is_set("MASTER_PORT") and s.NNODES == 1 and not facts.ports.master_port_free:
         problems.append(
             Problem(
                 f"MASTER_PORT {s.MASTER_PORT}",
@@ -225,8 +167,7 @@ def check(
                 "choose a free port, or leave it unset",
             )
         )
-
-    proxies = [k for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy") if environ.get(k)]
+    proxies = [k for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy") if facts.env.get(k)]
     if proxies:
         problems.append(
             Problem(
@@ -235,6 +176,43 @@ def check(
                 "loopback directly (NO_PROXY includes 127.0.0.1,localhost)",
                 "",
                 fatal=False,
+            )
+        )
+    return [dataclasses.replace(p, kind=LOCAL) for p in problems]
+
+
+def _check_writable(plan: Plan, facts: Facts) -> list[Problem]:
+    uid, gid = facts.uid, facts.gid
+    problems = []
+    out = Path(plan.recipe.settings.OUTPUT_DIR).expanduser()
+    info = facts.path(out)
+    if not info.writable:
+        problems.append(
+            Problem(
+                f"OUTPUT_DIR {out}",
+                f"is not writable by this process (uid:gid {uid}:{gid}; the directory belongs to {info.owner})",
+                f"on the host: `sudo chown -R {uid}:{gid} ./output`, or run the container as the owner: "
+                "`mkdir -p output data && HOST_UID=$(id -u) HOST_GID=$(id -g) docker compose run ...` "
+                "(compose.yaml sets user: from them; `make train` does this)",
+            )
+        )
+    for var in CACHE_VARIABLES:
+        if facts.env.get(var) and not facts.path(Path(facts.env[var])).writable:
+            path = Path(facts.env[var])
+            problems.append(
+                Problem(
+                    f"{var} {path}",
+                    f"cache directory is not writable (uid:gid {uid}:{gid}; owner {facts.path(path).owner})",
+                    "make the cache volume writable for this user, or point the variable elsewhere",
+                )
+            )
+    need = 1.0
+    if info.disk_free_gib is not None and info.disk_free_gib < need:
+        problems.append(
+            Problem(
+                f"disk under {info.nearest}",
+                f"{info.disk_free_gib:.1f} GiB free; checkpoints of this run need about {need:.1f} GiB",
+                "free space on the output volume, or lower SAVE_TOTAL_LIMIT",
             )
         )
     return problems

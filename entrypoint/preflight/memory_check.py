@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from entrypoint import countdown, memory
+from entrypoint import datasets as dataset
+from entrypoint import memory
+from entrypoint.datasets import dataset_key
 from entrypoint.errors import Problem
 from entrypoint.memory import (
     CUDA_CONTEXT_GIB,
@@ -17,15 +19,21 @@ from entrypoint.memory import (
     ModelDims,
     Workload,
 )
-from entrypoint.plan import Plan
-from entrypoint.preflight import dataset, values
+from entrypoint.preflight import values
+from entrypoint.rewards import countdown
+
+if TYPE_CHECKING:
+    from entrypoint.host import Facts
+    from entrypoint.plan import Plan
 
 DEFAULT_PROMPT_TOKENS = 512
+PROMPT_SAMPLE_ROWS = 2000  # rows of each dataset the prompt-length estimate reads
 SLEEPING_VLLM_GIB = 0.3  # what a sleeping colocated vLLM keeps (allocator pools, NCCL)
 
 
-def prompt_tokens(plan: Plan) -> tuple[int, str]:
-    """(tokens, where the number comes from) for the longest prompt."""
+def prompt_tokens(plan: Plan, facts: Facts) -> tuple[int, str]:
+    """(tokens, where the number comes from) for the longest prompt: PROMPT_TOKENS, else estimated from
+    generated tasks or the first rows of the JSONL datasets (facts.datasets) plus the system prompt."""
     s = plan.recipe.settings
     if s.PROMPT_TOKENS:
         return s.PROMPT_TOKENS, "PROMPT_TOKENS"
@@ -36,32 +44,23 @@ def prompt_tokens(plan: Plan) -> tuple[int, str]:
     rows: list[dict] = []
     for spec in plan.dataset_paths:
         path = Path(dataset.parse_spec(spec).path)
-        if path.suffix == ".jsonl" and path.is_file():
-            with path.open(encoding="utf-8", errors="replace") as f:
-                for n, line in enumerate(f):
-                    if n >= 2000:
-                        break
-                    try:
-                        rows.append(json.loads(line))
-                    except ValueError:
-                        continue
+        found = facts.datasets.get(dataset_key(path)) if path.suffix == ".jsonl" else None
+        if found is not None:
+            rows += [row for _, row in found.rows[:PROMPT_SAMPLE_ROWS]]
     if rows:
         system = values.value(plan, "system", None)
         extra = 0
         if system:
-            text = (
-                Path(system).read_text(encoding="utf-8")
-                if system.endswith(".txt") and Path(system).is_file()
-                else system
-            )
+            text = facts.system_text if system.endswith(".txt") and facts.system_text is not None else system
             extra = memory.estimate_prompt_tokens([{"messages": [{"content": text}]}])
         return memory.estimate_prompt_tokens(rows) + extra, "estimated from the dataset"
     return DEFAULT_PROMPT_TOKENS, "assumed; set PROMPT_TOKENS for a better estimate"
 
 
-def workload(plan: Plan, environ: Mapping[str, str]) -> tuple[Workload | None, str]:
-    r = plan.recipe
-    config, source = memory.find_config(r.raw("MODEL") or "", plan.model_path, environ)
+def workload(plan: Plan, facts: Facts) -> tuple[Workload | None, str]:
+    """The planner's view of one training process (model dimensions, batch, tokens), or None when the
+    model's config.json was not found (facts.model_config)."""
+    config, source = facts.model_config
     if config is None:
         return (
             None,
@@ -73,7 +72,7 @@ def workload(plan: Plan, environ: Mapping[str, str]) -> tuple[Workload | None, s
     beta = float(values.value(plan, "beta", "0.04"))
     ds = values.value(plan, "deepspeed", "") or ""
     zero = 3 if "zero3" in ds else 2 if "zero2" in ds else 0
-    prompt, why = prompt_tokens(plan)
+    prompt, why = prompt_tokens(plan, facts)
     max_length = values.value(plan, "max_length", None)
     if max_length:
         prompt = min(prompt, int(max_length))
@@ -169,12 +168,12 @@ def card_size(plan: Plan) -> Callable[[int], float]:
     return card
 
 
-def estimate(plan: Plan, environ: Mapping[str, str]) -> tuple[list[GpuEstimate], list[Problem], str]:
+def estimate(plan: Plan, facts: Facts) -> tuple[list[GpuEstimate], list[Problem], str]:
     """Per-GPU estimates, problems (a predicted OOM is fatal unless MEMORY_CHECK says otherwise), and a note."""
     r, s, layout = plan.recipe, plan.recipe.settings, plan.layout
     if layout.mode == "cpu" or s.MEMORY_CHECK == "off":
         return [], [], ""
-    w, note = workload(plan, environ)
+    w, note = workload(plan, facts)
     if w is None:
         return (
             [],

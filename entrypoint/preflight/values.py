@@ -6,10 +6,14 @@ import dataclasses
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from entrypoint import swift_schema
 from entrypoint.errors import Problem
-from entrypoint.plan import Plan
+
+if TYPE_CHECKING:
+    from entrypoint.host import Facts
+    from entrypoint.plan import Plan
 
 DEEPSPEED_NAMES = {
     "zero0",
@@ -86,13 +90,30 @@ def evaluates(plan: Plan) -> bool:
     ) != "no"
 
 
-def check(plan: Plan) -> list[Problem]:
+def check(plan: Plan, facts: Facts) -> list[Problem]:
+    """Every value problem of the plan's recipe, in a fixed order."""
     r = plan.recipe
-    problems: list[Problem] = []
 
     def where(key: str) -> str:
         return f"{key} ({r.source(key)})"
 
+    problems: list[Problem] = []
+    for part in (
+        _check_batch,
+        _check_fractions,
+        _check_system,
+        _check_vllm,
+        _check_deepspeed,
+        _check_rewards,
+        _check_train_type,
+    ):
+        problems += part(plan, facts, where)
+    return problems
+
+
+def _check_batch(plan: Plan, facts: Facts, where) -> list[Problem]:
+    """GRPO's batch arithmetic: generations per prompt, the generation batch, the eval batch."""
+    problems: list[Problem] = []
     b = batch(plan)
     if b.num_generations < 2:
         problems.append(
@@ -129,7 +150,13 @@ def check(plan: Plan) -> list[Problem]:
                 f"set PER_DEVICE_EVAL_BATCH_SIZE so that it x {b.world} is a multiple of {b.num_generations}",
             )
         )
+    return problems
 
+
+def _check_fractions(plan: Plan, facts: Facts, where) -> list[Problem]:
+    """vLLM memory shares are fractions of the card."""
+    r = plan.recipe
+    problems: list[Problem] = []
     for key, value in (
         ("VLLM_GPU_MEMORY_UTILIZATION", r.trainer.get("vllm_gpu_memory_utilization")),
         ("ROLLOUT_GPU_MEMORY_UTILIZATION", r.rollout.get("gpu_memory_utilization")),
@@ -140,9 +167,15 @@ def check(plan: Plan) -> list[Problem]:
                     where(key), f"{value[0]} is not a fraction in (0, 1]", f"set {key} between 0.1 and 0.95"
                 )
             )
+    return problems
 
+
+def _check_system(plan: Plan, facts: Facts, where) -> list[Problem]:
+    """A SYSTEM prompt file exists."""
+    r = plan.recipe
+    problems: list[Problem] = []
     system = r.trainer.get("system")
-    if system and system[0].endswith(".txt") and not Path(system[0]).is_file():
+    if system and system[0].endswith(".txt") and not facts.path(Path(system[0])).is_file:
         problems.append(
             Problem(
                 where("SYSTEM"),
@@ -150,7 +183,13 @@ def check(plan: Plan) -> list[Problem]:
                 "give a path inside the container (recipes/prompts/... or /data/...)",
             )
         )
+    return problems
 
+
+def _check_vllm(plan: Plan, facts: Facts, where) -> list[Problem]:
+    """vLLM with device_map; vLLM keys without vLLM."""
+    r = plan.recipe
+    problems: list[Problem] = []
     use_vllm = r.trainer.get("use_vllm", ["false"])[0] == "true"
     if use_vllm and r.trainer.get("device_map"):
         problems.append(
@@ -176,11 +215,17 @@ def check(plan: Plan) -> list[Problem]:
                     fatal=False,
                 )
             )
+    return problems
 
+
+def _check_deepspeed(plan: Plan, facts: Facts, where) -> list[Problem]:
+    """DEEPSPEED names a built-in config, a file or JSON, and a GPU run."""
+    r = plan.recipe
+    problems: list[Problem] = []
     deepspeed = r.trainer.get("deepspeed")
     if deepspeed:
         value = deepspeed[0]
-        if value not in DEEPSPEED_NAMES and not Path(value).is_file():
+        if value not in DEEPSPEED_NAMES and not facts.path(Path(value)).is_file:
             try:
                 json.loads(value)
             except ValueError:
@@ -197,7 +242,13 @@ def check(plan: Plan) -> list[Problem]:
                     where("DEEPSPEED"), "DeepSpeed needs GPUs; this run is on the CPU", "remove DEEPSPEED"
                 )
             )
+    return problems
 
+
+def _check_rewards(plan: Plan, facts: Facts, where) -> list[Problem]:
+    """Reward functions, weights and the settings some of them need."""
+    r = plan.recipe
+    problems: list[Problem] = []
     funcs = r.trainer.get("reward_funcs", [])
     weights = r.trainer.get("reward_weights")
     if weights and len(weights) != len(funcs):
@@ -224,7 +275,13 @@ def check(plan: Plan) -> list[Problem]:
                 "set REWARD_FUNCS (e.g. accuracy format)",
             )
         )
+    return problems
 
+
+def _check_train_type(plan: Plan, facts: Facts, where) -> list[Problem]:
+    """LoRA keys that do nothing with full fine-tuning."""
+    r = plan.recipe
+    problems: list[Problem] = []
     train_type = (r.trainer.get("train_type") or ["lora"])[0]
     if train_type == "full":
         lora_keys = [

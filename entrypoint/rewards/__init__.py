@@ -1,2 +1,17 @@
-"""Reward functions as plain Python (no ms-swift import), wrapped as ms-swift ORMs in
-`entrypoint/plugins/grpo_rig_rewards.py`. Each module has one job and is unit-tested on its own."""
+"""This project's rewards, in one package: each reward beside the task generator it scores.
+
+    countdown.py         the countdown task generator and its equation reward
+    format.py            the <think>/<answer> format reward with partial credit
+    tcm.py               the TCM syndrome-differentiation accuracy reward
+    grpo_rig_rewards.py  the ms-swift plugin file: a thin shim that registers the rewards above as ORMs
+    probe.py             imports reward plugin files the way ms-swift does, in a throwaway process
+    check.py             what preflight makes of the probe's answer (unknown names, import errors, columns)
+
+The reward modules are plain Python (no ms-swift import) and unit-tested on their own; the plugin file
+is the only one that imports ms-swift. Writing your own: docs/rewards.md.
+"""
+
+from pathlib import Path
+
+# What the trainer gets as --external_plugins first; ms-swift imports it by its (unique) file stem.
+PLUGIN_FILE = Path(__file__).resolve().parent / "grpo_rig_rewards.py"

@@ -35,6 +35,7 @@ def pytest_runtest_setup(item):
         pytest.skip(f"needs {needed} GPU(s); NVML lists {visible_gpus()}")
 
 
+@pytest.fixture(scope="session")
 def gpu_env() -> dict[str, str]:
     """The test environment, keeping a host's NCCL safety settings (the lent machine's multicast ban)."""
     keep = {k: os.environ[k] for k in ("NCCL_NVLS_ENABLE",) if k in os.environ}

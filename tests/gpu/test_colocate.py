@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import read_jsonl, run_cli
-from tests.gpu.conftest import gpu_env
 
 pytestmark = pytest.mark.gpu
 # random weights never earn the countdown reward: this one varies, so the adapter gets a real update
@@ -16,7 +15,7 @@ PLUGIN = Path(__file__).parent / "plugins" / "gpu_test_rewards.py"
 
 
 @pytest.fixture(scope="module")
-def colocate_run(gpu_model, tmp_path_factory):
+def colocate_run(gpu_model, gpu_env, tmp_path_factory):
     """countdown-1x4090 as shipped on an emulated 24 GiB card, sleeping vLLM between rollouts (the
     setting whose teardown crashed at exit), three steps, with a reward random text can earn."""
     out = tmp_path_factory.mktemp("colocate")
@@ -24,7 +23,7 @@ def colocate_run(gpu_model, tmp_path_factory):
         "train", "recipe=countdown-1x4090", f"MODEL={gpu_model}", "DATASET_GENERATOR=countdown",
         "EMULATE_VRAM_GB=24", "SLEEP_LEVEL=1", "MAX_STEPS=3", "SAVE_STEPS=2", "OFFLINE=true",
         f"EXTERNAL_PLUGINS={PLUGIN}", "REWARD_FUNCS=countdown ascii_share",
-        f"OUTPUT_DIR={out}", "RUN_NAME=colocate", env=gpu_env(), timeout=1500,
+        f"OUTPUT_DIR={out}", "RUN_NAME=colocate", env=gpu_env, timeout=1500,
     )  # fmt: skip
     (out / "console.log").write_text(proc.stdout + proc.stderr)
     return proc, out / "colocate"

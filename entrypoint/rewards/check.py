@@ -1,13 +1,10 @@
-"""Reward plugins: the files exist, import the way ms-swift imports them, and register every reward
-function the recipe names; and which dataset columns each of those functions reads."""
+"""Reward plugins: the files exist, import the way ms-swift imports them (rewards/probe.py, run at the
+edge by host.gather), and register every reward function the recipe names; and which dataset columns
+each of those functions reads."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import subprocess
-import sys
-from pathlib import Path
 
 from entrypoint.errors import Problem
 
@@ -21,32 +18,15 @@ class RewardInfo:
     columns: list[str]  # dataset columns its __call__ requires
 
 
-def _run_probe(files: list[str], real: bool) -> dict:
-    argv = [sys.executable, "-m", "entrypoint.preflight.plugin_probe", *(["--real"] if real else []), *files]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT, cwd=Path.cwd())  # noqa: S603
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(
-            proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
-        )
-    return json.loads(lines[-1])
-
-
-def _needs_real_swift(result: dict) -> bool:
-    return any(
-        "swift" in e["error"] and ("ModuleNotFoundError" in e["error"] or "ImportError" in e["error"])
-        for e in result["errors"]
-    )
-
-
-def check(plugin_files: list[str], reward_funcs: list[str]) -> tuple[dict[str, RewardInfo], list[Problem]]:
-    """Probe the plugins; returns (name -> RewardInfo for the requested rewards, problems)."""
+def check(
+    plugin_files: list[str], reward_funcs: list[str], result: dict | None, error: str, is_file
+) -> tuple[dict[str, RewardInfo], list[Problem]]:
+    """What the probe's `result` (rewards/probe.py; None with `error` when it failed) says of the plugin
+    files and the rewards the recipe names. `is_file(path)` answers for the files. Returns (name ->
+    RewardInfo for the requested rewards, problems)."""
     problems: list[Problem] = []
-    existing = []
     for f in plugin_files:
-        if Path(f).is_file():
-            existing.append(f)
-        else:
+        if not is_file(f):
             problems.append(
                 Problem(
                     f"EXTERNAL_PLUGINS {f}",
@@ -54,15 +34,11 @@ def check(plugin_files: list[str], reward_funcs: list[str]) -> tuple[dict[str, R
                     "mount it (e.g. under ./data, which compose mounts at /data) and give its container path",
                 )
             )
-    try:
-        result = _run_probe(existing, real=False)
-        if _needs_real_swift(result):
-            result = _run_probe(existing, real=True)
-    except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
+    if result is None:
         return {}, problems + [
             Problem(
                 "EXTERNAL_PLUGINS",
-                f"importing the reward plugins failed: {exc}",
+                f"importing the reward plugins failed: {error}",
                 "run the plugin file with python to see the error",
             )
         ]

@@ -1,6 +1,6 @@
 """Import reward plugins the way ms-swift does, in a throwaway process, and report what they register.
 
-Run as `python -m entrypoint.preflight.plugin_probe [--real] FILE ...`; prints one JSON object:
+Run as `python -m entrypoint.rewards.probe [--real] FILE ...`; prints one JSON object:
 
     {"registered": {name: {"class": str, "columns": [required dataset columns]}},
      "errors": [{"file": str, "error": str}], "shadowed": [{"file": str, "module": str, "origin": str}],
@@ -22,6 +22,7 @@ import importlib
 import importlib.util
 import inspect
 import json
+import subprocess
 import sys
 import traceback
 import types
@@ -116,6 +117,39 @@ def probe(files: list[str], stub: bool) -> dict:
                 columns = []
             result["registered"][name] = {"class": getattr(cls, "__name__", str(cls)), "columns": columns}
     return result
+
+
+PROBE_TIMEOUT = 120  # seconds; the --real fallback imports ms-swift (~10 s on 2 cores)
+
+
+def _run_probe(files: list[str], real: bool) -> dict:
+    argv = [sys.executable, "-m", "entrypoint.rewards.probe", *(["--real"] if real else []), *files]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT, cwd=Path.cwd())  # noqa: S603
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(
+            proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
+        )
+    return json.loads(lines[-1])
+
+
+def _needs_real_swift(result: dict) -> bool:
+    return any(
+        "swift" in e["error"] and ("ModuleNotFoundError" in e["error"] or "ImportError" in e["error"])
+        for e in result["errors"]
+    )
+
+
+def run(files: list[str]) -> tuple[dict | None, str]:
+    """Probe plugin `files` in a throwaway process, with the stub swift.plugin first and the real one
+    when a plugin needs more of ms-swift. Returns (the probe's answer, "") or (None, the error)."""
+    try:
+        result = _run_probe(files, real=False)
+        if _needs_real_swift(result):
+            result = _run_probe(files, real=True)
+    except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
+        return None, str(exc)
+    return result, ""
 
 
 def main() -> None:

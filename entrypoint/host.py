@@ -1,0 +1,322 @@
+"""The edge: everything the decisions need to know about this machine, read once into `Facts`.
+
+`gather(recipe, inventory, environ)` looks at the world for a resolved recipe: the environment variables
+the decisions read (ENV_NAMES), the time, the files the recipe names (exist? readable? writable? whose?),
+the datasets' rows, the model's config.json, the hub caches, free ports, the reward plugins (imported in
+a throwaway process), the swift executable, and the run directory a restart would resume. Below this
+module nothing reads os.environ, the filesystem or the network to decide: `plan.build(recipe, inventory,
+facts)` and the preflight checks are functions of these values, so tests hand them made-up facts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from entrypoint import datasets as dataset_checks
+from entrypoint import export, hubcache, manifest, memory, models, ports, redact
+from entrypoint.errors import Problem
+from entrypoint.recipe import PROJECT_DIR, Recipe
+from entrypoint.rewards import PLUGIN_FILE
+from entrypoint.rewards import probe as plugin_probe
+
+CACHE_VARIABLES = ("HF_HOME", "MODELSCOPE_CACHE", "HF_DATASETS_CACHE", "TRITON_CACHE_DIR", "XDG_CACHE_HOME")
+# The environment variables decisions read (the children inherit the whole environment regardless).
+ENV_NAMES = (
+    "PYTHONPATH", "NO_PROXY", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "CUDA_VISIBLE_DEVICES",
+    "GLOO_SOCKET_IFNAME", "NCCL_P2P_DISABLE", "HF_HOME", "HF_HUB_CACHE", "MODELSCOPE_CACHE", "HF_DATASETS_CACHE",
+    "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "GRPO_RIG_VERSION", "GRPO_RIG_REVISION", "GRPO_RIG_LOCK_SHA256",
+    "GRPO_RIG_SWIFT",
+)  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class PathInfo:
+    """What this machine says about one path a recipe names."""
+
+    exists: bool = False
+    is_file: bool = False
+    is_dir: bool = False
+    reachable: bool = True  # False: a parent directory cannot be entered
+    readable: bool = False
+    writable: bool = False  # a file can be created in it (or in its nearest existing ancestor)
+    owner: str = ""  # uid:gid of it or of its nearest existing ancestor
+    nearest: str = ""  # the nearest existing ancestor (itself when it exists)
+    disk_free_gib: float | None = None  # free space where it would be written
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetFile:
+    """A local dataset file as read here: (line, row) pairs (up to MAX_ROWS_PARSED), the row count and the
+    problems met while reading it."""
+
+    path: str
+    rows: tuple[tuple[int, dict], ...] = ()
+    count: int = 0
+    problems: tuple[Problem, ...] = ()
+    decode_error: str = ""  # not UTF-8: where
+
+
+@dataclasses.dataclass(frozen=True)
+class Previous:
+    """The run directory a restart would resume."""
+
+    manifest: dict[str, Any] | None = None
+    error: str = ""  # manifest.json exists but cannot be read
+    newest_checkpoint: str = ""  # newest complete checkpoint-N, "" when none
+
+
+@dataclasses.dataclass(frozen=True)
+class Ports:
+    rollout_first_free: int | None = None  # first free port from 8000 on ROLLOUT_BIND (swift rollout's range)
+    rollout_port_free: bool = True  # the ROLLOUT_PORT the recipe names is free
+    weight_sync_free: bool = True  # ms-swift's fixed weight-sync rendezvous port
+    master_port_free: bool = True  # the MASTER_PORT the recipe names is free
+    ephemeral: int = 29500  # a port the kernel gave back as free (torchrun's rendezvous on one node)
+    master_addr_error: str = ""  # several nodes: MASTER_ADDR does not resolve (why)
+    master_addr_binds: tuple[bool, bool] = (True, True)  # node 0: MASTER_PORT, MASTER_PORT+1 bindable there
+
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    env: Mapping[str, str]
+    now: dt.datetime
+    cwd: Path
+    uid: int
+    gid: int
+    swift: str
+    paths: Mapping[str, PathInfo]
+    datasets: Mapping[str, DatasetFile]
+    model_config: tuple[dict | None, str]  # (config.json, where it came from)
+    hub: Mapping[str, str | None]  # "models:org/name:hf" -> local snapshot or None
+    ports: Ports = Ports()
+    plugins: Mapping[str, Any] | None = None  # the probe's answer (rewards/probe.py), None: failed
+    plugin_error: str = ""
+    system_text: str | None = None  # a SYSTEM prompt file's text
+    previous: Previous = Previous()
+    secret_values: tuple[str, ...] = ()  # values of the environment's secret variables (redact.py)
+
+    def path(self, text: str | Path) -> PathInfo:
+        return self.paths.get(str(text), PathInfo())
+
+    def hub_cached(self, repo: str, kind: str, use_hf: bool) -> str | None:
+        return self.hub.get(hub_key(repo, kind, use_hf))
+
+
+def hub_key(repo: str, kind: str, use_hf: bool) -> str:
+    return f"{kind}:{repo}:{'hf' if use_hf else 'ms'}"
+
+
+def swift_executable(env: Mapping[str, str]) -> str:
+    """ms-swift's CLI: GRPO_RIG_SWIFT if set (tests put a fake there), else the one installed beside
+    this interpreter (the venv may not be on PATH), else `swift` from PATH."""
+    if env.get("GRPO_RIG_SWIFT"):
+        return env["GRPO_RIG_SWIFT"]
+    beside = Path(sys.executable).parent / "swift"
+    return str(beside) if beside.exists() else (shutil.which("swift") or "swift")
+
+
+def _nearest_existing(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def path_info(path: Path) -> PathInfo:
+    """What can be said about `path` without changing anything (a probe file is created and removed)."""
+    path = path.expanduser()
+    try:
+        path.stat()
+        reachable = True
+    except PermissionError:
+        return PathInfo(reachable=False)
+    except OSError:
+        reachable = True
+    nearest = _nearest_existing(path)
+    writable = False
+    if nearest.is_dir():
+        try:
+            with tempfile.NamedTemporaryFile(dir=nearest, prefix=".grpo-rig-write-test-"):
+                writable = True
+        except OSError:
+            writable = False
+    st = nearest.stat()
+    return PathInfo(
+        exists=path.exists(),
+        is_file=path.is_file(),
+        is_dir=path.is_dir(),
+        reachable=reachable,
+        readable=os.access(path, os.R_OK),
+        writable=writable,
+        owner=f"{st.st_uid}:{st.st_gid}",
+        nearest=str(nearest),
+        disk_free_gib=shutil.disk_usage(nearest).free / 1024**3,
+    )
+
+
+def read_dataset(path: Path) -> DatasetFile:
+    """A local JSON/JSONL dataset's rows as the preflight checks see them."""
+    try:
+        rows, count, problems = dataset_checks.read_rows(path)
+    except UnicodeDecodeError as exc:
+        return DatasetFile(str(path), decode_error=f"{exc.reason} at byte {exc.start}")
+    return DatasetFile(str(path), tuple(rows), count, tuple(problems))
+
+
+def read_previous(run_dir: Path) -> Previous:
+    try:
+        data = manifest.read(run_dir)
+    except (OSError, ValueError) as exc:
+        return Previous(error=str(exc))
+    newest = export.newest_complete(run_dir / "train") if data is not None else None
+    return Previous(data, "", str(newest) if newest else "")
+
+
+def resolved(value: str, paths: Mapping[str, PathInfo]) -> str:
+    """A relative file path from a recipe resolves against the project directory when it exists there."""
+    path = Path(value)
+    candidate = PROJECT_DIR / path
+    if path.is_absolute() or not paths.get(str(candidate), PathInfo()).exists:
+        return value
+    return str(candidate)
+
+
+def _dataset_specs(r: Recipe) -> list[str]:
+    return [] if r.settings.DATASET_GENERATOR else list(r.trainer.get("dataset", []))
+
+
+def _model_path(r: Recipe) -> str:
+    model = r.raw("MODEL") or ""
+    if r.settings.MODEL_SOURCE == "embedded" and model in models.CATALOG:
+        return str(models.model_dir(models.lookup(model), Path(r.settings.EMBEDDED_MODEL_DIR)))
+    return model
+
+
+def _paths(r: Recipe, env: Mapping[str, str]) -> list[Path]:
+    """Every path a decision about this recipe may ask about."""
+    wanted: list[Path] = [PLUGIN_FILE]
+    for key in ("SYSTEM", "DEEPSPEED"):
+        if r.raw(key):
+            wanted += [Path(r.raw(key)), PROJECT_DIR / r.raw(key)]
+    for value in r.trainer.get("external_plugins", []):
+        wanted += [Path(value), PROJECT_DIR / value]
+    for spec in _dataset_specs(r):
+        p = Path(dataset_checks.parse_spec(spec).path)
+        wanted += [p, p.expanduser(), p.absolute()]
+    model = _model_path(r)
+    if model:
+        wanted += [Path(model), Path(model).expanduser(), Path(model).expanduser() / "config.json",
+                   Path(model) / models.PROVENANCE_FILE]  # fmt: skip
+    wanted.append(Path(r.settings.OUTPUT_DIR).expanduser())
+    wanted += [Path(env[v]) for v in CACHE_VARIABLES if env.get(v)]
+    return wanted
+
+
+def _model_config(r: Recipe, env: Mapping[str, str]) -> tuple[dict | None, str, dict[str, str | None]]:
+    """config.json of the model (local directory, HF or ModelScope cache, else the shipped table) and the
+    hub-cache lookups made on the way."""
+    model, path = r.raw("MODEL") or "", _model_path(r)
+    hub: dict[str, str | None] = {}
+    candidates = [Path(path) / "config.json"] if path else []
+    for use_hf in (True, False):
+        local = hubcache.cached(model, "models", use_hf, env) if model else None
+        hub[hub_key(model, "models", use_hf)] = str(local) if local else None
+        if local is not None:
+            candidates += sorted(local.glob("snapshots/*/config.json")) + [local / "config.json"]
+    for candidate in candidates:
+        if candidate.is_file():
+            return json.loads(candidate.read_text()), str(candidate), hub
+    shipped = memory.shipped_config(model)
+    return (shipped, "entrypoint/data/model_configs.json", hub) if shipped else (None, "", hub)
+
+
+def _ports(r: Recipe) -> Ports:
+    s = r.settings
+    error, binds = "", (True, True)
+    if s.NNODES > 1 and s.MASTER_ADDR:
+        try:
+            socket.getaddrinfo(s.MASTER_ADDR, s.MASTER_PORT, type=socket.SOCK_STREAM)
+        except socket.gaierror as exc:
+            error = exc.strerror or str(exc)
+        if not error and s.NODE_RANK == 0:
+            binds = (
+                ports.is_free(s.MASTER_PORT, s.MASTER_ADDR),
+                ports.is_free(s.MASTER_PORT + 1, s.MASTER_ADDR),
+            )
+    return Ports(
+        master_addr_error=error,
+        master_addr_binds=binds,
+        rollout_first_free=ports.first_free(ports.ROLLOUT_PORT_START, s.ROLLOUT_BIND),
+        rollout_port_free=not s.ROLLOUT_PORT or ports.is_free(s.ROLLOUT_PORT, s.ROLLOUT_BIND),
+        weight_sync_free=ports.is_free(ports.WEIGHT_SYNC_PORT, "127.0.0.1"),
+        master_port_free=not r.is_set("MASTER_PORT") or ports.is_free(s.MASTER_PORT),
+        ephemeral=ports.ephemeral(),
+    )
+
+
+def run_dir_of(r: Recipe, now: dt.datetime) -> Path:
+    """OUTPUT_DIR/RUN_NAME, the default run name being <recipe>-<UTC timestamp>."""
+    name = r.settings.RUN_NAME or f"{Path(r.name).stem}-{now.strftime('%Y%m%d-%H%M%S')}"
+    return (Path(r.settings.OUTPUT_DIR).expanduser() / name).absolute()
+
+
+def gather(
+    r: Recipe, environ: Mapping[str, str], now: dt.datetime | None = None, probe_plugins: bool = True
+) -> Facts:
+    """Read what the decisions about recipe `r` need of this machine. Never raises on bad input: what is
+    missing or broken is a fact the checks report."""
+    env = MappingProxyType({k: environ[k] for k in ENV_NAMES if k in environ})
+    now = now or dt.datetime.now(dt.timezone.utc)
+    paths = {str(p): path_info(p) for p in _paths(r, env)}
+    datasets = {}
+    for spec in _dataset_specs(r):
+        p = Path(dataset_checks.parse_spec(spec).path).expanduser()
+        if p.suffix in (".jsonl", ".json") and p.is_file() and os.access(p, os.R_OK):
+            datasets[dataset_checks.dataset_key(p)] = read_dataset(p)
+    config, source, hub = _model_config(r, env)
+    use_hf = (r.trainer.get("use_hf") or ["false"])[0] == "true"
+    for spec in _dataset_specs(r):
+        name = dataset_checks.parse_spec(spec).path
+        local = hubcache.cached(name, "datasets", use_hf, env) if not dataset_checks.is_local(name) else None
+        hub[hub_key(name, "datasets", use_hf)] = str(local) if local else None
+    plugins, plugin_error = None, ""
+    if probe_plugins:
+        files = [str(PLUGIN_FILE)] + [resolved(f, paths) for f in r.trainer.get("external_plugins", [])]
+        plugins, plugin_error = plugin_probe.run(
+            [f for f in files if paths.get(str(Path(f)), PathInfo()).is_file]
+        )
+    system = resolved(r.raw("SYSTEM"), paths) if r.raw("SYSTEM") else ""
+    system_text = (
+        Path(system).read_text(encoding="utf-8")
+        if system.endswith(".txt") and Path(system).is_file()
+        else None
+    )
+    return Facts(
+        env=env,
+        now=now,
+        cwd=Path.cwd(),
+        uid=os.getuid(),
+        gid=os.getgid(),
+        swift=swift_executable(environ),
+        paths=MappingProxyType(paths),
+        datasets=MappingProxyType(datasets),
+        model_config=(config, source),
+        hub=MappingProxyType(hub),
+        ports=_ports(r),
+        plugins=plugins,
+        plugin_error=plugin_error,
+        system_text=system_text,
+        previous=read_previous(run_dir_of(r, now)),
+        secret_values=tuple(redact.values_of(environ)),
+    )
