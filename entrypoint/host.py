@@ -193,7 +193,7 @@ def resolved(value: str, paths: Mapping[str, PathInfo]) -> str:
 
 
 def _dataset_specs(r: Recipe) -> list[str]:
-    return [] if r.settings.DATASET_GENERATOR else list(r.trainer.get("dataset", []))
+    return [] if r.settings.DATASET_GENERATOR else r.args("dataset")
 
 
 def _model_path(r: Recipe) -> str:
@@ -209,7 +209,7 @@ def _paths(r: Recipe, env: Mapping[str, str]) -> list[Path]:
     for key in ("SYSTEM", "DEEPSPEED"):
         if r.raw(key):
             wanted += [Path(r.raw(key)), PROJECT_DIR / r.raw(key)]
-    for value in r.trainer.get("external_plugins", []):
+    for value in r.args("external_plugins"):
         wanted += [Path(value), PROJECT_DIR / value]
     for spec in _dataset_specs(r):
         p = Path(dataset_checks.parse_spec(spec).path)
@@ -285,14 +285,14 @@ def gather(
         if p.suffix in (".jsonl", ".json") and p.is_file() and os.access(p, os.R_OK):
             datasets[dataset_checks.dataset_key(p)] = read_dataset(p)
     config, source, hub = _model_config(r, env)
-    use_hf = (r.trainer.get("use_hf") or ["false"])[0] == "true"
+    use_hf = r.arg("use_hf") == "true"
     for spec in _dataset_specs(r):
         name = dataset_checks.parse_spec(spec).path
         local = hubcache.cached(name, "datasets", use_hf, env) if not dataset_checks.is_local(name) else None
         hub[hub_key(name, "datasets", use_hf)] = str(local) if local else None
     plugins, plugin_error = None, ""
     if probe_plugins:
-        files = [str(PLUGIN_FILE)] + [resolved(f, paths) for f in r.trainer.get("external_plugins", [])]
+        files = [str(PLUGIN_FILE)] + [resolved(f, paths) for f in r.args("external_plugins")]
         plugins, plugin_error = plugin_probe.run(
             [f for f in files if paths.get(str(Path(f)), PathInfo()).is_file]
         )

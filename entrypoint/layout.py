@@ -107,11 +107,6 @@ def parse_ordinals(text: str) -> list[int]:
     return out
 
 
-def _int(recipe: Recipe, name: str, default: int) -> int:
-    tokens = recipe.trainer.get(name) or recipe.rollout.get(name.removeprefix("rollout_"))
-    return int(tokens[0]) if tokens else default
-
-
 def decide(
     recipe: Recipe,
     inventory: Inventory,
@@ -137,7 +132,7 @@ def _place(
     recipe: Recipe, inventory: Inventory, env: Mapping[str, str], rollout_only: bool, problems: list[Problem]
 ) -> Layout | None:
     _warn_visible_devices(env, problems)
-    use_vllm = recipe.trainer.get("use_vllm", ["false"])[0] == "true"
+    use_vllm = recipe.arg("use_vllm") == "true"
     if not _gpus_there(recipe, inventory, use_vllm, problems):
         return None
     s = recipe.settings
@@ -155,7 +150,7 @@ def _place(
     mode = _mode(recipe, len(inventory.gpus), train, rollout, use_vllm, problems)
     _check_parallel_sizes(recipe, mode, train, rollout, problems)
     _check_mode_keys(recipe, mode, rollout_only, problems)
-    tp = _int(recipe, "rollout_tensor_parallel_size", 1)
+    tp = int(recipe.rollout_arg("tensor_parallel_size"))
     host = s.ROLLOUT_HOST or (connect_address(s.ROLLOUT_BIND) if rollout else "")
     return Layout(
         mode=mode,
@@ -248,7 +243,7 @@ def _rollout_only(recipe: Recipe, rollout: list[int], problems: list[Problem]) -
                 "set ROLLOUT_GPUS=0 (or 0-3)",
             )
         )
-    tp = _int(recipe, "rollout_tensor_parallel_size", 1)
+    tp = int(recipe.rollout_arg("tensor_parallel_size"))
     return Layout(mode="server", train_gpus=(), rollout_gpus=tuple(rollout),
                   rollout_host=connect_address(recipe.settings.ROLLOUT_BIND), rollout_tp=tp,
                   rollout_dp=max(1, len(rollout) // tp))  # fmt: skip
@@ -323,7 +318,7 @@ def _mode(
 def _check_parallel_sizes(
     recipe: Recipe, mode: str, train: list[int], rollout: list[int], problems: list[Problem]
 ) -> None:
-    tp = _int(recipe, "rollout_tensor_parallel_size", 1)
+    tp = int(recipe.rollout_arg("tensor_parallel_size"))
     if rollout and len(rollout) % tp:
         problems.append(
             Problem(
@@ -332,7 +327,7 @@ def _check_parallel_sizes(
                 "choose a divisor",
             )
         )
-    colocate_tp = _int(recipe, "vllm_tensor_parallel_size", 1)
+    colocate_tp = int(recipe.arg("vllm_tensor_parallel_size"))
     if mode == "colocate" and len(train) % colocate_tp:
         problems.append(
             Problem(

@@ -84,7 +84,7 @@ def start(plan: Plan, previous: dict[str, Any] | None) -> dict[str, Any]:
         "recipe": plan.recipe.name,
         "identity": identity(plan.recipe),
         "resolved_recipe": plan.recipe.resolved(),
-        "seed": int((plan.recipe.trainer.get("seed") or ["42"])[0]),
+        "seed": int(plan.recipe.arg("seed")),
         "model": {
             "id": plan.recipe.raw("MODEL"),
             "source": plan.recipe.settings.MODEL_SOURCE,

@@ -337,7 +337,7 @@ def _dataset(d: Draft) -> None:
                 )  # fmt: skip
             )
         generated = d.run_dir / "data" / f"{s.DATASET_GENERATOR}.jsonl"
-        seed = int(d.trainer_args.get("seed", ["42"])[0])
+        seed = int(d.recipe.arg("seed"))
         d.steps.append(
             f"generate {s.DATASET_ROWS} {s.DATASET_GENERATOR} tasks (seed {seed}) into {generated}"
         )
@@ -434,7 +434,7 @@ def _trainer_env(d: Draft) -> dict[str, str]:
     env = dict(d.common)
     # The trainer's hooks (entrypoint/site/sitecustomize.py says why each exists).
     env["GRPO_RIG_EVENTS"] = str(d.run_dir / "logs" / EVENTS_FILE)
-    if layout.mode == "colocate" and int((d.trainer_args.get("sleep_level") or ["0"])[0]) >= 1:
+    if layout.mode == "colocate" and int(d.recipe.arg("sleep_level")) >= 1:
         env["GRPO_RIG_VLLM_KEEP_POOLS"] = "1"
     if layout.train_gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, layout.train_gpus))

@@ -66,6 +66,26 @@ class Recipe:
     env: dict[str, str]  # pass-through environment for the children
     warnings: list[Problem]
 
+    def arg(self, name: str, fallback: str | None = None) -> str | None:
+        """A `swift rlhf` argument as the run will see it: the recipe's value, else ms-swift's declared
+        default (booleans as "true"/"false"), else `fallback` for defaults ms-swift sets at run time
+        (GRPO's beta 0.04, the model's own dtype). The one accessor for an argument's effective value."""
+        tokens = self.trainer.get(name)
+        if tokens:
+            return tokens[0]
+        return _default(swift_schema.load("rlhf")[name].default, fallback)
+
+    def args(self, name: str) -> list[str]:
+        """The tokens the recipe gives a `swift rlhf` argument ([] when it leaves it to ms-swift)."""
+        return list(self.trainer.get(name) or [])
+
+    def rollout_arg(self, name: str, fallback: str | None = None) -> str | None:
+        """A `swift rollout` argument's effective value, as `arg`."""
+        tokens = self.rollout.get(name)
+        if tokens:
+            return tokens[0]
+        return _default(swift_schema.load("rollout")[name].default, fallback)
+
     def raw(self, key: str) -> str | None:
         v = self.values.get(key)
         return v.value if v is not None else None
@@ -102,6 +122,12 @@ class Recipe:
     def resolved(self) -> dict[str, dict[str, str]]:
         """{KEY: {"value", "source"}} for the manifest and `plan --json`."""
         return {k: {"value": v.value, "source": v.source} for k, v in sorted(self.values.items())}
+
+
+def _default(default, fallback: str | None) -> str | None:
+    if isinstance(default, bool):
+        return "true" if default else "false"
+    return fallback if default is None else str(default)
 
 
 def classify(key: str) -> str | None:

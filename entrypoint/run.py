@@ -91,7 +91,7 @@ def _already_complete(plan: Plan) -> bool:
     if not previous or previous.get("status") != "completed":
         return False
     done, _ = completed_steps(plan)
-    wanted = plan.recipe.trainer.get("max_steps")
+    wanted = plan.recipe.args("max_steps")
     return not wanted or int(wanted[0]) <= done
 
 
@@ -215,7 +215,7 @@ def prepare(plan: Plan, printer: Printer) -> Path:
     if plan.recipe.settings.DATASET_GENERATOR == "countdown":
         path = Path(plan.dataset_paths[0])
         if not path.exists():
-            seed = int((plan.recipe.trainer.get("seed") or ["42"])[0])
+            seed = int(plan.recipe.arg("seed"))
             countdown.write_jsonl(path, plan.recipe.settings.DATASET_ROWS, seed)
             printer.say(f"generated {plan.recipe.settings.DATASET_ROWS} countdown tasks into {path}")
     return here

@@ -143,7 +143,7 @@ def _estimate(plan, w: Workload, colocate: memory.Colocate | None) -> list[GpuEs
         values.value(plan, "offload_model", "false"),
         values.value(plan, "offload_optimizer", "false"),
     )
-    rollout_util = float((plan.recipe.rollout.get("gpu_memory_utilization") or ["0.9"])[0])
+    rollout_util = float(plan.recipe.rollout_arg("gpu_memory_utilization"))
     return memory_check.per_gpu(plan.layout, memory_check.card_size(plan), w, colocate, rollout_util, offload)
 
 

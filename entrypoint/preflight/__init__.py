@@ -72,7 +72,7 @@ def check_model(plan: Plan, facts: Facts) -> list[Problem]:
                 "give a hub id like Qwen/Qwen2.5-0.5B-Instruct or a path",
             )  # fmt: skip
         ]
-    use_hf = (r.trainer.get("use_hf") or ["false"])[0] == "true"
+    use_hf = r.arg("use_hf") == "true"
     if r.settings.OFFLINE and facts.hub_cached(value, "models", use_hf) is None:
         return [
             Problem(
@@ -88,7 +88,7 @@ def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
     """The reward plugins, and the dataset against the columns the rewards read."""
     r, s = plan.recipe, plan.recipe.settings
     infos, problems = rewards_check.check(
-        _plugin_files(plan), r.trainer.get("reward_funcs", []), facts.plugins, facts.plugin_error,
+        _plugin_files(plan), r.args("reward_funcs"), facts.plugins, facts.plugin_error,
         lambda f: facts.path(Path(f)).is_file,
     )  # fmt: skip
     needed: dict[str, list[str]] = {}
@@ -97,9 +97,9 @@ def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
             needed.setdefault(column, []).append(name)
     b = values.batch(plan)
     prompts_needed = b.prompts_per_generation if b.num_generations >= 2 else 0
-    holdout = float((r.trainer.get("split_dataset_ratio") or ["0"])[0])
+    holdout = float(r.arg("split_dataset_ratio"))
     if not s.DATASET_GENERATOR:
-        use_hf = (r.trainer.get("use_hf") or ["false"])[0] == "true"
+        use_hf = r.arg("use_hf") == "true"
         found, _ = dataset.check(
             plan.dataset_paths, needed, prompts_needed, holdout, s.OFFLINE, use_hf, facts
         )
@@ -128,7 +128,7 @@ def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
 def check(plan: Plan, facts: Facts, for_train: bool) -> list[Problem]:
     """Every problem found in the plan's inputs; fatal ones stop `train`, `plan` and `validate`. The
     problems of kind LOCAL come last, and `plan` (for_train False) only warns about them."""
-    workers = int((plan.recipe.trainer.get("dataloader_num_workers") or ["0"])[0])
+    workers = int(plan.recipe.arg("dataloader_num_workers", "0"))
     found = (
         values.check(plan, facts)
         + check_model(plan, facts)

@@ -193,7 +193,7 @@ def estimate(plan: Plan, facts: Facts) -> tuple[list[GpuEstimate], list[Problem]
         values.value(plan, "offload_model", "false"),
         values.value(plan, "offload_optimizer", "false"),
     )
-    rollout_util = float((r.rollout.get("gpu_memory_utilization") or ["0.9"])[0])
+    rollout_util = float(r.rollout_arg("gpu_memory_utilization"))
     estimates = per_gpu(layout, card, w, colocate, rollout_util, offload)
 
     problems: list[Problem] = []
@@ -258,8 +258,8 @@ def _vllm_fits(plan: Plan, w: Workload, card, colocate: memory.Colocate | None) 
         return out
     if not layout.local_rollout:
         return out
-    util = float((r.rollout.get("gpu_memory_utilization") or ["0.9"])[0])
-    length = int((r.rollout.get("max_model_len") or [str(w.prompt_tokens + w.completion_tokens)])[0])
+    util = float(r.rollout_arg("gpu_memory_utilization"))
+    length = int(r.rollout_arg("max_model_len", str(w.prompt_tokens + w.completion_tokens)))
     weights = w.dims.params * w.dtype_bytes / GIB
     for gpu in layout.rollout_gpus:
         kv_budget = util * card(gpu) - weights - VLLM_NON_KV_GIB

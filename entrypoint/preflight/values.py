@@ -8,7 +8,6 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from entrypoint import swift_schema
 from entrypoint.errors import Problem
 
 if TYPE_CHECKING:
@@ -51,16 +50,8 @@ class Batch:
 
 
 def value(plan: Plan, name: str, fallback: str | None = None) -> str | None:
-    """A `swift rlhf` argument as the run will see it: the recipe's value, else ms-swift's declared
-    default (booleans as "true"/"false"), else `fallback` for defaults ms-swift sets at run time (GRPO's
-    beta 0.04, the model's own dtype)."""
-    tokens = plan.recipe.trainer.get(name)
-    if tokens:
-        return tokens[0]
-    default = swift_schema.load("rlhf")[name].default
-    if isinstance(default, bool):
-        return "true" if default else "false"
-    return fallback if default is None else str(default)
+    """A `swift rlhf` argument's effective value (Recipe.arg)."""
+    return plan.recipe.arg(name, fallback)
 
 
 def batch(plan: Plan) -> Batch:
@@ -85,9 +76,7 @@ def batch(plan: Plan) -> Batch:
 def evaluates(plan: Plan) -> bool:
     """ms-swift turns evaluation off when nothing is held out (v3.6.4:swift/llm/argument/train_args.py:185)."""
     ratio = float(value(plan, "split_dataset_ratio") or 0)
-    return (ratio > 0 or bool(plan.recipe.trainer.get("val_dataset"))) and value(
-        plan, "eval_strategy"
-    ) != "no"
+    return (ratio > 0 or bool(plan.recipe.args("val_dataset"))) and value(plan, "eval_strategy") != "no"
 
 
 def check(plan: Plan, facts: Facts) -> list[Problem]:
@@ -158,7 +147,7 @@ def _check_fractions(plan: Plan, facts: Facts, where) -> list[Problem]:
     r = plan.recipe
     problems: list[Problem] = []
     for key, value in (
-        ("VLLM_GPU_MEMORY_UTILIZATION", r.trainer.get("vllm_gpu_memory_utilization")),
+        ("VLLM_GPU_MEMORY_UTILIZATION", r.args("vllm_gpu_memory_utilization")),
         ("ROLLOUT_GPU_MEMORY_UTILIZATION", r.rollout.get("gpu_memory_utilization")),
     ):
         if value and not 0 < float(value[0]) <= 1:
@@ -174,7 +163,7 @@ def _check_system(plan: Plan, facts: Facts, where) -> list[Problem]:
     """A SYSTEM prompt file exists."""
     r = plan.recipe
     problems: list[Problem] = []
-    system = r.trainer.get("system")
+    system = r.args("system")
     if system and system[0].endswith(".txt") and not facts.path(Path(system[0])).is_file:
         problems.append(
             Problem(
@@ -190,8 +179,8 @@ def _check_vllm(plan: Plan, facts: Facts, where) -> list[Problem]:
     """vLLM with device_map; vLLM keys without vLLM."""
     r = plan.recipe
     problems: list[Problem] = []
-    use_vllm = r.trainer.get("use_vllm", ["false"])[0] == "true"
-    if use_vllm and r.trainer.get("device_map"):
+    use_vllm = r.arg("use_vllm") == "true"
+    if use_vllm and r.args("device_map"):
         problems.append(
             Problem(
                 where("DEVICE_MAP"),
@@ -222,7 +211,7 @@ def _check_deepspeed(plan: Plan, facts: Facts, where) -> list[Problem]:
     """DEEPSPEED names a built-in config, a file or JSON, and a GPU run."""
     r = plan.recipe
     problems: list[Problem] = []
-    deepspeed = r.trainer.get("deepspeed")
+    deepspeed = r.args("deepspeed")
     if deepspeed:
         value = deepspeed[0]
         if value not in DEEPSPEED_NAMES and not facts.path(Path(value)).is_file:
@@ -249,8 +238,8 @@ def _check_rewards(plan: Plan, facts: Facts, where) -> list[Problem]:
     """Reward functions, weights and the settings some of them need."""
     r = plan.recipe
     problems: list[Problem] = []
-    funcs = r.trainer.get("reward_funcs", [])
-    weights = r.trainer.get("reward_weights")
+    funcs = r.args("reward_funcs")
+    weights = r.args("reward_weights")
     if weights and len(weights) != len(funcs):
         problems.append(
             Problem(
@@ -259,7 +248,7 @@ def _check_rewards(plan: Plan, facts: Facts, where) -> list[Problem]:
                 "give one weight per REWARD_FUNCS entry",
             )
         )
-    if "soft_overlong" in funcs and not r.trainer.get("soft_cache_length"):
+    if "soft_overlong" in funcs and not r.args("soft_cache_length"):
         problems.append(
             Problem(
                 where("REWARD_FUNCS"),
@@ -267,7 +256,7 @@ def _check_rewards(plan: Plan, facts: Facts, where) -> list[Problem]:
                 "set SOFT_CACHE_LENGTH (tokens)",
             )
         )
-    if not funcs and not r.trainer.get("reward_model"):
+    if not funcs and not r.args("reward_model"):
         problems.append(
             Problem(
                 "REWARD_FUNCS",
@@ -282,7 +271,7 @@ def _check_train_type(plan: Plan, facts: Facts, where) -> list[Problem]:
     """LoRA keys that do nothing with full fine-tuning."""
     r = plan.recipe
     problems: list[Problem] = []
-    train_type = (r.trainer.get("train_type") or ["lora"])[0]
+    train_type = r.arg("train_type")
     if train_type == "full":
         lora_keys = [
             k.upper()
