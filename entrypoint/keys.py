@@ -225,6 +225,23 @@ ENV_PASSTHROUGH = {
 }
 ENV_PASSTHROUGH_PREFIXES = ("WANDB_", "HF_", "MODELSCOPE_", "TORCH_NCCL_")
 
+# ms-swift's own environment knobs (swift_schema.environment_variables(): the variables its code reads,
+# and those its docs list for specific models, such as MAX_PIXELS for the Qwen VL models, read by
+# qwen_vl_utils) reach the children as environment, whatever a `swift rlhf` argument of the same name
+# does. Left out: what torchrun and the entrypoint set per process, and arguments ms-swift copies into
+# the environment itself, where the argument is the knob (USE_HF, PACKING_CACHE: base_args.py:144-149).
+SWIFT_ENV_NOT_KNOBS = {
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "LOCAL_SIZE", "_PATCH_WORLD_SIZE", "NPROC_PER_NODE",
+    "NNODES", "NODE_RANK", "MASTER_PORT", "MASTER_ADDR", "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP",
+    "USE_HF", "PACKING_CACHE",
+}  # fmt: skip
+
+
+@functools.cache
+def swift_env() -> frozenset[str]:
+    """The environment variables a recipe may set for ms-swift (its knobs), as environment."""
+    return frozenset(swift_schema.environment_variables()) - SWIFT_ENV_NOT_KNOBS
+
 # Names that shells and launchers export for their own reasons; never read as recipe values from the
 # process environment (they remain valid in recipe files and on the command line).
 NOT_FROM_ENVIRONMENT = {"COLUMNS", "DEBUG", "LOCAL_RANK", "LOG_LEVEL", "VERBOSE", "STREAM", "STRICT"}
@@ -267,7 +284,9 @@ def lookup(name: str) -> Key | None:
         kind = "owned"
     elif name in NCCL_VARIABLES:
         kind = "nccl"
-    elif name in ENV_PASSTHROUGH or name.startswith(ENV_PASSTHROUGH_PREFIXES):
+    elif name in ENV_PASSTHROUGH or name.startswith(ENV_PASSTHROUGH_PREFIXES) or name in swift_env():
+        # before the arguments: MAX_PIXELS and LOG_LEVEL are also `swift rlhf` arguments, but the variable
+        # is what qwen_vl_utils and ms-swift's logger read, and what the v3.6.4 examples set
         kind = "env"
     elif name.startswith("ROLLOUT_") and name[len("ROLLOUT_") :].lower() in swift_schema.load("rollout"):
         kind = "rollout"
@@ -280,7 +299,7 @@ def lookup(name: str) -> Key | None:
 
 def known() -> list[str]:
     """Every key a recipe may set (for suggestions and `keys`)."""
-    names = set(OWNED) | set(NCCL_VARIABLES) | ENV_PASSTHROUGH
+    names = set(OWNED) | set(NCCL_VARIABLES) | ENV_PASSTHROUGH | swift_env()
     names |= {name.upper() for name in swift_schema.load("rlhf")}
     names |= {"ROLLOUT_" + name.upper() for name in swift_schema.load("rollout")}
     return sorted(k for k in names if k not in MANAGED and k not in RENAMED)

@@ -112,6 +112,55 @@ def generate(command: str) -> dict[str, dict]:
     return dict(sorted(schema.items()))
 
 
+# Environment variables that ms-swift's docs list as model settings ("Specific Model Arguments", read by
+# qwen_vl_utils / qwen_omni_utils for the Qwen VL models; v3.6.4:docs/source_en/Instruction/
+# Command-line-parameters.md:663-735) and as "Other Environment Variables" (:736-752). The code scan below
+# finds the ones ms-swift's own code reads.
+DOCUMENTED_ENV = (
+    "IMAGE_FACTOR", "MIN_PIXELS", "MAX_PIXELS", "MAX_RATIO", "VIDEO_MIN_PIXELS", "VIDEO_MAX_PIXELS",
+    "VIDEO_TOTAL_PIXELS", "FRAME_FACTOR", "FPS", "FPS_MIN_FRAMES", "FPS_MAX_FRAMES", "LOG_LEVEL", "SWIFT_DEBUG",
+    "VLLM_USE_V1", "PYTORCH_CUDA_ALLOC_CONF",
+)  # fmt: skip
+ENV_FILE = DATA_DIR / "swift_env_vars.json"
+
+
+def scan_environment(package_dir: Path) -> dict[str, list[str]]:
+    """Every environment variable the ms-swift source under `package_dir` reads: os.getenv / os.environ
+    .get / os.environ[...] / `in os.environ` with a literal name, and swift.utils.get_env_args (which
+    upper-cases its name). {NAME: ["swift/path.py:line", ...]}; no import, so it takes a second."""
+    import ast
+
+    found: dict[str, list[str]] = {}
+    readers = ("os.getenv", "os.environ.get", "environ.get", "get_env_args")
+    for path in sorted(package_dir.rglob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree):
+            name = None
+            if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+                if ast.unparse(node.func) in readers and isinstance(node.args[0].value, str):
+                    name = node.args[0].value.upper()
+            elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+                if ast.unparse(node.value) == "os.environ" and isinstance(node.slice, ast.Constant):
+                    name = node.slice.value
+            elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant):
+                if any(ast.unparse(c) == "os.environ" for c in node.comparators) and isinstance(node.left.value, str):
+                    name = node.left.value
+            if name and name.replace("_", "").isalnum() and name.isupper():
+                where = f"swift/{path.relative_to(package_dir).as_posix()}:{node.lineno}"
+                found.setdefault(name, []).append(where)
+    return dict(sorted(found.items()))
+
+
+@functools.cache
+def environment_variables() -> dict[str, list[str]]:
+    """The committed scan of the lock's ms-swift (ENV_FILE), plus the documented ones."""
+    scanned = json.loads(ENV_FILE.read_text())
+    return {**{name: ["v3.6.4:docs/source_en/Instruction/Command-line-parameters.md"] for name in DOCUMENTED_ENV}, **scanned}
+
+
 def path_for(command: str) -> Path:
     return DATA_DIR / f"swift_{command}_args.json"
 
@@ -136,6 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="write the committed JSON files")
     args = parser.parse_args(argv)
+    import swift
+
+    env = json.dumps(scan_environment(Path(swift.__file__).parent), indent=1) + "\n"
+    if args.write:
+        ENV_FILE.write_text(env)
+        print(f"wrote {ENV_FILE} ({len(json.loads(env))} variables)")
     for command in COMMANDS:
         text = json.dumps(generate(command), indent=1, ensure_ascii=False) + "\n"
         if args.write:

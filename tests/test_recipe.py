@@ -137,3 +137,13 @@ def test_env_passthrough_keys(tmp_path):
     write(tmp_path, "r", "WANDB_PROJECT=tcm\nPYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n")
     r = recipe.load(["recipe=r"], {}, tmp_path)
     assert r.env == {"WANDB_PROJECT": "tcm", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+
+def test_ms_swift_environment_knobs_are_accepted_as_environment(tmp_path):
+    """ms-swift reads knobs such as FPS_MAX_FRAMES (Qwen VL video) and SWIFT_DEBUG from the environment;
+    a recipe that sets them passes them on instead of being refused as unknown (v3.6.4 examples set them
+    as `VAR=... swift rlhf`). MAX_PIXELS is also an argument, but the variable is what qwen_vl_utils reads."""
+    write(tmp_path, "r", "FPS_MAX_FRAMES=16\nVIDEO_MAX_PIXELS=50176\nSWIFT_DEBUG=1\nMAX_PIXELS=602112\n")
+    r = recipe.load(["recipe=" + str(tmp_path / "r.env")], environ={})
+    assert r.env == {"FPS_MAX_FRAMES": "16", "VIDEO_MAX_PIXELS": "50176", "SWIFT_DEBUG": "1", "MAX_PIXELS": "602112"}
+    assert "max_pixels" not in r.trainer

@@ -30,3 +30,19 @@ def test_schema_knows_the_grpo_arguments_and_not_the_removed_ones():
     assert "gpu_memory_utilization" in rollout and "vllm_gpu_memory_utilization" not in rollout
     assert rlhf["reward_funcs"].nargs == "+" and rlhf["use_vllm"].type == "bool"
     assert rlhf["torch_dtype"].choices == ("bfloat16", "float16", "float32", "None")
+
+
+def test_committed_environment_scan_matches_the_installed_ms_swift():
+    """The environment knobs a recipe may set are those the lock's ms-swift reads (AST scan, no import)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("swift")
+    if spec is None or spec.origin is None:
+        pytest.skip("ms-swift is not installed in this environment")
+    scanned = swift_schema.scan_environment(Path(spec.origin).parent)
+    committed = json.loads(swift_schema.ENV_FILE.read_text())
+    assert scanned == committed, "regenerate: python -m entrypoint.swift_schema --write"
+    # ms-swift's GRPO code reads these; a recipe that sets them must reach the trainer
+    for name in ("MAX_PIXELS", "SWIFT_DEBUG", "NPROC_PER_NODE"):
+        assert name in swift_schema.environment_variables()
