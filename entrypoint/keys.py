@@ -242,6 +242,7 @@ def swift_env() -> frozenset[str]:
     """The environment variables a recipe may set for ms-swift (its knobs), as environment."""
     return frozenset(swift_schema.environment_variables()) - SWIFT_ENV_NOT_KNOBS
 
+
 # Names that shells and launchers export for their own reasons; never read as recipe values from the
 # process environment (they remain valid in recipe files and on the command line).
 NOT_FROM_ENVIRONMENT = {"COLUMNS", "DEBUG", "LOCAL_RANK", "LOG_LEVEL", "VERBOSE", "STREAM", "STRICT"}

@@ -145,9 +145,13 @@ def scan_environment(package_dir: Path) -> dict[str, list[str]]:
             elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
                 if ast.unparse(node.value) == "os.environ" and isinstance(node.slice, ast.Constant):
                     name = node.slice.value
-            elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant):
-                if any(ast.unparse(c) == "os.environ" for c in node.comparators) and isinstance(node.left.value, str):
-                    name = node.left.value
+            elif (
+                isinstance(node, ast.Compare)
+                and isinstance(node.left, ast.Constant)
+                and isinstance(node.left.value, str)
+                and any(ast.unparse(c) == "os.environ" for c in node.comparators)
+            ):
+                name = node.left.value
             if name and name.replace("_", "").isalnum() and name.isupper():
                 where = f"swift/{path.relative_to(package_dir).as_posix()}:{node.lineno}"
                 found.setdefault(name, []).append(where)
@@ -158,7 +162,10 @@ def scan_environment(package_dir: Path) -> dict[str, list[str]]:
 def environment_variables() -> dict[str, list[str]]:
     """The committed scan of the lock's ms-swift (ENV_FILE), plus the documented ones."""
     scanned = json.loads(ENV_FILE.read_text())
-    return {**{name: ["v3.6.4:docs/source_en/Instruction/Command-line-parameters.md"] for name in DOCUMENTED_ENV}, **scanned}
+    return {
+        **{name: ["v3.6.4:docs/source_en/Instruction/Command-line-parameters.md"] for name in DOCUMENTED_ENV},
+        **scanned,
+    }
 
 
 def path_for(command: str) -> Path:

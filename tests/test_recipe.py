@@ -145,5 +145,10 @@ def test_ms_swift_environment_knobs_are_accepted_as_environment(tmp_path):
     as `VAR=... swift rlhf`). MAX_PIXELS is also an argument, but the variable is what qwen_vl_utils reads."""
     write(tmp_path, "r", "FPS_MAX_FRAMES=16\nVIDEO_MAX_PIXELS=50176\nSWIFT_DEBUG=1\nMAX_PIXELS=602112\n")
     r = recipe.load(["recipe=" + str(tmp_path / "r.env")], environ={})
-    assert r.env == {"FPS_MAX_FRAMES": "16", "VIDEO_MAX_PIXELS": "50176", "SWIFT_DEBUG": "1", "MAX_PIXELS": "602112"}
+    assert r.env == {
+        "FPS_MAX_FRAMES": "16",
+        "VIDEO_MAX_PIXELS": "50176",
+        "SWIFT_DEBUG": "1",
+        "MAX_PIXELS": "602112",
+    }
     assert "max_pixels" not in r.trainer
