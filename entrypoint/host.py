@@ -36,7 +36,7 @@ ENV_NAMES = (
     "PYTHONPATH", "NO_PROXY", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "CUDA_VISIBLE_DEVICES",
     "GLOO_SOCKET_IFNAME", "NCCL_P2P_DISABLE", "HF_HOME", "HF_HUB_CACHE", "MODELSCOPE_CACHE", "HF_DATASETS_CACHE",
     "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "GRPO_RIG_VERSION", "GRPO_RIG_REVISION", "GRPO_RIG_LOCK_SHA256",
-    "GRPO_RIG_SWIFT",
+    "GRPO_RIG_SWIFT", "HF_HUB_OFFLINE", "MODELSCOPE_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE",
 )  # fmt: skip
 
 
@@ -99,6 +99,7 @@ class Facts:
     datasets: Mapping[str, DatasetFile]
     model_config: tuple[dict | None, str]  # (config.json, where it came from)
     hub: Mapping[str, str | None]  # "models:org/name:hf" -> local snapshot or None
+    hub_expected: Mapping[str, str] = MappingProxyType({})  # same keys -> where the hub's library keeps it
     ports: Ports = Ports()
     plugins: Mapping[str, Any] | None = None  # the probe's answer (rewards/probe.py), None: failed
     plugin_error: str = ""
@@ -111,6 +112,10 @@ class Facts:
 
     def hub_cached(self, repo: str, kind: str, use_hf: bool) -> str | None:
         return self.hub.get(hub_key(repo, kind, use_hf))
+
+    def hub_where(self, repo: str, kind: str, use_hf: bool) -> str:
+        """Where the hub's library would keep `repo` (for messages)."""
+        return self.hub_expected.get(hub_key(repo, kind, use_hf), "the hub cache")
 
 
 def hub_key(repo: str, kind: str, use_hf: bool) -> str:
@@ -232,6 +237,10 @@ def _model_config(r: Recipe, env: Mapping[str, str]) -> tuple[dict | None, str, 
     for use_hf in (True, False):
         local = hubcache.cached(model, "models", use_hf, env) if model else None
         hub[hub_key(model, "models", use_hf)] = str(local) if local else None
+        if model:
+            hub["where:" + hub_key(model, "models", use_hf)] = str(
+                hubcache.expected(model, "models", use_hf, env)
+            )
         if local is not None:
             candidates += sorted(local.glob("snapshots/*/config.json")) + [local / "config.json"]
     for candidate in candidates:
@@ -290,6 +299,10 @@ def gather(
         name = dataset_checks.parse_spec(spec).path
         local = hubcache.cached(name, "datasets", use_hf, env) if not dataset_checks.is_local(name) else None
         hub[hub_key(name, "datasets", use_hf)] = str(local) if local else None
+        if local is None and not dataset_checks.is_local(name):
+            hub["where:" + hub_key(name, "datasets", use_hf)] = str(
+                hubcache.expected(name, "datasets", use_hf, env)
+            )
     plugins, plugin_error = None, ""
     if probe_plugins:
         files = [str(PLUGIN_FILE)] + [resolved(f, paths) for f in r.args("external_plugins")]
@@ -312,7 +325,10 @@ def gather(
         paths=MappingProxyType(paths),
         datasets=MappingProxyType(datasets),
         model_config=(config, source),
-        hub=MappingProxyType(hub),
+        hub=MappingProxyType({k: v for k, v in hub.items() if not k.startswith("where:")}),
+        hub_expected=MappingProxyType(
+            {k[len("where:") :]: v for k, v in hub.items() if k.startswith("where:")}
+        ),
         ports=_ports(r),
         plugins=plugins,
         plugin_error=plugin_error,

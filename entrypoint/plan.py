@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
@@ -71,7 +72,8 @@ class Plan:
     nccl: nccl.Policy
     run_name: str
     run_dir: Path
-    model_path: str  # what --model gets (an embedded model's converted directory, else MODEL)
+    model_path: str  # what --model gets (an embedded model's converted directory, an OFFLINE run's local
+    #                  snapshot, else MODEL)
     dataset_paths: list[str]
     processes: list[Process]  # started in this order; `export` runs after training, not with the others
     steps: list[str]  # in-process work before the children start (dataset generation, ...)
@@ -82,6 +84,7 @@ class Plan:
     memory_note: tuple = ()
     memory_problems: tuple = ()  # what the estimate found (preflight reports them in their place)
     facts: Facts | None = dataclasses.field(default=None, repr=False, compare=False)
+    offline: bool = False  # no hub access (OFFLINE, or a hub's offline variable in the environment)
 
     @property
     def train_dir(self) -> Path:
@@ -198,6 +201,7 @@ class Draft:
     resume_problems: list[Problem] = dataclasses.field(default_factory=list)
     trainer_args: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     model_path: str = ""
+    offline: bool = False
     dataset_paths: list[str] = dataclasses.field(default_factory=list)
     steps: list[str] = dataclasses.field(default_factory=list)
     plugins: list[str] = dataclasses.field(default_factory=list)
@@ -231,7 +235,7 @@ def build(recipe: Recipe, inventory: Inventory, facts: Facts, rollout_only: bool
     _rollout(d)
     _trainer(d)
     _export(d)
-    d.problems += d.recipe.warnings + d.resume_problems
+    d.problems += d.recipe.problems + d.resume_problems
     return _memory(_frozen(d, placed=True))
 
 
@@ -243,7 +247,7 @@ def _frozen(d: Draft, placed: bool) -> Plan:
         recipe=d.recipe, inventory=d.inventory, layout=layout, nccl=policy, run_name=run_name,
         run_dir=d.run_dir if d.run_name else run_dir_of(d.recipe, d.facts.now), model_path=d.model_path,
         dataset_paths=d.dataset_paths, processes=d.processes, steps=d.steps, problems=d.problems,
-        resume_from=d.resume_from, placed=placed, facts=d.facts,
+        resume_from=d.resume_from, placed=placed, facts=d.facts, offline=d.offline,
     )  # fmt: skip
 
 
@@ -294,13 +298,26 @@ def _run(d: Draft) -> None:
     d.resume_from = previous.newest_checkpoint
 
 
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "MODELSCOPE_OFFLINE", "TRANSFORMERS_OFFLINE")
+HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def offline(recipe: Recipe, env: Mapping[str, str]) -> bool:
+    """No hub access for this run: OFFLINE=true, or a hub's offline variable set in the environment."""
+    truthy = lambda v: (v or "").strip().lower() not in ("", "0", "false", "no", "off")  # noqa: E731
+    return recipe.settings.OFFLINE or any(truthy(env.get(k)) for k in OFFLINE_VARIABLES)
+
+
 def _model(d: Draft) -> None:
     r, s = d.recipe, d.recipe.settings
     d.trainer_args = dict(r.trainer)
     value = d.trainer_args.pop("model", [""])[0]
     d.model_path = value
+    d.offline = offline(r, d.facts.env)
     if not value:
         d.problems.append(Problem("MODEL", "no model named", "set MODEL=<hub id or /path/to/model>"))
+    elif s.MODEL_SOURCE == "hub" and d.offline and HUB_ID_RE.match(value) and not d.facts.path(value).exists:
+        _offline_model(d, value)
     elif s.MODEL_SOURCE == "embedded":
         try:
             embedded = models.lookup(value)
@@ -312,6 +329,36 @@ def _model(d: Draft) -> None:
             d.model_path = str(models.model_dir(embedded, Path(s.EMBEDDED_MODEL_DIR)))
             d.trainer_args.setdefault("model_type", [embedded.model_type])
             d.trainer_args.setdefault("template", [embedded.template])
+
+
+def _offline_model(d: Draft, value: str) -> None:
+    """Point --model at the local snapshot: ms-swift asks ModelScope for a hub id whatever the offline
+    variables say (modelscope 1.28 has no offline switch: swift/hub/hub.py:302-313), and it still finds the
+    model type from a snapshot's directory name (v3.6.4:swift/llm/model/register.py:390-402)."""
+    use_hf = d.recipe.arg("use_hf") == "true"
+    local = d.facts.hub_cached(value, "models", use_hf) or d.facts.hub_cached(value, "models", not use_hf)
+    if local:
+        d.model_path = local
+        return
+    hub = "Hugging Face" if use_hf else "ModelScope"
+    d.problems.append(
+        Problem(
+            f"MODEL ({d.recipe.source('MODEL')})",
+            f"this run is offline ({_offline_reason(d)}) and {value} has no local snapshot; {hub}'s library "
+            f"would look in {d.facts.hub_where(value, 'models', use_hf)}",
+            "download it there once with network access (the cache volume keeps it), or set MODEL to a local "
+            "directory with config.json",
+        )
+    )
+
+
+def _offline_reason(d: Draft) -> str:
+    named = [k for k in OFFLINE_VARIABLES if d.facts.env.get(k)]
+    return (
+        "OFFLINE=true"
+        if d.recipe.settings.OFFLINE
+        else f"{named[0]}={d.facts.env[named[0]]} in the environment"
+    )
 
 
 def _dataset(d: Draft) -> None:
@@ -375,7 +422,7 @@ def _child_env(d: Draft) -> None:
     common: dict[str, str] = {"PYTHONUNBUFFERED": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     common.update(d.nccl.env)
     common.update(d.recipe.env)
-    if s.OFFLINE:
+    if d.offline:  # ModelScope has no switch: the model is given as its local snapshot (_offline_model)
         common.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     if any(env.get(k) for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")):
         # The trainer's HTTP client to the rollout server must not go through a proxy.

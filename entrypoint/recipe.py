@@ -64,7 +64,8 @@ class Recipe:
     rollout: dict[str, list[str]]  # swift rollout argument name -> argv tokens
     nccl: dict[str, Value]  # NCCL variables from the recipe, the environment or the command line
     env: dict[str, str]  # pass-through environment for the children
-    warnings: list[Problem]
+    problems: list[Problem]  # found while resolving: warnings, and (strict=False) the refused values
+    dropped: frozenset[str] = frozenset()  # keys whose values were refused (strict=False), left at defaults
 
     def arg(self, name: str, fallback: str | None = None) -> str | None:
         """A `swift rlhf` argument as the run will see it: the recipe's value, else ms-swift's declared
@@ -257,9 +258,13 @@ def available_recipes(recipes_dir: Path = RECIPES_DIR) -> list[str]:
     return sorted(p.stem for p in recipes_dir.glob("*.env") if p.name != DEFAULTS_FILE)
 
 
-def load(cli_pairs: list[str], environ: Mapping[str, str], recipes_dir: Path = RECIPES_DIR) -> Recipe:
+def load(
+    cli_pairs: list[str], environ: Mapping[str, str], recipes_dir: Path = RECIPES_DIR, strict: bool = True
+) -> Recipe:
     """Resolve a recipe from the four layers (`environ`: the process environment, read by the CLI).
-    Raises BadInput listing every problem found."""
+    Raises BadInput listing every problem found; with strict=False only when there is no recipe to read,
+    and otherwise returns the recipe without its bad values, the problems in `Recipe.problems`, so that
+    the plan's own checks run too and the user sees everything at once."""
     cli, problems = parse_cli_pairs(cli_pairs)
     name = (cli.get("RECIPE") or Value(environ.get("RECIPE", ""), "environment")).value
     if not name:
@@ -272,7 +277,7 @@ def load(cli_pairs: list[str], environ: Mapping[str, str], recipes_dir: Path = R
     merged["RECIPE"] = Value(name, cli["RECIPE"].source if "RECIPE" in cli else "environment")
     owned, trainer, rollout, nccl_values, env = _sort_by_kind(merged, problems)
     settings = _settings(owned, merged, problems)
-    if any(p.fatal for p in problems):
+    if strict and any(p.fatal for p in problems):
         raise BadInput(problems)
     return Recipe(
         name=name,
@@ -282,7 +287,8 @@ def load(cli_pairs: list[str], environ: Mapping[str, str], recipes_dir: Path = R
         rollout=rollout,
         nccl=nccl_values,
         env=env,
-        warnings=[p for p in problems if not p.fatal],
+        problems=problems,
+        dropped=frozenset(p.where.split(" (")[0] for p in problems if p.fatal),
     )
 
 
@@ -333,20 +339,53 @@ def _sort_by_kind(merged: dict[str, Value], problems: list[Problem]):
                 else rollout_schema[key[len("ROLLOUT_") :].lower()]
             )
             try:
-                (trainer if kind == "trainer" else rollout)[spec.name] = spec.coerce(item.value)
+                tokens = spec.coerce(item.value)
             except ValueError as exc:
                 problems.append(
                     Problem(f"{key} ({item.source})", str(exc), f"set {key} to a valid {spec.type}")
                 )
+                continue
+            out_of_range = _out_of_range(key, tokens)
+            if out_of_range:  # left out, so that planning goes on with ms-swift's default
+                problems.append(Problem(f"{key} ({item.source})", *out_of_range))
+                continue
+            if key in keys.DEPRECATED:
+                message, source = keys.DEPRECATED[key]
+                problems.append(
+                    Problem(
+                        f"{key} ({item.source})", f"{message} [source: {source}]", "remove it", fatal=False
+                    )
+                )
+            (trainer if kind == "trainer" else rollout)[spec.name] = tokens
     return owned, trainer, rollout, nccl_values, env
+
+
+def _out_of_range(key: str, tokens: list[str]) -> tuple[str, str] | None:
+    """(message, fix) when a numeric argument is outside the values ms-swift / trl / vLLM give it a meaning
+    for (keys.RANGES, with sources)."""
+    bounds = keys.range_of(key)
+    if bounds is None:
+        return None
+    for token in tokens:
+        if not bounds.admits(float(token)):
+            return (
+                f"{token} is outside its range: {bounds.meaning} [source: {bounds.source}]",
+                f"set {key} {bounds.describe()}",
+            )
+    return None
 
 
 def _settings(owned: dict[str, str], merged: dict[str, Value], problems: list[Problem]) -> Settings:
     try:
         return Settings(**owned)
     except ValidationError as exc:
+        bad = set()
         for err in exc.errors():
             key = str(err["loc"][0]) if err["loc"] else "?"
+            bad.add(key)
             source = merged[key].source if key in merged else "default"
             problems.append(Problem(f"{key} ({source})", err["msg"], f"set a valid {key}"))
+    try:  # the valid values still count, so that the plan's own checks see the recipe as written
+        return Settings(**{k: v for k, v in owned.items() if k not in bad})
+    except ValidationError:  # a validator across keys: nothing to keep
         return Settings()

@@ -66,7 +66,7 @@ def make_plan(
 ) -> Plan:
     """Resolve the recipe and the inventory, read the host once, build and check the plan. Raises
     BadInput with every fatal problem found."""
-    r = recipe_mod.load(cli_pairs, environ, recipe_mod.recipes_dir(environ))
+    r = recipe_mod.load(cli_pairs, environ, recipe_mod.recipes_dir(environ), strict=False)
     inventory = inventory_for(r)
     facts = host.gather(r, environ)
     built = plan_mod.build(r, inventory, facts, rollout_only=rollout_only)

@@ -17,7 +17,9 @@ from tests.conftest import (
     FAKES,
     INVENTORIES,
     ROOT,
+    build_plan,
     clean_env,
+    flag,
     inventory_file,
     refused,
     refused_dataset,
@@ -225,7 +227,8 @@ def test_hub_dataset_is_checked_for_form_and_offline_cache(tmp_path):
         "OFFLINE=true",
         extra_env={"MODELSCOPE_CACHE": str(tmp_path / "ms")},
     )
-    assert "OFFLINE is set and the dataset is not in the local hub cache" in err
+    assert "this run is offline and the dataset is not in the local hub cache" in err
+    assert str(tmp_path / "ms" / "datasets" / "zouxuhong" / "Countdown-Tasks-3to4") in err
 
 
 # Value checks ms-swift reports late ------------------------------------------------------------------------
@@ -431,3 +434,140 @@ def test_recipe_file_with_a_byte_order_mark_loads(tmp_path):
     recipe_file.write_bytes(b"\xef\xbb\xbf" + (ROOT / "recipes" / "smoke.env").read_bytes())
     proc = run_cli("plan", f"recipe={recipe_file}", env=clean_env())
     assert proc.returncode == 0, proc.stderr
+
+
+# Offline runs ---------------------------------------------------------------------------------------------
+
+QWEN_CONFIG = {"architectures": ["Qwen2ForCausalLM"], "hidden_size": 896, "intermediate_size": 4864,
+               "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+               "vocab_size": 151936, "max_position_embeddings": 32768, "tie_word_embeddings": True}  # fmt: skip
+COUNTDOWN = ("recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}")
+
+
+def place(directory: Path) -> Path:
+    directory.mkdir(parents=True)
+    (directory / "config.json").write_text(json.dumps(QWEN_CONFIG))
+    return directory
+
+
+def test_offline_run_uses_the_modelscope_snapshot_where_modelscope_keeps_it(tmp_path):
+    """ModelScope keeps Qwen/Qwen2.5-0.5B-Instruct as models/Qwen/Qwen2___5-0___5B-Instruct; an offline run
+    passes that directory as --model (ModelScope has no offline switch), and HF's switches are set."""
+    snapshot = place(tmp_path / "ms" / "models" / "Qwen" / "Qwen2___5-0___5B-Instruct")
+    plan = build_plan(*COUNTDOWN, "OFFLINE=true", inventory="1x4090-driver535",
+                      environ={"MODELSCOPE_CACHE": str(tmp_path / "ms")})  # fmt: skip
+    assert not [p for p in plan.problems if p.fatal], plan.problems
+    trainer = plan.processes[-1]
+    assert flag(trainer.argv, "model") == [str(snapshot)]
+    assert trainer.env["HF_HUB_OFFLINE"] == "1" and trainer.env["TRANSFORMERS_OFFLINE"] == "1"
+
+
+def test_hf_offline_in_the_environment_counts_as_offline(tmp_path):
+    """HF_HUB_OFFLINE=1 in the environment: the model must be local too; the refusal names where."""
+    err = refused(
+        tmp_path, *COUNTDOWN, extra_env={"HF_HUB_OFFLINE": "1", "MODELSCOPE_CACHE": str(tmp_path / "ms")}
+    )
+    assert "this run is offline (HF_HUB_OFFLINE=1 in the environment)" in err
+    assert str(tmp_path / "ms" / "models" / "Qwen" / "Qwen2___5-0___5B-Instruct") in err
+    assert "download it there once with network access" in err
+
+
+def test_offline_run_uses_the_hugging_face_snapshot(tmp_path):
+    """USE_HF=true: huggingface_hub's own cache lookup finds refs/main -> snapshots/<sha>."""
+    repo = tmp_path / "hf" / "models--Qwen--Qwen2.5-0.5B-Instruct"
+    snapshot = place(repo / "snapshots" / "7ae557604adf67be50417f59c2c2f167def9a775")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(snapshot.name)
+    plan = build_plan(*COUNTDOWN, "OFFLINE=true", "USE_HF=true", inventory="1x4090-driver535",
+                      environ={"HF_HUB_CACHE": str(tmp_path / "hf")})  # fmt: skip
+    assert not [p for p in plan.problems if p.fatal], plan.problems
+    assert flag(plan.processes[-1].argv, "model") == [str(snapshot)]
+    assert plan.facts.model_config[1] == str(snapshot / "config.json")  # the planner read the real config
+
+
+@pytest.mark.slow  # imports modelscope (~6 s)
+def test_modelscope_itself_looks_where_the_entrypoint_says(tmp_path):
+    """The directory naming is modelscope's: ask modelscope 1.28 (create_temporary_directory_and_cache)."""
+    import os
+    import subprocess
+    import sys
+
+    from entrypoint import hubcache
+
+    code = ("from modelscope.hub.file_download import create_temporary_directory_and_cache as c;"
+            "print(c('Qwen/Qwen2.5-0.5B-Instruct')[1].get_root_location())")  # fmt: skip
+    env = {**os.environ, "MODELSCOPE_CACHE": str(tmp_path / "ms")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    ours = hubcache.expected(
+        "Qwen/Qwen2.5-0.5B-Instruct", "models", False, {"MODELSCOPE_CACHE": str(tmp_path / "ms")}
+    )
+    assert Path(out.stdout.strip().splitlines()[-1]) == ours
+
+
+# Value ranges (keys.RANGES) -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pair", "fix"),
+    [
+        ("PER_DEVICE_TRAIN_BATCH_SIZE=0", "set PER_DEVICE_TRAIN_BATCH_SIZE >= 1"),
+        ("GRADIENT_ACCUMULATION_STEPS=0", "set GRADIENT_ACCUMULATION_STEPS >= 1"),
+        ("LEARNING_RATE=-1e-5", "set LEARNING_RATE > 0 and <= 1"),
+        ("LEARNING_RATE=10", "set LEARNING_RATE > 0 and <= 1"),
+        ("TEMPERATURE=-1", "set TEMPERATURE > 0"),
+        ("TEMPERATURE=0", "set TEMPERATURE > 0"),
+        ("MAX_STEPS=-5", "set MAX_STEPS >= 1, or -1"),
+        ("MAX_STEPS=0", "set MAX_STEPS >= 1, or -1"),
+        ("TOP_P=1.5", "set TOP_P > 0 and <= 1"),
+        ("TOP_K=0", "set TOP_K >= 1, or -1"),
+        ("WARMUP_RATIO=2", "set WARMUP_RATIO >= 0 and <= 1"),
+        ("LORA_RANK=0", "set LORA_RANK >= 1"),
+    ],
+)
+def test_values_outside_their_range_are_refused_with_the_range(tmp_path, pair, fix):
+    """Before: PER_DEVICE_TRAIN_BATCH_SIZE=0 ended in a ZeroDivisionError traceback (exit 1); the others
+    were "valid" and failed late or meant something else."""
+    err = refused(tmp_path, "recipe=smoke", pair)
+    assert "is outside its range" in err and f"fix: {fix}" in err
+    assert "Traceback" not in err
+    assert "does not divide the generation batch" not in err  # no cascade from the refused value
+
+
+def test_values_inside_their_range_are_accepted(tmp_path):
+    for pair in ("MAX_STEPS=-1", "TOP_K=-1", "LEARNING_RATE=1", "BETA=0", "WARMUP_RATIO=0"):
+        proc = run_cli("validate", "recipe=smoke", pair, env=clean_env())
+        assert proc.returncode == 0, (pair, proc.stderr)
+
+
+def test_deprecated_gc_collect_after_offload_is_a_warning_not_a_refusal():
+    """ms-swift 3.6.4 accepts it with a deprecation warning (rlhf_args.py:314-316)."""
+    proc = run_cli("validate", "recipe=smoke", "GC_COLLECT_AFTER_OFFLOAD=true", env=clean_env())
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "warning: GC_COLLECT_AFTER_OFFLOAD" in proc.stdout + proc.stderr
+        and "deprecated" in proc.stdout + proc.stderr
+    )
+
+
+def test_reward_weights_count_the_reward_models_too(tmp_path):
+    """ms-swift appends REWARD_MODEL entries to the reward functions before counting the weights."""
+    plan = build_plan("recipe=smoke", "REWARD_MODEL=Qwen/Qwen2.5-0.5B-Instruct", "REWARD_WEIGHTS=1 1 0.5")
+    assert not [p for p in plan.problems if p.fatal and "REWARD_WEIGHTS" in p.where]
+    err = refused(tmp_path, "recipe=smoke", "REWARD_WEIGHTS=1 1 0.5")
+    assert "3 weights for 2 reward function(s)" in err
+    err = refused(tmp_path, "recipe=smoke", "REWARD_MODEL=a/b c/d", "REWARD_MODEL_PLUGIN=default")
+    assert "1 plugin(s) for 2 reward model(s)" in err
+
+
+def test_every_problem_is_printed_at_once(tmp_path):
+    """The seed document's command, as a recipe: the recipe's own problems (a managed key, a removed one)
+    and the plan's (missing files, memory) come in one refusal, not one batch after another."""
+    recipe = tmp_path / "seed.env"
+    recipe.write_text("RLHF_TYPE=grpo\nMODEL=Qwen/Qwen2.5-1.5B-Instruct\nVLLM_DEVICE=auto\nDATASET=/path/to/data\n"
+                      "EXTERNAL_PLUGINS=examples/train/grpo/plugin/plugin.py\nREWARD_FUNCS=TCMSDAccuracy format\n"
+                      "SYSTEM=examples/train/grpo/prompt.txt\nPER_DEVICE_TRAIN_BATCH_SIZE=0\n")  # fmt: skip
+    err = refused(tmp_path, f"recipe={recipe}", f"INVENTORY={INVENTORIES / '5x4090-driver535.json'}")
+    for where in ("RLHF_TYPE", "VLLM_DEVICE", "PER_DEVICE_TRAIN_BATCH_SIZE", "SYSTEM", "EXTERNAL_PLUGINS",
+                  "REWARD_FUNCS TCMSDAccuracy", "DATASET /path/to/data"):  # fmt: skip
+        assert f"error: {where}" in err, where

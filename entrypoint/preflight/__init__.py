@@ -72,16 +72,7 @@ def check_model(plan: Plan, facts: Facts) -> list[Problem]:
                 "give a hub id like Qwen/Qwen2.5-0.5B-Instruct or a path",
             )  # fmt: skip
         ]
-    use_hf = r.arg("use_hf") == "true"
-    if r.settings.OFFLINE and facts.hub_cached(value, "models", use_hf) is None:
-        return [
-            Problem(
-                where,
-                "OFFLINE is set and the model is not in the local hub cache",
-                "download it once with network access into the same cache volume, or give a local path",
-            )  # fmt: skip
-        ]
-    return []
+    return []  # offline without a local snapshot: plan._offline_model
 
 
 def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
@@ -101,7 +92,7 @@ def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
     if not s.DATASET_GENERATOR:
         use_hf = r.arg("use_hf") == "true"
         found, _ = dataset.check(
-            plan.dataset_paths, needed, prompts_needed, holdout, s.OFFLINE, use_hf, facts
+            plan.dataset_paths, needed, prompts_needed, holdout, plan.offline, use_hf, facts
         )
         return problems + found
     generated = GENERATED_COLUMNS[s.DATASET_GENERATOR]

@@ -177,7 +177,8 @@ def _check_one(
             return [Problem(where, "is neither an existing file nor a hub id (org/name[:subset][#rows])",
                             "mount the file (./data -> /data) and give its container path")], None  # fmt: skip
         if offline and facts.hub_cached(spec.path, "datasets", use_hf) is None:
-            return [Problem(where, "OFFLINE is set and the dataset is not in the local hub cache",
+            return [Problem(where, "this run is offline and the dataset is not in the local hub cache; the hub's "
+                            f"library would look in {facts.hub_where(spec.path, 'datasets', use_hf)}",
                             "download it once with network access (same cache volume), or use a local file")], None  # fmt: skip
         return [], None
     path = Path(spec.path).expanduser()

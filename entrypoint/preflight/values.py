@@ -100,9 +100,17 @@ def check(plan: Plan, facts: Facts) -> list[Problem]:
     return problems
 
 
+BATCH_KEYS = {
+    "PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "STEPS_PER_GENERATION", "GENERATION_BATCH_SIZE",
+    "NUM_GENERATIONS", "PER_DEVICE_EVAL_BATCH_SIZE", "TRAIN_GPUS", "NNODES",
+}  # fmt: skip
+
+
 def _check_batch(plan: Plan, facts: Facts, where) -> list[Problem]:
     """GRPO's batch arithmetic: generations per prompt, the generation batch, the eval batch."""
     problems: list[Problem] = []
+    if BATCH_KEYS & plan.recipe.dropped:  # already refused; the arithmetic would judge a default
+        return problems
     b = batch(plan)
     if b.num_generations < 2:
         problems.append(
@@ -127,7 +135,10 @@ def _check_batch(plan: Plan, facts: Facts, where) -> list[Problem]:
                 where("NUM_GENERATIONS"),
                 f"{b.num_generations} does not divide the generation batch ({b.per_device} completions/device x {b.world} "
                 f"process(es) x {b.steps_per_generation} steps = {b.generation_batch})",
-                f"choose NUM_GENERATIONS from {valid}, or change PER_DEVICE_TRAIN_BATCH_SIZE / GRADIENT_ACCUMULATION_STEPS",
+                f"choose NUM_GENERATIONS from {valid}, or change PER_DEVICE_TRAIN_BATCH_SIZE / GRADIENT_ACCUMULATION_STEPS"
+                if valid
+                else f"raise PER_DEVICE_TRAIN_BATCH_SIZE or GRADIENT_ACCUMULATION_STEPS so that the generation batch is a "
+                f"multiple of NUM_GENERATIONS {b.num_generations}",
             )
         )
     if evaluates(plan) and b.num_generations >= 2 and (b.per_device_eval * b.world) % b.num_generations:
@@ -239,13 +250,27 @@ def _check_rewards(plan: Plan, facts: Facts, where) -> list[Problem]:
     r = plan.recipe
     problems: list[Problem] = []
     funcs = r.args("reward_funcs")
+    models = r.args("reward_model")
     weights = r.args("reward_weights")
-    if weights and len(weights) != len(funcs):
+    # ms-swift appends the reward models to the reward functions before it counts the weights
+    # (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:138-167)
+    if weights and len(weights) != len(funcs) + len(models):
+        counted = f"{len(funcs)} reward function(s)" + (f" + {len(models)} reward model(s)" if models else "")
         problems.append(
             Problem(
                 where("REWARD_WEIGHTS"),
-                f"{len(weights)} weights for {len(funcs)} reward functions",
-                "give one weight per REWARD_FUNCS entry",
+                f"{len(weights)} weights for {counted}",
+                "give one weight per REWARD_FUNCS entry, then one per REWARD_MODEL entry, in that order",
+            )
+        )
+    plugins = r.args("reward_model_plugin")
+    if plugins and len(plugins) != len(models):
+        problems.append(
+            Problem(
+                where("REWARD_MODEL_PLUGIN"),
+                f"{len(plugins)} plugin(s) for {len(models)} reward model(s) (ms-swift asserts they match: "
+                "v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:141-146)",
+                "give one REWARD_MODEL_PLUGIN per REWARD_MODEL entry (default, or a plugin name)",
             )
         )
     if "soft_overlong" in funcs and not r.args("soft_cache_length"):
