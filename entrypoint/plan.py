@@ -252,7 +252,9 @@ def _frozen(d: Draft, placed: bool) -> Plan:
 
 
 def _layout(d: Draft) -> bool:
-    d.layout = layout_mod.decide(d.recipe, d.inventory, d.facts.env, d.rollout_only, d.problems)
+    d.layout = layout_mod.decide(
+        d.recipe, d.inventory, d.facts.env, d.rollout_only, d.problems, in_container=d.facts.in_container
+    )
     return d.layout is not None
 
 
@@ -448,6 +450,7 @@ def _rollout(d: Draft) -> None:
         return
     port = s.ROLLOUT_PORT
     if layout.local_rollout:
+        _size_rollout(d)
         if not port:
             port = d.facts.ports.rollout_first_free or 0
             if not port:
@@ -463,7 +466,7 @@ def _rollout(d: Draft) -> None:
             [d.facts.swift, "rollout", "--model", d.model_path] + _args(shared) + ["--external_plugins", *d.plugins]
             + ["--host", s.ROLLOUT_BIND, "--port", str(port)]
             + ["--tensor_parallel_size", str(layout.rollout_tp), "--data_parallel_size", str(layout.rollout_dp)]
-            + _args(d.recipe.rollout, skip={"tensor_parallel_size"})
+            + _args(d.recipe.rollout, skip={"tensor_parallel_size", "data_parallel_size"})
         )  # fmt: skip
         env = {**d.common, "CUDA_VISIBLE_DEVICES": ",".join(map(str, layout.rollout_gpus))}
         d.processes.append(
@@ -474,6 +477,52 @@ def _rollout(d: Draft) -> None:
     d.server_flags = ["--vllm_mode", "server", "--vllm_server_host", layout.rollout_host,
                       "--vllm_server_port", str(port), "--vllm_server_timeout", str(int(s.ROLLOUT_STARTUP_TIMEOUT))]  # fmt: skip
     d.trainer_args.pop("vllm_server_timeout", None)
+
+
+def _size_rollout(d: Draft) -> None:
+    """--max_model_len and --max_num_seqs of a local rollout server from this run's budget, unless the recipe
+    sets them: without them vLLM sizes for the model's whole context (32k tokens for Qwen2.5-7B) and 256
+    sequences, and may refuse to start on a 24 GB card (vllm 0.8.5 EngineArgs defaults)."""
+    r = d.recipe
+    chosen: dict[str, tuple[str, str]] = {}
+    completion = int(r.arg("max_completion_length", "512"))
+    if not r.rollout.get("max_model_len"):
+        max_length = r.arg("max_length")
+        if max_length:
+            length, why = int(max_length) + completion, "MAX_LENGTH + MAX_COMPLETION_LENGTH"
+        else:
+            prompt, source = memory_check.prompt_tokens(d, d.facts)
+            margin = -(-int(prompt * 1.25) // 256) * 256  # a quarter more, to a multiple of 256
+            length, why = (
+                margin + completion,
+                f"longest prompt ({prompt} tokens, {source}) + 25% + MAX_COMPLETION_LENGTH",
+            )
+        config = d.facts.model_config[0] or {}
+        most = (config.get("text_config") or config).get("max_position_embeddings")
+        if not most or length < int(most):
+            chosen["ROLLOUT_MAX_MODEL_LEN"] = (str(length), f"planner: {why}")
+    if not r.rollout.get("max_num_seqs"):
+        b = values_batch(d)
+        if b is not None:
+            seqs = min(256, -(-b.generation_batch // max(1, d.layout.rollout_dp)))
+            chosen["ROLLOUT_MAX_NUM_SEQS"] = (
+                str(seqs),
+                "planner: completions per generation round per vLLM engine",
+            )
+    if chosen:
+        d.recipe = r.with_values(chosen)
+
+
+def values_batch(d: Draft):
+    """The batch arithmetic (preflight/values.py), None while its inputs are refused."""
+    from entrypoint.preflight import values
+
+    if values.BATCH_KEYS & d.recipe.dropped:
+        return None
+    try:
+        return values.batch(d)
+    except (ValueError, ZeroDivisionError):
+        return None
 
 
 def _trainer_env(d: Draft) -> dict[str, str]:

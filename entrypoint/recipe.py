@@ -110,15 +110,20 @@ class Recipe:
         return {"environment": 2, "command line": 3}.get(source, 4 if source.startswith("planner") else 1)
 
     def with_values(self, chosen: Mapping[str, tuple[str, str]]) -> Recipe:
-        """A copy with swift arguments set by the planner: {KEY: (value, source)}. Keys must be unset here."""
-        rlhf = swift_schema.load("rlhf")
+        """A copy with swift arguments (ROLLOUT_ ones for `swift rollout`) set by the planner:
+        {KEY: (value, source)}. Keys must be unset here."""
+        rlhf, rollout_schema = swift_schema.load("rlhf"), swift_schema.load("rollout")
         values = dict(self.values)
-        trainer = dict(self.trainer)
+        trainer, rollout = dict(self.trainer), dict(self.rollout)
         for key, (value, source) in chosen.items():
             values[key] = Value(value, source)
-            spec = rlhf[key.lower()]
-            trainer[spec.name] = spec.coerce(value)
-        return dataclasses.replace(self, values=values, trainer=trainer)
+            if key.startswith("ROLLOUT_") and key[len("ROLLOUT_") :].lower() in rollout_schema:
+                spec = rollout_schema[key[len("ROLLOUT_") :].lower()]
+                rollout[spec.name] = spec.coerce(value)
+            else:
+                spec = rlhf[key.lower()]
+                trainer[spec.name] = spec.coerce(value)
+        return dataclasses.replace(self, values=values, trainer=trainer, rollout=rollout)
 
     def resolved(self) -> dict[str, dict[str, str]]:
         """{KEY: {"value", "source"}} for the manifest and `plan --json`."""
@@ -213,19 +218,46 @@ def parse_cli_pairs(pairs: list[str]) -> tuple[dict[str, Value], list[Problem]]:
     """`KEY=VALUE` command-line words; keys are case-insensitive."""
     values: dict[str, Value] = {}
     problems: list[Problem] = []
-    for word in pairs:
-        if word.startswith("--") or "=" not in word:
-            hint = word.lstrip("-").split("=")[0].upper()
-            problems.append(
-                Problem(
-                    f"command line {word!r}",
-                    "arguments are KEY=VALUE words, not --flags",
-                    f"write {hint}=<value> (for example NUM_GENERATIONS=8)",
+    i, last = 0, ""
+    while i < len(pairs):
+        word = pairs[i]
+        if word.startswith("-"):  # an ms-swift style --flag [value ...]: say the KEY=VALUE spelling
+            name, _, value = word.lstrip("-").partition("=")
+            following = []
+            while (
+                not value
+                and i + 1 < len(pairs)
+                and not pairs[i + 1].startswith("-")
+                and "=" not in pairs[i + 1]
+            ):
+                following.append(pairs[i + 1])
+                i += 1
+            value = value or " ".join(following)
+            spelled = f'{name.upper()}="{value}"' if " " in value else f"{name.upper()}={value or '<value>'}"
+            problems.append(Problem(f"command line {word!r}", "arguments are KEY=VALUE words, not --flags",
+                                    f"write {spelled}"))  # fmt: skip
+        elif "=" not in word:
+            bare = [word]
+            while i + 1 < len(pairs) and "=" not in pairs[i + 1] and not pairs[i + 1].startswith("-"):
+                bare.append(pairs[i + 1])
+                i += 1
+            if last:  # REWARD_FUNCS=accuracy format: the shell split an unquoted list
+                whole = " ".join([values[last].value, *bare])
+                fix = f'quote the whole value: {last}="{whole}"'
+                message = (
+                    f"{' '.join(bare)!r} follows {last}=...: a list value must be quoted on the command line"
                 )
-            )
-            continue
-        key, value = word.split("=", 1)
-        values[key.strip().upper()] = Value(value, "command line")
+            else:
+                fix, message = (
+                    "write KEY=VALUE (for example recipe=smoke NUM_GENERATIONS=8)",
+                    "is not a KEY=VALUE word",
+                )
+            problems.append(Problem(f"command line {word!r}", message, fix))
+        else:
+            key, value = word.split("=", 1)
+            last = key.strip().upper()
+            values[last] = Value(value, "command line")
+        i += 1
     return values, problems
 
 

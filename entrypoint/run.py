@@ -87,8 +87,9 @@ def completed_steps(plan: Plan) -> tuple[int, int | None]:
 
 
 def _already_complete(plan: Plan) -> bool:
+    """The run directory holds a finished training of this plan (a merged export may still be missing)."""
     previous = plan.facts.previous.manifest
-    if not previous or previous.get("status") != "completed":
+    if not previous or previous.get("status") not in ("completed", EXPORT_FAILED):
         return False
     done, _ = completed_steps(plan)
     wanted = plan.recipe.args("max_steps")
@@ -102,6 +103,8 @@ def train(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO | No
     printer = Printer(console) if console else Printer()
     if _already_complete(plan):
         done, _ = completed_steps(plan)
+        if plan.process("export") and not (plan.run_dir / "merged").is_dir():
+            return _export_only(plan, printer, environ, done)
         printer.say(
             f"run {plan.run_name} is already complete ({done} steps) in {plan.run_dir}; nothing changed."
         )
@@ -123,15 +126,49 @@ def train(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO | No
     code = outcome.code
     if final.get("merged", {}).get("status") == "failed":
         code = EXIT_RUNTIME_FAILURE
-        printer.say(
-            f"merged export failed (status {final['merged']['returncode']}); the adapter is exported, see logs/export.log"
-        )
+        final.update(_export_failed(final["merged"]))
+        printer.say(final["failure"])
     manifest.write(here, final, secrets)
-    printer.say(f"run {outcome.status}: {here}")
+    printer.say(f"run {final['status']}: {here}")
     for name in ("adapter", "model", "merged"):
         if (plan.run_dir / name).is_dir() and plan.recipe.settings.NODE_RANK == 0:
             printer.say(f"{name}: {plan.run_dir / name}")
     return code
+
+
+EXPORT_FAILED = "export_failed"  # training completed, the merged export did not (EXPORT_MERGED=true)
+
+
+def _export_failed(merged: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "status": EXPORT_FAILED,
+        "failure": f"merged export failed (status {merged['returncode']}); the adapter is exported, see "
+        "logs/export.log; run the same command again to retry the export alone",
+    }
+
+
+def _export_only(plan: Plan, printer: Printer, environ: Mapping[str, str], done: int) -> int:
+    """A finished run whose merged export is missing (it failed, or EXPORT_MERGED was off): export only."""
+    newest = export.newest_complete(plan.train_dir)
+    here = node_dir(plan)
+    data = dict(plan.facts.previous.manifest or {})
+    if newest is None:
+        printer.say(f"run {plan.run_name}: no complete checkpoint to merge in {plan.train_dir}")
+        return EXIT_RUNTIME_FAILURE
+    printer.say(f"run {plan.run_name} finished training ({done} steps); exporting the merged model only")
+    merged = export_merged(plan, newest, printer, environ)
+    secrets = manifest.secrets_of(plan)
+    data["merged"] = merged
+    if merged["status"] == "completed":
+        data["exported"] = dict(sorted({**data.get("exported", {}), **merged.pop("files")}.items()))
+        data.update(status="completed", failure=None)
+        manifest.write(here, data, secrets)
+        printer.say(f"merged: {plan.run_dir / 'merged'}")
+        return EXIT_OK
+    data.update(_export_failed(merged))
+    manifest.write(here, data, secrets)
+    printer.say(data["failure"])
+    return EXIT_RUNTIME_FAILURE
 
 
 def rollout(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO | None = None) -> int:

@@ -234,3 +234,23 @@ def test_listening_ports_are_read_from_the_child_process_tree(tmp_path):
         assert port in launch.listening_ports(child.pid)
     finally:
         sup.stop_all()
+
+
+def test_a_failed_merged_export_is_not_completed_and_a_rerun_exports_only(tmp_path):
+    """EXPORT_MERGED=true: the export fails -> exit 1, manifest `export_failed` naming the retry; the same
+    command again runs the export alone (no trainer, no rollout) and completes the run."""
+    proc = train(tmp_path, "EXPORT_MERGED=true", FAKE_EXPORT="fail")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    data = manifest(tmp_path)
+    assert data["status"] == "export_failed" and "run the same command again" in data["failure"]
+    assert (tmp_path / "out" / "r" / "adapter").is_dir() and not (tmp_path / "out" / "r" / "merged").exists()
+    trainers = (tmp_path / "pids" / "trainer.pids").read_text().split()
+    proc = train(tmp_path, "EXPORT_MERGED=true")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "exporting the merged model only" in proc.stdout + proc.stderr
+    assert (tmp_path / "pids" / "trainer.pids").read_text().split() == trainers  # no training again
+    data = manifest(tmp_path)
+    assert data["status"] == "completed" and data["merged"]["status"] == "completed"
+    assert (tmp_path / "out" / "r" / "merged" / "model.safetensors").is_file()
+    assert any(k.startswith("merged/") for k in data["exported"])
+    assert_nothing_left(tmp_path)

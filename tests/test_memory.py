@@ -57,7 +57,8 @@ def test_c09_3b_colocated_with_default_vllm_share_is_refused_naming_the_knobs(tm
 def test_c09_memory_check_warn_lets_the_user_try(tmp_path):
     proc = run_cli(
         "validate", "recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}", "MODEL=Qwen/Qwen2.5-3B-Instruct",
-        "VLLM_GPU_MEMORY_UTILIZATION=", "MEMORY_CHECK=warn", f"OUTPUT_DIR={tmp_path}", env=clean_env(),
+        "VLLM_GPU_MEMORY_UTILIZATION=0.9", "PER_DEVICE_TRAIN_BATCH_SIZE=8", "MAX_COMPLETION_LENGTH=1024",
+        "GRADIENT_ACCUMULATION_STEPS=1", "GENERATION_BATCH_SIZE=", "MEMORY_CHECK=warn", f"OUTPUT_DIR={tmp_path}", env=clean_env(),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "warning: memory: does not fit" in proc.stdout

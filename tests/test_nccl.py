@@ -143,3 +143,29 @@ def test_accelerate_check_mirrors_its_conditions():
 
 def test_cpu_run_sets_nothing():
     assert decide(load_inventory("2x4090-driver535"), []).env == {}
+
+
+# Multi-node without InfiniBand: NCCL_SOCKET_IFNAME unset ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("interfaces", "fatal", "text"),
+    [
+        (["lo", "docker0", "eth0"], False, "NCCL will likely use eth0"),
+        (["lo", "ib0", "eth0"], False, "NCCL will likely use ib0"),
+        (["lo", "docker0"], True, "only docker0, which cannot reach another node"),
+        (["lo", "eth0", "eth1"], True, "eth0, eth1 at once"),
+        (None, False, "does not list the interfaces"),
+    ],
+)
+def test_unset_socket_ifname_warns_unless_the_choice_is_wrong_or_ambiguous(interfaces, fatal, text):
+    from entrypoint.nccl import decide_multi_node
+
+    inventory = load_inventory("2x4090-driver535").model_copy(
+        update={"interfaces": interfaces, "infiniband": []}
+    )
+    _, _, problems = decide_multi_node(inventory, {}, gloo_user_set=False)
+    assert len(problems) == 1 and problems[0].fatal is fatal, problems
+    assert text in problems[0].message
+    if not fatal and interfaces:
+        assert problems[0].fix.startswith("set NCCL_SOCKET_IFNAME=")

@@ -60,7 +60,7 @@ def test_tcm_4x4090_plan_on_5_cards_is_4_trainers_and_1_rollout_server():
         assert proc.env["NCCL_P2P_DISABLE"] == "1" and proc.env["NCCL_IB_DISABLE"] == "1"
     assert rollout.argv[1] == "rollout"
     assert flag(rollout.argv, "host") == ["127.0.0.1"] and flag(rollout.argv, "port") == ["8000"]
-    assert flag(rollout.argv, "gpu_memory_utilization") == ["0.9"] and flag(
+    assert flag(rollout.argv, "gpu_memory_utilization") == ["0.8"] and flag(
         rollout.argv, "max_model_len"
     ) == ["4096"]
     assert flag(rollout.argv, "data_parallel_size") == ["1"] and flag(

@@ -84,15 +84,37 @@ def test_c03_no_gpu_names_the_compose_block_and_the_toolkit(tmp_path):
         driver_version=None,
         nvml_error="NVML Shared Library Not Found",
     )
-    err = refused(tmp_path, "recipe=countdown-1x4090", f"INVENTORY={inv}")
+    err = refused(
+        tmp_path, "recipe=countdown-1x4090", f"INVENTORY={inv}", extra_env={"GRPO_RIG_VERSION": "test"}
+    )
     assert "No GPU is visible inside the container (NVML Shared Library Not Found)" in err
     assert "deploy.resources.reservations.devices" in err and "NVIDIA Container Toolkit" in err
     assert "Traceback" not in err
 
 
+def test_no_gpu_on_a_host_suggests_an_example_inventory(tmp_path):
+    """Outside the image (no GRPO_RIG_VERSION), `plan`/`validate` on a laptop: no talk of the container."""
+    inv = inventory_file(tmp_path, "1x4090-driver535", gpus=[], p2p=[], driver_version=None,
+                         nvml_error="NVML Shared Library Not Found")  # fmt: skip
+    proc = run_cli("validate", "recipe=countdown-1x4090", f"INVENTORY={inv}", env=clean_env())
+    assert proc.returncode == 2
+    assert "No GPU is visible on this machine" in proc.stderr and "inside the container" not in proc.stderr
+    assert "INVENTORY=examples/inventories/1x4090-driver535.json" in proc.stderr
+
+
+def test_ms_swift_style_flags_and_unquoted_lists_get_the_right_fix(tmp_path):
+    err = refused(tmp_path, "recipe=smoke", "--num_generations", "8")
+    assert "fix: write NUM_GENERATIONS=8" in err and "usage:" not in err
+    err = refused(tmp_path, "recipe=smoke", "REWARD_FUNCS=countdown", "format")
+    assert 'fix: quote the whole value: REWARD_FUNCS="countdown format"' in err
+    assert "FORMAT=<value>" not in err
+
+
 def test_c03_no_gpu_from_real_nvml_on_this_machine(tmp_path):
     """This machine has no GPU: the real NVML probe must give the same one-paragraph answer."""
-    err = refused(tmp_path, "recipe=countdown-1x4090")
+    err = refused(tmp_path, "recipe=countdown-1x4090")  # on the host: no GRPO_RIG_VERSION
+    assert "No GPU is visible on this machine" in err and "Traceback" not in err
+    err = refused(tmp_path, "recipe=countdown-1x4090", extra_env={"GRPO_RIG_VERSION": "test"})  # the image
     assert "deploy.resources.reservations.devices" in err and "Traceback" not in err
 
 
@@ -425,7 +447,7 @@ def test_no_gpu_with_the_default_train_gpus_is_the_missing_gpu_fault(tmp_path):
         "SLEEP_LEVEL=",
         "TRAIN_GPUS=all",
     )
-    assert "No GPU is visible inside the container" in err and "TRAIN_GPUS=none" in err
+    assert "No GPU is visible on this machine" in err and "TRAIN_GPUS=none" in err
     assert err.count("error:") == 1  # one clear message, no consequences of it
 
 
@@ -571,3 +593,74 @@ def test_every_problem_is_printed_at_once(tmp_path):
     for where in ("RLHF_TYPE", "VLLM_DEVICE", "PER_DEVICE_TRAIN_BATCH_SIZE", "SYSTEM", "EXTERNAL_PLUGINS",
                   "REWARD_FUNCS TCMSDAccuracy", "DATASET /path/to/data"):  # fmt: skip
         assert f"error: {where}" in err, where
+
+
+# Datasets and plugins that validated but could not train -----------------------------------------------------
+
+USER = {"role": "user", "content": "What is 6 x 7?"}
+
+
+def test_empty_solution_values_are_refused(tmp_path):
+    rows = [json.dumps({"messages": [USER], "solution": "" if i % 2 else "42"}) for i in range(20)]
+    err = refused_dataset(tmp_path, write_dataset(tmp_path, rows), "accuracy")
+    assert "`solution` is empty (10 of 20 rows read)" in err and "fill `solution`" in err
+
+
+def test_rows_ending_with_an_assistant_turn_are_refused(tmp_path):
+    rows = [json.dumps({"messages": [USER, {"role": "assistant", "content": "42"}], "solution": "42"})] * 20
+    err = refused_dataset(tmp_path, write_dataset(tmp_path, rows), "accuracy")
+    assert "ends with an assistant turn" in err and "drop the final assistant message" in err
+
+
+def test_alpaca_rows_get_the_alpaca_fix(tmp_path):
+    """instruction/input/output: the answer is in `output` and `messages` is missing; never "rename
+    `instruction` to `solution`"."""
+    rows = [json.dumps({"instruction": "Add", "input": "6 + 7", "output": "13"})] * 20
+    err = refused_dataset(tmp_path, write_dataset(tmp_path, rows), "accuracy")
+    assert "has `instruction` and `output` (an SFT row)" in err and "move `output`" in err
+    assert "rename the `instruction` column" not in err
+
+
+def test_a_reward_returning_a_string_is_refused(tmp_path):
+    plugin = tmp_path / "my_string_rewards.py"
+    plugin.write_text(
+        "from swift.plugin import ORM, orms\nclass R(ORM):\n    def __call__(self, completions, **kw):\n"
+        "        return 'good'\norms['stringy'] = R\n"
+    )
+    err = refused(tmp_path, "recipe=smoke", f"EXTERNAL_PLUGINS={plugin}", "REWARD_FUNCS=stringy")
+    assert "REWARD_FUNCS stringy: returned 'good' for 4 completions" in err
+    assert "one finite number (or None) per completion" in err
+
+
+def test_a_reward_returning_numbers_and_none_is_accepted(tmp_path):
+    plugin = tmp_path / "my_fine_rewards.py"
+    plugin.write_text(
+        "from swift.plugin import ORM, orms\nclass R(ORM):\n    def __call__(self, completions, target, **kw):\n"
+        "        return [None if i == 0 else 1.0 for i, _ in enumerate(completions)]\norms['fine'] = R\n"
+    )
+    proc = run_cli(
+        "validate", "recipe=smoke", f"EXTERNAL_PLUGINS={plugin}", "REWARD_FUNCS=fine", env=clean_env()
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_merged_export_needs_room_for_the_whole_model_before_the_run():
+    """EXPORT_MERGED=true writes a full copy of the model: the free space is checked before training."""
+    import dataclasses
+
+    from entrypoint.host import PathInfo
+    from entrypoint.preflight import environment
+
+    plan = build_plan(*COUNTDOWN, "EXPORT_MERGED=true", inventory="1x4090-driver535")
+    out = str(Path(plan.recipe.settings.OUTPUT_DIR).expanduser())
+    tight = PathInfo(exists=True, is_dir=True, readable=True, writable=True, nearest=out, disk_free_gib=1.5)
+    facts = dataclasses.replace(plan.facts, paths={**plan.facts.paths, out: tight})
+    found = environment.check(plan, facts, 0, checkpoint_gib=None)
+    disk = [p for p in found if p.where.startswith("disk under")]
+    assert (
+        disk
+        and disk[0].fatal
+        and "the merged export (EXPORT_MERGED=true: a 0.9 GiB model)" in disk[0].message
+    )
+    plan = build_plan(*COUNTDOWN, inventory="1x4090-driver535")  # without the export 1.5 GiB is enough
+    assert not [p for p in environment.check(plan, facts, 0, None) if p.where.startswith("disk under")]

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 ROLES = {"system", "user", "assistant", "tool"}
 PROMPT_COLUMNS = ("messages", "query", "prompt", "instruction", "question", "conversations")
 # Columns users commonly have instead of the one a reward reads.
+# Columns that ms-swift's preprocessors turn into the assistant turn (v3.6.4:swift/llm/dataset/preprocessor/
+# core.py, AlpacaPreprocessor / ResponsePreprocessor)
+ANSWER_COLUMNS = ("response", "output")
 SYNONYMS = {
     "solution": ["answer", "answers", "label", "ground_truth", "reference", "target", "gold", "response"]
 }
@@ -35,7 +38,16 @@ def check_messages(path: Path, rows: Iterable[tuple[int, dict]]) -> list[Problem
     problems: list[Problem] = []
     for number, row in rows:
         where = f"dataset {path} line {number}"
-        if "messages" not in row:
+        answer = next((c for c in ANSWER_COLUMNS if c in row), None)
+        if "messages" not in row and answer:
+            prompt = next((c for c in PROMPT_COLUMNS if c in row), "instruction")
+            problems.append(
+                Problem(where, f"has `{prompt}` and `{answer}` (an SFT row): ms-swift turns `{answer}` into an assistant "
+                        "turn, which GRPO's rollout would continue instead of answering",
+                        f'write "messages": [{{"role": "user", "content": <{prompt}> (+ input)}}] and move `{answer}` '
+                        "into `solution` (what accuracy-style rewards compare with)")
+            )  # fmt: skip
+        elif "messages" not in row:
             if not any(c in row for c in PROMPT_COLUMNS):
                 problems.append(
                     Problem(where, f"has no prompt: no `messages` column (columns: {', '.join(sorted(row)) or 'none'})",
@@ -70,6 +82,15 @@ def check_messages(path: Path, rows: Iterable[tuple[int, dict]]) -> list[Problem
                         "add the question as a user message",
                     )
                 )
+            elif messages[-1]["role"] == "assistant":
+                problems.append(
+                    Problem(
+                        where,
+                        "`messages` ends with an assistant turn: GRPO generates that turn itself, and ms-swift would "
+                        "hand this one to the rollout as the start of the answer (an SFT row)",
+                        "drop the final assistant message; put its content into `solution` if a reward needs the answer",
+                    )
+                )
         if len(problems) >= 5:
             break
     return problems
@@ -88,6 +109,7 @@ def check_columns(path: Path, rows: list[tuple[int, dict]], needed: dict[str, li
             candidates = [c for c in SYNONYMS.get(column, []) if c in present] or difflib.get_close_matches(
                 column, sorted(present), n=1
             )
+            candidates = [c for c in candidates if c not in PROMPT_COLUMNS]  # never "rename the prompt"
             fix = (
                 f"rename the `{candidates[0]}` column to `{column}`"
                 if candidates
@@ -106,6 +128,19 @@ def check_columns(path: Path, rows: list[tuple[int, dict]], needed: dict[str, li
                     f"dataset {path} line {missing[0]}",
                     f"has no `{column}` column, which reward {who} reads ({len(missing)} rows lack it)",
                     f"add `{column}` to those rows",
+                )
+            )
+    for column, readers in needed.items():
+        empty = [
+            n for n, row in rows if column in row and (row[column] is None or str(row[column]).strip() == "")
+        ]
+        if empty:  # an empty reference scores every completion 0: no reward variance, nothing learned
+            problems.append(
+                Problem(
+                    f"dataset {path} line {empty[0]}",
+                    f"`{column}` is empty ({len(empty)} of {len(rows)} rows read), so reward {', '.join(readers)} "
+                    "has nothing to compare with and scores every completion the same",
+                    f"fill `{column}` with the reference answer, or drop those rows",
                 )
             )
     return problems

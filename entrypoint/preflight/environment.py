@@ -159,6 +159,15 @@ def check(plan: Plan, facts: Facts, dataloader_workers: int, checkpoint_gib: flo
                 "choose a free port, or leave ROLLOUT_PORT=0 to pick one",
             )  # fmt: skip
         )
+    if s.ROLLOUT_HOST and facts.ports.rollout_host_error:
+        problems.append(
+            Problem(
+                f"ROLLOUT_HOST {s.ROLLOUT_HOST}",
+                f"does not resolve ({facts.ports.rollout_host_error}): the trainer would wait for a server it "
+                "cannot reach",
+                "give the rollout node's IP address, or a name this machine resolves",
+            )
+        )
     if plan.recipe.is_set("MASTER_PORT") and s.NNODES == 1 and not facts.ports.master_port_free:
         problems.append(
             Problem(
@@ -206,13 +215,42 @@ def _check_writable(plan: Plan, facts: Facts) -> list[Problem]:
                     "make the cache volume writable for this user, or point the variable elsewhere",
                 )
             )
-    need = 1.0
+    need, what = 1.0, "checkpoints of this run need about 1.0 GiB"
+    merged = _merged_gib(plan, facts)
+    if merged is not None:  # the merged export writes a full copy of the model beside the checkpoints
+        need += merged * 1.1
+        what = f"checkpoints and the merged export (EXPORT_MERGED=true: a {merged:.1f} GiB model) need about {need:.1f} GiB"
     if info.disk_free_gib is not None and info.disk_free_gib < need:
         problems.append(
             Problem(
                 f"disk under {info.nearest}",
-                f"{info.disk_free_gib:.1f} GiB free; checkpoints of this run need about {need:.1f} GiB",
-                "free space on the output volume, or lower SAVE_TOTAL_LIMIT",
+                f"{info.disk_free_gib:.1f} GiB free; {what}",
+                "free space on the output volume, lower SAVE_TOTAL_LIMIT, or set EXPORT_MERGED=false",
+            )
+        )
+    if plan.recipe.settings.EXPORT_MERGED and plan.recipe.arg("train_type", "lora") != "lora":
+        problems.append(
+            Problem(
+                "EXPORT_MERGED",
+                f"TRAIN_TYPE={plan.recipe.arg('train_type')} trains the whole model: there is no LoRA adapter to merge",
+                "remove EXPORT_MERGED (the run's model/ directory is already the full model)",
+                fatal=False,
             )
         )
     return problems
+
+
+def _merged_gib(plan: Plan, facts: Facts) -> float | None:
+    """GiB of the merged model EXPORT_MERGED writes (parameters x dtype bytes), None when not exported or
+    the model is unknown."""
+    from entrypoint import memory
+
+    config = facts.model_config[0]
+    if not plan.recipe.settings.EXPORT_MERGED or config is None:
+        return None
+    try:
+        dims = memory.ModelDims.from_config(config)
+    except (KeyError, TypeError, ValueError):
+        return None
+    dtype = memory.DTYPE_BYTES.get(plan.recipe.arg("torch_dtype", "bfloat16") or "bfloat16", 2)
+    return dims.params * dtype / memory.GIB

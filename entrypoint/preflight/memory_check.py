@@ -66,18 +66,26 @@ def workload(plan: Plan, facts: Facts) -> tuple[Workload | None, str]:
             None,
             "no config.json found for MODEL (local path, hub cache or entrypoint/data/model_configs.json)",
         )
+    try:
+        dims = ModelDims.from_config(config)
+    except (KeyError, TypeError, ValueError) as exc:
+        return None, f"the config.json from {source} is not one the planner reads (missing {exc})"
     b = values.batch(plan)
     dtype = values.value(plan, "torch_dtype", "bfloat16")
     full = values.value(plan, "train_type", "lora") == "full"
     beta = float(values.value(plan, "beta", "0.04"))
     ds = values.value(plan, "deepspeed", "") or ""
     zero = 3 if "zero3" in ds else 2 if "zero2" in ds else 0
+    if ds.endswith(".json") or ds.startswith("{"):  # a user's config: its stage and offload settings
+        zero, offload_opt, offload_par = _deepspeed_file(plan, facts, ds)
+    else:
+        offload_opt, offload_par = ds.endswith("_offload"), ds == "zero3_offload"
     prompt, why = prompt_tokens(plan, facts)
     max_length = values.value(plan, "max_length", None)
     if max_length:
         prompt = min(prompt, int(max_length))
     w = Workload(
-        dims=ModelDims.from_config(config),
+        dims=dims,
         dtype_bytes=memory.DTYPE_BYTES.get(dtype, 2),
         full=full,
         lora_rank=int(values.value(plan, "lora_rank", "8")),
@@ -90,8 +98,24 @@ def workload(plan: Plan, facts: Facts) -> tuple[Workload | None, str]:
         zero_stage=zero,
         world=b.world,
         hf_generation=values.value(plan, "use_vllm", "false") != "true",
+        offload_optimizer=offload_opt,
+        offload_params=offload_par,
+        vllm_tp=int(values.value(plan, "vllm_tensor_parallel_size", "1")),
     )
     return w, f"model dimensions from {source}; prompt {prompt} tokens, {why}"
+
+
+def _deepspeed_file(plan: Plan, facts: Facts, value: str) -> tuple[int, bool, bool]:
+    """(stage, optimizer offloaded, parameters offloaded) of a DeepSpeed JSON file or string (unknown: 0)."""
+    import json
+
+    try:
+        whole = json.loads(value) if value.startswith("{") else (facts.deepspeed_config or {})
+        config = whole.get("zero_optimization", {}) if isinstance(whole, dict) else {}
+    except ValueError:
+        return 0, False, False
+    on_cpu = lambda key: (config.get(key) or {}).get("device") in ("cpu", "nvme")  # noqa: E731
+    return int(config.get("stage", 0) or 0), on_cpu("offload_optimizer"), on_cpu("offload_param")
 
 
 def colocate_settings(plan: Plan, w: Workload) -> memory.Colocate:
@@ -140,7 +164,8 @@ def per_gpu(
             estimates.append(GpuEstimate(gpu, "trainer + vLLM (colocate, offload)", total, peak,
                                          {**training_parts, "vLLM": vllm}))  # fmt: skip
         else:
-            parts = memory.colocate_peak(train, total, colocate, coef)
+            calibrated = w.dims.params <= memory.CALIBRATED_MAX_PARAMS
+            parts = memory.colocate_peak(train, total, colocate, coef, calibrated)
             estimates.append(GpuEstimate(gpu, "trainer + vLLM (colocate)", total, sum(parts.values()), parts))
     for gpu in layout.rollout_gpus:
         total = card(gpu)
@@ -197,7 +222,14 @@ def estimate(plan: Plan, facts: Facts) -> tuple[list[GpuEstimate], list[Problem]
     estimates = per_gpu(layout, card, w, colocate, rollout_util, offload)
 
     problems: list[Problem] = []
-    fatal = s.MEMORY_CHECK == "error"
+    extrapolated = w.dims.params > memory.CALIBRATED_MAX_PARAMS
+    train = memory.estimate_training(w)
+    beyond = (
+        f" (extrapolated: a {w.dims.params / 1e9:.1f}B model, and the planner's measurements stop at 1.5B, so this "
+        "warns instead of refusing; MEMORY_CHECK=off silences it)"
+        if extrapolated
+        else ""
+    )
     knobs = {
         "colocate": "lower VLLM_GPU_MEMORY_UTILIZATION (e.g. 0.3-0.4 on 24 GB), OFFLOAD_MODEL=true and "
         "OFFLOAD_OPTIMIZER=true with SLEEP_LEVEL=1, a shorter MAX_COMPLETION_LENGTH, a smaller PER_DEVICE_TRAIN_BATCH_SIZE "
@@ -207,20 +239,33 @@ def estimate(plan: Plan, facts: Facts) -> tuple[list[GpuEstimate], list[Problem]
         "hf": "a shorter MAX_COMPLETION_LENGTH, a smaller PER_DEVICE_TRAIN_BATCH_SIZE, fewer NUM_GENERATIONS, "
         "GRADIENT_CHECKPOINTING=true",
     }
-    for e in estimates:
+    for e, gpus in _alike(estimates):  # one problem for GPUs that get the same prediction
         what = (
-            f"predicted {e.peak_gib:.1f} GiB on GPU {e.gpu} ({e.role}), which has {e.card_gib:.1f} GiB: "
+            f"predicted {e.peak_gib:.1f} GiB on GPU {gpus} ({e.role}), which has {e.card_gib:.1f} GiB: "
             + ", ".join(f"{k} {v:.1f}" for k, v in e.parts.items() if abs(v) >= 0.05)
         )
         if e.role.startswith("rollout"):
+            if e.headroom < HEADROOM_WARNING:  # vLLM takes its share up front; the rest is all that is left
+                problems.append(
+                    Problem(
+                        "memory",
+                        f"under {HEADROOM_WARNING:.0%} headroom: {what}; anything else on the card (a display, "
+                        "another process) makes vLLM refuse to start",
+                        "lower ROLLOUT_GPU_MEMORY_UTILIZATION to "
+                        f"{max(0.1, 0.9 - CUDA_CONTEXT_GIB / e.card_gib):.2f} or less on this {e.card_gib:.0f} GiB card",
+                        fatal=False,
+                    )
+                )
             continue
         if e.peak_gib > e.card_gib:
+            sure = not extrapolated or certain_gib(w, train, e) > e.card_gib
             problems.append(
                 Problem(
                     "memory",
-                    f"does not fit: {what}",
-                    f"turn these knobs: {knobs[layout.mode]}; or MEMORY_CHECK=warn to try anyway",
-                    fatal=fatal,
+                    f"does not fit: {what}" + (beyond if not sure else ""),
+                    f"turn these knobs: {knobs[layout.mode]}"
+                    + ("; or MEMORY_CHECK=warn to try anyway" if sure else ""),
+                    fatal=s.MEMORY_CHECK == "error" and sure,
                 )
             )
         elif e.headroom < HEADROOM_WARNING:
@@ -232,44 +277,102 @@ def estimate(plan: Plan, facts: Facts) -> tuple[list[GpuEstimate], list[Problem]
                     fatal=False,
                 )
             )
-    problems += _vllm_fits(plan, w, card, colocate)
+    problems += _vllm_fits(plan, w, card, colocate, offload)
+    if extrapolated:
+        note += (f"; extrapolated: the coefficients were fitted on models up to 1.5B parameters, this one has "
+                 f"{w.dims.params / 1e9:.1f}B (docs/benchmarks/memory-calibration.json)")  # fmt: skip
     return estimates, problems, note
 
 
-def _vllm_fits(plan: Plan, w: Workload, card, colocate: memory.Colocate | None) -> list[Problem]:
+def certain_gib(w: Workload, train: memory.TrainingEstimate, e: GpuEstimate) -> float:
+    """What is surely on a training GPU at the first optimizer step, whatever the fitted terms say (GiB):
+    the CUDA context, or a colocated vLLM's whole share (vLLM fills utilization x card with the process's
+    memory, the trainer's weights included: vllm 0.8.5.post1 v1/worker/gpu_worker.py:194-210), the
+    optimizer states, and one micro-batch's fp32 logits (GRPO computes per-token log-probabilities from
+    them). Beyond the measured models only this refuses; the rest of the estimate warns."""
+    logits = w.per_device * w.completion_tokens * w.dims.vocab * 4 / GIB
+    states = train.resident - train.weights
+    if "vLLM" in e.parts and "offload" not in e.role:
+        return max(e.parts["vLLM"], CUDA_CONTEXT_GIB + train.weights) + states + logits
+    return CUDA_CONTEXT_GIB + train.resident + logits
+
+
+def _alike(estimates: list[GpuEstimate]) -> list[tuple[GpuEstimate, str]]:
+    """(first estimate, "0,1,2") per group of GPUs with the same role, card and predicted parts."""
+    groups: dict[tuple, list[GpuEstimate]] = {}
+    for e in estimates:
+        key = (
+            e.role,
+            round(e.card_gib, 1),
+            round(e.peak_gib, 1),
+            tuple((k, round(v, 1)) for k, v in e.parts.items()),
+        )
+        groups.setdefault(key, []).append(e)
+    return [(group[0], ",".join(str(e.gpu) for e in group)) for group in groups.values()]
+
+
+def _vllm_fits(
+    plan: Plan, w: Workload, card, colocate: memory.Colocate | None, offload: bool = False
+) -> list[Problem]:
     """vLLM refuses to start unless one sequence of max_model_len fits in its KV cache budget."""
     r, layout = plan.recipe, plan.layout
-    need_one = lambda length: memory.kv_gib(w.dims, w.dtype_bytes, length)  # noqa: E731
+    # MEMORY_CHECK=warn: the user tries anyway; a model beyond the measured ones only warns
+    fatal = r.settings.MEMORY_CHECK == "error" and w.dims.params <= memory.CALIBRATED_MAX_PARAMS
     out: list[Problem] = []
     if colocate is not None:
-        train = memory.estimate_training(w)
+        tp = w.vllm_tp
+        need = memory.kv_gib(w.dims, w.dtype_bytes, colocate.max_model_len, tp)
+        # OFFLOAD_MODEL: ms-swift builds the engine with the trainer's weights in CPU memory
+        # (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:274-280, offload_context)
+        model_offloaded = offload and r.arg("offload_model") == "true"
+        resident = 0.0 if model_offloaded else memory.estimate_training(w).weights
+        by_card: dict[float, list[int]] = {}
         for gpu in layout.train_gpus:
-            budget = memory.kv_budget(w.dims, w.dtype_bytes, card(gpu), colocate.utilization, train.weights)
-            if budget < need_one(colocate.max_model_len):
+            by_card.setdefault(round(card(gpu), 2), []).append(gpu)
+        for size, gpus in by_card.items():
+            budget = memory.kv_budget(w.dims, w.dtype_bytes, size, colocate.utilization, resident, tp)
+            if budget < need:
                 out.append(
                     Problem(
                         "VLLM_GPU_MEMORY_UTILIZATION",
-                        f"{colocate.utilization} x {card(gpu):.1f} GiB leaves {budget:.1f} GiB for vLLM's KV cache once the "
-                        f"CUDA context, the trainer's and vLLM's weights are counted; one sequence of {colocate.max_model_len} "
-                        f"tokens needs {need_one(colocate.max_model_len):.2f} GiB (vLLM would refuse to start)",
-                        "raise VLLM_GPU_MEMORY_UTILIZATION, or set VLLM_MAX_MODEL_LEN to prompt + completion tokens",
+                        f"{colocate.utilization} x {size:.1f} GiB (GPU {','.join(map(str, gpus))}) leaves {budget:.1f} GiB "
+                        "for vLLM's KV cache once the "
+                        f"CUDA context, the trainer's and vLLM's weights (1/{tp} per GPU) are counted; one sequence of "
+                        f"{colocate.max_model_len} tokens needs {need:.2f} GiB (vLLM would refuse to start)",
+                        "raise VLLM_GPU_MEMORY_UTILIZATION, set VLLM_MAX_MODEL_LEN to prompt + completion tokens, or "
+                        "raise VLLM_TENSOR_PARALLEL_SIZE",
+                        fatal=fatal,
                     )
                 )
         return out
     if not layout.local_rollout:
         return out
     util = float(r.rollout_arg("gpu_memory_utilization"))
+    tp = int(r.rollout_arg("tensor_parallel_size", "1"))
     length = int(r.rollout_arg("max_model_len", str(w.prompt_tokens + w.completion_tokens)))
-    weights = w.dims.params * w.dtype_bytes / GIB
+    weights = w.dims.params * w.dtype_bytes / GIB / tp
+    need = memory.kv_gib(w.dims, w.dtype_bytes, length, tp)
     for gpu in layout.rollout_gpus:
         kv_budget = util * card(gpu) - weights - VLLM_NON_KV_GIB
-        if kv_budget < need_one(length):
+        what = (f"{util} x {card(gpu):.1f} GiB leaves {kv_budget:.1f} GiB for vLLM's KV cache on GPU {gpu} after "
+                f"{weights:.1f} GiB of weights (1/{tp} of the model); one sequence of {length} tokens needs {need:.2f} GiB")  # fmt: skip
+        if kv_budget < need:
             out.append(
                 Problem(
                     "ROLLOUT_GPU_MEMORY_UTILIZATION",
-                    f"{util} x {card(gpu):.1f} GiB leaves {kv_budget:.1f} GiB for vLLM's KV cache after {weights:.1f} GiB of "
-                    f"weights; one sequence of {length} tokens needs {need_one(length):.2f} GiB (vLLM would refuse to start)",
-                    "raise ROLLOUT_GPU_MEMORY_UTILIZATION, or lower the max model length",
+                    f"{what} (vLLM would refuse to start)",
+                    "raise ROLLOUT_GPU_MEMORY_UTILIZATION, lower ROLLOUT_MAX_MODEL_LEN, or raise ROLLOUT_TENSOR_PARALLEL_SIZE",
+                    fatal=fatal,
+                )
+            )
+        elif kv_budget < HEADROOM_WARNING * util * card(gpu):
+            out.append(
+                Problem(
+                    "ROLLOUT_GPU_MEMORY_UTILIZATION",
+                    f"under {HEADROOM_WARNING:.0%} of vLLM's share is left for the KV cache: {what}; vLLM will run "
+                    "few sequences at once, or refuse to start if the estimate is off",
+                    "raise ROLLOUT_GPU_MEMORY_UTILIZATION or ROLLOUT_TENSOR_PARALLEL_SIZE, or use a smaller model",
+                    fatal=False,
                 )
             )
     return out

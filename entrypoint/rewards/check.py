@@ -60,6 +60,19 @@ def check(
                 "fix the plugin (ms-swift would fail the same way after loading the model)",
             )
         )
+    for name, call in (result.get("calls") or {}).items():
+        if call["raised"]:
+            problems.append(
+                Problem(f"REWARD_FUNCS {name}", f"raised when called on two rows of the dataset: {call['raised']}",
+                        "check the reward on a real completion (the probe's completions are made up)", fatal=False)
+            )  # fmt: skip
+        elif not call["ok"]:
+            problems.append(
+                Problem(f"REWARD_FUNCS {name}",
+                        f"returned {call['returned']} for {call.get('count', '?')} completions; ms-swift needs one finite "
+                        "number (or None) per completion and would fail after the first rollout",
+                        "return a list of floats, one per completion, in the order given")
+            )  # fmt: skip
     registered = result["registered"]
     infos: dict[str, RewardInfo] = {}
     for name in reward_funcs:

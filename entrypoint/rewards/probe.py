@@ -4,7 +4,12 @@ Run as `python -m entrypoint.rewards.probe [--real] FILE ...`; prints one JSON o
 
     {"registered": {name: {"class": str, "columns": [required dataset columns]}},
      "errors": [{"file": str, "error": str}], "shadowed": [{"file": str, "module": str, "origin": str}],
-     "stub": bool}
+     "stub": bool, "calls": {name: {"ok": bool, "returned": str, "raised": str}}}
+
+With `--call NAME,... --rows FILE` (a JSON list of a few dataset rows), each named plugin reward is also
+called once the way ms-swift calls it (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:920-940: the
+completions first, then the rows' columns as lists, messages and trainer_state), on two completions per
+row; `ok` says whether it returned one finite number or None per completion.
 
 ms-swift imports a plugin by putting its folder first on sys.path and calling
 `importlib.import_module(<file stem>)` (v3.6.4:swift/utils/utils.py:318-323). A stem that names an
@@ -119,11 +124,63 @@ def probe(files: list[str], stub: bool) -> dict:
     return result
 
 
+def _number(value) -> bool:
+    """One reward as ms-swift takes it: None, or anything torch.tensor turns into a finite float (Python and
+    numpy numbers, 0-d tensors); never a string."""
+    import math
+
+    if value is None:
+        return True
+    if isinstance(value, str | bytes) or not hasattr(value, "__float__"):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def call_rewards(names: list[str], rows: list[dict]) -> dict:
+    """Call each plugin reward in `names` on two completions per row (the row's own `solution` when it has
+    one, and a wrong answer); {name: {"ok", "returned", "raised"}}. Built-ins (ms-swift's) are skipped."""
+    from types import SimpleNamespace
+
+    from swift.plugin import orms
+
+    completions, columns, messages = [], {}, []
+    for row in rows:
+        for text in (str(row.get("solution") or "42"), "I do not know."):
+            completions.append(text)
+            messages.append([*(row.get("messages") or []), {"role": "assistant", "content": text}])
+            for key, value in row.items():
+                if key != "messages":
+                    columns.setdefault(key, []).append(value)
+    state = SimpleNamespace(global_step=0, max_steps=1, epoch=0.0)
+    out: dict = {}
+    for name in names:
+        cls = orms.get(name)
+        if cls is None or name in BUILTIN_COLUMNS or not completions:
+            continue
+        try:
+            func = cls() if inspect.isclass(cls) else cls
+            returned = func(completions, messages=messages, trainer_state=state, **columns)
+        except BaseException as exc:  # noqa: BLE001 - the plugin's own failure, reported as a warning
+            out[name] = {"ok": True, "returned": "", "raised": f"{type(exc).__name__}: {exc}"}
+            continue
+        try:
+            values = list(returned)
+        except TypeError:
+            values = None
+        ok = values is not None and len(values) == len(completions) and all(_number(v) for v in values)
+        out[name] = {"ok": ok, "returned": repr(returned)[:200], "raised": "", "count": len(completions)}
+    return out
+
+
 PROBE_TIMEOUT = 120  # seconds; the --real fallback imports ms-swift (~10 s on 2 cores)
 
 
-def _run_probe(files: list[str], real: bool) -> dict:
-    argv = [sys.executable, "-m", "entrypoint.rewards.probe", *(["--real"] if real else []), *files]
+def _run_probe(files: list[str], real: bool, call: list[str] | None = None, rows: str = "") -> dict:
+    extra = ["--call", ",".join(call), "--rows", rows] if call and rows else []
+    argv = [sys.executable, "-m", "entrypoint.rewards.probe", *(["--real"] if real else []), *extra, *files]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT, cwd=Path.cwd())  # noqa: S603
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -140,23 +197,43 @@ def _needs_real_swift(result: dict) -> bool:
     )
 
 
-def run(files: list[str]) -> tuple[dict | None, str]:
+def run(
+    files: list[str], call: list[str] | None = None, rows: list[dict] | None = None
+) -> tuple[dict | None, str]:
     """Probe plugin `files` in a throwaway process, with the stub swift.plugin first and the real one
-    when a plugin needs more of ms-swift. Returns (the probe's answer, "") or (None, the error)."""
+    when a plugin needs more of ms-swift; with `call` and `rows`, call those rewards on the rows too.
+    Returns (the probe's answer, "") or (None, the error)."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(list(rows or [])[:2], f, default=str)
     try:
-        result = _run_probe(files, real=False)
+        result = _run_probe(files, False, call, f.name)
         if _needs_real_swift(result):
-            result = _run_probe(files, real=True)
+            result = _run_probe(files, True, call, f.name)
     except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
         return None, str(exc)
+    finally:
+        Path(f.name).unlink(missing_ok=True)
     return result, ""
 
 
 def main() -> None:
     args = sys.argv[1:]
     real = "--real" in args
+    call, rows = [], []
+    if "--call" in args:
+        i = args.index("--call")
+        call = [n for n in args[i + 1].split(",") if n]
+        del args[i : i + 2]
+    if "--rows" in args:
+        i = args.index("--rows")
+        rows = json.loads(Path(args[i + 1]).read_text())
+        del args[i : i + 2]
     files = [a for a in args if a != "--real"]
-    print(json.dumps(probe(files, stub=not real)))
+    result = probe(files, stub=not real)
+    result["calls"] = call_rewards(call, rows) if call and rows else {}
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,268 @@
+"""`import`: turn an ms-swift command line (or a shell script holding one) into a recipe.
+
+    python -m entrypoint import examples/train/grpo/external/grpo_7b.sh > recipes/mine.env
+    python -m entrypoint import -- CUDA_VISIBLE_DEVICES=0 swift rlhf --rlhf_type grpo --model ...
+
+What the entrypoint composes itself is dropped with a comment saying why (--rlhf_type, --output_dir,
+--vllm_mode and the server address); the GPU layout comes from CUDA_VISIBLE_DEVICES / NPROC_PER_NODE and
+the `swift rollout` command, commented out or not (ms-swift's examples keep it in comments); flags of other
+ms-swift versions are translated where the 3.6.4 spelling is mechanical (keys.RENAMED says the rest);
+values equal to recipes/defaults.env are left out. The result is a recipe for `validate` to judge: the
+importer translates, it does not decide whether the run fits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+
+from entrypoint import keys, swift_schema
+from entrypoint.recipe import DEFAULTS_FILE, RECIPES_DIR, read_env_file
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0", "::1")
+DROPPED = {
+    "rlhf_type": "this image always runs GRPO (--rlhf_type grpo)",
+    "output_dir": "runs go to OUTPUT_DIR/RUN_NAME (the mounted volume)",
+    "vllm_mode": "the mode follows the layout: ROLLOUT_GPUS / ROLLOUT_HOST set -> server, else colocate",
+    "vllm_server_host": "composed from ROLLOUT_GPUS (local) or ROLLOUT_HOST",
+    "vllm_server_port": "composed from ROLLOUT_PORT (a free port when unset)",
+    "add_version": "the run directory is OUTPUT_DIR/RUN_NAME",
+    "logging_dir": "logs go under the run directory",
+}
+# Renamed flags whose 3.6.4 spelling is mechanical (keys.RENAMED explains each).
+TRANSLATED = {
+    "sft_type": lambda v: {"TRAIN_TYPE": v},
+    "tuner_type": lambda v: {"TRAIN_TYPE": v},
+    "lora_r": lambda v: {"LORA_RANK": v},
+    "lora_target_modules": lambda v: {"TARGET_MODULES": v},
+    "load_in_4bit": lambda v: {"QUANT_METHOD": "bnb", "QUANT_BITS": "4"} if _true(v) else {},
+    "load_in_8bit": lambda v: {"QUANT_METHOD": "bnb", "QUANT_BITS": "8"} if _true(v) else {},
+}
+SECRET_RE = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
+
+
+def _true(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "on", "")
+
+
+@dataclasses.dataclass
+class Command:
+    """One `swift rlhf` / `swift rollout` (or torchrun .../rlhf.py) command of a script."""
+
+    sub: str  # "rlhf" | "rollout"
+    env: dict[str, str]  # VAR=value prefixes and earlier `export`s
+    flags: list[tuple[str, list[str]]]  # (name, values) in order
+    commented: bool = False
+    torchrun: dict[str, str] = dataclasses.field(default_factory=dict)  # --nproc_per_node etc.
+
+
+def _logical_lines(text: str) -> list[tuple[str, bool]]:
+    """(line, commented) with backslash continuations joined; a commented block keeps its `#`s off."""
+    out: list[tuple[str, bool]] = []
+    current, commented = "", False
+    for raw in text.splitlines():
+        line = raw.strip()
+        is_comment = line.startswith("#")
+        body = line.lstrip("#").strip() if is_comment else line
+        if current:
+            current += " " + body.rstrip("\\").strip()
+        else:
+            current, commented = body.rstrip("\\").strip(), is_comment
+        if not body.endswith("\\"):
+            if current:
+                out.append((current, commented))
+            current = ""
+    if current:
+        out.append((current, commented))
+    return out
+
+
+def parse(text: str) -> list[Command]:
+    """Every swift rlhf / rollout command in a shell script or command line. Raises ValueError when a line
+    cannot be split (an unclosed quote)."""
+    commands: list[Command] = []
+    exported: dict[str, str] = {}
+    for line, commented in _logical_lines(text):
+        try:
+            words = shlex.split(line)
+        except ValueError as exc:
+            if commented:
+                continue
+            raise ValueError(f"cannot read {line[:60]!r}: {exc}") from None
+        if words[:1] == ["export"] and not commented:
+            for w in words[1:]:
+                if "=" in w:
+                    name, value = w.split("=", 1)
+                    exported[name] = value
+            continue
+        env: dict[str, str] = {}
+        while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+            name, value = words.pop(0).split("=", 1)
+            env[name] = value
+        while words and words[0] in ("nohup", "env", "exec"):
+            words.pop(0)
+        torchrun: dict[str, str] = {}
+        if words[:1] == ["torchrun"] or words[:3] == ["python", "-m", "torch.distributed.run"]:
+            words = words[1:] if words[0] == "torchrun" else words[3:]
+            while words and words[0].startswith("--"):
+                name, _, value = words.pop(0)[2:].partition("=")
+                torchrun[name] = value
+            if not words or not words[0].endswith(("rlhf.py", "rollout.py")):
+                continue
+            words = ["swift", Path(words[0]).stem, *words[1:]]
+        if len(words) < 2 or words[0] != "swift" or words[1] not in ("rlhf", "rollout"):
+            continue
+        flags: list[tuple[str, list[str]]] = []
+        for word in words[2:]:
+            if word.startswith("--"):
+                name, eq, value = word[2:].partition("=")
+                flags.append((name, [value] if eq else []))
+            elif flags:
+                flags[-1][1].append(word)
+        commands.append(Command(words[1], {**exported, **env}, flags, commented, torchrun))
+    return commands
+
+
+def _gpus(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip().isdigit()]
+
+
+def _quote(value: str) -> str:
+    if value == "" or re.search(r"[\s#'\"$]", value):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return value
+
+
+def _defaults() -> dict[str, str]:
+    path = RECIPES_DIR / DEFAULTS_FILE
+    values, _ = read_env_file(path, f"recipes/{DEFAULTS_FILE}") if path.exists() else ({}, [])
+    return {k: v.value for k, v in values.items()}
+
+
+def to_recipe(text: str, source: str = "the command line", defaults: Mapping[str, str] | None = None) -> str:
+    """The recipe (an .env text) for the first `swift rlhf` command in `text`. Raises ValueError when
+    there is none."""
+    commands = parse(text)
+    rlhf = next((c for c in commands if c.sub == "rlhf" and not c.commented), None) or next(
+        (c for c in commands if c.sub == "rlhf"), None
+    )
+    if rlhf is None:
+        raise ValueError(f"no `swift rlhf` command in {source}")
+    rollouts = [c for c in commands if c.sub == "rollout"]
+    rollout = next((c for c in rollouts if not c.commented), None) or (rollouts[0] if rollouts else None)
+    defaults = _defaults() if defaults is None else defaults
+    rlhf_schema, rollout_schema = swift_schema.load("rlhf"), swift_schema.load("rollout")
+
+    lines = [f"# Imported from {source} by `python -m entrypoint import` (ms-swift 3.6.4 spelling).",
+             "# Check it with: python -m entrypoint validate recipe=<this file>"]  # fmt: skip
+    values: dict[str, str] = {}
+    notes: list[str] = []
+    flags = dict((name, vals) for name, vals in rlhf.flags)
+
+    def put(key: str, value: str, why: str = "") -> None:
+        if defaults.get(key) == value:
+            return
+        values[key] = value
+        if why:
+            notes.append(f"{key}: {why}")
+
+    # The layout: who trains where, where the rollout runs.
+    env = dict(rlhf.env)
+    visible = _gpus(env.pop("CUDA_VISIBLE_DEVICES", ""))
+    nproc_text = env.pop("NPROC_PER_NODE", "") or rlhf.torchrun.get("nproc_per_node", "")
+    nproc = int(nproc_text) if nproc_text.isdigit() else None
+    mode = (flags.get("vllm_mode") or [""])[0]
+    host = (flags.get("vllm_server_host") or [""])[0]
+    port = (flags.get("vllm_server_port") or [""])[0]
+    device = (flags.pop("vllm_device", None) or [""])[0]
+    train = visible or (list(range(nproc)) if nproc else [])
+    rollout_gpus: list[int] = []
+    if device:  # ms-swift <= 3.5: the last visible GPU runs vLLM
+        if device == "auto" and nproc and len(visible) > nproc:
+            train, rollout_gpus = visible[:nproc], visible[nproc:]
+        elif device.startswith("cuda:") and device[5:].isdigit():
+            rollout_gpus = [int(device[5:])]
+            train = [g for g in train if g not in rollout_gpus]
+        notes.append(f"--vllm_device {device}: removed in 3.6; the rollout becomes a `swift rollout` server "
+                     "on its own GPU(s)")  # fmt: skip
+    if mode == "server" or host or (device and rollout_gpus):
+        if host and host not in LOCAL_HOSTS:
+            put("ROLLOUT_HOST", host, "the rollout server runs on another node; put its address here")
+            if port:
+                put("ROLLOUT_PORT", port)
+        else:
+            if not rollout_gpus and rollout is not None:
+                rollout_gpus = _gpus(rollout.env.get("CUDA_VISIBLE_DEVICES", ""))
+            if not rollout_gpus:
+                nxt = (max(train) + 1) if train else 0
+                rollout_gpus = [nxt]
+                notes.append(f"ROLLOUT_GPUS: the script names no GPU for `swift rollout`; guessed {nxt}")
+            if port:
+                put("ROLLOUT_PORT", port)
+    if nproc and visible and len(visible) != nproc and not device:
+        notes.append(f"NPROC_PER_NODE={nproc} but CUDA_VISIBLE_DEVICES lists {len(visible)} GPUs; ms-swift 3.6.4 "
+                     "needs them equal, so TRAIN_GPUS takes the first NPROC_PER_NODE")  # fmt: skip
+        train = visible[:nproc]
+    put("TRAIN_GPUS", ",".join(map(str, train)) if train else "0")
+    if rollout_gpus:
+        put("ROLLOUT_GPUS", ",".join(map(str, rollout_gpus)))
+
+    for name in ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        value = env.pop(name, "") or rlhf.torchrun.get(name.lower(), "")
+        if value.startswith("$"):
+            notes.append(f"{name}: the script reads it from {value}; set it per node")
+        elif value:
+            put(name, value)
+
+    for name, value in env.items():  # VAR=value prefixes: ms-swift's environment knobs, secrets
+        found = keys.lookup(name)
+        if SECRET_RE.search(name):
+            notes.append(f"{name}: a secret; export it in the environment, never in a recipe")
+        elif found is not None and found.kind not in ("managed", "renamed"):
+            put(name, value)
+        else:
+            notes.append(f"{name}={value}: not a key this image knows; left out")
+
+    for name, vals in rlhf.flags:
+        if name in DROPPED or name == "vllm_device":
+            if name in DROPPED:
+                notes.append(f"--{name}: dropped, {DROPPED[name]}")
+            continue
+        value = " ".join(vals) if vals else "true"
+        key = name.upper()
+        if rollout_gpus and key in keys.COLOCATE_ONLY:  # server mode: the rollout's own flag, or nothing
+            target = keys.COLOCATE_ONLY[key]
+            if target:
+                put(target, value, f"from --{name}: in server mode the rollout server takes it")
+            else:
+                notes.append(f"--{name} {value}: dropped, ms-swift ignores it in server mode")
+            continue
+        if name in TRANSLATED:
+            for k, v in TRANSLATED[name](value).items():
+                put(k, v, f"translated from --{name} {value}")
+        elif key in keys.RENAMED:
+            notes.append(f"--{name} {value}: {keys.RENAMED[key].message}; {keys.RENAMED[key].fix}")
+        elif name in rlhf_schema or keys.lookup(key) is not None:
+            put(key, value)
+        else:
+            put(key, value, "not a `swift rlhf` 3.6.4 argument: validate will say what it is")
+
+    if rollout is not None and "ROLLOUT_HOST" not in values:
+        for name, vals in rollout.flags:
+            if name in ("model", "host", "port") or (
+                name in rlhf_schema and name.upper() in keys.SHARED_WITH_ROLLOUT
+            ):
+                continue
+            key = "ROLLOUT_" + name.upper()
+            if name in rollout_schema and key not in keys.RENAMED:
+                put(key, " ".join(vals) if vals else "true")
+            else:
+                notes.append(f"swift rollout --{name}: not a 3.6.4 `swift rollout` argument; left out")
+
+    lines += [f"# {n}" for n in notes]
+    lines.append("")
+    lines += [f"{k}={_quote(v)}" for k, v in values.items()]
+    return "\n".join(lines) + "\n"
