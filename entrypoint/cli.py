@@ -68,11 +68,15 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] == "import" and "--" in argv:  # import -- swift rlhf ...: the command's words, untouched
         command_words = argv[argv.index("--") + 1 :]
         argv = argv[: argv.index("--")]
+    import_pairs = []
+    if argv[0] == "import":  # KEY=VALUE words for the validation, wherever they stand
+        import_pairs = [w for w in argv[1:] if "=" in w and not w.startswith("-")]
+        argv = [w for w in argv if w not in import_pairs]
     args = _parser().parse_args(argv)
     if pairs is not None:
         args.pairs = pairs
     if argv[0] == "import":
-        args.command_words = command_words
+        args.command_words, args.pairs = command_words, import_pairs
     try:
         return _dispatch(args)
     except BadInput as exc:
@@ -147,11 +151,34 @@ def _import(args: argparse.Namespace) -> int:
         ) from None
     if args.output:
         Path(args.output).write_text(recipe)
-        print(
-            f"recipe written to {args.output}; check it: python -m entrypoint validate recipe={args.output}"
-        )
-    else:
-        print(recipe, end="")
+        print(f"recipe written to {args.output}", file=sys.stderr)
+        return _validate_imported(Path(args.output), args.pairs)
+    print(recipe, end="")
+    sys.stdout.flush()
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "imported.env"
+        path.write_text(recipe)
+        return _validate_imported(path, args.pairs)
+
+
+def _validate_imported(path: Path, pairs: list[str]) -> int:
+    """What `validate` says of an imported recipe, on standard error: 0 valid, 2 with the problems."""
+    from entrypoint import run
+
+    try:
+        plan = run.make_plan([f"recipe={path}", *pairs], os.environ, for_train=True)
+    except BadInput as exc:
+        print(f"the imported recipe is not valid yet ({sum(p.fatal for p in exc.problems)} problem(s)); "
+              "fix these in it, then run validate:", file=sys.stderr)  # fmt: skip
+        for problem in exc.problems:
+            print(problem.render(), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    warnings = [p for p in plan.problems if not p.fatal]
+    for w in warnings:
+        print(w.render(), file=sys.stderr)
+    print(f"validate: the imported recipe is valid ({len(warnings)} warning(s))", file=sys.stderr)
     return EXIT_OK
 
 

@@ -59,49 +59,74 @@ class Command:
     torchrun: dict[str, str] = dataclasses.field(default_factory=dict)  # --nproc_per_node etc.
 
 
-def _logical_lines(text: str) -> list[tuple[str, bool]]:
-    """(line, commented) with backslash continuations joined; a commented block keeps its `#`s off."""
-    out: list[tuple[str, bool]] = []
-    current, commented = "", False
-    for raw in text.splitlines():
+CONTROL_WORDS = {"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac",
+                 "function", "select", "{", "}"}  # fmt: skip
+VARIABLE_RE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def _logical_lines(text: str) -> list[tuple[str, bool, int]]:
+    """(line, commented, first line number) with backslash continuations joined; a commented block keeps
+    its `#`s off (ms-swift's examples keep the `swift rollout` command in comments)."""
+    out: list[tuple[str, bool, int]] = []
+    current, commented, start = "", False, 0
+    for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         is_comment = line.startswith("#")
         body = line.lstrip("#").strip() if is_comment else line
         if current:
             current += " " + body.rstrip("\\").strip()
         else:
-            current, commented = body.rstrip("\\").strip(), is_comment
+            current, commented, start = body.rstrip("\\").strip(), is_comment, number
         if not body.endswith("\\"):
             if current:
-                out.append((current, commented))
+                out.append((current, commented, start))
             current = ""
     if current:
-        out.append((current, commented))
+        out.append((current, commented, start))
     return out
+
+
+def _expand(word: str, variables: Mapping[str, str]) -> str:
+    """$VAR and ${VAR} from the script's own assignments; others are left as written."""
+    return VARIABLE_RE.sub(lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), word)
 
 
 def parse(text: str) -> list[Command]:
     """Every swift rlhf / rollout command in a shell script or command line. Raises ValueError when a line
     cannot be split (an unclosed quote)."""
     commands: list[Command] = []
-    exported: dict[str, str] = {}
-    for line, commented in _logical_lines(text):
+    exported: dict[str, str] = {}  # `export`ed: reach the commands' environment
+    variables: dict[str, str] = {}  # every assignment: what $VAR expands to
+    for line, commented, number in _logical_lines(text):
         try:
             words = shlex.split(line)
         except ValueError as exc:
             if commented:
                 continue
-            raise ValueError(f"cannot read {line[:60]!r}: {exc}") from None
-        if words[:1] == ["export"] and not commented:
+            raise ValueError(f"line {number}: cannot read {line[:60]!r}: {exc}") from None
+        if not words:
+            continue
+        if not commented and (
+            words[0] in CONTROL_WORDS or line.rstrip().endswith(("() {", "(){")) or "$(" in line
+        ):
+            raise ValueError(
+                f"line {number}: {line[:60]!r} is shell control flow or command substitution; import reads plain "
+                "commands: give the one command alone (python -m entrypoint import -- swift rlhf ...)"
+            )
+        words = [_expand(w, variables) for w in words]
+        if words[0] == "export" and not commented:
             for w in words[1:]:
                 if "=" in w:
                     name, value = w.split("=", 1)
-                    exported[name] = value
+                    exported[name] = variables[name] = value
             continue
         env: dict[str, str] = {}
         while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
             name, value = words.pop(0).split("=", 1)
             env[name] = value
+        if not words and not commented:  # VAR=value alone: a shell variable for later $VAR
+            variables.update(env)
+            continue
         while words and words[0] in ("nohup", "env", "exec"):
             words.pop(0)
         torchrun: dict[str, str] = {}
@@ -231,6 +256,10 @@ def to_recipe(text: str, source: str = "the command line", defaults: Mapping[str
             if name in DROPPED:
                 notes.append(f"--{name}: dropped, {DROPPED[name]}")
             continue
+        if name == "external_plugins":  # the image's own plugin is always loaded first
+            vals = [v for v in vals if not v.endswith("entrypoint/rewards/grpo_rig_rewards.py")]
+            if not vals:
+                continue
         value = " ".join(vals) if vals else "true"
         key = name.upper()
         if rollout_gpus and key in keys.COLOCATE_ONLY:  # server mode: the rollout's own flag, or nothing
@@ -257,7 +286,10 @@ def to_recipe(text: str, source: str = "the command line", defaults: Mapping[str
             ):
                 continue
             key = "ROLLOUT_" + name.upper()
-            if name in rollout_schema and key not in keys.RENAMED:
+            found = keys.lookup(key)
+            if found is not None and found.kind == "managed":
+                notes.append(f"swift rollout --{name}: dropped, {found.managed}")
+            elif name in rollout_schema and key not in keys.RENAMED:
                 put(key, " ".join(vals) if vals else "true")
             else:
                 notes.append(f"swift rollout --{name}: not a 3.6.4 `swift rollout` argument; left out")

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from entrypoint import memory
-from tests.conftest import INVENTORIES, ROOT, clean_env, refused, run_cli
+from tests.conftest import INVENTORIES, ROOT, build_plan, clean_env, flag, refused, run_cli
 
 CALIBRATION = ROOT / "docs" / "benchmarks" / "memory-calibration.json"
 
@@ -207,3 +207,91 @@ def test_emulate_vram_hook_caps_torch_when_cuda_initialises():
     )
     without = subprocess.run([sys.executable, "-c", code], env=base, capture_output=True, text=True)
     assert int(with_cap.stdout.split()[-1]) == int(without.stdout.split()[-1]) + 1, with_cap.stderr
+
+
+# Sharding, tensor parallelism, the rollout server's sizing (issue 15) ---------------------------------------
+
+QWEN72B = json.loads((ROOT / "tests/corpus/models/Qwen--Qwen2.5-72B-Instruct/config.json").read_text())
+QWEN7B = json.loads((ROOT / "tests/corpus/models/Qwen--Qwen2.5-7B-Instruct/config.json").read_text())
+LORA_72B = ("recipe=smoke", "TRAIN_GPUS=0-3", "USE_VLLM=true", "MODEL_SOURCE=hub", "MODEL=Qwen/Qwen2.5-72B-Instruct",
+            "MODEL_TYPE=", "TEMPLATE=", "DATASET_GENERATOR=countdown", "VLLM_GPU_MEMORY_UTILIZATION=0.55",
+            "VLLM_MAX_MODEL_LEN=2048", "MAX_COMPLETION_LENGTH=1024", "PER_DEVICE_TRAIN_BATCH_SIZE=1",
+            "GRADIENT_ACCUMULATION_STEPS=1", "NUM_GENERATIONS=4", "GENERATION_BATCH_SIZE=", "AUTO_SHAPE=false",
+            "OFFLOAD_MODEL=true", "OFFLOAD_OPTIMIZER=true", "SLEEP_LEVEL=1")  # fmt: skip
+
+
+def memory_problems(plan, fatal=True):
+    """The memory planner's problems of a plan (fatal ones, or all)."""
+    return [p for p in plan.memory_problems if p.fatal or not fatal]
+
+
+def test_72b_lora_on_four_80gb_cards_fits_with_zero3_offload_and_vllm_tp4():
+    """ms-swift's internal/vllm_72b_4gpu.sh: the weights are sharded by ZeRO-3 (offloaded) and by vLLM's
+    tensor parallelism; counting the whole model on every GPU refused it."""
+    config = (QWEN72B, "test")
+    fits = build_plan(*LORA_72B, "DEEPSPEED=zero3_offload", "VLLM_TENSOR_PARALLEL_SIZE=4",
+                      inventory="4xA100-nvlink-ib", model_config=config)  # fmt: skip
+    assert not memory_problems(fits), fits.problems
+    whole = build_plan(*LORA_72B, "DEEPSPEED=zero3_offload", "VLLM_TENSOR_PARALLEL_SIZE=1",
+                       inventory="4xA100-nvlink-ib", model_config=config)  # fmt: skip
+    kv = [p for p in memory_problems(whole, fatal=False) if p.where == "VLLM_GPU_MEMORY_UTILIZATION"]
+    assert kv and "(1/1 per GPU)" in kv[0].message  # 145 GiB of weights in one vLLM engine: no KV cache
+
+
+def test_zero3_shards_the_trainers_weights_and_states():
+    from entrypoint import memory
+
+    dims = memory.ModelDims.from_config(QWEN7B)
+    base = dict(dims=dims, dtype_bytes=2, full=True, lora_rank=8, per_device=1, generation_per_device=1,
+                prompt_tokens=256, completion_tokens=256, world=8)  # fmt: skip
+    zero2 = memory.estimate_training(memory.Workload(**base, zero_stage=2))
+    zero3 = memory.estimate_training(memory.Workload(**base, zero_stage=3))
+    offload = memory.estimate_training(
+        memory.Workload(**base, zero_stage=3, offload_params=True, offload_optimizer=True)
+    )
+    assert zero3.weights < zero2.weights / 4  # 1/8 of the weights plus the layers being gathered
+    assert offload.weights < zero3.weights and offload.optimizer < zero3.optimizer
+
+
+def test_kv_cache_refusal_is_a_warning_under_memory_check_warn():
+    args = (
+        "recipe=countdown-1x4090",
+        "VLLM_GPU_MEMORY_UTILIZATION=0.1",
+        "VLLM_MAX_MODEL_LEN=32768",
+        "AUTO_SHAPE=false",
+    )
+    refused_plan = build_plan(*args, inventory="1x4090-driver535")
+    assert [p for p in memory_problems(refused_plan) if p.where == "VLLM_GPU_MEMORY_UTILIZATION"]
+    warned = build_plan(*args, "MEMORY_CHECK=warn", inventory="1x4090-driver535")
+    kv = [p for p in memory_problems(warned, fatal=False) if p.where == "VLLM_GPU_MEMORY_UTILIZATION"]
+    assert kv and not any(p.fatal for p in kv)
+
+
+def test_rollout_server_is_sized_from_the_run_unless_the_recipe_sizes_it():
+    """Without --max_model_len vLLM sizes for the model's whole context (32k for Qwen2.5-7B) and 256
+    sequences; the planner passes prompt + completion and the generation round."""
+    plan = build_plan("recipe=smoke-server", "ROLLOUT_MAX_MODEL_LEN=", inventory="2x4090-driver535")
+    rollout = plan.process("rollout")
+    assert flag(rollout.argv, "max_model_len") == ["576"]  # MAX_LENGTH 512 + MAX_COMPLETION_LENGTH 64
+    assert flag(rollout.argv, "max_num_seqs") == [str(values_batch(plan).generation_batch)]
+    assert plan.recipe.source("ROLLOUT_MAX_MODEL_LEN").startswith("planner:")
+    own = build_plan("recipe=smoke-server", "ROLLOUT_MAX_MODEL_LEN=1024", "ROLLOUT_MAX_NUM_SEQS=4",
+                     inventory="2x4090-driver535")  # fmt: skip
+    assert flag(own.process("rollout").argv, "max_model_len") == ["1024"]
+    assert flag(own.process("rollout").argv, "max_num_seqs") == ["4"]
+
+
+def values_batch(plan):
+    from entrypoint.preflight import values
+
+    return values.batch(plan)
+
+
+def test_rollout_gpu_with_little_headroom_warns():
+    """The seed's ROLLOUT_GPU_MEMORY_UTILIZATION=0.9 on a 24 GB card leaves 2 % once the CUDA context counts."""
+    plan = build_plan("recipe=tcm-4x4090", "ROLLOUT_GPU_MEMORY_UTILIZATION=0.9", inventory="5x4090-driver535")
+    warned = [p for p in memory_problems(plan, fatal=False) if "rollout (vLLM)" in p.message]
+    assert warned and not warned[0].fatal and "under 10% headroom" in warned[0].message
+    assert "0.82 or less" in warned[0].fix
+    shipped = build_plan("recipe=tcm-4x4090", inventory="5x4090-driver535")
+    assert not [p for p in memory_problems(shipped, fatal=False) if "rollout (vLLM)" in p.message]

@@ -1,0 +1,208 @@
+"""`python -m entrypoint import`: an ms-swift command line or script becomes a recipe (issue 16).
+
+The source documents' commands (tests/fixtures/seed-*.sh, copied from ../shared/seeds/) import into
+recipes that, once the problems `import` prints are fixed as their fixes say, validate and plan the same
+swift arguments as the shipped recipes made from those seeds, except where the shipped recipe's comments
+say why not. Every corpus recipe (ms-swift's own examples, tests/test_corpus.py) survives the round trip:
+its planned commands, imported again, plan the same commands.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from entrypoint import importer, keys
+from entrypoint.recipe import read_env_file
+from tests.conftest import INVENTORIES, ROOT, clean_env, run_cli
+from tests.test_corpus import RECIPES, SETUP, modelscope_cache  # noqa: F401 - a fixture
+
+FIXTURES = ROOT / "tests" / "fixtures"
+IGNORED = {"output_dir", "run_name", "add_version", "logging_dir"}  # the run directory: per run
+
+
+def import_to(tmp_path: Path, source: Path | str, *words: str, name: str = "imported.env"):
+    out = tmp_path / name
+    args = [str(source)] if isinstance(source, Path) else []
+    proc = run_cli("import", *args, "-o", str(out), *words, env=clean_env())
+    return proc, out
+
+
+def swift_args(argv: list[str]) -> dict[str, list[str]]:
+    """--flag -> tokens of a planned swift argv (program and subcommand left out)."""
+    out: dict[str, list[str]] = {}
+    name = None
+    for token in argv[2:]:
+        if token.startswith("--"):
+            name = token[2:]
+            out[name] = []
+        elif name is not None:
+            out[name].append(token)
+    return {k: v for k, v in out.items() if k not in IGNORED}
+
+
+def plan_json(recipe: Path, inventory: str, *words: str, env: dict | None = None) -> dict:
+    proc = run_cli("plan", "--json", f"recipe={recipe}", f"INVENTORY={INVENTORIES / (inventory + '.json')}",
+                   "RUN_NAME=r", *words, env=env or clean_env())  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def edit(recipe: Path, **values: str) -> None:
+    """What a user does with the printed fixes: replace those keys' lines."""
+    lines = [ln for ln in recipe.read_text().splitlines() if ln.split("=", 1)[0] not in values]
+    recipe.write_text("\n".join(lines + [f"{k}={shlex.quote(v)}" for k, v in values.items()]) + "\n")
+
+
+def justified(recipe: Path, key: str) -> bool:
+    """The shipped recipe says why it differs from the seed: a comment names the key, or the planner set it."""
+    text = recipe.read_text()
+    comments = " ".join(line for line in text.splitlines() if line.lstrip().startswith("#"))
+    return key in comments
+
+
+# The source documents ---------------------------------------------------------------------------------------
+
+
+def test_seed_000_imports_to_the_tcm_recipe(tmp_path):
+    proc, out = import_to(
+        tmp_path, FIXTURES / "seed-000-tcm.sh", f"INVENTORY={INVENTORIES / '5x4090-driver535.json'}"
+    )
+    text = out.read_text()
+    # the <= 3.5 layout becomes a rollout server on the last GPU; composed flags are dropped with a reason
+    assert "TRAIN_GPUS=0,1,2,3" in text and "ROLLOUT_GPUS=4" in text
+    assert "# --vllm_device auto: removed in 3.6" in text and "# --rlhf_type: dropped" in text
+    assert "ROLLOUT_GPU_MEMORY_UTILIZATION=0.9" in text and "ROLLOUT_MAX_MODEL_LEN=4096" in text
+    for composed in ("RLHF_TYPE=", "VLLM_DEVICE=", "OUTPUT_DIR=", "NPROC_PER_NODE=", "CUDA_VISIBLE_DEVICES="):
+        assert f"\n{composed}" not in text
+    assert "\nLORA_RANK=" not in text and "\nTORCH_DTYPE=" not in text  # equal to recipes/defaults.env
+    # the seed's own mistakes come back as validate's problems, each with its fix
+    assert proc.returncode == 2
+    for where in ("DATASET /path/to/data", "EXTERNAL_PLUGINS examples/train/grpo/plugin/plugin.py",
+                  "REWARD_FUNCS TCMSDAccuracy", "SYSTEM"):  # fmt: skip
+        assert f"error: {where}" in proc.stderr, where
+    dataset = tmp_path / "tcm.jsonl"
+    row = {"messages": [{"role": "user", "content": "舌红苔黄，脉数。辨证？"}], "solution": "热证"}
+    dataset.write_text("\n".join(json.dumps(row, ensure_ascii=False) for _ in range(64)) + "\n")
+    edit(out, DATASET=str(dataset), EXTERNAL_PLUGINS="", REWARD_FUNCS="tcm_sd_accuracy format",
+         SYSTEM="recipes/prompts/tcm.txt")  # fmt: skip
+    shipped = ROOT / "recipes" / "tcm-4x4090.env"
+    mine = plan_json(out, "5x4090-driver535")
+    ours = plan_json(shipped, "5x4090-driver535", f"DATASET={dataset}")
+    compare(mine, ours, shipped, seed_flags=FIXTURES / "seed-000-tcm.sh")
+
+
+def test_seed_001_imports_to_the_countdown_recipe(tmp_path):
+    proc, out = import_to(
+        tmp_path, FIXTURES / "seed-001-countdown.sh", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}"
+    )
+    assert proc.returncode == 2
+    assert "error: REWARD_FUNCS: no reward function" in proc.stderr
+    assert "error: DATASET Countdown-Tasks-3to4#100: is neither an existing file nor a hub id" in proc.stderr
+    assert "warning: VLLM_GPU_MEMORY_UTILIZATION: set, but USE_VLLM is false" in proc.stderr
+    edit(out, DATASET="zouxuhong/Countdown-Tasks-3to4#100", REWARD_FUNCS="countdown format", USE_VLLM="true")
+    shipped = ROOT / "recipes" / "countdown-1x4090.env"
+    mine = plan_json(out, "1x4090-driver535")
+    ours = plan_json(shipped, "1x4090-driver535")
+    compare(mine, ours, shipped, seed_flags=FIXTURES / "seed-001-countdown.sh")
+
+
+def compare(mine: dict, ours: dict, shipped: Path, seed_flags: Path) -> None:
+    """Every swift argument the seed sets is planned alike, or the shipped recipe says why not."""
+    seed = importer.parse(seed_flags.read_text())
+    set_by_seed = {name for c in seed if c.sub == "rlhf" for name, _ in c.flags}
+    roles = {p["role"]: swift_args(p["argv"]) for p in mine["processes"]}
+    theirs = {p["role"]: swift_args(p["argv"]) for p in ours["processes"]}
+    moved = {k.lower(): v[len("ROLLOUT_") :].lower() for k, v in keys.COLOCATE_ONLY.items() if v}
+    planner = {c["key"] for c in ours["shape"]}  # the batch shape `plan` explains, with its reasons
+    differences = []
+    for flag in sorted(set_by_seed - IGNORED - set(importer.DROPPED) - {"vllm_device"}):
+        role, name = ("rollout", moved[flag]) if flag in moved and "rollout" in roles else ("trainer", flag)
+        a, b = roles[role].get(name), theirs[role].get(name)
+        if a != b:
+            differences.append(flag)
+            key = ("ROLLOUT_" + name if role == "rollout" else name).upper()
+            assert justified(shipped, key) or key in planner, (
+                f"{key}: the seed's {a} became {b} in {shipped.name} with no comment saying why"
+            )
+    assert len(differences) < len(set_by_seed) / 2, differences  # most of the seed survives as it was
+
+
+# Scripts and command lines ----------------------------------------------------------------------------------
+
+
+def test_a_command_line_after_two_dashes(tmp_path):
+    proc = run_cli("import", "--", "CUDA_VISIBLE_DEVICES=0", "MAX_PIXELS=602112", "swift", "rlhf", "--rlhf_type", "grpo",
+                   "--model", "Qwen/Qwen2.5-0.5B-Instruct", "--reward_funcs", "accuracy", "format",
+                   "--load_in_4bit", "true", "--lora_rank", "8", env=clean_env())  # fmt: skip
+    assert 'REWARD_FUNCS="accuracy format"' in proc.stdout and "MAX_PIXELS=602112" in proc.stdout
+    assert "QUANT_METHOD=bnb" in proc.stdout and "QUANT_BITS=4" in proc.stdout  # a renamed flag, translated
+    assert "\nLOAD_IN_4BIT" not in proc.stdout and "\nLORA_RANK" not in proc.stdout
+    assert proc.stdout.startswith("# Imported from the command line")
+
+
+def test_shell_variables_exports_and_comments_are_read_as_a_shell_would(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/bash\n# a comment\nMODEL=Qwen/Qwen2.5-0.5B-Instruct\nexport NPROC_PER_NODE=2\n"
+                      "export CUDA_VISIBLE_DEVICES=0,1\nswift rlhf \\\n  --model $MODEL \\\n  --system 'You are \"kind\".' \\\n"
+                      "  --reward_funcs ${REWARD:-accuracy}\n")  # fmt: skip
+    proc = run_cli("import", str(script), env=clean_env())
+    assert "MODEL=Qwen/Qwen2.5-0.5B-Instruct" in proc.stdout and "TRAIN_GPUS=0,1" in proc.stdout
+    assert 'SYSTEM="You are \\"kind\\"."' in proc.stdout
+    values, _ = read_env_file_text(proc.stdout, tmp_path)
+    assert values["SYSTEM"] == 'You are "kind".'
+
+
+def read_env_file_text(text: str, tmp_path: Path):
+    path = tmp_path / "read.env"
+    path.write_text(text)
+    values, problems = read_env_file(path, "read.env")
+    return {k: v.value for k, v in values.items()}, problems
+
+
+def test_a_script_with_control_flow_is_refused_with_its_line(tmp_path):
+    script = tmp_path / "loop.sh"
+    script.write_text("set -e\nfor lr in 1e-6 5e-7; do\n  swift rlhf --model m --learning_rate $lr\ndone\n")
+    proc = run_cli("import", str(script), env=clean_env())
+    assert proc.returncode == 2
+    assert "line 2: 'for lr in 1e-6 5e-7; do' is shell control flow" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_script_without_swift_rlhf_is_refused(tmp_path):
+    script = tmp_path / "infer.sh"
+    script.write_text("CUDA_VISIBLE_DEVICES=0 swift infer --model m\n")
+    proc = run_cli("import", str(script), env=clean_env())
+    assert proc.returncode == 2 and "no `swift rlhf` command" in proc.stderr
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=[r.stem for r in RECIPES])
+def test_every_corpus_recipe_survives_the_round_trip(recipe, modelscope_cache, tmp_path):  # noqa: F811
+    """ms-swift's examples, as planned: the plan's own `swift rollout` and `swift rlhf` commands (with their
+    CUDA_VISIBLE_DEVICES / NPROC_PER_NODE / node variables) imported again plan the same swift arguments."""
+    inventory, words = SETUP[recipe.stem]
+    env = clean_env(MODELSCOPE_CACHE=str(modelscope_cache))
+    before = plan_json(recipe, inventory, *words, env=env)
+    script = []
+    for process in before["processes"]:
+        if process["role"] not in ("rollout", "trainer"):
+            continue
+        wanted = [k for k in process["env"] if k in ("CUDA_VISIBLE_DEVICES", "NPROC_PER_NODE", "NNODES", "NODE_RANK",
+                                                     "MASTER_ADDR", "MASTER_PORT")
+                  or (keys.lookup(k) is not None and keys.lookup(k).kind == "env")]  # fmt: skip
+        prefix = " ".join(f"{k}={shlex.quote(process['env'][k])}" for k in wanted if process["env"][k])
+        script.append(f"{prefix} swift {shlex.join(process['argv'][1:])}")
+    source = tmp_path / "planned.sh"
+    source.write_text("\n".join(script) + "\n")
+    out = tmp_path / "again.env"
+    proc = run_cli("import", str(source), "-o", str(out), f"INVENTORY={INVENTORIES / (inventory + '.json')}",
+                   *words, env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    after = plan_json(out, inventory, *words, env=env)
+    for role in ("rollout", "trainer"):
+        a = [swift_args(p["argv"]) for p in before["processes"] if p["role"] == role]
+        b = [swift_args(p["argv"]) for p in after["processes"] if p["role"] == role]
+        assert a == b, role
