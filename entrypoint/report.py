@@ -70,8 +70,28 @@ def _step(row: dict) -> int | None:
     return int(str(value).split("/")[0]) if value else None
 
 
-def training_curves(logging_jsonl: Path, out: Path) -> bool:
-    """Reward (and each reward function), loss, KL, completion length against the step. False: no data."""
+# ms-swift logs each reward as rewards/<class name>/mean; the recipe names them by their orms key
+# (v3.6.4:swift/plugin/orm.py:398-407 for the built-ins; entrypoint/rewards/grpo_rig_rewards.py for ours).
+BUILTIN_REWARD_CLASSES = {"ReactORM": "toolbench", "MathORM": "math", "MathAccuracy": "accuracy", "Format": "format",
+                          "ReActFormat": "react_format", "CosineReward": "cosine", "RepetitionPenalty": "repetition",
+                          "SoftOverlong": "soft_overlong"}  # fmt: skip
+
+
+def reward_names(plugins: dict | None, reward_funcs: list[str]) -> dict[str, str]:
+    """{class name as logged: the name the recipe used}, from the plugin probe's answer (facts.plugins)."""
+    names = dict(BUILTIN_REWARD_CLASSES)
+    for name, info in ((plugins or {}).get("registered") or {}).items():
+        cls = info.get("class", "")
+        if cls and not cls.startswith("ms-swift built-in"):
+            names[cls] = name
+    return {cls: name for cls, name in names.items() if name in reward_funcs} or names
+
+
+def training_curves(
+    logging_jsonl: Path, out: Path, title: str = "", names: dict[str, str] | None = None
+) -> bool:
+    """Reward (and each reward function, by the recipe's names), loss, KL, completion length against the
+    step (integer ticks). False: no data."""
     rows = [r for r in _rows(logging_jsonl) if "reward" in r and _step(r) is not None]
     if not rows:
         return False
@@ -79,19 +99,24 @@ def training_curves(logging_jsonl: Path, out: Path) -> bool:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     per_function = sorted({k for r in rows for k in r if k.startswith("rewards/") and k.endswith("/mean")})
     panels = [(k, t) for k, t in CURVES if any(k in r for r in rows)]
     fig, axes = plt.subplots(len(panels) + 1, 1, figsize=(8, 2.4 * (len(panels) + 1)), sharex=True)
     steps = [_step(r) for r in rows]
     for key in per_function:
-        axes[0].plot(steps, [r.get(key) for r in rows], marker=".", label=key.split("/")[1])
+        logged = key.split("/")[1]
+        axes[0].plot(steps, [r.get(key) for r in rows], marker=".", label=(names or {}).get(logged, logged))
     axes[0].set_title("reward per function (mean)")
     axes[0].legend(fontsize=8)
-    for ax, (key, title) in zip(axes[1:], panels, strict=True):
+    for ax, (key, panel) in zip(axes[1:], panels, strict=True):
         ax.plot(steps, [r.get(key) for r in rows], marker=".")
-        ax.set_title(title)
+        ax.set_title(panel)
     axes[-1].set_xlabel("step")
+    axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(out, dpi=80)
     plt.close(fig)
@@ -155,7 +180,9 @@ def write(plan: Plan, run_dir: Path) -> dict[str, str]:
         )
     )
     written = ["README.md"]
-    if training_curves(run_dir / "logging.jsonl", run_dir / "training_curves.png"):
+    names = reward_names(plan.facts.plugins, plan.recipe.args("reward_funcs"))
+    title = f"{plan.run_name} ({plan.recipe.name}, {plan.recipe.raw('MODEL')})"
+    if training_curves(run_dir / "logging.jsonl", run_dir / "training_curves.png", title, names):
         written.append("training_curves.png")
     predicted = {e.gpu: e.peak_gib for e in plan.memory}
     if gpu_memory_plot(run_dir / "gpu.jsonl", run_dir / "gpu_memory.png", predicted):

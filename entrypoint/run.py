@@ -25,6 +25,7 @@ from typing import Any, TextIO
 from entrypoint import export, hardware, host, manifest, monitor, nodes, ports, preflight, report
 from entrypoint import plan as plan_mod
 from entrypoint import recipe as recipe_mod
+from entrypoint.console import Console
 from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE, BadInput, Problem, raise_if_fatal
 from entrypoint.launch import (
     Child,
@@ -36,7 +37,7 @@ from entrypoint.launch import (
     install_signal_handlers,
     launch,
 )
-from entrypoint.plan import Plan
+from entrypoint.plan import EVENTS_FILE, Plan
 from entrypoint.rewards import countdown
 
 END_OF_MAIN = "End time of running main"  # ms-swift's last log line (v3.6.4:swift/llm/base.py:50)
@@ -130,10 +131,35 @@ def train(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO | No
         printer.say(final["failure"])
     manifest.write(here, final, secrets)
     printer.say(f"run {final['status']}: {here}")
-    for name in ("adapter", "model", "merged"):
-        if (plan.run_dir / name).is_dir() and plan.recipe.settings.NODE_RANK == 0:
-            printer.say(f"{name}: {plan.run_dir / name}")
+    for line in summary_lines(plan):
+        printer.say(line)
     return code
+
+
+def summary_lines(plan: Plan) -> list[str]:
+    """The end of a run's console: how the reward moved, and where everything is."""
+    lines = []
+    rows = []
+    log = plan.run_dir / "logging.jsonl"
+    for text in log.read_text(encoding="utf-8").splitlines() if log.is_file() else []:
+        try:
+            row = json.loads(text)
+        except ValueError:
+            continue
+        if "reward" in row:
+            rows.append(row)
+    if rows:
+        first, last = rows[0], rows[-1]
+        lines.append(f"reward: {first['reward']:.3f} at step {first.get('global_step/max_steps', '?')} -> {last['reward']:.3f} "
+                     f"at step {last.get('global_step/max_steps', '?')} (training batches; held-out: evaluate)")  # fmt: skip
+    if plan.recipe.settings.NODE_RANK == 0:
+        for name in ("adapter", "model", "merged", "training_curves.png", "README.md", "logs"):
+            if (plan.run_dir / name).exists():
+                lines.append(f"{name}: {plan.run_dir / name}")
+        if (plan.run_dir / "adapter").is_dir():
+            lines.append(f"did it help? python -m entrypoint evaluate run={plan.run_name} OUTPUT_DIR={plan.recipe.settings.OUTPUT_DIR}"
+                         f"   (make eval RUN={plan.run_name})")  # fmt: skip
+    return lines
 
 
 EXPORT_FAILED = "export_failed"  # training completed, the merged export did not (EXPORT_MERGED=true)
@@ -264,6 +290,11 @@ def supervise(
     """Launch the planned children (launch.py owns the policy) with the GPU monitor beside them.
     Returns the outcome and the GPU peaks (None without NVML)."""
     s = plan.recipe.settings
+    if printer.shown is None:
+        printer.shown = Console(
+            show_all=environ.get("GRPO_RIG_CONSOLE") == "all", events=here / "logs" / EVENTS_FILE
+        )
+        printer.say(f"the console shows one line per step; everything ms-swift prints is in {here / 'logs'}")
     supervisor = Supervisor(here / "logs", s.STOP_GRACE_SECONDS, printer, secrets, environ)
     gpu_monitor = None
     if plan.layout.used_gpus and plan.inventory.source == "nvml":

@@ -40,7 +40,9 @@ class Settings(BaseModel):
         "", description="generate the dataset locally (no hub) instead of reading DATASET"
     )
     DATASET_ROWS: int = Field(256, ge=1, description="rows to generate with DATASET_GENERATOR")
-    OFFLINE: bool = Field(False, description="no hub access: sets HF_HUB_OFFLINE / MODELSCOPE offline mode")
+    OFFLINE: bool = Field(
+        False, description="no hub access: HF's offline switches set, the model passed as its local snapshot"
+    )
 
     # GPU placement
     TRAIN_GPUS: str = Field(
@@ -86,7 +88,8 @@ class Settings(BaseModel):
 
     # Memory and monitoring
     MEMORY_CHECK: Literal["error", "warn", "off"] = Field(
-        "error", description="what a predicted out-of-memory does: refuse, warn, or nothing"
+        "error",
+        description="what a predicted out-of-memory does: error refuses the run, warn prints it, off skips the check",
     )
     PROMPT_TOKENS: int = Field(
         0, ge=0, description="longest prompt in tokens, for the memory plan; 0: estimate from the dataset"
@@ -115,3 +118,23 @@ class Settings(BaseModel):
                 f"{value!r} is not a bare address: write the host or IP only (the port has its own key)"
             )
         return value
+
+
+def accepted(field) -> str:
+    """The values an owned key accepts, read from the same field that checks them (for `keys`)."""
+    import typing
+
+    annotation = field.annotation
+    if typing.get_origin(annotation) is typing.Literal:
+        return " | ".join(repr(v) if v == "" else str(v) for v in typing.get_args(annotation))
+    if annotation is bool:
+        return "true | false"
+    bounds = []
+    for item in field.metadata:
+        for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            if getattr(item, attr, None) is not None:
+                bounds.append(f"{sign} {getattr(item, attr)}")
+    kind = {int: "integer", float: "number", str: "text"}.get(
+        annotation, getattr(annotation, "__name__", str(annotation))
+    )
+    return f"{kind} {' and '.join(bounds)}".strip()

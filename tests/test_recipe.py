@@ -152,3 +152,18 @@ def test_ms_swift_environment_knobs_are_accepted_as_environment(tmp_path):
         "MAX_PIXELS": "602112",
     }
     assert "max_pixels" not in r.trainer
+
+
+def test_keys_lists_the_values_the_schema_accepts():
+    """`keys` says what each owned key takes, from the field that checks it: each listed value of
+    MEMORY_CHECK validates, and an unlisted one (`refuse`, which the old text suggested) is refused."""
+    from tests.conftest import clean_env, run_cli
+
+    out = run_cli("keys", env=clean_env()).stdout
+    line = next(ln for ln in out.splitlines() if ln.startswith("MEMORY_CHECK="))
+    values = line.split("# ", 1)[1].split(":", 1)[0].split(" | ")
+    assert values == ["error", "warn", "off"]
+    for value in values:
+        assert run_cli("validate", "recipe=smoke", f"MEMORY_CHECK={value}", env=clean_env()).returncode == 0
+    assert run_cli("validate", "recipe=smoke", "MEMORY_CHECK=refuse", env=clean_env()).returncode == 2
+    assert "DATASET_ROWS=256" in out and "integer >= 1" in out

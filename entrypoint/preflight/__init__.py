@@ -42,11 +42,11 @@ def check_model(plan: Plan, facts: Facts) -> list[Problem]:
     r = plan.recipe
     value = r.raw("MODEL") or ""
     if not value or r.settings.MODEL_SOURCE == "embedded":
-        if value in models.CATALOG and not facts.path(Path(plan.model_path, models.PROVENANCE_FILE)).is_file:
+        if value in models.CATALOG and not facts.embedded_ready:
             return [
                 Problem(
                     "MODEL",
-                    f"embedded model {value} is not converted yet at {plan.model_path}",
+                    f"embedded model {value} is not converted yet (or by an older version) at {plan.model_path}",
                     "run `python -m entrypoint prepare-model` (`make model`; the image does this at build time)",
                     kind=LOCAL,
                 )

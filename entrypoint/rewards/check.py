@@ -84,7 +84,7 @@ def check(
                 Problem(
                     f"REWARD_FUNCS {name}",
                     f"no reward function is registered under {name!r} (registered: {known})",
-                    "use a registered name, or add a plugin file that sets orms[name] = YourORM to EXTERNAL_PLUGINS",
+                    "use a registered name, or add a plugin file that sets orms[name] = YourORM to EXTERNAL_PLUGINS (docs/rewards.md)",
                 )
             )
     return infos, problems

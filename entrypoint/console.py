@@ -1,0 +1,111 @@
+"""What a person sees of the children: the console policy, in one place.
+
+Every line of every child goes to `<run>/logs/<role>.log` (launch.Supervisor); the console gets only:
+
+- one line per training step, made from ms-swift's per-step log dict: step/total, mean reward and its
+  std, seconds per step, elapsed, ETA;
+- ms-swift's milestones (loading the model, where it logs, saving a checkpoint, the end of training) and
+  the rollout server's start-up;
+- anything that looks like a failure: warnings are not, tracebacks and errors are; from the first
+  `Traceback` line on, everything (the supervisor also prints a failed child's last lines);
+- a heartbeat when the console has been quiet for HEARTBEAT_SECONDS, saying what the trainer is doing
+  (loading, generating N completions, training), from the phase events the trainer's site hook writes
+  (entrypoint/site/sitecustomize.py, GRPO_RIG_EVENTS).
+
+The model structure, the argument dump, tqdm's bars and library notices stay in the log.
+GRPO_RIG_CONSOLE=all shows every line, as before.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import time
+from pathlib import Path
+
+HEARTBEAT_SECONDS = 30.0
+MILESTONES = (
+    "Loading the model using model_dir", "model_parameter_info", "The logging file will be saved",
+    "Saving model checkpoint", "End time of running main", "last_model_checkpoint", "Downloading the model",
+    "Uvicorn running", "Application startup complete", "Successfully imported external_plugins",
+)  # fmt: skip
+FAILURE = re.compile(
+    r"Traceback|\b\w*(Error|Exception)\b:|out of memory|OutOfMemory|Killed|Segmentation fault|"
+    r"ChildFailedError|\bFATAL\b|\bERROR\b|exitcode\s*:",
+)
+
+
+class Console:
+    """Decides which child lines are shown (`shown`) and what the heartbeat says (`heartbeat`)."""
+
+    def __init__(self, show_all: bool = False, events: Path | None = None, clock=time.monotonic):
+        self.show_all, self.events, self.clock = show_all, events, clock
+        self.started = clock()
+        self.failing: set[str] = set()  # roles past a Traceback: everything is shown
+        self.step: tuple[int, int] | None = None  # (done, total)
+        self.step_at = self.started
+
+    def shown(self, role: str, line: str) -> str | None:
+        """The console text for a child's line, or None to keep it to the log."""
+        if self.show_all:
+            return line
+        line = line.rsplit("\r", 1)[-1]  # tqdm redraws with \r: its last frame
+        if role in self.failing:
+            return line
+        if "'global_step/max_steps'" in line and "{'" in line:  # may follow a tqdm frame on the same line
+            return self._step_line(line[line.index("{'") :])
+        if "Traceback (most recent call last)" in line:
+            self.failing.add(role)
+            return line
+        if FAILURE.search(line) and "FutureWarning" not in line and "UserWarning" not in line:
+            return line
+        if any(m in line for m in MILESTONES):
+            return line.rsplit("[INFO:swift] ", 1)[-1] if "[INFO:swift]" in line else line
+        return None
+
+    def _step_line(self, line: str) -> str | None:
+        try:
+            row = ast.literal_eval(line.strip())
+        except (ValueError, SyntaxError):
+            return line
+        if "train_runtime" in row:  # HF's end-of-training summary
+            return f"training finished in {row['train_runtime'] / 60:.1f} min ({row.get('global_step/max_steps', '?')} steps)"
+        done, total = (int(x) for x in str(row["global_step/max_steps"]).split("/"))
+        now = self.clock()
+        speed = row.get("train_speed(iter/s)")  # ms-swift's steps per second since training began
+        per_step = (
+            1 / speed if speed else (now - self.step_at) / max(1, done - (self.step[0] if self.step else 0))
+        )
+        self.step, self.step_at = (done, total), now
+        reward = row.get("reward")
+        parts = [f"step {done}/{total}"]
+        if reward is not None:
+            parts.append(f"reward {reward:.3f} (std {row.get('reward_std', 0.0):.3f})")
+        parts.append(f"{per_step:.1f} s/step")
+        parts.append(f"elapsed {row.get('elapsed_time', '?')}")
+        parts.append(f"ETA {row.get('remaining_time', '?')}")
+        return " | ".join(parts)
+
+    def heartbeat(self) -> str:
+        """What the trainer is doing now, from its last phase event."""
+        waited = self.clock() - (self.step_at if self.step else self.started)
+        last = _last_event(self.events)
+        where = f"step {self.step[0] + 1} of {self.step[1]}" if self.step else "before the first step"
+        if last is None:
+            doing = "loading the model and the data" if not self.step else "working"
+        elif last.get("phase") in ("generate", "rollout"):
+            doing = f"training on {last.get('completions', '?')} completions (generated in {last.get('seconds', 0):.0f} s)"
+        else:
+            doing = "generating completions"
+        return f"{where}: {doing}, {waited:.0f} s so far (full output: logs/trainer.log)"
+
+
+def _last_event(path: Path | None) -> dict | None:
+    if path is None or not path.is_file():
+        return None
+    try:
+        lines = path.read_text(encoding="utf-8").strip().splitlines()
+        return json.loads(lines[-1]) if lines else None
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,450 @@
+"""`evaluate run=NAME`: did training help? The base model and the run's adapter answer the same held-out
+prompts with the same sampling, and the run's own reward functions score both.
+
+    python -m entrypoint evaluate run=smoke-20261201-120000 [EVAL_PROMPTS=32] [EVAL_GENERATIONS=4]
+                                  [EVAL_SEED=1234] [EVAL_DATASET=/data/heldout.jsonl] [OUTPUT_DIR=output]
+
+Held-out prompts: fresh tasks from the run's generator with another seed (training tasks removed), or
+EVAL_DATASET, or the run's VAL_DATASET. A run trained on a file with no held-out split is refused: its
+rows were all seen in training. Each prompt gets EVAL_GENERATIONS completions from each model (HF
+`generate`, the run's TEMPERATURE / TOP_P / TOP_K / MAX_COMPLETION_LENGTH, the same torch seed for both),
+rendered with the tokenizer's chat template (for the embedded and Qwen models, the same text ms-swift's
+template renders: tests/test_prompts.py). Per reward: the mean over prompts of each prompt's mean, with a
+95 % confidence interval (Student's t over prompts), the paired difference adapter - base with its
+interval, and pass@1 where the reward is a 0/1 correctness. Written to eval.json, eval.md, eval.png in
+the run directory and summarised in manifest.json under "evaluation".
+
+Generation runs on a GPU when torch sees one, else on the CPU; vLLM is not used here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from entrypoint import manifest as manifest_mod
+from entrypoint import swift_schema
+from entrypoint.errors import BadInput, Problem
+from entrypoint.rewards import PLUGIN_FILE, countdown
+
+EVAL_FILES = ("eval.json", "eval.md", "eval.png")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    prompts: int = 32
+    generations: int = 4
+    seed: int = 1234
+    dataset: str = ""  # EVAL_DATASET
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """One reward, one model: over prompts (each prompt's mean over its completions)."""
+
+    mean: float
+    low: float  # 95 % confidence interval
+    high: float
+    prompts: int
+
+
+def confidence(values: Sequence[float]) -> Summary:
+    """Mean and 95 % Student-t interval of per-prompt values."""
+    from scipy import stats
+
+    n = len(values)
+    mean = statistics.fmean(values) if n else math.nan
+    if n < 2:
+        return Summary(mean, mean, mean, n)
+    half = stats.t.ppf(0.975, n - 1) * statistics.stdev(values) / math.sqrt(n)
+    return Summary(mean, mean - half, mean + half, n)
+
+
+def parse_pairs(pairs: Sequence[str]) -> tuple[str, str, Settings]:
+    """(run, OUTPUT_DIR, settings) from `run=NAME KEY=VALUE ...`. Raises BadInput."""
+    values: dict[str, str] = {}
+    problems = []
+    for word in pairs:
+        if "=" not in word:
+            problems.append(
+                Problem(f"command line {word!r}", "arguments are KEY=VALUE words", "write run=NAME")
+            )
+            continue
+        key, value = word.split("=", 1)
+        values[key.strip().upper()] = value
+    known = {"RUN", "OUTPUT_DIR", "EVAL_PROMPTS", "EVAL_GENERATIONS", "EVAL_SEED", "EVAL_DATASET"}
+    for key in sorted(set(values) - known):
+        problems.append(Problem(key, "not a key of `evaluate`", f"use {', '.join(sorted(known))}"))
+    if not values.get("RUN"):
+        problems.append(
+            Problem("RUN", "no run named", "add run=<RUN_NAME> (a directory under OUTPUT_DIR), or run=latest")
+        )
+    numbers = {
+        "prompts": ("EVAL_PROMPTS", 2),
+        "generations": ("EVAL_GENERATIONS", 1),
+        "seed": ("EVAL_SEED", 0),
+    }
+    chosen: dict[str, Any] = {"dataset": values.get("EVAL_DATASET", "")}
+    for field, (key, low) in numbers.items():
+        if key not in values:
+            continue
+        try:
+            chosen[field] = int(values[key])
+        except ValueError:
+            problems.append(
+                Problem(key, f"{values[key]!r} is not an integer", f"set {key} to an integer >= {low}")
+            )
+            continue
+        if chosen[field] < low:
+            problems.append(Problem(key, f"{chosen[field]} is below {low}", f"set {key} >= {low}"))
+    if problems:
+        raise BadInput(problems)
+    settings = Settings(**chosen)
+    return values["RUN"], values.get("OUTPUT_DIR", "output"), settings
+
+
+def latest(output_dir: str) -> str:
+    """The newest run under OUTPUT_DIR (by its manifest's start time), "" when there is none."""
+    root = Path(output_dir).expanduser()
+    runs = []
+    for m in root.glob(f"*/{manifest_mod.MANIFEST}") if root.is_dir() else []:
+        try:
+            runs.append((json.loads(m.read_text()).get("started_at") or "", m.parent.name))
+        except ValueError:
+            continue
+    return max(runs)[1] if runs else ""
+
+
+def run_dir_of(run: str, output_dir: str) -> Path:
+    """The run directory: `run` as a path when it is one, else OUTPUT_DIR/run (run=latest: the newest).
+    Raises BadInput."""
+    if run == "latest":
+        run = latest(output_dir) or run
+    path = Path(run).expanduser()
+    if not (path / manifest_mod.MANIFEST).is_file():
+        path = Path(output_dir).expanduser() / run
+    if not (path / manifest_mod.MANIFEST).is_file():
+        root = Path(output_dir).expanduser()
+        runs = (
+            sorted(p.name for p in root.glob("*/") if (p / manifest_mod.MANIFEST).is_file())
+            if root.is_dir()
+            else []
+        )
+        raise BadInput([Problem(f"run {run}", f"no run directory with a manifest.json at {path}",
+                                f"give one of: {', '.join(runs[-8:])}" if runs else
+                                f"train one first (make smoke), or set OUTPUT_DIR to where your runs are ({root})")])  # fmt: skip
+    return path
+
+
+def trainer_args(data: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The trainer's `swift rlhf` arguments as the run planned them (manifest processes)."""
+    trainer = next((p for p in data.get("processes", []) if p.get("role") == "trainer"), None)
+    out: dict[str, list[str]] = {}
+    name = None
+    for token in (trainer or {}).get("argv", [])[2:]:
+        if token.startswith("--"):
+            name = token[2:]
+            out[name] = []
+        elif name is not None:
+            out[name].append(token)
+    return out
+
+
+def arg(args: Mapping[str, list[str]], name: str) -> str | None:
+    """An argument's value as the run had it, else ms-swift's default."""
+    if args.get(name):
+        return args[name][0]
+    default = swift_schema.load("rlhf")[name].default
+    return None if default is None else str(default)
+
+
+def held_out(
+    data: Mapping[str, Any], args: Mapping[str, list[str]], settings: Settings
+) -> tuple[list[dict], str]:
+    """(rows the trainer never saw, how they were chosen). Raises BadInput when there are none."""
+    recipe = {k: v["value"] for k, v in data.get("resolved_recipe", {}).items()}
+    if settings.dataset:
+        return _read_rows(
+            Path(settings.dataset), settings.prompts, "EVAL_DATASET"
+        ), f"EVAL_DATASET {settings.dataset}"
+    if recipe.get("DATASET_GENERATOR") == "countdown":
+        seen = {
+            (tuple(r["nums"]), r["target"])
+            for r in countdown.generate(int(recipe.get("DATASET_ROWS", 256)), int(data.get("seed", 42)))
+        }
+        fresh = [
+            r
+            for r in countdown.generate(settings.prompts * 4, settings.seed)
+            if (tuple(r["nums"]), r["target"]) not in seen
+        ]
+        return fresh[
+            : settings.prompts
+        ], f"{settings.prompts} fresh countdown tasks (seed {settings.seed}; training tasks removed)"
+    if recipe.get("VAL_DATASET"):
+        return _read_rows(
+            Path(recipe["VAL_DATASET"]), settings.prompts, "VAL_DATASET"
+        ), f"the run's VAL_DATASET {recipe['VAL_DATASET']}"
+    raise BadInput([Problem("EVAL_DATASET", f"the run trained on {', '.join(data.get('dataset', [])) or 'its dataset'} with no held-out "
+                            "split, so every row was seen in training", "give EVAL_DATASET=<a JSONL of held-out rows in the same format>")])  # fmt: skip
+
+
+def _read_rows(path: Path, limit: int, key: str) -> list[dict]:
+    try:
+        lines = path.expanduser().read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise BadInput(
+            [
+                Problem(
+                    f"{key} {path}",
+                    f"cannot be read ({exc.strerror})",
+                    "give a JSONL file inside the container",
+                )
+            ]
+        ) from None
+    rows = [json.loads(line) for line in lines if line.strip()][:limit]
+    if not rows or not all(isinstance(r, dict) and r.get("messages") for r in rows):
+        raise BadInput(
+            [
+                Problem(
+                    f"{key} {path}",
+                    "needs rows with `messages` (and the columns the rewards read)",
+                    "use the training data's format",
+                )
+            ]
+        )
+    return rows
+
+
+def prompt_messages(row: Mapping[str, Any], system: str | None) -> list[dict]:
+    """The row's messages as the trainer prompted: SYSTEM first when the row has none."""
+    messages = [m for m in row["messages"] if not (m["role"] == "assistant" and m is row["messages"][-1])]
+    if system and messages[0]["role"] != "system":
+        text = (
+            Path(system).read_text(encoding="utf-8")
+            if system.endswith(".txt") and Path(system).is_file()
+            else system
+        )
+        messages = [{"role": "system", "content": text}, *messages]
+    return messages
+
+
+def generate(
+    model_path: str,
+    adapter: Path | None,
+    prompts: list[list[dict]],
+    args: Mapping[str, list[str]],
+    settings: Settings,
+) -> list[list[str]]:
+    """`settings.generations` sampled completions per prompt from the base model (adapter None) or base +
+    adapter. Same seed, so both models draw the same random numbers."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(
+        model_path, torch_dtype=torch.float32 if device == "cpu" else torch.bfloat16
+    )
+    if adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(adapter))
+    model.to(device).eval()
+    torch.manual_seed(settings.seed)
+    out: list[list[str]] = []
+    texts = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in prompts]
+    for start in range(0, len(texts), 8):
+        batch = tokenizer(
+            texts[start : start + 8], return_tensors="pt", padding=True, add_special_tokens=False
+        ).to(device)
+        with torch.no_grad():
+            ids = model.generate(
+                **batch, do_sample=True, num_return_sequences=settings.generations,
+                max_new_tokens=int(arg(args, "max_completion_length")), temperature=float(arg(args, "temperature")),
+                top_p=float(arg(args, "top_p")), top_k=int(arg(args, "top_k")), pad_token_id=tokenizer.pad_token_id,
+            )  # fmt: skip
+        decoded = tokenizer.batch_decode(ids[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+        out += [decoded[i : i + settings.generations] for i in range(0, len(decoded), settings.generations)]
+    return out
+
+
+def load_rewards(names: Sequence[str], plugins: Sequence[str]) -> dict[str, Any]:
+    """The run's reward functions as ms-swift would build them: its plugins imported, then orms[name]()."""
+    import importlib
+    import sys
+
+    for file in plugins:
+        path = Path(file)
+        if path.is_file():
+            sys.path.insert(0, str(path.parent))
+            importlib.import_module(path.stem)
+    from swift.plugin import orms
+
+    missing = [n for n in names if n not in orms]
+    if missing:
+        raise BadInput([Problem("REWARD_FUNCS", f"{', '.join(missing)} not registered by the run's plugins {list(plugins)}",
+                                "evaluate where the run's EXTERNAL_PLUGINS files are (inside the container)")])  # fmt: skip
+    return {n: orms[n]() for n in names}
+
+
+def score(
+    rewards: Mapping[str, Any], rows: list[dict], prompts: list[list[dict]], completions: list[list[str]]
+) -> dict[str, list[list[float]]]:
+    """{reward: per prompt, the reward of each completion} (None scores as 0, as ms-swift's nansum does)."""
+    from types import SimpleNamespace
+
+    flat = [c for group in completions for c in group]
+    owners = [i for i, group in enumerate(completions) for _ in group]
+    columns: dict[str, list] = {}
+    for key in {k for r in rows for k in r if k != "messages"}:
+        columns[key] = [rows[i].get(key) for i in owners]
+    messages = [[*prompts[i], {"role": "assistant", "content": c}] for i, c in zip(owners, flat, strict=True)]
+    state = SimpleNamespace(global_step=0, max_steps=1, epoch=0.0)
+    out: dict[str, list[list[float]]] = {}
+    for name, func in rewards.items():
+        values = [
+            0.0 if v is None else float(v)
+            for v in func(flat, messages=messages, trainer_state=state, **columns)
+        ]
+        per_prompt: list[list[float]] = [[] for _ in completions]
+        for i, v in zip(owners, values, strict=True):
+            per_prompt[i].append(v)
+        out[name] = per_prompt
+    return out
+
+
+def summarize(
+    base: Mapping[str, list[list[float]]], tuned: Mapping[str, list[list[float]]]
+) -> dict[str, dict]:
+    """Per reward: base, adapter and the paired difference (each a Summary), and pass@1 where 0/1."""
+    result = {}
+    for name in base:
+        b = [statistics.fmean(v) for v in base[name]]
+        t = [statistics.fmean(v) for v in tuned[name]]
+        binary = all(x in (0.0, 1.0) for group in (*base[name], *tuned[name]) for x in group)
+        result[name] = {
+            "base": dataclasses.asdict(confidence(b)),
+            "adapter": dataclasses.asdict(confidence(t)),
+            "difference": dataclasses.asdict(confidence([y - x for x, y in zip(b, t, strict=True)])),
+            "pass_at_1": {"base": statistics.fmean(b), "adapter": statistics.fmean(t)} if binary else None,
+        }
+    return result
+
+
+def verdict(summary: Mapping[str, dict]) -> str:
+    """One line per reward: base -> adapter, and whether the difference's interval excludes 0."""
+    parts = []
+    for name, s in summary.items():
+        d = s["difference"]
+        sign = "better" if d["low"] > 0 else "worse" if d["high"] < 0 else "no clear change"
+        parts.append(f"{name} {s['base']['mean']:.3f} -> {s['adapter']['mean']:.3f} ({sign}: {d['mean']:+.3f}, 95% CI "
+                     f"{d['low']:+.3f}..{d['high']:+.3f})")  # fmt: skip
+    return "; ".join(parts)
+
+
+def write(run_dir: Path, result: dict) -> None:
+    """eval.json, eval.md, eval.png; the summary in manifest.json."""
+    (run_dir / "eval.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    lines = [f"# Evaluation of {result['run']}", "", f"Prompts: {result['prompts']['how']}; "
+             f"{result['settings']['generations']} completions each, sampled alike for both models "
+             f"(temperature {result['sampling']['temperature']}, top_p {result['sampling']['top_p']}, top_k "
+             f"{result['sampling']['top_k']}, up to {result['sampling']['max_new_tokens']} tokens, seed {result['settings']['seed']}).", "",
+             "| reward | base | adapter | adapter - base (95% CI) | pass@1 base / adapter |", "|---|---|---|---|---|"]  # fmt: skip
+    for name, s in result["summary"].items():
+        fmt = lambda x: f"{x['mean']:.3f} [{x['low']:.3f}, {x['high']:.3f}]"  # noqa: E731
+        p1 = s["pass_at_1"]
+        lines.append(f"| {name} | {fmt(s['base'])} | {fmt(s['adapter'])} | {s['difference']['mean']:+.3f} "
+                     f"[{s['difference']['low']:+.3f}, {s['difference']['high']:+.3f}] | "
+                     + (f"{p1['base']:.3f} / {p1['adapter']:.3f} |" if p1 else "- |"))  # fmt: skip
+    lines += ["", f"Verdict: {result['verdict']}", ""]
+    (run_dir / "eval.md").write_text("\n".join(lines))
+    _plot(run_dir / "eval.png", result)
+    data = manifest_mod.read(run_dir) or {}
+    data["evaluation"] = {"summary": result["summary"], "verdict": result["verdict"], "prompts": result["prompts"],
+                          "settings": result["settings"], "files": list(EVAL_FILES)}  # fmt: skip
+    manifest_mod.write(run_dir, data)
+
+
+def _plot(path: Path, result: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(result["summary"])
+    fig, ax = plt.subplots(figsize=(max(4, 1.8 * len(names) + 1), 3.2))
+    for offset, model, color in ((-0.18, "base", "#999999"), (0.18, "adapter", "#1f77b4")):
+        means = [result["summary"][n][model]["mean"] for n in names]
+        errs = [[m - result["summary"][n][model]["low"] for n, m in zip(names, means, strict=True)],
+                [result["summary"][n][model]["high"] - m for n, m in zip(names, means, strict=True)]]  # fmt: skip
+        ax.bar(
+            [i + offset for i in range(len(names))],
+            means,
+            0.34,
+            yerr=errs,
+            capsize=4,
+            label=model,
+            color=color,
+        )
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylabel("mean reward (95% CI)")
+    ax.set_title(
+        f"{result['run']}: base vs adapter on {result['prompts']['count']} held-out prompts", fontsize=9
+    )
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def evaluate(pairs: Sequence[str], printer=print) -> int:
+    """The `evaluate` command; returns the exit status. Raises BadInput for bad input (exit 2)."""
+    run, output_dir, settings = parse_pairs(pairs)
+    run_dir = run_dir_of(run, output_dir)
+    data = manifest_mod.read(run_dir) or {}
+    adapter = run_dir / "adapter"
+    if not (adapter / "adapter_config.json").is_file():
+        raise BadInput([Problem(f"run {run_dir.name}", f"has no adapter yet (status {data.get('status', 'unknown')}; "
+                                f"{adapter} is missing)", "finish the run first: start it again with the same RUN_NAME to resume")])  # fmt: skip
+    args = trainer_args(data)
+    rows, how = held_out(data, args, settings)
+    if len(rows) < 2:
+        raise BadInput(
+            [
+                Problem(
+                    "EVAL_PROMPTS",
+                    f"only {len(rows)} held-out prompt(s)",
+                    "give more rows, or raise EVAL_PROMPTS",
+                )
+            ]
+        )
+    system = arg(args, "system")
+    prompts = [prompt_messages(r, system) for r in rows]
+    plugins = [p for p in args.get("external_plugins", []) if Path(p).is_file()] or [str(PLUGIN_FILE)]
+    rewards = load_rewards(args.get("reward_funcs", []), plugins)
+    model_path = data.get("model", {}).get("path") or arg(args, "model")
+    printer(
+        f"evaluating {run_dir.name}: {len(prompts)} held-out prompts x {settings.generations} completions, base then adapter"
+    )
+    base = score(rewards, rows, prompts, generate(model_path, None, prompts, args, settings))
+    tuned = score(rewards, rows, prompts, generate(model_path, adapter, prompts, args, settings))
+    summary = summarize(base, tuned)
+    result = {
+        "run": run_dir.name, "model": model_path, "adapter": str(adapter),
+        "prompts": {"how": how, "count": len(prompts)},
+        "settings": dataclasses.asdict(settings),
+        "sampling": {"temperature": float(arg(args, "temperature")), "top_p": float(arg(args, "top_p")),
+                     "top_k": int(arg(args, "top_k")), "max_new_tokens": int(arg(args, "max_completion_length"))},
+        "summary": summary, "verdict": verdict(summary),
+    }  # fmt: skip
+    write(run_dir, result)
+    printer(f"before/after: {result['verdict']}")
+    printer(f"evaluation: {run_dir / 'eval.md'}")
+    return 0

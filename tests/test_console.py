@@ -1,0 +1,69 @@
+"""The console a person follows (issue 19): a real smoke run's trainer output (tests/fixtures/
+smoke-trainer.log, 600 lines: the argument dump, the model structure, tqdm, library notices, four step
+dicts) comes out as a few milestones and one line per step; failures always show; a quiet console gets a
+heartbeat naming the phase."""
+
+from __future__ import annotations
+
+from entrypoint.console import Console
+from tests.conftest import ROOT
+
+LOG = (ROOT / "tests" / "fixtures" / "smoke-trainer.log").read_text().splitlines()
+EVENTS = ROOT / "tests" / "fixtures" / "smoke-events.jsonl"
+
+
+def shown(console: Console, lines: list[str], role: str = "trainer") -> list[str]:
+    return [s for s in (console.shown(role, ln) for ln in lines) if s is not None]
+
+
+def test_a_smoke_run_fits_on_a_screen_with_a_line_per_step():
+    clock = iter(range(0, 10_000, 30))
+    out = shown(Console(clock=lambda: next(clock)), LOG)
+    assert len(LOG) > 500 and len(out) <= 15, out
+    steps = [s for s in out if s.startswith("step ")]
+    assert out[-1].startswith("training finished in 2.2 min") or any(
+        s.startswith("training finished") for s in out
+    )
+    assert [s.split(" |")[0] for s in steps] == ["step 1/4", "step 2/4", "step 3/4", "step 4/4"]
+    assert steps[0].startswith("step 1/4 | reward 0.281 (std 0.036) | ") and "ETA 2m 15s" in steps[0]
+    assert "s/step" in steps[1] and "elapsed" in steps[1]
+    assert any("Loading the model" in s for s in out) and any("Saving model checkpoint" in s for s in out)
+    assert not any("lora_A" in s or "adam_beta1" in s or "it/s]" in s for s in out)
+
+
+def test_failures_always_show_and_a_traceback_whole():
+    console = Console()
+    lines = ["(q_proj): Linear(in_features=576)", "Traceback (most recent call last):", '  File "x.py", line 1',
+             "    raise RuntimeError('boom')", "RuntimeError: boom"]  # fmt: skip
+    assert shown(console, lines) == lines[1:]
+    assert Console().shown(
+        "rollout", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    )
+    assert Console().shown("trainer", "FutureWarning: `tokenizer` is deprecated") is None
+    assert Console(show_all=True).shown("trainer", "(q_proj): Linear") == "(q_proj): Linear"
+
+
+def test_the_heartbeat_says_what_the_trainer_is_doing():
+    now = [100.0]
+    console = Console(events=EVENTS, clock=lambda: now[0])
+    now[0] = 160.0
+    # the fixture's last event is a finished training phase: the trainer is generating the next round
+    assert (
+        console.heartbeat()
+        == "before the first step: generating completions, 60 s so far (full output: logs/trainer.log)"
+    )
+    console.shown("trainer", next(ln for ln in LOG if "'global_step/max_steps': '1/4'" in ln))
+    now[0] = 190.0
+    assert console.heartbeat().startswith("step 2 of 4: generating completions, 30 s so far")
+    assert "loading the model and the data" in Console(events=None).heartbeat()
+
+
+def test_after_a_generation_round_the_heartbeat_says_training(tmp_path):
+    events = tmp_path / "events.jsonl"
+    events.write_text('{"t": 1, "phase": "generate", "seconds": 12.7, "step": 0, "completions": 8}\n')
+    assert (
+        Console(events=events, clock=lambda: 0.0)
+        .heartbeat()
+        .startswith("before the first step: training on 8 completions (generated in 13 s)")
+    )
+    assert "logs/trainer.log" in Console(clock=lambda: 0.0).heartbeat()
