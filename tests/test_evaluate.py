@@ -1,0 +1,104 @@
+"""`evaluate` (issue 18): base model vs the run's adapter on held-out prompts, scored by the run's rewards.
+
+The slow test is a real CPU evaluation of the smoke run's adapter; the others are the bad-input cases,
+refused with exit 2 and the fix before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from entrypoint import evaluate
+from tests.conftest import clean_env, run_cli
+
+
+def refused(*pairs: str) -> str:
+    start = time.monotonic()
+    proc = run_cli("evaluate", *pairs, env=clean_env(), timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert time.monotonic() - start < 15  # before any model is loaded
+    assert "Traceback" not in proc.stderr
+    return proc.stderr
+
+
+def fake_run(root: Path, name: str, *, adapter: bool, recipe: dict | None = None) -> Path:
+    run = root / name
+    run.mkdir(parents=True)
+    resolved = {k: {"value": v, "source": "test"} for k, v in (recipe or {}).items()}
+    (run / "manifest.json").write_text(json.dumps({"status": "completed" if adapter else "failed", "run_name": name,
+                                                   "started_at": "2026-12-01T00:00:00+00:00",
+                                                   "resolved_recipe": resolved, "dataset": ["/data/train.jsonl"],
+                                                   "processes": []}))  # fmt: skip
+    if adapter:
+        (run / "adapter").mkdir()
+        (run / "adapter" / "adapter_config.json").write_text("{}")
+    return run
+
+
+def test_no_such_run_names_the_runs_there(tmp_path):
+    fake_run(tmp_path, "smoke-20261201-000000", adapter=True)
+    err = refused("run=nope", f"OUTPUT_DIR={tmp_path}")
+    assert "no run directory with a manifest.json" in err and "smoke-20261201-000000" in err
+
+
+def test_a_run_without_an_adapter_is_refused_with_the_resume_fix(tmp_path):
+    fake_run(tmp_path, "half", adapter=False)
+    err = refused("run=half", f"OUTPUT_DIR={tmp_path}")
+    assert "has no adapter yet (status failed" in err and "start it again with the same RUN_NAME" in err
+
+
+def test_a_run_on_a_file_without_held_out_rows_asks_for_eval_dataset(tmp_path):
+    fake_run(tmp_path, "file", adapter=True, recipe={"DATASET": "/data/train.jsonl"})
+    err = refused("run=file", f"OUTPUT_DIR={tmp_path}")
+    assert "every row was seen in training" in err and "EVAL_DATASET=" in err
+
+
+def test_bad_words_are_refused():
+    err = refused("run=x", "EVAL_PROMPTS=1", "EVAL_GENERATIONS=lots", "TEMPERATURE=2")
+    assert "EVAL_PROMPTS: 1 is below 2" in err and "'lots' is not an integer" in err
+    assert "TEMPERATURE: not a key of `evaluate`" in err
+    assert "RUN: no run named" in refused("EVAL_PROMPTS=4")
+
+
+def test_latest_is_the_newest_run(tmp_path):
+    fake_run(tmp_path, "old", adapter=True)
+    new = fake_run(tmp_path, "new", adapter=True)
+    data = json.loads((new / "manifest.json").read_text())
+    data["started_at"] = "2026-12-02T00:00:00+00:00"
+    (new / "manifest.json").write_text(json.dumps(data))
+    assert evaluate.run_dir_of("latest", str(tmp_path)) == new
+
+
+def test_intervals_and_pass_at_1():
+    base = {"acc": [[0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, 1.0]]}
+    tuned = {"acc": [[1.0, 1.0], [1.0, 1.0], [0.0, 1.0], [1.0, 1.0]]}
+    s = evaluate.summarize(base, tuned)["acc"]
+    assert s["base"]["mean"] == pytest.approx(0.25) and s["adapter"]["mean"] == pytest.approx(0.875)
+    assert s["pass_at_1"] == {"base": pytest.approx(0.25), "adapter": pytest.approx(0.875)}
+    assert s["difference"]["low"] > 0  # every prompt improved or held
+    assert "better" in evaluate.verdict({"acc": s})
+    flat = evaluate.summarize({"f": [[0.5], [0.5]]}, {"f": [[0.5], [0.5]]})["f"]
+    assert flat["pass_at_1"] is None and "no clear change" in evaluate.verdict({"f": flat})
+
+
+@pytest.mark.slow
+def test_a_real_evaluation_of_the_smoke_runs_adapter(smoke_run):
+    proc = run_cli(
+        "evaluate", f"run={smoke_run}", "EVAL_PROMPTS=6", "EVAL_GENERATIONS=2", env=clean_env(), timeout=900
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "before/after: countdown" in proc.stdout and "format_partial" in proc.stdout
+    result = json.loads((smoke_run / "eval.json").read_text())
+    assert result["prompts"]["count"] == 6 and "training tasks removed" in result["prompts"]["how"]
+    for name in ("countdown", "format_partial"):
+        s = result["summary"][name]
+        assert 0.0 <= s["base"]["mean"] <= 1.0 and s["base"]["low"] <= s["base"]["mean"] <= s["base"]["high"]
+    assert (smoke_run / "eval.png").stat().st_size > 1000 and "| format_partial |" in (
+        smoke_run / "eval.md"
+    ).read_text()
+    manifest = json.loads((smoke_run / "manifest.json").read_text())
+    assert manifest["evaluation"]["verdict"] == result["verdict"]
