@@ -14,7 +14,10 @@ template renders: tests/test_prompts.py). Per reward: the mean over prompts of e
 interval, and pass@1 where the reward is a 0/1 correctness. Written to eval.json, eval.md, eval.png in
 the run directory and summarised in manifest.json under "evaluation".
 
-Generation runs on a GPU when torch sees one, else on the CPU; vLLM is not used here.
+Engine (EVAL_ENGINE): `auto` uses vLLM when torch sees a GPU and vLLM is installed (the image has both),
+one engine for both models with the adapter as a LoRA request; else HF `generate` on the CPU. `hf` forces
+HF `generate` (on the GPU when there is one); `vllm` without a GPU is refused. vLLM takes
+EVAL_GPU_MEMORY_UTILIZATION of the card (default 0.5: evaluate runs alone on it).
 """
 
 from __future__ import annotations
@@ -41,6 +44,11 @@ class Settings:
     generations: int = 4
     seed: int = 1234
     dataset: str = ""  # EVAL_DATASET
+    engine: str = "auto"  # EVAL_ENGINE: auto | hf | vllm
+    gpu_memory_utilization: float = 0.5  # EVAL_GPU_MEMORY_UTILIZATION, vLLM's share of the card
+
+
+ENGINES = ("auto", "hf", "vllm")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +85,8 @@ def parse_pairs(pairs: Sequence[str]) -> tuple[str, str, Settings]:
             continue
         key, value = word.split("=", 1)
         values[key.strip().upper()] = value
-    known = {"RUN", "OUTPUT_DIR", "EVAL_PROMPTS", "EVAL_GENERATIONS", "EVAL_SEED", "EVAL_DATASET"}
+    known = {"RUN", "OUTPUT_DIR", "EVAL_PROMPTS", "EVAL_GENERATIONS", "EVAL_SEED", "EVAL_DATASET", "EVAL_ENGINE",
+             "EVAL_GPU_MEMORY_UTILIZATION"}  # fmt: skip
     for key in sorted(set(values) - known):
         problems.append(Problem(key, "not a key of `evaluate`", f"use {', '.join(sorted(known))}"))
     if not values.get("RUN"):
@@ -90,6 +99,22 @@ def parse_pairs(pairs: Sequence[str]) -> tuple[str, str, Settings]:
         "seed": ("EVAL_SEED", 0),
     }
     chosen: dict[str, Any] = {"dataset": values.get("EVAL_DATASET", "")}
+    engine = values.get("EVAL_ENGINE", "auto").strip().lower()
+    if engine not in ENGINES:
+        problems.append(
+            Problem("EVAL_ENGINE", f"{engine!r} is not an engine", f"use one of {', '.join(ENGINES)}")
+        )
+    chosen["engine"] = engine
+    if "EVAL_GPU_MEMORY_UTILIZATION" in values:
+        try:
+            share = float(values["EVAL_GPU_MEMORY_UTILIZATION"])
+        except ValueError:
+            share = math.nan
+        if not 0 < share <= 1:  # vLLM's own range for gpu_memory_utilization (vllm/config.py CacheConfig)
+            problems.append(Problem("EVAL_GPU_MEMORY_UTILIZATION", f"{values['EVAL_GPU_MEMORY_UTILIZATION']!r} is not in (0, 1]",
+                                    "set a share of the card such as 0.5"))  # fmt: skip
+        else:
+            chosen["gpu_memory_utilization"] = share
     for field, (key, low) in numbers.items():
         if key not in values:
             continue
@@ -233,6 +258,68 @@ def prompt_messages(row: Mapping[str, Any], system: str | None) -> list[dict]:
     return messages
 
 
+def choose_engine(requested: str, gpu: bool, vllm_installed: bool) -> str:
+    """ "hf" or "vllm" for EVAL_ENGINE `requested`, given whether torch sees a GPU and vLLM imports.
+    Raises BadInput for `vllm` where it cannot run."""
+    if requested == "vllm" and not (gpu and vllm_installed):
+        why = "torch sees no GPU" if not gpu else "vLLM is not installed here"
+        raise BadInput([Problem("EVAL_ENGINE", f"vllm was asked for, but {why}",
+                                "leave EVAL_ENGINE=auto (HF generate), or evaluate inside the GPU image")])  # fmt: skip
+    if requested == "hf":
+        return "hf"
+    return "vllm" if gpu and vllm_installed else "hf"
+
+
+def _render(tokenizer, prompts: list[list[dict]]) -> list[str]:
+    # the chat template's text, tokenized without extra special tokens: what ms-swift's template feeds
+    return [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in prompts]
+
+
+def generate_vllm(
+    model_path: str,
+    adapter: Path,
+    prompts: list[list[dict]],
+    args: Mapping[str, list[str]],
+    settings: Settings,
+) -> tuple[list[list[str]], list[list[str]]]:
+    """(base completions, adapter completions): `settings.generations` per prompt from one vLLM engine, the
+    adapter served as a LoRA request; the same per-request seeds for both."""
+    from transformers import AutoTokenizer
+    from vllm import LLM, SamplingParams
+    from vllm.lora.request import LoRARequest
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in _render(tokenizer, prompts)]
+    rank = int(json.loads((adapter / "adapter_config.json").read_text()).get("r", 8))
+    max_new = int(arg(args, "max_completion_length"))
+    llm = LLM(
+        model=model_path, enable_lora=True, max_lora_rank=_vllm_lora_rank(rank), max_loras=1, seed=settings.seed,
+        gpu_memory_utilization=settings.gpu_memory_utilization, max_model_len=max(len(i) for i in ids) + max_new,
+        enforce_eager=True,  # a one-off job: CUDA graph capture costs more than it saves
+    )  # fmt: skip
+    top_k = int(arg(args, "top_k"))
+    params = [
+        SamplingParams(n=settings.generations, temperature=float(arg(args, "temperature")), top_p=float(arg(args, "top_p")),
+                       top_k=top_k if top_k > 0 else -1, max_tokens=max_new, seed=settings.seed + i)
+        for i in range(len(ids))
+    ]  # fmt: skip
+    requests = [{"prompt_token_ids": i} for i in ids]
+
+    def texts(outputs) -> list[list[str]]:
+        return [[c.text for c in o.outputs] for o in outputs]
+
+    base = texts(llm.generate(requests, params, use_tqdm=False))
+    tuned = texts(
+        llm.generate(requests, params, use_tqdm=False, lora_request=LoRARequest("adapter", 1, str(adapter)))
+    )
+    return base, tuned
+
+
+def _vllm_lora_rank(rank: int) -> int:
+    # vLLM 0.8.5 accepts only these max_lora_rank values (vllm/config.py LoRAConfig.possible_max_ranks)
+    return next((r for r in (8, 16, 32, 64, 128, 256, 320, 512) if r >= rank), rank)
+
+
 def generate(
     model_path: str,
     adapter: Path | None,
@@ -259,7 +346,7 @@ def generate(
     model.to(device).eval()
     torch.manual_seed(settings.seed)
     out: list[list[str]] = []
-    texts = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in prompts]
+    texts = _render(tokenizer, prompts)
     for start in range(0, len(texts), 8):
         batch = tokenizer(
             texts[start : start + 8], return_tensors="pt", padding=True, add_special_tokens=False
@@ -355,7 +442,8 @@ def write(run_dir: Path, result: dict) -> None:
     lines = [f"# Evaluation of {result['run']}", "", f"Prompts: {result['prompts']['how']}; "
              f"{result['settings']['generations']} completions each, sampled alike for both models "
              f"(temperature {result['sampling']['temperature']}, top_p {result['sampling']['top_p']}, top_k "
-             f"{result['sampling']['top_k']}, up to {result['sampling']['max_new_tokens']} tokens, seed {result['settings']['seed']}).", "",
+             f"{result['sampling']['top_k']}, up to {result['sampling']['max_new_tokens']} tokens, seed {result['settings']['seed']}; "
+             f"{'vLLM' if result.get('engine') == 'vllm' else 'HF generate'}).", "",
              "| reward | base | adapter | adapter - base (95% CI) | pass@1 base / adapter |", "|---|---|---|---|---|"]  # fmt: skip
     for name, s in result["summary"].items():
         fmt = lambda x: f"{x['mean']:.3f} [{x['low']:.3f}, {x['high']:.3f}]"  # noqa: E731
@@ -404,6 +492,14 @@ def _plot(path: Path, result: dict) -> None:
     plt.close(fig)
 
 
+def _gpu_and_vllm() -> tuple[bool, bool]:
+    import importlib.util
+
+    import torch
+
+    return torch.cuda.is_available(), importlib.util.find_spec("vllm") is not None
+
+
 def evaluate(pairs: Sequence[str], printer=print) -> int:
     """The `evaluate` command; returns the exit status. Raises BadInput for bad input (exit 2)."""
     run, output_dir, settings = parse_pairs(pairs)
@@ -413,6 +509,7 @@ def evaluate(pairs: Sequence[str], printer=print) -> int:
     if not (adapter / "adapter_config.json").is_file():
         raise BadInput([Problem(f"run {run_dir.name}", f"has no adapter yet (status {data.get('status', 'unknown')}; "
                                 f"{adapter} is missing)", "finish the run first: start it again with the same RUN_NAME to resume")])  # fmt: skip
+    engine = choose_engine(settings.engine, *_gpu_and_vllm())
     args = trainer_args(data)
     rows, how = held_out(data, args, settings)
     if len(rows) < 2:
@@ -431,14 +528,20 @@ def evaluate(pairs: Sequence[str], printer=print) -> int:
     rewards = load_rewards(args.get("reward_funcs", []), plugins)
     model_path = data.get("model", {}).get("path") or arg(args, "model")
     printer(
-        f"evaluating {run_dir.name}: {len(prompts)} held-out prompts x {settings.generations} completions, base then adapter"
+        f"evaluating {run_dir.name}: {len(prompts)} held-out prompts x {settings.generations} completions, "
+        f"base then adapter ({'vLLM' if engine == 'vllm' else 'HF generate'})"
     )
-    base = score(rewards, rows, prompts, generate(model_path, None, prompts, args, settings))
-    tuned = score(rewards, rows, prompts, generate(model_path, adapter, prompts, args, settings))
+    if engine == "vllm":
+        base_text, tuned_text = generate_vllm(model_path, adapter, prompts, args, settings)
+    else:
+        base_text = generate(model_path, None, prompts, args, settings)
+        tuned_text = generate(model_path, adapter, prompts, args, settings)
+    base = score(rewards, rows, prompts, base_text)
+    tuned = score(rewards, rows, prompts, tuned_text)
     summary = summarize(base, tuned)
     result = {
         "run": run_dir.name, "model": model_path, "adapter": str(adapter),
-        "prompts": {"how": how, "count": len(prompts)},
+        "prompts": {"how": how, "count": len(prompts)}, "engine": engine,
         "settings": dataclasses.asdict(settings),
         "sampling": {"temperature": float(arg(args, "temperature")), "top_p": float(arg(args, "top_p")),
                      "top_k": int(arg(args, "top_k")), "max_new_tokens": int(arg(args, "max_completion_length"))},

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import huggingface_hub
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 
 
 def hf_hub(environ: Mapping[str, str]) -> Path:
@@ -59,11 +61,23 @@ def expected(repo_id: str, kind: str, use_hf: bool, environ: Mapping[str, str]) 
     return modelscope(environ) / kind / (org or "damo") / name
 
 
+def is_repo_id(text: str) -> bool:
+    """Whether `text` can name a hub repository ("name" or "org/name", by huggingface_hub's own rule,
+    `validate_repo_id`); a path like /models/q05 or ./q05 cannot."""
+    try:
+        validate_repo_id(text)
+    except HFValidationError:
+        return False
+    return True
+
+
 def cached(repo_id: str, kind: str, use_hf: bool, environ: Mapping[str, str]) -> Path | None:
     """The local snapshot directory of hub repo `repo_id` (kind "models" or "datasets"), or None when it
     was never downloaded. For models, the directory holds config.json; `--model <it>` loads it without
     asking the hub."""
     repo_id = repo_id.split(":")[0]
+    if not is_repo_id(repo_id):  # a local path, or a typo: never in a hub's cache
+        return None
     if use_hf:
         if kind == "models":
             found = huggingface_hub.try_to_load_from_cache(

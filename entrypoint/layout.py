@@ -69,6 +69,8 @@ class Layout:
             return "cpu: no GPU; HF generation inside the trainer"
         text = (
             f"{self.mode}: training on GPU(s) {_fmt(self.train_gpus)} (NPROC_PER_NODE={self.nproc_per_node})"
+            if self.train_gpus or self.mode != "server"
+            else f"{self.mode}: no training on this node"
         )
         if self.local_rollout:
             text += f"; vLLM rollout server on GPU(s) {_fmt(self.rollout_gpus)} (tp={self.rollout_tp}, dp={self.rollout_dp})"

@@ -141,7 +141,7 @@ class Plan:
         lines.append(f"layout: {self.layout.describe()}")
         if self.shape:
             lines.append(
-                "batch shape, chosen by the planner where the recipe leaves it open (AUTO_SHAPE=false: off):"
+                "batch shape, chosen by the planner where the recipe leaves it open (switch off: AUTO_SHAPE=false):"
             )
             lines += [f"  {key}={value}: {why}" for key, value, why in self.shape]
         lines.append("nccl:")
@@ -410,6 +410,8 @@ def _absolute_if_local(spec: str, facts: Facts) -> str:
 
 def _shape(d: Draft) -> bool:
     """The batch shape the planner chooses (shape.py); True when it set values (the recipe changed)."""
+    if d.rollout_only:  # `rollout` serves; the trainers on other nodes choose their own shape
+        return False
     w, _ = memory_check.workload(d, d.facts)
     choices = shape.choose(d, w)
     if not choices:

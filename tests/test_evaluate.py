@@ -64,6 +64,20 @@ def test_bad_words_are_refused():
     assert "RUN: no run named" in refused("EVAL_PROMPTS=4")
 
 
+def test_the_engine_is_vllm_only_where_a_gpu_and_vllm_are(tmp_path):
+    assert evaluate.choose_engine("auto", gpu=True, vllm_installed=True) == "vllm"
+    assert evaluate.choose_engine("auto", gpu=False, vllm_installed=True) == "hf"
+    assert evaluate.choose_engine("auto", gpu=True, vllm_installed=False) == "hf"
+    assert evaluate.choose_engine("hf", gpu=True, vllm_installed=True) == "hf"
+    with pytest.raises(evaluate.BadInput, match="torch sees no GPU"):
+        evaluate.choose_engine("vllm", gpu=False, vllm_installed=True)
+    err = refused("run=x", "EVAL_ENGINE=sglang", "EVAL_GPU_MEMORY_UTILIZATION=1.5")
+    assert "'sglang' is not an engine" in err and "use one of auto, hf, vllm" in err
+    assert "EVAL_GPU_MEMORY_UTILIZATION: '1.5' is not in (0, 1]" in err
+    fake_run(tmp_path, "cpu", adapter=True)
+    assert "torch sees no GPU" in refused("run=cpu", f"OUTPUT_DIR={tmp_path}", "EVAL_ENGINE=vllm")
+
+
 def test_latest_is_the_newest_run(tmp_path):
     fake_run(tmp_path, "old", adapter=True)
     new = fake_run(tmp_path, "new", adapter=True)

@@ -22,6 +22,7 @@ from entrypoint import ports
 from tests.conftest import FAKE_SWIFT, FAKES, ROOT, clean_env
 
 RECIPE = FAKES / "server.env"
+CORPUS_MODELS = ROOT / "tests" / "corpus" / "models"
 
 
 def env_for(tmp_path: Path, **fake: str) -> dict[str, str]:
@@ -256,3 +257,38 @@ def test_a_failed_merged_export_is_not_completed_and_a_rerun_exports_only(tmp_pa
     assert (tmp_path / "out" / "r" / "merged" / "model.safetensors").is_file()
     assert any(k.startswith("merged/") for k in data["exported"])
     assert_nothing_left(tmp_path)
+
+
+def test_rollout_command_serves_until_stopped(tmp_path):
+    """`rollout` (a node that only serves, for trainers elsewhere): health-gated, says how to reach it,
+    sized by the planner, and SIGTERM stops the server's tree."""
+    port = ports.first_free(18400)
+    # a model whose size the planner knows, and no batch values: the trainers' shape is not this node's
+    model = tmp_path / "Qwen2.5-3B-Instruct"
+    model.mkdir()
+    (model / "config.json").write_bytes(
+        (CORPUS_MODELS / "Qwen--Qwen2.5-3B-Instruct" / "config.json").read_bytes()
+    )
+    recipe = tmp_path / "serve.env"
+    recipe.write_text("".join(line for line in RECIPE.read_text().splitlines(keepends=True)
+                              if not line.startswith(("PER_DEVICE", "GRADIENT_ACC", "MODEL="))) + f"MODEL={model}\n")  # fmt: skip
+    argv = [sys.executable, "-m", "entrypoint", "rollout", f"recipe={recipe}", "TRAIN_GPUS=", f"ROLLOUT_PORT={port}",
+            f"OUTPUT_DIR={tmp_path}/out", "RUN_NAME=r"]  # fmt: skip
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env=env_for(tmp_path, FAKE_ROLLOUT="slow:1"), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines = []
+    deadline = time.monotonic() + 60
+    while not any("rollout server healthy" in line for line in lines):
+        assert proc.poll() is None and time.monotonic() < deadline, "".join(lines) + proc.stdout.read()
+        lines.append(proc.stdout.readline())
+    out = "".join(lines)
+    assert f"ROLLOUT_PORT={port}" in out and "Traceback" not in out
+    assert "no training on this node" in out
+    assert "--max_num_seqs" in out  # the planner sized the server for the generation round
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, out + rest
+    assert_nothing_left(tmp_path)
+    assert ports.is_free(port)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import build_plan, clean_env, flag, run_cli
+from tests.conftest import ROOT, build_plan, clean_env, flag, run_cli
 
 
 def build(*pairs, inventory="5x4090-driver535", environ=None):
@@ -128,3 +128,18 @@ def test_a_generator_and_a_dataset_in_the_same_layer_are_refused():
         inventory="1x4090-driver535",
     )
     assert any(x.fatal and x.where == "DATASET" and "same layer" in x.message for x in p.problems)
+
+
+def test_a_local_model_directory_is_planned_from_its_config(tmp_path):
+    """MODEL=/path/to/dir (a downloaded or converted model) is not a hub id: the plan reads its
+    config.json and never asks a hub cache about the path (it used to end in HFValidationError)."""
+    model = tmp_path / "models" / "Qwen2.5-3B-Instruct"
+    model.mkdir(parents=True)
+    config = ROOT / "tests" / "corpus" / "models" / "Qwen--Qwen2.5-3B-Instruct" / "config.json"
+    (model / "config.json").write_bytes(config.read_bytes())
+    for spec in (str(model), f"{model}/"):
+        proc = run_cli("plan", "recipe=countdown-1x4090", f"MODEL={spec}",
+                       "INVENTORY=examples/inventories/1x4090-driver535.json", env=clean_env())  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert f"model dimensions from {model}/config.json" in proc.stdout
+        assert f"--model {spec}" in proc.stdout

@@ -13,6 +13,8 @@
 #      DATASET_GENERATOR=countdown EMULATE_VRAM_GB=24 MAX_STEPS=6`
 # Progress: /tmp/work/progress.log; everything lands under /tmp/work. Started again on the same machine, it
 # keeps the models it built. CALIBRATE_ONLY=NAME,... limits the calibration (bench/calibrate_memory.py).
+# GPU_WORK=tests: steps 1-2, then only the GPU tests, two files side by side (each its own emulated card),
+# their runs kept under /tmp/work/pytest-*.
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
 W=/tmp/work
@@ -23,8 +25,10 @@ export HF_HUB_OFFLINE=1 MODELSCOPE_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARAL
 step() { echo "$(date -u +%T) $*" | tee -a "$W/progress.log"; }
 
 step "tokenizer and models"
-test -d "$W/models/q15" || python3 bench/qwen_tokenizer.py "$W/qtok" --wheel .device/kit/dashscope-2.0.2-py3-none-any.whl > "$W/models.log" 2>&1
-for m in q05:Qwen/Qwen2.5-0.5B-Instruct q15:Qwen/Qwen2.5-1.5B-Instruct; do
+test -d "$W/qtok" || python3 bench/qwen_tokenizer.py "$W/qtok" --wheel .device/kit/dashscope-2.0.2-py3-none-any.whl > "$W/models.log" 2>&1
+models="q05:Qwen/Qwen2.5-0.5B-Instruct q15:Qwen/Qwen2.5-1.5B-Instruct"
+[ "${GPU_WORK:-all}" = tests ] && models=${models%% *}
+for m in $models; do
   test -d "$W/models/${m%%:*}" || python3 bench/make_random_model.py "${m#*:}" "$W/models/${m%%:*}" --tokenizer "$W/qtok" >> "$W/models.log" 2>&1 &
 done
 wait
@@ -42,6 +46,17 @@ h = pynvml.nvmlDeviceGetHandleByIndex(0)
 mine = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h) if p.pid == os.getpid()]
 print(f"emulated card: total {total / 2**30:.2f} GiB, free {free / 2**30:.2f} GiB; NVML lists this PID: {bool(mine)} ({mine})")
 ' >> "$W/progress.log" 2>&1
+
+if [ "${GPU_WORK:-all}" = tests ]; then
+  step "GPU tests only: colocate (+ evaluate) and the rollout server, side by side"
+  for t in colocate rollout_server server; do
+    GRPO_RIG_TEST_MODEL=$W/models/q05 python3 -m pytest -p no:cacheprovider -m gpu "tests/gpu/test_$t.py" -v -rA \
+      --basetemp="$W/pytest-$t" > "$W/pytest-$t.log" 2>&1 &
+  done
+  wait
+  for t in colocate rollout_server server; do step "test_$t: $(tail -1 "$W/pytest-$t.log")"; done
+  touch "$W/DONE"; step "done"; exit 0
+fi
 
 step "phase 1: GPU tests and the colocate calibration, side by side"
 python3 bench/calibrate_memory.py --models "$W/models" --out "$W/calib" --steps 3 --deadline 420 ${CALIBRATE_ONLY:+--only $CALIBRATE_ONLY} > "$W/calib.log" 2>&1 &

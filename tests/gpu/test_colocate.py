@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,20 @@ def test_vllm_sized_its_kv_cache_for_the_emulated_card(colocate_run, gpu_model):
     dims = memory.ModelDims.from_config(json.loads((gpu_model / "config.json").read_text()))
     kv_gib = memory.kv_gib(dims, 2, int(tokens.replace(",", "")))
     assert 0 < kv_gib < util * 24.0, (tokens, kv_gib, util)
+
+
+def test_evaluate_uses_vllm_on_the_gpu(colocate_run, gpu_env):
+    """`evaluate` of the run on the GPU: vLLM generates for the base model and the adapter (as a LoRA
+    request), on the same emulated 24 GiB card, and the run's own rewards score both."""
+    _, run = colocate_run
+    site = str(Path(__file__).resolve().parents[2] / "entrypoint" / "site")
+    env = {**gpu_env, "GRPO_RIG_EMULATE_VRAM_GB": "24",
+           "PYTHONPATH": os.pathsep.join(p for p in (site, gpu_env.get("PYTHONPATH", "")) if p)}  # fmt: skip
+    proc = run_cli("evaluate", f"run={run}", "EVAL_PROMPTS=8", "EVAL_GENERATIONS=2", env=env, timeout=900)
+    (run / "evaluate-console.log").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "(vLLM)" in proc.stdout and "before/after:" in proc.stdout
+    result = json.loads((run / "eval.json").read_text())
+    assert result["engine"] == "vllm" and result["prompts"]["count"] == 8
+    assert set(result["summary"]) == {"countdown", "ascii_share"}
+    assert json.loads((run / "manifest.json").read_text())["evaluation"]["verdict"] == result["verdict"]
