@@ -58,9 +58,22 @@ def main() -> int:
         f"Verdict: {result['verdict']}", "",
         "The table (eval.md), the bars (eval.png) and the training curves (training_curves.png) are beside this file.", "",
     ]  # fmt: skip
+    lines += unlearned(result)
     (args.out / "learning.md").write_text("\n".join(lines))
     print("\n".join(lines))
     return 0
+
+
+def unlearned(result: dict) -> list[str]:
+    """A sentence for each 0/1 reward that neither model ever earned: what the model cannot learn here."""
+    out = []
+    for name, s in result["summary"].items():
+        p1 = s.get("pass_at_1")
+        if p1 and p1["base"] == 0 and p1["adapter"] == 0:
+            out += [f"`{name}` stayed at 0 for both models: in this budget the 135M model does not solve a single held-out "
+                    f"task ({result['prompts']['count']} x {result['settings']['generations']} completions, up to "
+                    f"{result['sampling']['max_new_tokens']} tokens); the format reward is what it learns.", ""]  # fmt: skip
+    return out
 
 
 if __name__ == "__main__":

@@ -73,10 +73,16 @@ class Console:
             return f"training finished in {row['train_runtime'] / 60:.1f} min ({row.get('global_step/max_steps', '?')} steps)"
         done, total = (int(x) for x in str(row["global_step/max_steps"]).split("/"))
         now = self.clock()
-        speed = row.get("train_speed(iter/s)")  # ms-swift's steps per second since training began
-        per_step = (
-            1 / speed if speed else (now - self.step_at) / max(1, done - (self.step[0] if self.step else 0))
-        )
+        # From ms-swift's elapsed_time, like the ETA beside it: its train_speed(iter/s) counts from the
+        # trainer's set-up (vLLM's engine start included), so step 1 read 103 s/step after 5 s of training.
+        elapsed = _seconds(row.get("elapsed_time"))
+        speed = row.get("train_speed(iter/s)")
+        if elapsed is not None and done > 0:
+            per_step = elapsed / done
+        elif speed:
+            per_step = 1 / speed
+        else:
+            per_step = (now - self.step_at) / max(1, done - (self.step[0] if self.step else 0))
         self.step, self.step_at = (done, total), now
         reward = row.get("reward")
         parts = [f"step {done}/{total}"]
@@ -109,3 +115,18 @@ def _last_event(path: Path | None) -> dict | None:
         return json.loads(lines[-1]) if lines else None
     except (OSError, ValueError):
         return None
+
+
+def _seconds(text: object) -> float | None:
+    """ms-swift's duration text ("5s", "1m 43s", "2h 3m 4s"; swift/utils format_time) in seconds."""
+    if not isinstance(text, str):
+        return None
+    units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+    total = 0.0
+    for part in text.split():
+        number, unit = part[:-1], part[-1:]
+        try:
+            total += float(number) * units[unit]
+        except (ValueError, KeyError):
+            return None
+    return total if text.split() else None

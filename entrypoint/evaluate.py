@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -308,10 +309,16 @@ def generate_vllm(
     def texts(outputs) -> list[list[str]]:
         return [[c.text for c in o.outputs] for o in outputs]
 
-    base = texts(llm.generate(requests, params, use_tqdm=False))
-    tuned = texts(
-        llm.generate(requests, params, use_tqdm=False, lora_request=LoRARequest("adapter", 1, str(adapter)))
-    )
+    try:
+        base = texts(llm.generate(requests, params, use_tqdm=False))
+        lora = LoRARequest("adapter", 1, str(adapter))
+        tuned = texts(llm.generate(requests, params, use_tqdm=False, lora_request=lora))
+    finally:
+        # Without this the V1 engine's core process outlives the answer and the command never exits
+        # (seen on the lent H200 with vLLM 0.8.5.post1).
+        core = getattr(llm.llm_engine, "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
     return base, tuned
 
 
@@ -493,11 +500,16 @@ def _plot(path: Path, result: dict) -> None:
 
 
 def _gpu_and_vllm() -> tuple[bool, bool]:
+    """(a GPU is visible, vLLM is installed), asked of NVML: torch.cuda.is_available() would initialise CUDA
+    here, and vLLM's engine process, forked from this one, then fails ("Cannot re-initialize CUDA in
+    forked subprocess"; seen on the lent H200)."""
     import importlib.util
 
-    import torch
+    from entrypoint import hardware
 
-    return torch.cuda.is_available(), importlib.util.find_spec("vllm") is not None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    gpu = bool(hardware.probe().gpus) and visible not in ("", "-1")
+    return gpu, importlib.util.find_spec("vllm") is not None
 
 
 def evaluate(pairs: Sequence[str], printer=print) -> int:

@@ -117,7 +117,7 @@ def training_curves(
     axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.985) if title else None)  # room for the title above the first panel
     fig.savefig(out, dpi=80)
     plt.close(fig)
     return True

@@ -67,3 +67,14 @@ def test_after_a_generation_round_the_heartbeat_says_training(tmp_path):
         .startswith("before the first step: training on 8 completions (generated in 13 s)")
     )
     assert "logs/trainer.log" in Console(clock=lambda: 0.0).heartbeat()
+
+
+def test_seconds_per_step_agree_with_elapsed_time():
+    """ms-swift's train_speed counts from the trainer's set-up (vLLM's engine start included): on the lent
+    H200 step 1 of 3 logged train_speed 0.0097 iter/s with elapsed_time 5s. The line says 5.0 s/step."""
+    row = ("{'loss': 0.0, 'reward': 0.775, 'reward_std': 0.027, 'global_step/max_steps': '1/3', "
+           "'elapsed_time': '5s', 'remaining_time': '10s', 'train_speed(iter/s)': 0.0097}")  # fmt: skip
+    (line,) = shown(Console(), [row])
+    assert line == "step 1/3 | reward 0.775 (std 0.027) | 5.0 s/step | elapsed 5s | ETA 10s"
+    later = row.replace("'1/3'", "'2/3'").replace("'5s'", "'1m 4s'")
+    assert "32.0 s/step | elapsed 1m 4s" in shown(Console(), [later])[0]
