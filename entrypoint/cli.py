@@ -206,4 +206,12 @@ def doctor_text(inv: hardware.Inventory) -> str:
     lines.append(f"/dev/shm: {inv.shm_gib:.2f} GiB" if inv.shm_gib is not None else "/dev/shm: unknown")
     if nccl.accelerate_rtx40_check_fires(inv):
         lines.append("accelerate's RTX 40 check fires here: NCCL_P2P_DISABLE and NCCL_IB_DISABLE will be set")
+    if not inv.gpus:  # the same help `train` gives (layout.NO_GPU_HELP / NO_GPU_HERE)
+        from entrypoint import layout
+
+        in_container = bool(
+            os.environ.get("GRPO_RIG_VERSION")
+        )  # the image sets it (Dockerfile), as host.py reads it
+        help_text = layout.NO_GPU_HELP if in_container else layout.NO_GPU_HERE
+        lines.append(help_text.format(error=inv.nvml_error or "NVML lists no device"))
     return "\n".join(lines)

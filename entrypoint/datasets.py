@@ -55,7 +55,7 @@ def read_rows(path: Path) -> tuple[list[tuple[int, dict]], int, list[Problem]]:
 def _read_json(path: Path) -> tuple[list[tuple[int, dict]], int, list[Problem]]:
     where = f"dataset {path}"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
     except ValueError as exc:
         return (
             [],
@@ -90,16 +90,14 @@ def _read_json(path: Path) -> tuple[list[tuple[int, dict]], int, list[Problem]]:
 def _read_jsonl(path: Path) -> tuple[list[tuple[int, dict]], int, list[Problem]]:
     where = f"dataset {path}"
     head = path.open("rb").read(4096)
-    if head.startswith(b"\xef\xbb\xbf"):
-        return [], 0, [Problem(where, "starts with a UTF-8 byte-order mark, which the JSON readers refuse",
-                               "save the file as UTF-8 without BOM")]  # fmt: skip
-    if head.lstrip().startswith(b"["):
-        return [], 0, [Problem(where, "is one JSON array, not JSON lines",
-                               f"rename it to {path.with_suffix('.json').name}, or write one object per line")]  # fmt: skip
+    # ms-swift 3.6.4 reads .jsonl with datasets' json builder (swift/llm/dataset/loader.py:208), which takes a
+    # byte-order mark and, when line parsing fails, one JSON array of objects: both are valid input.
+    if head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"["):
+        return _read_json(path)
     rows: list[tuple[int, dict]] = []
     problems: list[Problem] = []
     total = 0
-    with path.open("r", encoding="utf-8", errors="strict") as f:
+    with path.open("r", encoding="utf-8-sig", errors="strict") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -107,9 +105,9 @@ def _read_jsonl(path: Path) -> tuple[list[tuple[int, dict]], int, list[Problem]]
             if len(rows) >= MAX_ROWS_PARSED:
                 continue
             try:
-                row = json.loads(line)
+                row = json.loads(line.rstrip("\r\n"))  # a column past the newline would point nowhere
             except ValueError as exc:
-                problems.append(Problem(f"{where} line {number}", f"is not JSON ({exc.msg} at column {exc.colno})",
+                problems.append(Problem(f"{where} line {number}", f"is not JSON ({exc.msg}; column {exc.colno})",
                                         "fix or remove that line"))  # fmt: skip
                 if len(problems) >= 5:
                     problems.append(

@@ -203,6 +203,7 @@ def to_recipe(text: str, source: str = "the command line", defaults: Mapping[str
     host = (flags.get("vllm_server_host") or [""])[0]
     port = (flags.get("vllm_server_port") or [""])[0]
     device = (flags.pop("vllm_device", None) or [""])[0]
+    timeout = (flags.pop("vllm_server_timeout", None) or [""])[0]
     train = visible or (list(range(nproc)) if nproc else [])
     rollout_gpus: list[int] = []
     if device:  # ms-swift <= 3.5: the last visible GPU runs vLLM
@@ -214,6 +215,12 @@ def to_recipe(text: str, source: str = "the command line", defaults: Mapping[str
         notes.append(f"--vllm_device {device}: removed in 3.6; the rollout becomes a `swift rollout` server "
                      "on its own GPU(s)")  # fmt: skip
     if mode == "server" or host or (device and rollout_gpus):
+        if timeout:
+            put(
+                "ROLLOUT_STARTUP_TIMEOUT",
+                timeout,
+                "--vllm_server_timeout: the entrypoint's health wait, passed on to the trainer",
+            )
         if host and host not in LOCAL_HOSTS:
             put("ROLLOUT_HOST", host, "the rollout server runs on another node; put its address here")
             if port:
@@ -227,6 +234,8 @@ def to_recipe(text: str, source: str = "the command line", defaults: Mapping[str
                 notes.append(f"ROLLOUT_GPUS: the script names no GPU for `swift rollout`; guessed {nxt}")
             if port:
                 put("ROLLOUT_PORT", port)
+    if timeout and "ROLLOUT_STARTUP_TIMEOUT" not in values:
+        notes.append(f"--vllm_server_timeout {timeout}: dropped, there is no rollout server in this layout")
     if nproc and visible and len(visible) != nproc and not device:
         notes.append(f"NPROC_PER_NODE={nproc} but CUDA_VISIBLE_DEVICES lists {len(visible)} GPUs; ms-swift 3.6.4 "
                      "needs them equal, so TRAIN_GPUS takes the first NPROC_PER_NODE")  # fmt: skip
@@ -252,7 +261,7 @@ def to_recipe(text: str, source: str = "the command line", defaults: Mapping[str
             notes.append(f"{name}={value}: not a key this image knows; left out")
 
     for name, vals in rlhf.flags:
-        if name in DROPPED or name == "vllm_device":
+        if name in DROPPED or name in ("vllm_device", "vllm_server_timeout"):  # the layout above read them
             if name in DROPPED:
                 notes.append(f"--{name}: dropped, {DROPPED[name]}")
             continue

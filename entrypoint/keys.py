@@ -55,6 +55,8 @@ MANAGED: dict[str, str] = {
     "VLLM_SERVER_PORT": "the entrypoint picks a free port; set ROLLOUT_PORT to choose one",
     "VLLM_SERVER_BASE_URL": "in ms-swift 3.6.4 a base URL alone does not enable server mode (vLLM then "
     "silently colocates on the training GPU); set ROLLOUT_GPUS or ROLLOUT_HOST instead",
+    "VLLM_SERVER_TIMEOUT": "the entrypoint waits for the rollout server's health itself and gives the trainer "
+    "the same budget: set ROLLOUT_STARTUP_TIMEOUT (seconds)",
     "ADD_VERSION": "the run directory is OUTPUT_DIR/RUN_NAME, with no vN- folder",
     "LOGGING_DIR": "logs go under the run directory",
     "RESUME_FROM_CHECKPOINT": "resume is automatic: start the run again with the same RUN_NAME",

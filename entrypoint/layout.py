@@ -378,11 +378,11 @@ def _check_mode_keys(recipe: Recipe, mode: str, rollout_only: bool, problems: li
             if (
                 k.startswith("ROLLOUT_")
                 and k != "ROLLOUT_GPUS"
+                and k not in recipe.dropped  # its own refusal says what is wrong with it
                 and recipe.is_set(k)
                 and recipe.source(k) != "environment"
                 and not recipe.source(k).startswith("recipes/defaults.env")
             )
-            or k == "VLLM_SERVER_TIMEOUT"
         ]
         if server_keys:
             colocate_hint = "; colocated vLLM takes VLLM_GPU_MEMORY_UTILIZATION, VLLM_MAX_MODEL_LEN, ..."

@@ -234,8 +234,15 @@ def parse_cli_pairs(pairs: list[str]) -> tuple[dict[str, Value], list[Problem]]:
                 i += 1
             value = value or " ".join(following)
             spelled = f'{name.upper()}="{value}"' if " " in value else f"{name.upper()}={value or '<value>'}"
-            problems.append(Problem(f"command line {word!r}", "arguments are KEY=VALUE words, not --flags",
-                                    f"write {spelled}"))  # fmt: skip
+            found = keys.lookup(name.upper())
+            fix = (  # a flag the entrypoint composes has no KEY=VALUE spelling: name the key that owns it
+                f"--{name.lower()} has no recipe key: {found.managed}"
+                if found is not None and found.kind == "managed"
+                else f"write {spelled}"
+            )
+            problems.append(
+                Problem(f"command line {word!r}", "arguments are KEY=VALUE words, not --flags", fix)
+            )
         elif "=" not in word:
             bare = [word]
             while i + 1 < len(pairs) and "=" not in pairs[i + 1] and not pairs[i + 1].startswith("-"):

@@ -39,6 +39,7 @@ from entrypoint.preflight import memory_check, values
 HEADROOM = 0.10  # at least this share of every card stays free (DEVELOPERS.md, issue "Fast by default")
 UTILIZATION_STEP = 0.05
 UTILIZATION_FLOOR = 0.10
+UTILIZATION_CEILING = 0.95  # leave the card's last 5 % to the CUDA context and other processes
 KV_MARGIN = 1.25  # vLLM's block rounding and the prompts' spread around the planner's estimate
 
 
@@ -160,16 +161,23 @@ def _vllm_share(plan, w: Workload, per_process: int, user: set[str]) -> tuple[me
             w.dims, w.dtype_bytes, max(current.max_model_len, per_process * tokens)
         )
         util = UTILIZATION_FLOOR
-        while util < 0.95 and memory.kv_budget(w.dims, w.dtype_bytes, card, util, resident) < need:
-            util = _round_up(util + UTILIZATION_STEP, UTILIZATION_STEP)
+        while (
+            util < UTILIZATION_CEILING - 1e-9
+            and memory.kv_budget(w.dims, w.dtype_bytes, card, util, resident) < need
+        ):
+            util = min(UTILIZATION_CEILING, _round_up(util + UTILIZATION_STEP, UTILIZATION_STEP))
+        holds = memory.kv_budget(w.dims, w.dtype_bytes, card, util, resident) >= need
+        what = (f"this process's generation round ({per_process} sequences of ~{tokens} tokens) and one sequence of "
+                f"{current.max_model_len} (with {KV_MARGIN}x margin: {need:.2f} GiB)")  # fmt: skip
         out.append(
             Choice(
                 "VLLM_GPU_MEMORY_UTILIZATION",
                 f"{util:.2f}",
-                f"the smallest share whose KV cache holds this process's generation round ({per_process} sequences "
-                f"of ~{tokens} tokens) and one sequence of {current.max_model_len} (with {KV_MARGIN}x margin: "
-                f"{need:.2f} GiB), after the context and both copies of the weights; the rest of the "
-                f"{card:.1f} GiB card trains",
+                f"the smallest share whose KV cache holds {what}, after the context and both copies of the weights; "
+                f"the rest of the {card:.1f} GiB card trains"
+                if holds
+                else f"the most the planner gives vLLM: no share holds {what} beside both copies of the weights on "
+                f"this {card:.1f} GiB card (the memory check says what to change)",
             )
         )
     sleep = current.sleep_level

@@ -206,3 +206,25 @@ def test_every_corpus_recipe_survives_the_round_trip(recipe, modelscope_cache, t
         a = [swift_args(p["argv"]) for p in before["processes"] if p["role"] == role]
         b = [swift_args(p["argv"]) for p in after["processes"] if p["role"] == role]
         assert a == b, role
+
+
+def read(text: str) -> dict[str, str]:
+    """KEY=VALUE lines of a recipe text (comments skipped)."""
+    return dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def test_the_server_timeout_becomes_the_entrypoints_startup_budget():
+    """--vllm_server_timeout: in server mode the entrypoint's own health wait (ROLLOUT_STARTUP_TIMEOUT, passed
+    on to the trainer); in colocate nothing waits for a server. The key itself is refused in recipes, since
+    the plan composes the flag (it used to be replaced without a word)."""
+    base = "swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct --dataset d.jsonl --use_vllm true"
+    server = read(
+        importer.to_recipe(
+            f"{base} --vllm_mode server --vllm_server_host 127.0.0.1 --vllm_server_timeout 600"
+        )
+    )
+    assert server["ROLLOUT_STARTUP_TIMEOUT"] == "600" and "VLLM_SERVER_TIMEOUT" not in server
+    colocate = importer.to_recipe(f"{base} --vllm_mode colocate --vllm_server_timeout 600")
+    assert "VLLM_SERVER_TIMEOUT" not in read(colocate) and "--vllm_server_timeout 600: dropped" in colocate
+    assert keys.lookup("VLLM_SERVER_TIMEOUT").kind == "managed"
+    assert "ROLLOUT_STARTUP_TIMEOUT" in keys.MANAGED["VLLM_SERVER_TIMEOUT"]

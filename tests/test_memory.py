@@ -295,3 +295,26 @@ def test_rollout_gpu_with_little_headroom_warns():
     assert "0.82 or less" in warned[0].fix
     shipped = build_plan("recipe=tcm-4x4090", inventory="5x4090-driver535")
     assert not [p for p in memory_problems(shipped, fatal=False) if "rollout (vLLM)" in p.message]
+
+
+def test_c09_literal_refused_though_the_model_is_beyond_the_measured_ones(tmp_path):
+    """The case as written: 3B, colocate, no vLLM setting (the planner chooses the share), batch 8,
+    completions of 1024. The 3B model is beyond the calibration, but 1.6x the card is past any error the
+    planner has shown, so it is refused, not warned."""
+    err = refused(tmp_path, "recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
+                  "MODEL=Qwen/Qwen2.5-3B-Instruct", "NUM_GENERATIONS=8", "MAX_COMPLETION_LENGTH=1024",
+                  "PER_DEVICE_TRAIN_BATCH_SIZE=8")  # fmt: skip
+    assert "does not fit" in err and "past the planner's uncertainty" in err
+    assert (
+        "lower VLLM_GPU_MEMORY_UTILIZATION" not in err
+    )  # the planner chose the least share that holds the round
+    assert "OFFLOAD_MODEL=true" in err and "MAX_COMPLETION_LENGTH" in err
+
+
+def test_a_model_whose_two_copies_fill_the_card_is_told_to_leave_colocate(tmp_path):
+    proc = run_cli("validate", "recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
+                   "MODEL=Qwen/Qwen2.5-7B-Instruct", "MEMORY_CHECK=warn", f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "no share of this 24 GiB card holds both copies of the weights" in proc.stdout
+    assert "raise VLLM_GPU_MEMORY_UTILIZATION" not in proc.stdout
+    assert "VLLM_GPU_MEMORY_UTILIZATION=1.00" not in proc.stdout

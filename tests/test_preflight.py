@@ -105,9 +105,19 @@ def test_no_gpu_on_a_host_suggests_an_example_inventory(tmp_path):
 def test_ms_swift_style_flags_and_unquoted_lists_get_the_right_fix(tmp_path):
     err = refused(tmp_path, "recipe=smoke", "--num_generations", "8")
     assert "fix: write NUM_GENERATIONS=8" in err and "usage:" not in err
+    err = refused(tmp_path, "recipe=smoke", "--vllm_server_host", "10.0.0.2")  # composed: no key to write
+    assert "write VLLM_SERVER_HOST" not in err and "ROLLOUT_HOST=<address>" in err
     err = refused(tmp_path, "recipe=smoke", "REWARD_FUNCS=countdown", "format")
     assert 'fix: quote the whole value: REWARD_FUNCS="countdown format"' in err
     assert "FORMAT=<value>" not in err
+
+
+def test_c03_doctor_without_a_gpu_gives_the_same_help():
+    inside = run_cli("doctor", env=clean_env(GRPO_RIG_VERSION="test"))
+    assert inside.returncode == 0 and "deploy.resources.reservations.devices" in inside.stdout
+    assert "NVIDIA Container Toolkit" in inside.stdout
+    here = run_cli("doctor", env=clean_env())
+    assert "INVENTORY=examples/inventories/1x4090-driver535.json" in here.stdout
 
 
 def test_c03_no_gpu_from_real_nvml_on_this_machine(tmp_path):
@@ -393,14 +403,29 @@ def test_latin1_dataset_is_a_problem_not_a_traceback(tmp_path):
     assert "save the file as UTF-8" in err and "Traceback" not in err
 
 
-def test_byte_order_mark_and_json_array_in_a_jsonl_file_are_named(tmp_path):
+def test_byte_order_mark_and_json_array_in_a_jsonl_file_are_accepted_as_ms_swift_reads_them(tmp_path):
+    """ms-swift 3.6.4 loads .jsonl with datasets' json builder, which reads a file behind a UTF-8 byte-order
+    mark and one JSON array of objects: refusing them was a false refusal (../shared/cases C08 variants)."""
+    import datasets
+
     row = '{"messages": [{"role": "user", "content": "q"}], "solution": "1"}'
     bom = tmp_path / "bom.jsonl"
     bom.write_bytes(b"\xef\xbb\xbf" + (row + "\n").encode() * 20)
-    assert "byte-order mark" in refused_dataset(tmp_path, bom, "accuracy")
     array = tmp_path / "array.jsonl"
     array.write_text("[\n" + ",\n".join([row] * 20) + "\n]\n")
-    assert "is one JSON array" in refused_dataset(tmp_path, array, "accuracy")
+    for path in (bom, array):
+        assert len(datasets.load_dataset("json", data_files=str(path), split="train")) == 20
+        proc = run_cli("validate", "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={path}", "REWARD_FUNCS=accuracy",
+                       f"OUTPUT_DIR={tmp_path}/out", env=clean_env())  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+
+
+def test_a_broken_line_names_its_line_and_column(tmp_path):
+    row = '{"messages": [{"role": "user", "content": "q"}], "solution": "1"}'
+    path = tmp_path / "broken.jsonl"
+    path.write_text((row + "\n") * 10 + row[:-1] + "\n" + (row + "\n") * 10)
+    err = refused_dataset(tmp_path, path, "accuracy")
+    assert f"line 11: is not JSON (Expecting ',' delimiter; column {len(row)})" in err
 
 
 @pytest.mark.parametrize("value", ["http://10.0.0.2:8000", "10.0.0.2:8000", "10.0.0.2/v1"])

@@ -226,7 +226,7 @@ def estimate(plan: Plan, facts: Facts) -> tuple[list[GpuEstimate], list[Problem]
     train = memory.estimate_training(w)
     beyond = (
         f" (extrapolated: a {w.dims.params / 1e9:.1f}B model, and the planner's measurements stop at 1.5B, so this "
-        "warns instead of refusing; MEMORY_CHECK=off silences it)"
+        f"warns instead of refusing up to {memory.EXTRAPOLATED_REFUSE_RATIO:.2f}x the card; MEMORY_CHECK=off silences it)"
         if extrapolated
         else ""
     )
@@ -239,6 +239,13 @@ def estimate(plan: Plan, facts: Facts) -> tuple[list[GpuEstimate], list[Problem]
         "hf": "a shorter MAX_COMPLETION_LENGTH, a smaller PER_DEVICE_TRAIN_BATCH_SIZE, fewer NUM_GENERATIONS, "
         "GRADIENT_CHECKPOINTING=true",
     }
+    if colocate is not None and r.source("VLLM_GPU_MEMORY_UTILIZATION").startswith("planner:"):
+        # the planner already chose the smallest share that holds the generation round: lowering it is no knob
+        knobs["colocate"] = knobs["colocate"].replace(
+            "lower VLLM_GPU_MEMORY_UTILIZATION (e.g. 0.3-0.4 on 24 GB)",
+            "fewer or shorter completions per generation round (vLLM's share, VLLM_GPU_MEMORY_UTILIZATION="
+            f"{colocate.utilization:.2f}, was chosen by the planner to hold them)",
+        )
     for e, gpus in _alike(estimates):  # one problem for GPUs that get the same prediction
         what = (
             f"predicted {e.peak_gib:.1f} GiB on GPU {gpus} ({e.role}), which has {e.card_gib:.1f} GiB: "
@@ -258,11 +265,22 @@ def estimate(plan: Plan, facts: Facts) -> tuple[list[GpuEstimate], list[Problem]
                 )
             continue
         if e.peak_gib > e.card_gib:
-            sure = not extrapolated or certain_gib(w, train, e) > e.card_gib
+            sure = (
+                not extrapolated
+                or certain_gib(w, train, e) > e.card_gib
+                or e.peak_gib > memory.EXTRAPOLATED_REFUSE_RATIO * e.card_gib
+            )
             problems.append(
                 Problem(
                     "memory",
-                    f"does not fit: {what}" + (beyond if not sure else ""),
+                    f"does not fit: {what}"
+                    + (beyond if not sure else "")
+                    + (
+                        f" (extrapolated beyond the measured models, but {e.peak_gib / e.card_gib:.1f}x the card is past "
+                        f"the planner's uncertainty, {memory.EXTRAPOLATED_REFUSE_RATIO:.2f}x)"
+                        if sure and extrapolated
+                        else ""
+                    ),
                     f"turn these knobs: {knobs[layout.mode]}"
                     + ("; or MEMORY_CHECK=warn to try anyway" if sure else ""),
                     fatal=s.MEMORY_CHECK == "error" and sure,
@@ -331,6 +349,15 @@ def _vllm_fits(
             by_card.setdefault(round(card(gpu), 2), []).append(gpu)
         for size, gpus in by_card.items():
             budget = memory.kv_budget(w.dims, w.dtype_bytes, size, colocate.utilization, resident, tp)
+            at_most = memory.kv_budget(w.dims, w.dtype_bytes, size, 0.95, resident, tp)
+            fix = (
+                "raise VLLM_GPU_MEMORY_UTILIZATION, set VLLM_MAX_MODEL_LEN to prompt + completion tokens, or "
+                "raise VLLM_TENSOR_PARALLEL_SIZE"
+                if at_most >= need
+                else f"no share of this {size:.0f} GiB card holds both copies of the weights and one sequence: "
+                "OFFLOAD_MODEL=true (ms-swift builds vLLM while the trainer's weights are in CPU memory), a rollout "
+                "server on its own GPU (ROLLOUT_GPUS), VLLM_TENSOR_PARALLEL_SIZE over several GPUs, or a smaller MODEL"
+            )
             if budget < need:
                 out.append(
                     Problem(
@@ -339,8 +366,7 @@ def _vllm_fits(
                         "for vLLM's KV cache once the "
                         f"CUDA context, the trainer's and vLLM's weights (1/{tp} per GPU) are counted; one sequence of "
                         f"{colocate.max_model_len} tokens needs {need:.2f} GiB (vLLM would refuse to start)",
-                        "raise VLLM_GPU_MEMORY_UTILIZATION, set VLLM_MAX_MODEL_LEN to prompt + completion tokens, or "
-                        "raise VLLM_TENSOR_PARALLEL_SIZE",
+                        fix,
                         fatal=fatal,
                     )
                 )
