@@ -86,9 +86,13 @@ lint: venv  ## ruff, hadolint, compose config, actionlint, zizmor
 		$(COMPOSE) -f compose.yaml config -q && $(COMPOSE) -f compose.yaml -f compose.cpu.yaml config -q && echo "compose config: ok"; \
 	else echo "compose config: skipped (docker compose not installed; the schema check above ran)"; fi
 
+# Test processes: the real trainings overlap the short subprocess tests (2 is CI's core count); files stay
+# whole on one worker, so module fixtures (a training each) run once.
+TEST_WORKERS ?= 2
+
 .PHONY: test
 test: venv model lint  ## Lint, then every test (the real smoke GRPO run and the container test included)
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 .PHONY: test-fast
 test-fast: venv  ## Unit tests only (no training, no Docker)

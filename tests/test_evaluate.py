@@ -97,22 +97,3 @@ def test_intervals_and_pass_at_1():
     assert "better" in evaluate.verdict({"acc": s})
     flat = evaluate.summarize({"f": [[0.5], [0.5]]}, {"f": [[0.5], [0.5]]})["f"]
     assert flat["pass_at_1"] is None and "no clear change" in evaluate.verdict({"f": flat})
-
-
-@pytest.mark.slow
-def test_a_real_evaluation_of_the_smoke_runs_adapter(smoke_run):
-    proc = run_cli(
-        "evaluate", f"run={smoke_run}", "EVAL_PROMPTS=6", "EVAL_GENERATIONS=2", env=clean_env(), timeout=900
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "before/after: countdown" in proc.stdout and "format_partial" in proc.stdout
-    result = json.loads((smoke_run / "eval.json").read_text())
-    assert result["prompts"]["count"] == 6 and "training tasks removed" in result["prompts"]["how"]
-    for name in ("countdown", "format_partial"):
-        s = result["summary"][name]
-        assert 0.0 <= s["base"]["mean"] <= 1.0 and s["base"]["low"] <= s["base"]["mean"] <= s["base"]["high"]
-    assert (smoke_run / "eval.png").stat().st_size > 1000 and "| format_partial |" in (
-        smoke_run / "eval.md"
-    ).read_text()
-    manifest = json.loads((smoke_run / "manifest.json").read_text())
-    assert manifest["evaluation"]["verdict"] == result["verdict"]

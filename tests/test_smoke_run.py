@@ -8,7 +8,7 @@ import math
 import pytest
 
 from entrypoint import manifest
-from tests.conftest import ROOT, read_jsonl
+from tests.conftest import ROOT, clean_env, read_jsonl, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -84,3 +84,23 @@ def test_manifest_detects_a_changed_file(smoke_run, tmp_path):
     shutil.copytree(smoke_run, copy)
     (copy / "adapter" / "adapter_config.json").write_text("{}")
     assert manifest.verify(copy) == ["adapter/adapter_config.json"]
+
+
+def test_a_real_evaluation_of_the_smoke_runs_adapter(smoke_run):
+    """`evaluate` on the smoke run (here, beside the other users of the smoke_run fixture, so a parallel
+    test run trains it once)."""
+    proc = run_cli(
+        "evaluate", f"run={smoke_run}", "EVAL_PROMPTS=3", "EVAL_GENERATIONS=2", env=clean_env(), timeout=900
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "before/after: countdown" in proc.stdout and "format_partial" in proc.stdout
+    result = json.loads((smoke_run / "eval.json").read_text())
+    assert result["prompts"]["count"] == 3 and "training tasks removed" in result["prompts"]["how"]
+    for name in ("countdown", "format_partial"):
+        s = result["summary"][name]
+        assert 0.0 <= s["base"]["mean"] <= 1.0 and s["base"]["low"] <= s["base"]["mean"] <= s["base"]["high"]
+    assert (smoke_run / "eval.png").stat().st_size > 1000 and "| format_partial |" in (
+        smoke_run / "eval.md"
+    ).read_text()
+    manifest = json.loads((smoke_run / "manifest.json").read_text())
+    assert manifest["evaluation"]["verdict"] == result["verdict"]

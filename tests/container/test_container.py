@@ -160,7 +160,18 @@ def test_smoke_run_through_compose_leaves_adapter_owned_by_host_user(image, requ
     env = compose_env(output, data, HOST_UID=str(uid), HOST_GID=str(gid))
     start = time.monotonic()
     proc = compose(
-        "run", "--rm", "-T", "train", "recipe=smoke", f"RUN_NAME={run_name}", env=env, timeout=2400
+        # one short step: this proves the image trains and exports; the host's smoke test runs all four
+        "run",
+        "--rm",
+        "-T",
+        "train",
+        "recipe=smoke",
+        f"RUN_NAME={run_name}",
+        "MAX_STEPS=1",
+        "SAVE_STEPS=1",
+        "MAX_COMPLETION_LENGTH=16",
+        env=env,
+        timeout=2400,
     )
     seconds = time.monotonic() - start
     (tmp_path / "console.log").write_text(proc.stdout + proc.stderr)
