@@ -130,7 +130,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "evaluate":
         from entrypoint import evaluate
 
-        return evaluate.evaluate(args.pairs)
+        return evaluate.evaluate(args.pairs, os.environ)
     if args.command == "keys":
         from entrypoint.settings import Settings, accepted
 

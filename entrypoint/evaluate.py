@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -499,7 +498,7 @@ def _plot(path: Path, result: dict) -> None:
     plt.close(fig)
 
 
-def _gpu_and_vllm() -> tuple[bool, bool]:
+def _gpu_and_vllm(environ: Mapping[str, str]) -> tuple[bool, bool]:
     """(a GPU is visible, vLLM is installed), asked of NVML: torch.cuda.is_available() would initialise CUDA
     here, and vLLM's engine process, forked from this one, then fails ("Cannot re-initialize CUDA in
     forked subprocess"; seen on the lent H200)."""
@@ -507,13 +506,14 @@ def _gpu_and_vllm() -> tuple[bool, bool]:
 
     from entrypoint import hardware
 
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
     gpu = bool(hardware.probe().gpus) and visible not in ("", "-1")
     return gpu, importlib.util.find_spec("vllm") is not None
 
 
-def evaluate(pairs: Sequence[str], printer=print) -> int:
-    """The `evaluate` command; returns the exit status. Raises BadInput for bad input (exit 2)."""
+def evaluate(pairs: Sequence[str], environ: Mapping[str, str], printer=print) -> int:
+    """The `evaluate` command (`environ`: the process environment, read by cli.py); returns the exit status.
+    Raises BadInput for bad input (exit 2)."""
     run, output_dir, settings = parse_pairs(pairs)
     run_dir = run_dir_of(run, output_dir)
     data = manifest_mod.read(run_dir) or {}
@@ -521,7 +521,7 @@ def evaluate(pairs: Sequence[str], printer=print) -> int:
     if not (adapter / "adapter_config.json").is_file():
         raise BadInput([Problem(f"run {run_dir.name}", f"has no adapter yet (status {data.get('status', 'unknown')}; "
                                 f"{adapter} is missing)", "finish the run first: start it again with the same RUN_NAME to resume")])  # fmt: skip
-    engine = choose_engine(settings.engine, *_gpu_and_vllm())
+    engine = choose_engine(settings.engine, *_gpu_and_vllm(environ))
     args = trainer_args(data)
     rows, how = held_out(data, args, settings)
     if len(rows) < 2:

@@ -167,8 +167,25 @@ def _defaults() -> dict[str, str]:
     return {k: v.value for k, v in values.items()}
 
 
+@dataclasses.dataclass
+class _Draft:
+    """The recipe being written: its values (in order) and the notes that become its header comments."""
+
+    defaults: Mapping[str, str]
+    values: dict[str, str] = dataclasses.field(default_factory=dict)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def put(self, key: str, value: str, why: str = "") -> None:
+        if self.defaults.get(key) == value:  # keys equal to defaults.env are left out
+            return
+        self.values[key] = value
+        if why:
+            self.notes.append(f"{key}: {why}")
+
+
 def to_recipe(text: str, source: str = "the command line", defaults: Mapping[str, str] | None = None) -> str:
-    """The recipe (an .env text) for the first `swift rlhf` command in `text`. Raises ValueError when
+    """The recipe (an .env text) for the first `swift rlhf` command in `text`, in stages: the layout, the
+    node and environment assignments, the trainer's flags, the rollout's flags. Raises ValueError when
     there is none."""
     commands = parse(text)
     rlhf = next((c for c in commands if c.sub == "rlhf" and not c.commented), None) or next(
@@ -178,32 +195,34 @@ def to_recipe(text: str, source: str = "the command line", defaults: Mapping[str
         raise ValueError(f"no `swift rlhf` command in {source}")
     rollouts = [c for c in commands if c.sub == "rollout"]
     rollout = next((c for c in rollouts if not c.commented), None) or (rollouts[0] if rollouts else None)
-    defaults = _defaults() if defaults is None else defaults
-    rlhf_schema, rollout_schema = swift_schema.load("rlhf"), swift_schema.load("rollout")
-
+    d = _Draft(_defaults() if defaults is None else defaults)
+    env = dict(rlhf.env)
+    rollout_gpus = _layout(d, rlhf, rollout, env)
+    _node_and_environment(d, rlhf, env)
+    _trainer_flags(d, rlhf, rollout_gpus)
+    if rollout is not None and "ROLLOUT_HOST" not in d.values:
+        _rollout_flags(d, rollout)
     lines = [f"# Imported from {source} by `python -m entrypoint import` (ms-swift 3.6.4 spelling).",
              "# Check it with: python -m entrypoint validate recipe=<this file>"]  # fmt: skip
-    values: dict[str, str] = {}
-    notes: list[str] = []
+    lines += [f"# {n}" for n in d.notes]
+    lines.append("")
+    lines += [f"{k}={_quote(v)}" for k, v in d.values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _layout(d: _Draft, rlhf: Command, rollout: Command | None, env: dict[str, str]) -> list[int]:
+    """TRAIN_GPUS / ROLLOUT_GPUS / ROLLOUT_HOST from CUDA_VISIBLE_DEVICES, NPROC_PER_NODE, the server flags,
+    ms-swift <= 3.5's --vllm_device and the `swift rollout` line; returns the rollout GPUs. Pops what it
+    reads from `env`."""
     flags = dict((name, vals) for name, vals in rlhf.flags)
-
-    def put(key: str, value: str, why: str = "") -> None:
-        if defaults.get(key) == value:
-            return
-        values[key] = value
-        if why:
-            notes.append(f"{key}: {why}")
-
-    # The layout: who trains where, where the rollout runs.
-    env = dict(rlhf.env)
     visible = _gpus(env.pop("CUDA_VISIBLE_DEVICES", ""))
     nproc_text = env.pop("NPROC_PER_NODE", "") or rlhf.torchrun.get("nproc_per_node", "")
     nproc = int(nproc_text) if nproc_text.isdigit() else None
     mode = (flags.get("vllm_mode") or [""])[0]
     host = (flags.get("vllm_server_host") or [""])[0]
     port = (flags.get("vllm_server_port") or [""])[0]
-    device = (flags.pop("vllm_device", None) or [""])[0]
-    timeout = (flags.pop("vllm_server_timeout", None) or [""])[0]
+    device = (flags.get("vllm_device") or [""])[0]
+    timeout = (flags.get("vllm_server_timeout") or [""])[0]
     train = visible or (list(range(nproc)) if nproc else [])
     rollout_gpus: list[int] = []
     if device:  # ms-swift <= 3.5: the last visible GPU runs vLLM
@@ -212,58 +231,65 @@ def to_recipe(text: str, source: str = "the command line", defaults: Mapping[str
         elif device.startswith("cuda:") and device[5:].isdigit():
             rollout_gpus = [int(device[5:])]
             train = [g for g in train if g not in rollout_gpus]
-        notes.append(f"--vllm_device {device}: removed in 3.6; the rollout becomes a `swift rollout` server "
-                     "on its own GPU(s)")  # fmt: skip
+        d.notes.append(f"--vllm_device {device}: removed in 3.6; the rollout becomes a `swift rollout` server "
+                       "on its own GPU(s)")  # fmt: skip
     if mode == "server" or host or (device and rollout_gpus):
         if timeout:
-            put(
+            d.put(
                 "ROLLOUT_STARTUP_TIMEOUT",
                 timeout,
                 "--vllm_server_timeout: the entrypoint's health wait, passed on to the trainer",
             )
         if host and host not in LOCAL_HOSTS:
-            put("ROLLOUT_HOST", host, "the rollout server runs on another node; put its address here")
-            if port:
-                put("ROLLOUT_PORT", port)
-        else:
-            if not rollout_gpus and rollout is not None:
-                rollout_gpus = _gpus(rollout.env.get("CUDA_VISIBLE_DEVICES", ""))
+            d.put("ROLLOUT_HOST", host, "the rollout server runs on another node; put its address here")
+        elif not rollout_gpus:
+            rollout_gpus = _gpus(rollout.env.get("CUDA_VISIBLE_DEVICES", "")) if rollout is not None else []
             if not rollout_gpus:
-                nxt = (max(train) + 1) if train else 0
-                rollout_gpus = [nxt]
-                notes.append(f"ROLLOUT_GPUS: the script names no GPU for `swift rollout`; guessed {nxt}")
-            if port:
-                put("ROLLOUT_PORT", port)
-    if timeout and "ROLLOUT_STARTUP_TIMEOUT" not in values:
-        notes.append(f"--vllm_server_timeout {timeout}: dropped, there is no rollout server in this layout")
+                rollout_gpus = [(max(train) + 1) if train else 0]
+                d.notes.append(
+                    f"ROLLOUT_GPUS: the script names no GPU for `swift rollout`; guessed {rollout_gpus[0]}"
+                )
+        if port:
+            d.put("ROLLOUT_PORT", port)
+    if timeout and "ROLLOUT_STARTUP_TIMEOUT" not in d.values:
+        d.notes.append(f"--vllm_server_timeout {timeout}: dropped, there is no rollout server in this layout")
     if nproc and visible and len(visible) != nproc and not device:
-        notes.append(f"NPROC_PER_NODE={nproc} but CUDA_VISIBLE_DEVICES lists {len(visible)} GPUs; ms-swift 3.6.4 "
-                     "needs them equal, so TRAIN_GPUS takes the first NPROC_PER_NODE")  # fmt: skip
+        d.notes.append(f"NPROC_PER_NODE={nproc} but CUDA_VISIBLE_DEVICES lists {len(visible)} GPUs; ms-swift 3.6.4 "
+                       "needs them equal, so TRAIN_GPUS takes the first NPROC_PER_NODE")  # fmt: skip
         train = visible[:nproc]
-    put("TRAIN_GPUS", ",".join(map(str, train)) if train else "0")
+    d.put("TRAIN_GPUS", ",".join(map(str, train)) if train else "0")
     if rollout_gpus:
-        put("ROLLOUT_GPUS", ",".join(map(str, rollout_gpus)))
+        d.put("ROLLOUT_GPUS", ",".join(map(str, rollout_gpus)))
+    return rollout_gpus
 
+
+def _node_and_environment(d: _Draft, rlhf: Command, env: dict[str, str]) -> None:
+    """Multi-node variables (from the environment or torchrun's flags), then the other VAR=value prefixes:
+    ms-swift's environment knobs are kept, secrets and unknown names left out with a note."""
     for name in ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT"):
         value = env.pop(name, "") or rlhf.torchrun.get(name.lower(), "")
         if value.startswith("$"):
-            notes.append(f"{name}: the script reads it from {value}; set it per node")
+            d.notes.append(f"{name}: the script reads it from {value}; set it per node")
         elif value:
-            put(name, value)
-
-    for name, value in env.items():  # VAR=value prefixes: ms-swift's environment knobs, secrets
+            d.put(name, value)
+    for name, value in env.items():
         found = keys.lookup(name)
         if SECRET_RE.search(name):
-            notes.append(f"{name}: a secret; export it in the environment, never in a recipe")
+            d.notes.append(f"{name}: a secret; export it in the environment, never in a recipe")
         elif found is not None and found.kind not in ("managed", "renamed"):
-            put(name, value)
+            d.put(name, value)
         else:
-            notes.append(f"{name}={value}: not a key this image knows; left out")
+            d.notes.append(f"{name}={value}: not a key this image knows; left out")
 
+
+def _trainer_flags(d: _Draft, rlhf: Command, rollout_gpus: list[int]) -> None:
+    """Each `swift rlhf` flag as a key: dropped when composed, translated when renamed, moved to the rollout
+    server when colocate-only in server mode."""
+    schema = swift_schema.load("rlhf")
     for name, vals in rlhf.flags:
-        if name in DROPPED or name in ("vllm_device", "vllm_server_timeout"):  # the layout above read them
+        if name in DROPPED or name in ("vllm_device", "vllm_server_timeout"):  # _layout read the last two
             if name in DROPPED:
-                notes.append(f"--{name}: dropped, {DROPPED[name]}")
+                d.notes.append(f"--{name}: dropped, {DROPPED[name]}")
             continue
         if name == "external_plugins":  # the image's own plugin is always loaded first
             vals = [v for v in vals if not v.endswith("entrypoint/rewards/grpo_rig_rewards.py")]
@@ -274,36 +300,33 @@ def to_recipe(text: str, source: str = "the command line", defaults: Mapping[str
         if rollout_gpus and key in keys.COLOCATE_ONLY:  # server mode: the rollout's own flag, or nothing
             target = keys.COLOCATE_ONLY[key]
             if target:
-                put(target, value, f"from --{name}: in server mode the rollout server takes it")
+                d.put(target, value, f"from --{name}: in server mode the rollout server takes it")
             else:
-                notes.append(f"--{name} {value}: dropped, ms-swift ignores it in server mode")
-            continue
-        if name in TRANSLATED:
+                d.notes.append(f"--{name} {value}: dropped, ms-swift ignores it in server mode")
+        elif name in TRANSLATED:
             for k, v in TRANSLATED[name](value).items():
-                put(k, v, f"translated from --{name} {value}")
+                d.put(k, v, f"translated from --{name} {value}")
         elif key in keys.RENAMED:
-            notes.append(f"--{name} {value}: {keys.RENAMED[key].message}; {keys.RENAMED[key].fix}")
-        elif name in rlhf_schema or keys.lookup(key) is not None:
-            put(key, value)
+            d.notes.append(f"--{name} {value}: {keys.RENAMED[key].message}; {keys.RENAMED[key].fix}")
+        elif name in schema or keys.lookup(key) is not None:
+            d.put(key, value)
         else:
-            put(key, value, "not a `swift rlhf` 3.6.4 argument: validate will say what it is")
+            d.put(key, value, "not a `swift rlhf` 3.6.4 argument: validate will say what it is")
 
-    if rollout is not None and "ROLLOUT_HOST" not in values:
-        for name, vals in rollout.flags:
-            if name in ("model", "host", "port") or (
-                name in rlhf_schema and name.upper() in keys.SHARED_WITH_ROLLOUT
-            ):
-                continue
-            key = "ROLLOUT_" + name.upper()
-            found = keys.lookup(key)
-            if found is not None and found.kind == "managed":
-                notes.append(f"swift rollout --{name}: dropped, {found.managed}")
-            elif name in rollout_schema and key not in keys.RENAMED:
-                put(key, " ".join(vals) if vals else "true")
-            else:
-                notes.append(f"swift rollout --{name}: not a 3.6.4 `swift rollout` argument; left out")
 
-    lines += [f"# {n}" for n in notes]
-    lines.append("")
-    lines += [f"{k}={_quote(v)}" for k, v in values.items()]
-    return "\n".join(lines) + "\n"
+def _rollout_flags(d: _Draft, rollout: Command) -> None:
+    """The `swift rollout` line's own flags as ROLLOUT_* keys (those shared with the trainer come from it)."""
+    rlhf_schema, rollout_schema = swift_schema.load("rlhf"), swift_schema.load("rollout")
+    for name, vals in rollout.flags:
+        if name in ("model", "host", "port") or (
+            name in rlhf_schema and name.upper() in keys.SHARED_WITH_ROLLOUT
+        ):
+            continue
+        key = "ROLLOUT_" + name.upper()
+        found = keys.lookup(key)
+        if found is not None and found.kind == "managed":
+            d.notes.append(f"swift rollout --{name}: dropped, {found.managed}")
+        elif name in rollout_schema and key not in keys.RENAMED:
+            d.put(key, " ".join(vals) if vals else "true")
+        else:
+            d.notes.append(f"swift rollout --{name}: not a 3.6.4 `swift rollout` argument; left out")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import hardware, recipe
+from entrypoint import hardware, hubcache, recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 INVENTORIES = ROOT / "examples" / "inventories"
@@ -142,3 +143,51 @@ def inventory_file(tmp_path: Path, name: str, **changes) -> Path:
     path = tmp_path / f"{name}-changed.json"
     path.write_text(json.dumps(data))
     return path
+
+
+# The corpus of maintainer-written configurations (tests/test_corpus.py, tests/test_import.py)
+CORPUS = ROOT / "tests" / "corpus"
+RECIPES = sorted((CORPUS / "recipes").glob("*.env"))
+
+# recipe -> (inventory, extra KEY=VALUE words a migrating user adds: the node addresses the scripts leave
+# as placeholders, the NODE_RANK that DLC sets)
+SETUP = {
+    "docs-grpo-code-training": ("8xA100-nvlink-ib", ()),
+    "docs-grpo-countdown": ("4xA100-nvlink-ib", ()),
+    "external-agent": ("8xA100-nvlink-ib", ()),
+    "external-grpo-32b-full": ("8xA100-nvlink-ib", ("ROLLOUT_HOST=10.0.0.2",)),
+    "external-grpo-7b": ("8xA100-nvlink-ib", ()),
+    "external-vllm-multi-turn": ("8xA100-nvlink-ib", ()),
+    "internal-pt": ("1xA100-80gb", ()),
+    "internal-vllm-72b-4gpu": ("4xA100-nvlink-ib", ()),
+    "internal-vllm-lora-qwenvl72b": ("8xA100-nvlink-ib", ()),
+    "internal-vllm-multi-turn": ("8xA100-nvlink-ib", ()),
+    "internal-vllm-vl7b": ("8xA100-nvlink-ib", ()),
+    "multi-node-multi-node1": ("4xA100-nvlink-ib", ("RUN_NAME=math7b",)),
+    "multi-node-multi-node2": ("4xA100-nvlink-ib", ("RUN_NAME=math7b", "MASTER_ADDR=10.0.0.1")),
+    "multi-node-qwen2-5-32b-full": ("8xA100-nvlink-ib", ("ROLLOUT_HOST=10.0.0.2",)),
+    # NUM_GENERATIONS 48 over 4 completions x 8 processes per node: 3 nodes (DLC sets WORLD_SIZE, RANK)
+    "multi-node-train-dlc": (
+        "8xA100-nvlink-ib",
+        ("NNODES=3", "NODE_RANK=1", "MASTER_ADDR=10.0.0.1", "RUN_NAME=dlc"),
+    ),
+    "plugin-run-external-reward-func": ("1xA100-80gb", ()),
+    "plugin-run-external-reward-model": ("8xA100-nvlink-ib", ()),
+    "qwen2-5-omni-grpo": ("4xA100-nvlink-ib", ()),
+}
+
+
+def _place_models(cache: Path) -> None:
+    """Each corpus model's config.json where ModelScope keeps a download (hubcache.expected)."""
+    for config in (CORPUS / "models").glob("*/config.json"):
+        repo = config.parent.name.replace("--", "/", 1)
+        target = hubcache.expected(repo, "models", False, {"MODELSCOPE_CACHE": str(cache)})
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy(config, target / "config.json")
+
+
+@pytest.fixture(scope="module")
+def modelscope_cache(tmp_path_factory) -> Path:
+    cache = tmp_path_factory.mktemp("modelscope")
+    _place_models(cache)
+    return cache

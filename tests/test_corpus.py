@@ -12,45 +12,14 @@ the recipe sets, except those the entrypoint composes itself (COMPOSED says whic
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-from entrypoint import hubcache, keys, swift_schema
+from entrypoint import keys, swift_schema
 from entrypoint.recipe import read_env_file
-from tests.conftest import INVENTORIES, ROOT, clean_env, run_cli
-
-CORPUS = ROOT / "tests" / "corpus"
-RECIPES = sorted((CORPUS / "recipes").glob("*.env"))
-
-# recipe -> (inventory, extra KEY=VALUE words a migrating user adds: the node addresses the scripts leave
-# as placeholders, the NODE_RANK that DLC sets)
-SETUP = {
-    "docs-grpo-code-training": ("8xA100-nvlink-ib", ()),
-    "docs-grpo-countdown": ("4xA100-nvlink-ib", ()),
-    "external-agent": ("8xA100-nvlink-ib", ()),
-    "external-grpo-32b-full": ("8xA100-nvlink-ib", ("ROLLOUT_HOST=10.0.0.2",)),
-    "external-grpo-7b": ("8xA100-nvlink-ib", ()),
-    "external-vllm-multi-turn": ("8xA100-nvlink-ib", ()),
-    "internal-pt": ("1xA100-80gb", ()),
-    "internal-vllm-72b-4gpu": ("4xA100-nvlink-ib", ()),
-    "internal-vllm-lora-qwenvl72b": ("8xA100-nvlink-ib", ()),
-    "internal-vllm-multi-turn": ("8xA100-nvlink-ib", ()),
-    "internal-vllm-vl7b": ("8xA100-nvlink-ib", ()),
-    "multi-node-multi-node1": ("4xA100-nvlink-ib", ("RUN_NAME=math7b",)),
-    "multi-node-multi-node2": ("4xA100-nvlink-ib", ("RUN_NAME=math7b", "MASTER_ADDR=10.0.0.1")),
-    "multi-node-qwen2-5-32b-full": ("8xA100-nvlink-ib", ("ROLLOUT_HOST=10.0.0.2",)),
-    # NUM_GENERATIONS 48 over 4 completions x 8 processes per node: 3 nodes (DLC sets WORLD_SIZE, RANK)
-    "multi-node-train-dlc": (
-        "8xA100-nvlink-ib",
-        ("NNODES=3", "NODE_RANK=1", "MASTER_ADDR=10.0.0.1", "RUN_NAME=dlc"),
-    ),
-    "plugin-run-external-reward-func": ("1xA100-80gb", ()),
-    "plugin-run-external-reward-model": ("8xA100-nvlink-ib", ()),
-    "qwen2-5-omni-grpo": ("4xA100-nvlink-ib", ()),
-}
+from tests.conftest import INVENTORIES, RECIPES, ROOT, SETUP, clean_env, run_cli
 
 # Flags the recipe may set that do not reach argv as written, and why.
 COMPOSED = {
@@ -59,22 +28,6 @@ COMPOSED = {
     "external_plugins": "the image's own reward plugin comes first (entrypoint/rewards/grpo_rig_rewards.py)",
     "system": "a prompt file is passed by its resolved path",
 }
-
-
-def _place_models(cache: Path) -> None:
-    """Each corpus model's config.json where ModelScope keeps a download (hubcache.expected)."""
-    for config in (CORPUS / "models").glob("*/config.json"):
-        repo = config.parent.name.replace("--", "/", 1)
-        target = hubcache.expected(repo, "models", False, {"MODELSCOPE_CACHE": str(cache)})
-        target.mkdir(parents=True, exist_ok=True)
-        shutil.copy(config, target / "config.json")
-
-
-@pytest.fixture(scope="module")
-def modelscope_cache(tmp_path_factory) -> Path:
-    cache = tmp_path_factory.mktemp("modelscope")
-    _place_models(cache)
-    return cache
 
 
 def test_the_corpus_holds_at_least_fifteen_configurations():

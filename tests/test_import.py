@@ -17,8 +17,7 @@ import pytest
 
 from entrypoint import importer, keys
 from entrypoint.recipe import read_env_file
-from tests.conftest import INVENTORIES, ROOT, clean_env, run_cli
-from tests.test_corpus import RECIPES, SETUP, modelscope_cache  # noqa: F401 - a fixture
+from tests.conftest import INVENTORIES, RECIPES, ROOT, SETUP, clean_env, run_cli
 
 FIXTURES = ROOT / "tests" / "fixtures"
 IGNORED = {"output_dir", "run_name", "add_version", "logging_dir"}  # the run directory: per run
@@ -180,7 +179,7 @@ def test_a_script_without_swift_rlhf_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=[r.stem for r in RECIPES])
-def test_every_corpus_recipe_survives_the_round_trip(recipe, modelscope_cache, tmp_path):  # noqa: F811
+def test_every_corpus_recipe_survives_the_round_trip(recipe, modelscope_cache, tmp_path):
     """ms-swift's examples, as planned: the plan's own `swift rollout` and `swift rlhf` commands (with their
     CUDA_VISIBLE_DEVICES / NPROC_PER_NODE / node variables) imported again plan the same swift arguments."""
     inventory, words = SETUP[recipe.stem]

@@ -200,36 +200,27 @@ def estimate(plan: Plan, facts: Facts) -> tuple[list[GpuEstimate], list[Problem]
         return [], [], ""
     w, note = workload(plan, facts)
     if w is None:
-        return (
-            [],
-            [
-                Problem(
-                    "memory",
-                    f"not estimated: {note}",
-                    "set MEMORY_CHECK=off to silence, or mount the model",
-                    fatal=False,
-                )
-            ],
-            note,
-        )
+        why = Problem("memory", f"not estimated: {note}", "set MEMORY_CHECK=off to silence, or mount the model",
+                      fatal=False)  # fmt: skip
+        return [], [why], note
     card = card_size(plan)
     colocate = colocate_settings(plan, w) if layout.mode == "colocate" else None
     offload = "true" in (
         values.value(plan, "offload_model", "false"),
         values.value(plan, "offload_optimizer", "false"),
     )
-    rollout_util = float(r.rollout_arg("gpu_memory_utilization"))
-    estimates = per_gpu(layout, card, w, colocate, rollout_util, offload)
-
-    problems: list[Problem] = []
+    estimates = per_gpu(layout, card, w, colocate, float(r.rollout_arg("gpu_memory_utilization")), offload)
     extrapolated = w.dims.params > memory.CALIBRATED_MAX_PARAMS
-    train = memory.estimate_training(w)
-    beyond = (
-        f" (extrapolated: a {w.dims.params / 1e9:.1f}B model, and the planner's measurements stop at 1.5B, so this "
-        f"warns instead of refusing up to {memory.EXTRAPOLATED_REFUSE_RATIO:.2f}x the card; MEMORY_CHECK=off silences it)"
-        if extrapolated
-        else ""
-    )
+    problems = _peak_problems(plan, w, estimates, colocate, extrapolated)
+    problems += _vllm_fits(plan, w, card, colocate, offload)
+    if extrapolated:
+        note += (f"; extrapolated: the coefficients were fitted on models up to 1.5B parameters, this one has "
+                 f"{w.dims.params / 1e9:.1f}B (docs/benchmarks/memory-calibration.json)")  # fmt: skip
+    return estimates, problems, note
+
+
+def _knobs(plan: Plan, colocate: memory.Colocate | None) -> dict[str, str]:
+    """Per layout mode, the settings that lower a training GPU's peak, as a fix names them."""
     knobs = {
         "colocate": "lower VLLM_GPU_MEMORY_UTILIZATION (e.g. 0.3-0.4 on 24 GB), OFFLOAD_MODEL=true and "
         "OFFLOAD_OPTIMIZER=true with SLEEP_LEVEL=1, a shorter MAX_COMPLETION_LENGTH, a smaller PER_DEVICE_TRAIN_BATCH_SIZE "
@@ -239,13 +230,33 @@ def estimate(plan: Plan, facts: Facts) -> tuple[list[GpuEstimate], list[Problem]
         "hf": "a shorter MAX_COMPLETION_LENGTH, a smaller PER_DEVICE_TRAIN_BATCH_SIZE, fewer NUM_GENERATIONS, "
         "GRADIENT_CHECKPOINTING=true",
     }
-    if colocate is not None and r.source("VLLM_GPU_MEMORY_UTILIZATION").startswith("planner:"):
+    if colocate is not None and plan.recipe.source("VLLM_GPU_MEMORY_UTILIZATION").startswith("planner:"):
         # the planner already chose the smallest share that holds the generation round: lowering it is no knob
         knobs["colocate"] = knobs["colocate"].replace(
             "lower VLLM_GPU_MEMORY_UTILIZATION (e.g. 0.3-0.4 on 24 GB)",
             "fewer or shorter completions per generation round (vLLM's share, VLLM_GPU_MEMORY_UTILIZATION="
             f"{colocate.utilization:.2f}, was chosen by the planner to hold them)",
         )
+    return knobs
+
+
+def _peak_problems(
+    plan: Plan,
+    w: Workload,
+    estimates: list[GpuEstimate],
+    colocate: memory.Colocate | None,
+    extrapolated: bool,
+) -> list[Problem]:
+    """A predicted OOM or thin headroom per group of alike GPUs. Beyond the measured models an OOM refuses
+    only when it is certain (certain_gib) or past the planner's uncertainty (EXTRAPOLATED_REFUSE_RATIO)."""
+    s, mode = plan.recipe.settings, plan.layout.mode
+    train = memory.estimate_training(w)
+    knobs = _knobs(plan, colocate)
+    beyond = (
+        f" (extrapolated: a {w.dims.params / 1e9:.1f}B model, and the planner's measurements stop at 1.5B, so this "
+        f"warns instead of refusing up to {memory.EXTRAPOLATED_REFUSE_RATIO:.2f}x the card; MEMORY_CHECK=off silences it)"
+    )
+    problems: list[Problem] = []
     for e, gpus in _alike(estimates):  # one problem for GPUs that get the same prediction
         what = (
             f"predicted {e.peak_gib:.1f} GiB on GPU {gpus} ({e.role}), which has {e.card_gib:.1f} GiB: "
@@ -253,53 +264,26 @@ def estimate(plan: Plan, facts: Facts) -> tuple[list[GpuEstimate], list[Problem]
         )
         if e.role.startswith("rollout"):
             if e.headroom < HEADROOM_WARNING:  # vLLM takes its share up front; the rest is all that is left
-                problems.append(
-                    Problem(
-                        "memory",
-                        f"under {HEADROOM_WARNING:.0%} headroom: {what}; anything else on the card (a display, "
-                        "another process) makes vLLM refuse to start",
-                        "lower ROLLOUT_GPU_MEMORY_UTILIZATION to "
-                        f"{max(0.1, 0.9 - CUDA_CONTEXT_GIB / e.card_gib):.2f} or less on this {e.card_gib:.0f} GiB card",
-                        fatal=False,
-                    )
-                )
-            continue
-        if e.peak_gib > e.card_gib:
+                problems.append(Problem("memory", f"under {HEADROOM_WARNING:.0%} headroom: {what}; anything else on the "
+                                        "card (a display, another process) makes vLLM refuse to start",
+                                        "lower ROLLOUT_GPU_MEMORY_UTILIZATION to "
+                                        f"{max(0.1, 0.9 - CUDA_CONTEXT_GIB / e.card_gib):.2f} or less on this "
+                                        f"{e.card_gib:.0f} GiB card", fatal=False))  # fmt: skip
+        elif e.peak_gib > e.card_gib:
             sure = (
                 not extrapolated
                 or certain_gib(w, train, e) > e.card_gib
                 or e.peak_gib > memory.EXTRAPOLATED_REFUSE_RATIO * e.card_gib
             )
-            problems.append(
-                Problem(
-                    "memory",
-                    f"does not fit: {what}"
-                    + (beyond if not sure else "")
-                    + (
-                        f" (extrapolated beyond the measured models, but {e.peak_gib / e.card_gib:.1f}x the card is past "
-                        f"the planner's uncertainty, {memory.EXTRAPOLATED_REFUSE_RATIO:.2f}x)"
-                        if sure and extrapolated
-                        else ""
-                    ),
-                    f"turn these knobs: {knobs[layout.mode]}"
-                    + ("; or MEMORY_CHECK=warn to try anyway" if sure else ""),
-                    fatal=s.MEMORY_CHECK == "error" and sure,
-                )
-            )
+            past = (f" (extrapolated beyond the measured models, but {e.peak_gib / e.card_gib:.1f}x the card is past "
+                    f"the planner's uncertainty, {memory.EXTRAPOLATED_REFUSE_RATIO:.2f}x)")  # fmt: skip
+            problems.append(Problem("memory", f"does not fit: {what}" + (beyond if not sure else past if extrapolated else ""),
+                                    f"turn these knobs: {knobs[mode]}" + ("; or MEMORY_CHECK=warn to try anyway" if sure else ""),
+                                    fatal=s.MEMORY_CHECK == "error" and sure))  # fmt: skip
         elif e.headroom < HEADROOM_WARNING:
-            problems.append(
-                Problem(
-                    "memory",
-                    f"under {HEADROOM_WARNING:.0%} headroom: {what}",
-                    f"consider: {knobs[layout.mode]}",
-                    fatal=False,
-                )
-            )
-    problems += _vllm_fits(plan, w, card, colocate, offload)
-    if extrapolated:
-        note += (f"; extrapolated: the coefficients were fitted on models up to 1.5B parameters, this one has "
-                 f"{w.dims.params / 1e9:.1f}B (docs/benchmarks/memory-calibration.json)")  # fmt: skip
-    return estimates, problems, note
+            problems.append(Problem("memory", f"under {HEADROOM_WARNING:.0%} headroom: {what}",
+                                    f"consider: {knobs[mode]}", fatal=False))  # fmt: skip
+    return problems
 
 
 def certain_gib(w: Workload, train: memory.TrainingEstimate, e: GpuEstimate) -> float:
