@@ -85,8 +85,8 @@ def test_plan_argv_carries_every_flag_the_recipe_sets(recipe, modelscope_cache, 
 
 def test_validate_of_the_shipped_recipes_stays_fast():
     """Preflight is the seconds-long check before heavy work: every shipped recipe validates on the machine
-    it is for (tcm-4x4090 with its sample data) within the refusal bound of tests/conftest.py (15 s, also with
-    a training on the other core); the measured times are bench/validate_time.py's."""
+    it is for (tcm-4x4090 with its sample data) in under 5 s (issue 15; bench/validate_time.py measured a
+    0.9 s median with a training running on the same 2 cores)."""
     cases = (("smoke", None, ()), ("smoke-gpu", "1x4090-driver535", ()), ("smoke-server", "2x4090-driver535", ()),
              ("countdown-1x4090", "1x4090-driver535", ()),
              ("tcm-4x4090", "5x4090-driver535", (f"DATASET={ROOT / 'examples' / 'tcm' / 'sample.jsonl'}",)))  # fmt: skip
@@ -99,4 +99,4 @@ def test_validate_of_the_shipped_recipes_stays_fast():
         proc = run_cli("validate", f"recipe={recipe}", *extra, *words, env=clean_env())
         elapsed = time.monotonic() - start
         assert proc.returncode == 0, (recipe, proc.stderr)
-        assert elapsed < 15, f"validate recipe={recipe} took {elapsed:.1f} s"
+        assert elapsed < 5, f"validate recipe={recipe} took {elapsed:.1f} s"
