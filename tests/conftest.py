@@ -24,6 +24,15 @@ def load_inventory(name: str) -> hardware.Inventory:
     return hardware.load(INVENTORIES / f"{name}.json")
 
 
+# Under `pytest -n N` two real trainings can overlap; each torch would start one thread per core, and
+# oversubscribed OpenMP threads slowed a CPU GRPO step from ~30 s to ~5 min (seen with -n 2 on 2 cores).
+# The cores are shared out instead; a value the user exported wins.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT") and "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = str(
+        max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    )
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """The process environment minus anything that is a recipe key (tests choose their own)."""
     env = {
