@@ -70,7 +70,7 @@ eval: venv  ## Did training help? Base model vs the run's adapter on held-out pr
 	$(PY) -m entrypoint evaluate run=$(RUN) $(ARGS)
 
 .PHONY: plan
-plan: venv  ## Print what `train` would run: make plan RECIPE=tcm-4x4090 [ARGS="INVENTORY=..."]
+plan: venv  ## Print what `train` would run: make plan RECIPE=countdown-1x4090 ARGS="INVENTORY=examples/inventories/1x4090-driver535.json"
 	$(PY) -m entrypoint plan recipe=$(RECIPE) $(ARGS)
 
 .PHONY: lint

@@ -160,7 +160,7 @@ def _import(args: argparse.Namespace) -> int:
             [Problem("import", str(exc), "give a file or `-- swift rlhf ...` holding the command")]
         ) from None
     if args.output:
-        Path(args.output).write_text(recipe)
+        Path(args.output).write_text(recipe.replace("recipe=<this file>", f"recipe={args.output}", 1))
         print(f"recipe written to {args.output}", file=sys.stderr)
         return _validate_imported(Path(args.output), args.pairs)
     print(recipe, end="")

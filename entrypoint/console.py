@@ -45,6 +45,7 @@ class Console:
         self.failing: set[str] = set()  # roles past a Traceback: everything is shown
         self.step: tuple[int, int] | None = None  # (done, total)
         self.step_at = self.started
+        self.step_elapsed = 0.0  # ms-swift's elapsed_time at the last step line, seconds
 
     def shown(self, role: str, line: str) -> str | None:
         """The console text for a child's line, or None to keep it to the log."""
@@ -73,16 +74,19 @@ class Console:
             return f"training finished in {row['train_runtime'] / 60:.1f} min ({row.get('global_step/max_steps', '?')} steps)"
         done, total = (int(x) for x in str(row["global_step/max_steps"]).split("/"))
         now = self.clock()
-        # From ms-swift's elapsed_time, like the ETA beside it: its train_speed(iter/s) counts from the
-        # trainer's set-up (vLLM's engine start included), so step 1 read 103 s/step after 5 s of training.
+        # The time of the steps since the last line, from ms-swift's elapsed_time like the ETA beside it:
+        # its train_speed(iter/s) counts from the trainer's set-up (vLLM's engine start included), so step 1
+        # read 103 s/step after 5 s of training; and an average hides the slow step a user asks about.
         elapsed = _seconds(row.get("elapsed_time"))
+        before, before_elapsed = (self.step[0], self.step_elapsed) if self.step else (0, 0.0)
         speed = row.get("train_speed(iter/s)")
-        if elapsed is not None and done > 0:
-            per_step = elapsed / done
+        if elapsed is not None and done > before:
+            per_step = (elapsed - before_elapsed) / (done - before)
         elif speed:
             per_step = 1 / speed
         else:
-            per_step = (now - self.step_at) / max(1, done - (self.step[0] if self.step else 0))
+            per_step = (now - self.step_at) / max(1, done - before)
+        self.step_elapsed = elapsed or 0.0
         self.step, self.step_at = (done, total), now
         reward = row.get("reward")
         parts = [f"step {done}/{total}"]
@@ -97,14 +101,22 @@ class Console:
         """What the trainer is doing now, from its last phase event."""
         waited = self.clock() - (self.step_at if self.step else self.started)
         last = _last_event(self.events)
-        where = f"step {self.step[0] + 1} of {self.step[1]}" if self.step else "before the first step"
+        # before the first step line: step 1 once the trainer reports a phase, else still setting up
+        where = (
+            f"step {self.step[0] + 1} of {self.step[1]}"
+            if self.step
+            else "step 1"
+            if last
+            else "before the first step"
+        )
         if last is None:
             doing = "loading the model and the data" if not self.step else "working"
         elif last.get("phase") in ("generate", "rollout"):
             doing = f"training on {last.get('completions', '?')} completions (generated in {last.get('seconds', 0):.0f} s)"
         else:
             doing = "generating completions"
-        return f"{where}: {doing}, {waited:.0f} s so far (full output: logs/trainer.log)"
+        since = "into this step" if self.step else "since the start"
+        return f"{where}: {doing}, {waited:.0f} s {since} (full output: logs/trainer.log)"
 
 
 def _last_event(path: Path | None) -> dict | None:

@@ -73,9 +73,14 @@ def confidence(values: Sequence[float]) -> Summary:
     return Summary(mean, mean - half, mean + half, n)
 
 
-def parse_pairs(pairs: Sequence[str]) -> tuple[str, str, Settings]:
-    """(run, OUTPUT_DIR, settings) from `run=NAME KEY=VALUE ...`. Raises BadInput."""
-    values: dict[str, str] = {}
+EVAL_KEYS = ("OUTPUT_DIR", "EVAL_PROMPTS", "EVAL_GENERATIONS", "EVAL_SEED", "EVAL_DATASET", "EVAL_ENGINE",
+             "EVAL_GPU_MEMORY_UTILIZATION")  # fmt: skip
+
+
+def parse_pairs(pairs: Sequence[str], environ: Mapping[str, str] | None = None) -> tuple[str, str, Settings]:
+    """(run, OUTPUT_DIR, settings) from `run=NAME KEY=VALUE ...` over the same keys in `environ` (the image
+    sets OUTPUT_DIR=/output; `make eval RUN=x EVAL_PROMPTS=4` passes them as environment). Raises BadInput."""
+    values: dict[str, str] = {k: environ[k] for k in EVAL_KEYS if (environ or {}).get(k)}
     problems = []
     for word in pairs:
         if "=" not in word:
@@ -85,8 +90,7 @@ def parse_pairs(pairs: Sequence[str]) -> tuple[str, str, Settings]:
             continue
         key, value = word.split("=", 1)
         values[key.strip().upper()] = value
-    known = {"RUN", "OUTPUT_DIR", "EVAL_PROMPTS", "EVAL_GENERATIONS", "EVAL_SEED", "EVAL_DATASET", "EVAL_ENGINE",
-             "EVAL_GPU_MEMORY_UTILIZATION"}  # fmt: skip
+    known = {"RUN", *EVAL_KEYS}
     for key in sorted(set(values) - known):
         problems.append(Problem(key, "not a key of `evaluate`", f"use {', '.join(sorted(known))}"))
     if not values.get("RUN"):
@@ -332,9 +336,10 @@ def generate(
     prompts: list[list[dict]],
     args: Mapping[str, list[str]],
     settings: Settings,
+    say=lambda line: None,
 ) -> list[list[str]]:
     """`settings.generations` sampled completions per prompt from the base model (adapter None) or base +
-    adapter. Same seed, so both models draw the same random numbers."""
+    adapter. Same seed, so both models draw the same random numbers. `say` gets a progress line per batch."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -365,6 +370,9 @@ def generate(
             )  # fmt: skip
         decoded = tokenizer.batch_decode(ids[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
         out += [decoded[i : i + settings.generations] for i in range(0, len(decoded), settings.generations)]
+        say(
+            f"{'adapter' if adapter is not None else 'base model'}: {len(out)} of {len(texts)} prompts answered"
+        )
     return out
 
 
@@ -490,7 +498,7 @@ def _plot(path: Path, result: dict) -> None:
     ax.set_xticks(range(len(names)), names)
     ax.set_ylabel("mean reward (95% CI)")
     ax.set_title(
-        f"{result['run']}: base vs adapter on {result['prompts']['count']} held-out prompts", fontsize=9
+        f"{result['run']}\nbase vs adapter on {result['prompts']['count']} held-out prompts", fontsize=9
     )
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -514,7 +522,7 @@ def _gpu_and_vllm(environ: Mapping[str, str]) -> tuple[bool, bool]:
 def evaluate(pairs: Sequence[str], environ: Mapping[str, str], printer=print) -> int:
     """The `evaluate` command (`environ`: the process environment, read by cli.py); returns the exit status.
     Raises BadInput for bad input (exit 2)."""
-    run, output_dir, settings = parse_pairs(pairs)
+    run, output_dir, settings = parse_pairs(pairs, environ)
     run_dir = run_dir_of(run, output_dir)
     data = manifest_mod.read(run_dir) or {}
     adapter = run_dir / "adapter"
@@ -546,8 +554,8 @@ def evaluate(pairs: Sequence[str], environ: Mapping[str, str], printer=print) ->
     if engine == "vllm":
         base_text, tuned_text = generate_vllm(model_path, adapter, prompts, args, settings)
     else:
-        base_text = generate(model_path, None, prompts, args, settings)
-        tuned_text = generate(model_path, adapter, prompts, args, settings)
+        base_text = generate(model_path, None, prompts, args, settings, printer)
+        tuned_text = generate(model_path, adapter, prompts, args, settings, printer)
     base = score(rewards, rows, prompts, base_text)
     tuned = score(rewards, rows, prompts, tuned_text)
     summary = summarize(base, tuned)
@@ -559,6 +567,10 @@ def evaluate(pairs: Sequence[str], environ: Mapping[str, str], printer=print) ->
                      "top_k": int(arg(args, "top_k")), "max_new_tokens": int(arg(args, "max_completion_length"))},
         "summary": summary, "verdict": verdict(summary),
     }  # fmt: skip
+    if (run_dir / "eval.json").is_file():
+        printer(
+            f"replacing the earlier evaluation in {run_dir} (eval.json, eval.md, eval.png, the manifest's summary)"
+        )
     write(run_dir, result)
     printer(f"before/after: {result['verdict']}")
     printer(f"evaluation: {run_dir / 'eval.md'}")

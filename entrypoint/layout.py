@@ -37,8 +37,9 @@ NO_GPU_HELP = (
 )
 NO_GPU_HERE = (
     "No GPU is visible on this machine ({error}), and this is not the grpo-rig image. To plan or validate for a "
-    "GPU machine from here, describe it: INVENTORY=examples/inventories/1x4090-driver535.json (one of the "
-    "examples, or `python -m entrypoint doctor --save-inventory FILE` on that machine). To train, run inside "
+    "GPU machine from here, describe it: INVENTORY=examples/inventories/1x4090-driver535.json (1 GPU; "
+    "5x4090-driver535.json for tcm-4x4090, 2x4090-driver535.json for smoke-server; or `python -m entrypoint "
+    "doctor --save-inventory FILE` on that machine). To train, run inside "
     "the image on the GPU host (`docker compose run train recipe=...`)."
 )
 

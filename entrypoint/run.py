@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
@@ -157,7 +158,8 @@ def summary_lines(plan: Plan) -> list[str]:
             if (plan.run_dir / name).exists():
                 lines.append(f"{name}: {plan.run_dir / name}")
         if (plan.run_dir / "adapter").is_dir():
-            lines.append(f"did it help? python -m entrypoint evaluate run={plan.run_name} OUTPUT_DIR={plan.recipe.settings.OUTPUT_DIR}"
+            py = "python" if plan.facts.in_container else sys.executable  # the host's is the venv's
+            lines.append(f"did it help? {py} -m entrypoint evaluate run={plan.run_name} OUTPUT_DIR={plan.recipe.settings.OUTPUT_DIR}"
                          f"   (make eval RUN={plan.run_name})")  # fmt: skip
     return lines
 

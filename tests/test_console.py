@@ -50,11 +50,11 @@ def test_the_heartbeat_says_what_the_trainer_is_doing():
     # the fixture's last event is a finished training phase: the trainer is generating the next round
     assert (
         console.heartbeat()
-        == "before the first step: generating completions, 60 s so far (full output: logs/trainer.log)"
+        == "step 1: generating completions, 60 s since the start (full output: logs/trainer.log)"
     )
     console.shown("trainer", next(ln for ln in LOG if "'global_step/max_steps': '1/4'" in ln))
     now[0] = 190.0
-    assert console.heartbeat().startswith("step 2 of 4: generating completions, 30 s so far")
+    assert console.heartbeat().startswith("step 2 of 4: generating completions, 30 s into this step")
     assert "loading the model and the data" in Console(events=None).heartbeat()
 
 
@@ -64,7 +64,7 @@ def test_after_a_generation_round_the_heartbeat_says_training(tmp_path):
     assert (
         Console(events=events, clock=lambda: 0.0)
         .heartbeat()
-        .startswith("before the first step: training on 8 completions (generated in 13 s)")
+        .startswith("step 1: training on 8 completions (generated in 13 s)")
     )
     assert "logs/trainer.log" in Console(clock=lambda: 0.0).heartbeat()
 
@@ -77,4 +77,9 @@ def test_seconds_per_step_agree_with_elapsed_time():
     (line,) = shown(Console(), [row])
     assert line == "step 1/3 | reward 0.775 (std 0.027) | 5.0 s/step | elapsed 5s | ETA 10s"
     later = row.replace("'1/3'", "'2/3'").replace("'5s'", "'1m 4s'")
-    assert "32.0 s/step | elapsed 1m 4s" in shown(Console(), [later])[0]
+    assert "32.0 s/step | elapsed 1m 4s" in shown(Console(), [later])[0]  # no earlier line: the average
+    # after step 1's line, step 2's own time: a slow step shows as slow (a new user read 124 s/step
+    # averaged for a step that took 227 s)
+    console = Console()
+    shown(console, [row])
+    assert "59.0 s/step | elapsed 1m 4s" in shown(console, [later])[0]

@@ -97,3 +97,15 @@ def test_intervals_and_pass_at_1():
     assert "better" in evaluate.verdict({"acc": s})
     flat = evaluate.summarize({"f": [[0.5], [0.5]]}, {"f": [[0.5], [0.5]]})["f"]
     assert flat["pass_at_1"] is None and "no clear change" in evaluate.verdict({"f": flat})
+
+
+def test_settings_come_from_the_environment_too(tmp_path):
+    """`make eval RUN=x EVAL_PROMPTS=4` passes them as environment, and the image sets OUTPUT_DIR=/output:
+    both are read (a new user's EVAL_PROMPTS=4 used to be ignored for the default 32); the command line wins."""
+    proc = run_cli("evaluate", "run=x", env=clean_env(EVAL_PROMPTS="1"), timeout=60)
+    assert proc.returncode == 2 and "EVAL_PROMPTS: 1 is below 2" in proc.stderr
+    wins = run_cli("evaluate", "run=x", "EVAL_PROMPTS=4", env=clean_env(EVAL_PROMPTS="1"), timeout=60)
+    assert "below 2" not in wins.stderr and "no run directory" in wins.stderr
+    fake_run(tmp_path, "mine", adapter=False)
+    proc = run_cli("evaluate", "run=mine", env=clean_env(OUTPUT_DIR=str(tmp_path)), timeout=60)
+    assert proc.returncode == 2 and "has no adapter yet" in proc.stderr  # found through OUTPUT_DIR

@@ -239,8 +239,13 @@ def test_c08_plugin_reward_columns_come_from_its_signature(tmp_path):
 
 
 def test_c08_missing_dataset_file_mentions_the_data_mount(tmp_path):
-    err = refused_dataset(tmp_path, "/data/missing.jsonl", "format")
-    assert "file not found inside the container" in err and "./data at /data" in err
+    inside = refused_dataset(
+        tmp_path, "/data/missing.jsonl", "format", extra_env={"GRPO_RIG_VERSION": "test"}
+    )
+    assert "file not found inside the container" in inside and "./data at /data" in inside
+    here = refused_dataset(tmp_path, "/data/tcm_train.jsonl", "format")  # on the host, as a clone's user is
+    assert "file not found on this machine" in here and "DATASET=examples/tcm/sample.jsonl" in here
+    assert "inside the container" not in here
 
 
 def test_c08_messages_without_user_turn(tmp_path):

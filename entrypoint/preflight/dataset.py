@@ -222,9 +222,19 @@ def _check_one(
         return [Problem(where, f"cannot be reached by uid {facts.uid} (a parent directory is not readable)",
                         "chmod a+rx the directories on the host (./data is mounted read-only at /data)")], None  # fmt: skip
     if not info.is_file:
-        hint = " (compose mounts ./data at /data, read-only)" if str(path).startswith("/data") else ""
-        return [Problem(where, f"file not found inside the container{hint}",
-                        "put the file there, or set DATASET to its container path", kind=LOCAL)], None  # fmt: skip
+        if facts.in_container:
+            hint = " (compose mounts ./data at /data, read-only)" if str(path).startswith("/data") else ""
+            what, fix = (
+                f"file not found inside the container{hint}",
+                "put the file there, or set DATASET to its container path",
+            )
+        else:  # on the host (plan/validate from a clone): the recipe's path is the container's
+            sample = " (tcm-4x4090's sample: DATASET=examples/tcm/sample.jsonl)" if "tcm" in path.name else ""
+            what, fix = (
+                "file not found on this machine",
+                f"set DATASET to a file here{sample}, or run inside the image",
+            )
+        return [Problem(where, what, fix, kind=LOCAL)], None
     if not info.readable:
         return [
             Problem(
