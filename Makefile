@@ -86,9 +86,10 @@ lint: venv  ## ruff, hadolint, compose config, actionlint, zizmor
 		$(COMPOSE) -f compose.yaml config -q && $(COMPOSE) -f compose.yaml -f compose.cpu.yaml config -q && echo "compose config: ok"; \
 	else echo "compose config: skipped (docker compose not installed; the schema check above ran)"; fi
 
-# Test processes: the real trainings overlap the short subprocess tests (2 is CI's core count); files stay
-# whole on one worker, so module fixtures (a training each) run once.
-TEST_WORKERS ?= 2
+# Test processes (pytest-xdist; whole files per worker, so a module's training runs once). 0: one process.
+# On CI's 2 cores two overlapping CPU trainings ran each step 5-10x slower than one alone, so the default
+# is 0; on a machine with many cores TEST_WORKERS=4 pays.
+TEST_WORKERS ?= 0
 
 .PHONY: test
 test: venv model lint  ## Lint, then every test (the real smoke GRPO run and the container test included)
