@@ -154,13 +154,13 @@ def _import(args: argparse.Namespace) -> int:
         words = ([args.file] if args.file else []) + words
         text, source = " ".join(shlex.quote(w) for w in words), "the command line"
     try:
-        recipe = importer.to_recipe(text, source)
+        recipe = importer.to_recipe(text, source, target=args.output or "<this file>")
     except ValueError as exc:
         raise BadInput(
             [Problem("import", str(exc), "give a file or `-- swift rlhf ...` holding the command")]
         ) from None
     if args.output:
-        Path(args.output).write_text(recipe.replace("recipe=<this file>", f"recipe={args.output}", 1))
+        Path(args.output).write_text(recipe)
         print(f"recipe written to {args.output}", file=sys.stderr)
         return _validate_imported(Path(args.output), args.pairs)
     print(recipe, end="")
@@ -206,12 +206,8 @@ def doctor_text(inv: hardware.Inventory) -> str:
     lines.append(f"/dev/shm: {inv.shm_gib:.2f} GiB" if inv.shm_gib is not None else "/dev/shm: unknown")
     if nccl.accelerate_rtx40_check_fires(inv):
         lines.append("accelerate's RTX 40 check fires here: NCCL_P2P_DISABLE and NCCL_IB_DISABLE will be set")
-    if not inv.gpus:  # the same help `train` gives (layout.NO_GPU_HELP / NO_GPU_HERE)
-        from entrypoint import layout
+    if not inv.gpus:  # the same help `train` gives
+        from entrypoint import host, layout
 
-        in_container = bool(
-            os.environ.get("GRPO_RIG_VERSION")
-        )  # the image sets it (Dockerfile), as host.py reads it
-        help_text = layout.NO_GPU_HELP if in_container else layout.NO_GPU_HERE
-        lines.append(help_text.format(error=inv.nvml_error or "NVML lists no device"))
+        lines.append(layout.no_gpu_text(inv, host.in_container(os.environ)))
     return "\n".join(lines)

@@ -311,6 +311,11 @@ def run_dir_of(r: Recipe, now: dt.datetime) -> Path:
     return (Path(r.settings.OUTPUT_DIR).expanduser() / name).absolute()
 
 
+def in_container(environ: Mapping[str, str]) -> bool:
+    """Inside the grpo-rig image, not on a user's host: the image sets GRPO_RIG_VERSION (Dockerfile)."""
+    return bool(environ.get("GRPO_RIG_VERSION"))
+
+
 def gather(
     r: Recipe, environ: Mapping[str, str], now: dt.datetime | None = None, probe_plugins: bool = True
 ) -> Facts:
@@ -374,7 +379,7 @@ def gather(
         plugin_error=plugin_error,
         system_text=system_text,
         deepspeed_config=deepspeed_config,
-        in_container=bool(environ.get("GRPO_RIG_VERSION")),  # the image sets it (Dockerfile)
+        in_container=in_container(environ),
         embedded_ready=_embedded_ready(r),
         previous=read_previous(run_dir_of(r, now)),
         secret_values=tuple(redact.values_of(environ)),

@@ -183,10 +183,15 @@ class _Draft:
             self.notes.append(f"{key}: {why}")
 
 
-def to_recipe(text: str, source: str = "the command line", defaults: Mapping[str, str] | None = None) -> str:
+def to_recipe(
+    text: str,
+    source: str = "the command line",
+    defaults: Mapping[str, str] | None = None,
+    target: str = "<this file>",
+) -> str:
     """The recipe (an .env text) for the first `swift rlhf` command in `text`, in stages: the layout, the
-    node and environment assignments, the trainer's flags, the rollout's flags. Raises ValueError when
-    there is none."""
+    node and environment assignments, the trainer's flags, the rollout's flags; its header names `target`,
+    the file it is written to. Raises ValueError when there is none."""
     commands = parse(text)
     rlhf = next((c for c in commands if c.sub == "rlhf" and not c.commented), None) or next(
         (c for c in commands if c.sub == "rlhf"), None
@@ -203,7 +208,7 @@ def to_recipe(text: str, source: str = "the command line", defaults: Mapping[str
     if rollout is not None and "ROLLOUT_HOST" not in d.values:
         _rollout_flags(d, rollout)
     lines = [f"# Imported from {source} by `python -m entrypoint import` (ms-swift 3.6.4 spelling).",
-             "# Check it with: python -m entrypoint validate recipe=<this file>"]  # fmt: skip
+             f"# Check it with: python -m entrypoint validate recipe={target}"]  # fmt: skip
     lines += [f"# {n}" for n in d.notes]
     lines.append("")
     lines += [f"{k}={_quote(v)}" for k, v in d.values.items()]

@@ -189,6 +189,13 @@ def _warn_visible_devices(env: Mapping[str, str], problems: list[Problem]) -> No
         )
 
 
+def no_gpu_text(inventory: Inventory, in_container: bool) -> str:
+    """What to do when NVML lists no GPU: expose them to the container, or describe the GPU machine."""
+    return (NO_GPU_HELP if in_container else NO_GPU_HERE).format(
+        error=inventory.nvml_error or "NVML lists no device"
+    )
+
+
 def _gpus_there(
     recipe: Recipe, inventory: Inventory, use_vllm: bool, problems: list[Problem], in_container: bool = True
 ) -> bool:
@@ -199,11 +206,10 @@ def _gpus_there(
     if inventory.gpus or not wants_gpu:
         return True
     why = "USE_VLLM=true" if use_vllm else "the recipe names GPUs"
-    error = inventory.nvml_error or "NVML lists no device"
-    if in_container:
-        text, fix = NO_GPU_HELP.format(error=error), "fix the GPU exposure above"
-    else:
-        text, fix = NO_GPU_HERE.format(error=error), "add INVENTORY=examples/inventories/<machine>.json"
+    text = no_gpu_text(inventory, in_container)
+    fix = (
+        "fix the GPU exposure above" if in_container else "add INVENTORY=examples/inventories/<machine>.json"
+    )
     problems.append(
         Problem(
             "GPU",

@@ -63,6 +63,8 @@ CALIBRATED_MAX_PARAMS = 1.6e9
 # error on measured runs was 12.4 % (docs/gpu-evidence.md), and twice that is allowed for the
 # extrapolation. ../shared cases C09: a 3B colocate run predicted at 38 GiB on a 24 GiB card.
 EXTRAPOLATED_REFUSE_RATIO = 1.25
+# The most of a card the planner gives a colocated vLLM: the last 5 % stay for the CUDA context and others.
+VLLM_UTILIZATION_CEILING = 0.95
 VLLM_NON_KV_GIB = 1.0  # vLLM activations, CUDA graphs, sampler buffers beside weights and KV cache
 HEADROOM_WARNING = 0.10
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}

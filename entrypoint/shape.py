@@ -39,7 +39,7 @@ from entrypoint.preflight import memory_check, values
 HEADROOM = 0.10  # at least this share of every card stays free (DEVELOPERS.md, issue "Fast by default")
 UTILIZATION_STEP = 0.05
 UTILIZATION_FLOOR = 0.10
-UTILIZATION_CEILING = 0.95  # leave the card's last 5 % to the CUDA context and other processes
+UTILIZATION_CEILING = memory.VLLM_UTILIZATION_CEILING
 KV_MARGIN = 1.25  # vLLM's block rounding and the prompts' spread around the planner's estimate
 
 

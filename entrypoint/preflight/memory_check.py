@@ -333,7 +333,9 @@ def _vllm_fits(
             by_card.setdefault(round(card(gpu), 2), []).append(gpu)
         for size, gpus in by_card.items():
             budget = memory.kv_budget(w.dims, w.dtype_bytes, size, colocate.utilization, resident, tp)
-            at_most = memory.kv_budget(w.dims, w.dtype_bytes, size, 0.95, resident, tp)
+            at_most = memory.kv_budget(
+                w.dims, w.dtype_bytes, size, memory.VLLM_UTILIZATION_CEILING, resident, tp
+            )
             fix = (
                 "raise VLLM_GPU_MEMORY_UTILIZATION, set VLLM_MAX_MODEL_LEN to prompt + completion tokens, or "
                 "raise VLLM_TENSOR_PARALLEL_SIZE"
