@@ -262,6 +262,12 @@ def prompt_messages(row: Mapping[str, Any], system: str | None) -> list[dict]:
     return messages
 
 
+def sampling(args: Mapping[str, list[str]]) -> dict[str, Any]:
+    """The run's sampling settings (its argv, else ms-swift's defaults), the same for both models."""
+    return {"temperature": float(arg(args, "temperature")), "top_p": float(arg(args, "top_p")),
+            "top_k": int(arg(args, "top_k")), "max_new_tokens": int(arg(args, "max_completion_length"))}  # fmt: skip
+
+
 def choose_engine(requested: str, gpu: bool, vllm_installed: bool) -> str:
     """ "hf" or "vllm" for EVAL_ENGINE `requested`, given whether torch sees a GPU and vLLM imports.
     Raises BadInput for `vllm` where it cannot run."""
@@ -283,7 +289,7 @@ def generate_vllm(
     model_path: str,
     adapter: Path,
     prompts: list[list[dict]],
-    args: Mapping[str, list[str]],
+    sample: Mapping[str, Any],
     settings: Settings,
 ) -> tuple[list[list[str]], list[list[str]]]:
     """(base completions, adapter completions): `settings.generations` per prompt from one vLLM engine, the
@@ -295,16 +301,15 @@ def generate_vllm(
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in _render(tokenizer, prompts)]
     rank = int(json.loads((adapter / "adapter_config.json").read_text()).get("r", 8))
-    max_new = int(arg(args, "max_completion_length"))
+    max_new = sample["max_new_tokens"]
     llm = LLM(
         model=model_path, enable_lora=True, max_lora_rank=_vllm_lora_rank(rank), max_loras=1, seed=settings.seed,
         gpu_memory_utilization=settings.gpu_memory_utilization, max_model_len=max(len(i) for i in ids) + max_new,
         enforce_eager=True,  # a one-off job: CUDA graph capture costs more than it saves
     )  # fmt: skip
-    top_k = int(arg(args, "top_k"))
     params = [
-        SamplingParams(n=settings.generations, temperature=float(arg(args, "temperature")), top_p=float(arg(args, "top_p")),
-                       top_k=top_k if top_k > 0 else -1, max_tokens=max_new, seed=settings.seed + i)
+        SamplingParams(n=settings.generations, temperature=sample["temperature"], top_p=sample["top_p"],
+                       top_k=sample["top_k"] if sample["top_k"] > 0 else -1, max_tokens=max_new, seed=settings.seed + i)
         for i in range(len(ids))
     ]  # fmt: skip
     requests = [{"prompt_token_ids": i} for i in ids]
@@ -334,7 +339,7 @@ def generate(
     model_path: str,
     adapter: Path | None,
     prompts: list[list[dict]],
-    args: Mapping[str, list[str]],
+    sample: Mapping[str, Any],
     settings: Settings,
     say=lambda line: None,
 ) -> list[list[str]]:
@@ -364,9 +369,8 @@ def generate(
         ).to(device)
         with torch.no_grad():
             ids = model.generate(
-                **batch, do_sample=True, num_return_sequences=settings.generations,
-                max_new_tokens=int(arg(args, "max_completion_length")), temperature=float(arg(args, "temperature")),
-                top_p=float(arg(args, "top_p")), top_k=int(arg(args, "top_k")), pad_token_id=tokenizer.pad_token_id,
+                **batch, do_sample=True, num_return_sequences=settings.generations, **sample,
+                pad_token_id=tokenizer.pad_token_id,
             )  # fmt: skip
         decoded = tokenizer.batch_decode(ids[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
         out += [decoded[i : i + settings.generations] for i in range(0, len(decoded), settings.generations)]
@@ -551,11 +555,12 @@ def evaluate(pairs: Sequence[str], environ: Mapping[str, str], printer=print) ->
         f"evaluating {run_dir.name}: {len(prompts)} held-out prompts x {settings.generations} completions, "
         f"base then adapter ({'vLLM' if engine == 'vllm' else 'HF generate'})"
     )
+    sample = sampling(args)
     if engine == "vllm":
-        base_text, tuned_text = generate_vllm(model_path, adapter, prompts, args, settings)
+        base_text, tuned_text = generate_vllm(model_path, adapter, prompts, sample, settings)
     else:
-        base_text = generate(model_path, None, prompts, args, settings, printer)
-        tuned_text = generate(model_path, adapter, prompts, args, settings, printer)
+        base_text = generate(model_path, None, prompts, sample, settings, printer)
+        tuned_text = generate(model_path, adapter, prompts, sample, settings, printer)
     base = score(rewards, rows, prompts, base_text)
     tuned = score(rewards, rows, prompts, tuned_text)
     summary = summarize(base, tuned)
@@ -563,8 +568,7 @@ def evaluate(pairs: Sequence[str], environ: Mapping[str, str], printer=print) ->
         "run": run_dir.name, "model": model_path, "adapter": str(adapter),
         "prompts": {"how": how, "count": len(prompts)}, "engine": engine,
         "settings": dataclasses.asdict(settings),
-        "sampling": {"temperature": float(arg(args, "temperature")), "top_p": float(arg(args, "top_p")),
-                     "top_k": int(arg(args, "top_k")), "max_new_tokens": int(arg(args, "max_completion_length"))},
+        "sampling": sample,
         "summary": summary, "verdict": verdict(summary),
     }  # fmt: skip
     if (run_dir / "eval.json").is_file():
