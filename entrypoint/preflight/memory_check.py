@@ -221,23 +221,20 @@ def estimate(plan: Plan, facts: Facts) -> tuple[list[GpuEstimate], list[Problem]
 
 def _knobs(plan: Plan, colocate: memory.Colocate | None) -> dict[str, str]:
     """Per layout mode, the settings that lower a training GPU's peak, as a fix names them."""
-    knobs = {
-        "colocate": "lower VLLM_GPU_MEMORY_UTILIZATION (e.g. 0.3-0.4 on 24 GB), OFFLOAD_MODEL=true and "
-        "OFFLOAD_OPTIMIZER=true with SLEEP_LEVEL=1, a shorter MAX_COMPLETION_LENGTH, a smaller PER_DEVICE_TRAIN_BATCH_SIZE "
-        "(keep the generation batch with GRADIENT_ACCUMULATION_STEPS), fewer NUM_GENERATIONS",
+    share = "lower VLLM_GPU_MEMORY_UTILIZATION (e.g. 0.3-0.4 on 24 GB)"
+    if colocate is not None and plan.recipe.source("VLLM_GPU_MEMORY_UTILIZATION").startswith("planner:"):
+        # the planner already chose the smallest share that holds the generation round: lowering it is no knob
+        share = ("fewer or shorter completions per generation round (vLLM's share, VLLM_GPU_MEMORY_UTILIZATION="
+                 f"{colocate.utilization:.2f}, was chosen by the planner to hold them)")  # fmt: skip
+    return {
+        "colocate": f"{share}, OFFLOAD_MODEL=true and OFFLOAD_OPTIMIZER=true with SLEEP_LEVEL=1, a shorter "
+        "MAX_COMPLETION_LENGTH, a smaller PER_DEVICE_TRAIN_BATCH_SIZE (keep the generation batch with "
+        "GRADIENT_ACCUMULATION_STEPS), fewer NUM_GENERATIONS",
         "server": "a shorter MAX_COMPLETION_LENGTH, a smaller PER_DEVICE_TRAIN_BATCH_SIZE (raise GRADIENT_ACCUMULATION_STEPS "
         "to keep the batch), GRADIENT_CHECKPOINTING=true, DEEPSPEED=zero2 or zero3 for full fine-tuning",
         "hf": "a shorter MAX_COMPLETION_LENGTH, a smaller PER_DEVICE_TRAIN_BATCH_SIZE, fewer NUM_GENERATIONS, "
         "GRADIENT_CHECKPOINTING=true",
     }
-    if colocate is not None and plan.recipe.source("VLLM_GPU_MEMORY_UTILIZATION").startswith("planner:"):
-        # the planner already chose the smallest share that holds the generation round: lowering it is no knob
-        knobs["colocate"] = knobs["colocate"].replace(
-            "lower VLLM_GPU_MEMORY_UTILIZATION (e.g. 0.3-0.4 on 24 GB)",
-            "fewer or shorter completions per generation round (vLLM's share, VLLM_GPU_MEMORY_UTILIZATION="
-            f"{colocate.utilization:.2f}, was chosen by the planner to hold them)",
-        )
-    return knobs
 
 
 def _peak_problems(
