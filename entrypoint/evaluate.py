@@ -33,7 +33,7 @@ from typing import Any
 from entrypoint import manifest as manifest_mod
 from entrypoint import swift_schema
 from entrypoint.errors import BadInput, Problem
-from entrypoint.rewards import PLUGIN_FILE, countdown
+from entrypoint.rewards import PLUGIN_FILE, tasks
 
 EVAL_FILES = ("eval.json", "eval.md", "eval.png")
 
@@ -201,19 +201,13 @@ def held_out(
         return _read_rows(
             Path(settings.dataset), settings.prompts, "EVAL_DATASET"
         ), f"EVAL_DATASET {settings.dataset}"
-    if recipe.get("DATASET_GENERATOR") == "countdown":
-        seen = {
-            (tuple(r["nums"]), r["target"])
-            for r in countdown.generate(int(recipe.get("DATASET_ROWS", 256)), int(data.get("seed", 42)))
-        }
-        fresh = [
-            r
-            for r in countdown.generate(settings.prompts * 4, settings.seed)
-            if (tuple(r["nums"]), r["target"]) not in seen
-        ]
-        return fresh[
-            : settings.prompts
-        ], f"{settings.prompts} fresh countdown tasks (seed {settings.seed}; training tasks removed)"
+    if recipe.get("DATASET_GENERATOR") in tasks.TASKS:
+        name = recipe["DATASET_GENERATOR"]
+        seen_rows = int(recipe.get("DATASET_ROWS", 256))
+        fresh = tasks.held_out(
+            tasks.TASKS[name], settings.prompts, settings.seed, seen_rows, int(data.get("seed", 42))
+        )
+        return fresh, f"{len(fresh)} fresh {name} tasks (seed {settings.seed}; training tasks removed)"
     if recipe.get("VAL_DATASET"):
         return _read_rows(
             Path(recipe["VAL_DATASET"]), settings.prompts, "VAL_DATASET"

@@ -294,10 +294,10 @@ def _embedded_ready(r: Recipe) -> bool:
 
 def _sample_rows(r: Recipe, datasets: Mapping[str, DatasetFile]) -> list[dict]:
     """Two rows the reward plugins are called on: generated tasks, else the first local dataset's."""
-    if r.settings.DATASET_GENERATOR == "countdown":
-        from entrypoint.rewards import countdown
+    if r.settings.DATASET_GENERATOR:
+        from entrypoint.rewards import tasks
 
-        return list(countdown.generate(2, 0))
+        return list(tasks.TASKS[r.settings.DATASET_GENERATOR].generate(2, 0))
     for found in datasets.values():
         rows = [row for _, row in found.rows[:2] if isinstance(row, dict)]
         if rows:

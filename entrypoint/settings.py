@@ -36,8 +36,8 @@ class Settings(BaseModel):
     EMBEDDED_MODEL_DIR: str = Field(
         "~/.cache/grpo-rig/models", description="where `prepare-model` puts converted embedded models"
     )
-    DATASET_GENERATOR: Literal["", "countdown"] = Field(
-        "", description="generate the dataset locally (no hub) instead of reading DATASET"
+    DATASET_GENERATOR: Literal["", "countdown", "arithmetic"] = Field(
+        "", description="generate the dataset locally (no hub) instead of reading DATASET (rewards/tasks.py)"
     )
     DATASET_ROWS: int = Field(256, ge=1, description="rows to generate with DATASET_GENERATOR")
     OFFLINE: bool = Field(

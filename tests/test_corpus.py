@@ -88,7 +88,7 @@ def test_validate_of_the_shipped_recipes_stays_fast():
     it is for (tcm-4x4090 with its sample data) in under 5 s (issue 15; bench/validate_time.py measured a
     0.9 s median with a training running on the same 2 cores)."""
     cases = (("smoke", None, ()), ("smoke-gpu", "1x4090-driver535", ()), ("smoke-server", "2x4090-driver535", ()),
-             ("countdown-1x4090", "1x4090-driver535", ()),
+             ("countdown-1x4090", "1x4090-driver535", ()), ("arithmetic-gpu", "1x4090-driver535", ()),
              ("tcm-4x4090", "5x4090-driver535", (f"DATASET={ROOT / 'examples' / 'tcm' / 'sample.jsonl'}",)))  # fmt: skip
     assert sorted(c[0] for c in cases) == sorted(
         p.stem for p in (ROOT / "recipes").glob("*.env") if p.stem != "defaults"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from entrypoint.rewards import countdown
+from entrypoint.rewards import countdown, tasks
 from entrypoint.rewards import countdown as reward
 
 
@@ -26,7 +26,7 @@ def test_every_task_is_reachable_and_well_formed():
 
 
 def test_write_jsonl(tmp_path):
-    path = countdown.write_jsonl(tmp_path / "d" / "c.jsonl", rows=5, seed=0)
+    path = tasks.write_jsonl(tasks.TASKS["countdown"], tmp_path / "d" / "c.jsonl", rows=5, seed=0)
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert rows == list(countdown.generate(5, seed=0))
     assert not list(path.parent.glob("*.tmp"))

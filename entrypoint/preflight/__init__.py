@@ -19,13 +19,13 @@ from entrypoint import models
 from entrypoint.errors import LOCAL, Problem
 from entrypoint.preflight import dataset, environment, values
 from entrypoint.rewards import check as rewards_check
+from entrypoint.rewards import tasks
 
 if TYPE_CHECKING:
     from entrypoint.host import Facts
     from entrypoint.plan import Plan
 
 HUB_MODEL_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-GENERATED_COLUMNS = {"countdown": {"messages", "nums", "target"}}
 
 
 def _plugin_files(plan: Plan) -> list[str]:
@@ -95,7 +95,7 @@ def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
             plan.dataset_paths, needed, prompts_needed, holdout, plan.offline, use_hf, facts
         )
         return problems + found
-    generated = GENERATED_COLUMNS[s.DATASET_GENERATOR]
+    generated = set(tasks.TASKS[s.DATASET_GENERATOR].columns)
     for column, readers in needed.items():
         if column not in generated:
             problems.append(

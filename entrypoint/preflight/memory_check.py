@@ -20,7 +20,7 @@ from entrypoint.memory import (
     Workload,
 )
 from entrypoint.preflight import values
-from entrypoint.rewards import countdown
+from entrypoint.rewards import tasks
 
 if TYPE_CHECKING:
     from entrypoint.host import Facts
@@ -37,10 +37,9 @@ def prompt_tokens(plan: Plan, facts: Facts) -> tuple[int, str]:
     s = plan.recipe.settings
     if s.PROMPT_TOKENS:
         return s.PROMPT_TOKENS, "PROMPT_TOKENS"
-    if s.DATASET_GENERATOR == "countdown":
-        return memory.estimate_prompt_tokens(
-            list(countdown.generate(50, 0))
-        ), "estimated from generated tasks"
+    if s.DATASET_GENERATOR:
+        rows = list(tasks.TASKS[s.DATASET_GENERATOR].generate(50, 0))
+        return memory.estimate_prompt_tokens(rows), "estimated from generated tasks"
     rows: list[dict] = []
     for spec in plan.dataset_paths:
         path = Path(dataset.parse_spec(spec).path)

@@ -1,6 +1,8 @@
 """This project's rewards, in one package: each reward beside the task generator it scores.
 
     countdown.py         the countdown task generator and its equation reward
+    arithmetic.py        the arithmetic task generator and its exact-answer reward
+    tasks.py             the registry of task generators (DATASET_GENERATOR) and the reward of each
     format.py            the <think>/<answer> format reward with partial credit
     tcm.py               the TCM syndrome-differentiation accuracy reward
     grpo_rig_rewards.py  the ms-swift plugin file: a thin shim that registers the rewards above as ORMs

@@ -26,13 +26,11 @@ copies them from one example, which gives GRPO reward variance from the first st
 from __future__ import annotations
 
 import ast
-import json
 import random
 import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from fractions import Fraction
-from pathlib import Path
 
 ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
@@ -179,14 +177,3 @@ def generate(rows: int, seed: int) -> Iterator[dict]:
     rng = random.Random(seed)
     for _ in range(rows):
         yield make_task(rng)
-
-
-def write_jsonl(path: Path, rows: int, seed: int) -> Path:
-    """Write `rows` tasks to `path` (JSONL, UTF-8) atomically; returns `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        for row in generate(rows, seed):
-            f.write(json.dumps(row) + "\n")
-    tmp.replace(path)
-    return path

@@ -11,7 +11,7 @@ The logged metric name is the class name (`rewards/<ClassName>/mean`).
 
 from swift.plugin import ORM, orms
 
-from entrypoint.rewards import countdown, format, tcm
+from entrypoint.rewards import arithmetic, countdown, format, tcm
 
 
 class CountdownEquation(ORM):
@@ -19,6 +19,13 @@ class CountdownEquation(ORM):
 
     def __call__(self, completions, nums, target, **kwargs):
         return countdown.countdown_rewards(completions, nums, target)
+
+
+class ArithmeticAnswer(ORM):
+    """1.0 when the answer equals the `solution` column (an integer), else 0.0."""
+
+    def __call__(self, completions, solution, **kwargs):
+        return arithmetic.arithmetic_rewards(completions, solution)
 
 
 class ThinkAnswerFormat(ORM):
@@ -36,5 +43,6 @@ class TCMSDAccuracy(ORM):
 
 
 orms["countdown"] = CountdownEquation
+orms["arithmetic"] = ArithmeticAnswer
 orms["format_partial"] = ThinkAnswerFormat
 orms["tcm_sd_accuracy"] = TCMSDAccuracy
