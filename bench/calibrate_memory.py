@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import ROOT, STARTUP_MARKERS, environment, manifest, rows, start_train
+from common import ROOT, environment, manifest, rows, start_train
 
 sys.path.insert(0, str(ROOT))
 
@@ -74,7 +74,12 @@ def kv_cache_line(log: Path) -> str | None:
 def engine_ready(log: Path) -> bool:
     """vLLM's engine in this run has finished start-up (its compile cache is written)."""
     text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
-    return re.search(STARTUP_MARKERS["vLLM engine ready"], text) is not None
+    return (
+        re.search(
+            r"init engine \(profile, create kv cache, warmup model\) took|Graph capturing finished", text
+        )
+        is not None
+    )
 
 
 def measure(name: str, run_dir: Path, rc: int, steps: int) -> dict:

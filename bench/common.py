@@ -102,31 +102,6 @@ def seconds(text: str) -> float:
     return float(sum(int(n) * units[u] for n, u in re.findall(r"(\d+)([hms])", text)))
 
 
-# Console markers of the start-up phases (the entrypoint's own lines and ms-swift / vLLM 0.8.5 log lines).
-STARTUP_MARKERS = {
-    "trainer started": r"^\S+ +trainer \| ",
-    "model loaded": r"\[INFO:swift\] model_info:",
-    "vLLM engine start": r"Initializing a V1 LLM engine|Initializing an LLM engine",
-    "vLLM engine ready": r"init engine \(profile, create kv cache, warmup model\) took|Graph capturing finished",
-    "first step logged": r"'global_step/max_steps': '1/",
-}
-
-
-def startup(log: Path) -> dict[str, float]:
-    """Seconds from the command to each start-up marker (absent markers are left out)."""
-    lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
-    if not lines:
-        return {}
-    t0 = float(lines[0].split(" ", 1)[0])
-    found: dict[str, float] = {}
-    for line in lines[1:]:
-        stamp, _, text = line.partition(" ")
-        for name, pattern in STARTUP_MARKERS.items():
-            if name not in found and re.search(pattern, text if name != "trainer started" else line):
-                found[name] = round(float(stamp) - t0, 1)
-    return found
-
-
 def environment() -> dict:
     """Date, GPU, driver and package versions for the report."""
     info: dict = {

@@ -10,9 +10,10 @@ Reported over the steps after the warm-up: completion tokens/s, completions/s, s
 step spent generating (weight sync included), scoring and preparing (rewards, log-probs), training
 (forward + backward of the micro-batches) and the rest (optimizer step, logging), from the trainer's phase
 events (entrypoint/site/sitecustomize.py); torch's peak reserved memory (ms-swift's memory(GiB)) and NVML's
-peak for the run's processes; and the start-up phases from the command to the first logged step. The
-first vLLM configuration starts with an empty torch.compile cache (VLLM_CACHE_ROOT under --out: cold), the
-later ones reuse it (warm).
+peak for the run's processes; and the start-up marks from the command to the first logged step
+(entrypoint/startup.py, from the trainer's events) with vLLM's own account of its engine. Configurations in
+COLD start with empty compile caches (VLLM_CACHE_ROOT, TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR under
+--out), the others reuse what the runs before them compiled (warm).
 Writes countdown-throughput.json, .md and .png under --out.
 """
 
@@ -20,12 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
-from common import ROOT, environment, events, manifest, start_train, startup, step_rows
+from common import ROOT, environment, events, manifest, start_train, step_rows
 
 sys.path.insert(0, str(ROOT))
+from entrypoint import startup  # noqa: E402
 
 # Seed 001's single-card values (../shared/seeds/NOTES.md); it never set USE_VLLM=true, so HF generation.
 SEED = {
@@ -42,6 +45,7 @@ BEFORE = {
 CONFIGS = {
     "seed 001 settings": ("bench/recipes/random-qwen-hf.env", SEED),
     "countdown-1x4090 before": ("countdown-1x4090", BEFORE),
+    "countdown-1x4090 (shipped) cold caches": ("countdown-1x4090", {}),
     "countdown-1x4090 (shipped)": ("countdown-1x4090", {}),
     "lever: shipped + SLEEP_LEVEL=1": ("countdown-1x4090", {"SLEEP_LEVEL": "1"}),
     "lever: shipped, prefix caching off": ("countdown-1x4090", {"VLLM_ENABLE_PREFIX_CACHING": "false"}),
@@ -56,6 +60,9 @@ CONFIGS = {
     ),  # fmt: skip
 }
 SHIPPED, OLD, SEED_NAME = "countdown-1x4090 (shipped)", "countdown-1x4090 before", "seed 001 settings"
+# configurations that start with empty compile caches (torch.compile, inductor, Triton): the rest reuse
+# what the runs before them compiled, as a user's second run does with the image's /cache volume
+COLD = {"countdown-1x4090 (shipped) cold caches", OLD}
 
 
 def slug(name: str) -> str:
@@ -100,7 +107,15 @@ def summarize(run_dir: Path, warmup: int, log: Path) -> dict:
     if not m:
         return {"status": "not started", "error": "no manifest (refused or killed before the run began)"}
     steps = step_rows(run_dir)
-    out: dict = {"status": m["status"], "startup_s": startup(log), "trainer_exit": m.get("trainer_exit")}
+    trainer_log = run_dir / "logs" / "trainer.log"
+    out: dict = {
+        "status": m["status"],
+        "startup_s": startup.marks(events(run_dir), command_start=float(log.read_text().split(" ", 1)[0])),
+        "vllm_startup_s": startup.vllm_parts(trainer_log.read_text(errors="replace"))
+        if trainer_log.exists()
+        else {},
+        "trainer_exit": m.get("trainer_exit"),
+    }
     out["shape"] = {k: v["value"] for k, v in m.get("resolved_recipe", {}).items()
                     if k in ("PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "GENERATION_BATCH_SIZE",
                              "NUM_GENERATIONS", "VLLM_GPU_MEMORY_UTILIZATION", "SLEEP_LEVEL", "USE_VLLM", "USE_LIGER_KERNEL")}  # fmt: skip
@@ -135,7 +150,9 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--only", default="", help="comma-separated configuration names (default: all)")
+    p.add_argument(
+        "--only", default="", help="comma-separated configuration names, run in that order (default: all)"
+    )
     p.add_argument(
         "--set", action="append", default=[], metavar="KEY=V", help="override for every configuration"
     )
@@ -146,7 +163,10 @@ def main() -> None:
     )
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    names = [n for n in CONFIGS if not args.only or n in args.only.split(",")]
+    names = args.only.split(",") if args.only else list(CONFIGS)  # in the order given
+    unknown = [n for n in names if n not in CONFIGS]
+    if unknown:
+        p.error(f"unknown configurations {unknown}; known: {list(CONFIGS)}")
     report_path = args.out / "countdown-throughput.json"
     if args.from_runs:
         old = json.loads(report_path.read_text())
@@ -171,6 +191,9 @@ def main() -> None:
     }
     results: dict = {}
     for name in names:
+        if name in COLD:
+            for path in cache.values():
+                shutil.rmtree(path, ignore_errors=True)
         recipe, pairs = CONFIGS[name]
         run = start_train(args.out / "runs", slug(name), {**common, **pairs}, args.out / f"{slug(name)}.log",
                           recipe=ROOT / recipe if recipe.endswith(".env") else recipe, env=cache)  # fmt: skip
@@ -237,12 +260,16 @@ def write_markdown(report: dict, path: Path) -> None:
     if "speedup_vs_before" in report or "speedup_vs_seed" in report:
         lines += ["", f"Shipped recipe: {report.get('speedup_vs_before')}x the completion tokens/s of the recipe as shipped "
                       f"before, {report.get('speedup_vs_seed')}x the seed's."]  # fmt: skip
-    lines += ["", "Start-up, seconds from the command to each phase (the first vLLM run starts with an empty "
-              "torch.compile cache):", "", "| configuration | " + " | ".join(STARTUP_COLUMNS) + " |",
-              "|---|" + "---|" * len(STARTUP_COLUMNS)]  # fmt: skip
+    lines += ["", "Start-up, seconds from the command to each mark (entrypoint/startup.py; configurations in "
+              f"{sorted(COLD)} start with empty compile caches, the others reuse the runs' before them):", "",
+              "| configuration | " + " | ".join(STARTUP_COLUMNS) + " | vLLM: torch.compile / CUDA graphs / whole engine |",
+              "|---|" + "---|" * (len(STARTUP_COLUMNS) + 1)]  # fmt: skip
     for name, r in report["results"].items():
-        st = r.get("startup_s", {})
-        lines.append(f"| {name} | " + " | ".join(str(st.get(c, "-")) for c in STARTUP_COLUMNS) + " |")
+        st, v = r.get("startup_s", {}), r.get("vllm_startup_s", {})
+        engine = " / ".join(str(v.get(k, "-")) for k in ("torch.compile", "CUDA graphs", "whole engine"))
+        lines.append(
+            f"| {name} | " + " | ".join(str(st.get(c, "-")) for c in STARTUP_COLUMNS) + f" | {engine} |"
+        )
     lines += ["", "Overrides on top of the recipe:", ""] + [
         f"- {n}: `{' '.join(f'{k}={v}' for k, v in r['overrides'].items()) or '(none)'}`"
         for n, r in report["results"].items()
@@ -250,13 +277,7 @@ def write_markdown(report: dict, path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-STARTUP_COLUMNS = (
-    "trainer started",
-    "model loaded",
-    "vLLM engine start",
-    "vLLM engine ready",
-    "first step logged",
-)
+STARTUP_COLUMNS = tuple(mark for mark, _ in startup.MARKS)
 
 
 def write_plot(report: dict, path: Path) -> None:

@@ -98,25 +98,39 @@ class Console:
         return " | ".join(parts)
 
     def heartbeat(self) -> str:
-        """What the trainer is doing now, from its last phase event."""
+        """What the trainer is doing now, from its last event (start-up marks, then GRPO phases)."""
         waited = self.clock() - (self.step_at if self.step else self.started)
         last = _last_event(self.events)
-        # before the first step line: step 1 once the trainer reports a phase, else still setting up
-        where = (
-            f"step {self.step[0] + 1} of {self.step[1]}"
-            if self.step
-            else "step 1"
-            if last
-            else "before the first step"
-        )
-        if last is None:
-            doing = "loading the model and the data" if not self.step else "working"
-        elif last.get("phase") in ("generate", "rollout"):
-            doing = f"training on {last.get('completions', '?')} completions (generated in {last.get('seconds', 0):.0f} s)"
+        phase = (last or {}).get("phase")
+        if self.step:
+            where, since = f"step {self.step[0] + 1} of {self.step[1]}", "into this step"
+        elif phase in GRPO_PHASES:
+            where, since = "step 1", "since the start"
         else:
-            doing = "generating completions"
-        since = "into this step" if self.step else "since the start"
+            where, since = "before the first step", "since the start"
+        if phase in GRPO_PHASES:
+            if phase in ("generate", "rollout"):
+                doing = f"training on {last.get('completions', '?')} completions (generated in {last.get('seconds', 0):.0f} s)"
+            else:
+                doing = "generating completions"
+        elif phase == "startup":
+            doing = AFTER_MARK.get(last.get("mark"), "setting up the trainer")
+        elif phase in ("start", "import"):
+            doing = "importing the libraries and loading the model"
+        else:
+            doing = "working" if self.step else "loading the model and the data"
         return f"{where}: {doing}, {waited:.0f} s {since} (full output: logs/trainer.log)"
+
+
+GRPO_PHASES = ("sync", "generate", "rollout", "train")
+# what the trainer does after each start-up mark (entrypoint/site/sitecustomize.py writes them)
+AFTER_MARK = {
+    "model loaded": "loading the dataset and setting up the trainer",
+    "dataset ready": "setting up LoRA and the trainer",
+    "vLLM engine starting": "starting vLLM (weights, torch.compile, KV cache, CUDA graphs)",
+    "vLLM engine ready": "finishing the trainer's set-up",
+    "trainer ready": "generating the first completions",
+}
 
 
 def _last_event(path: Path | None) -> dict | None:

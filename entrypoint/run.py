@@ -23,7 +23,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from entrypoint import export, hardware, host, manifest, monitor, nodes, ports, preflight, report
+import psutil
+
+from entrypoint import export, hardware, host, manifest, monitor, nodes, ports, preflight, report, startup
 from entrypoint import plan as plan_mod
 from entrypoint import recipe as recipe_mod
 from entrypoint.console import Console
@@ -39,7 +41,7 @@ from entrypoint.launch import (
     launch,
 )
 from entrypoint.plan import EVENTS_FILE, Plan
-from entrypoint.rewards import countdown
+from entrypoint.rewards import tasks
 
 END_OF_MAIN = "End time of running main"  # ms-swift's last log line (v3.6.4:swift/llm/base.py:50)
 
@@ -277,12 +279,25 @@ def prepare(plan: Plan, printer: Printer) -> Path:
         printer.say(
             f"warning: {moved} was an incomplete checkpoint (interrupted save); moved aside, not resumed from"
         )
-    if plan.recipe.settings.DATASET_GENERATOR == "countdown":
+    s = plan.recipe.settings
+    trainer = plan.process("trainer")
+    if trainer is not None and trainer.env.get("GRPO_RIG_EVENTS"):
+        # the command's own start, so the start-up table (startup.py) counts from what the user typed
+        events = Path(trainer.env["GRPO_RIG_EVENTS"])
+        events.parent.mkdir(parents=True, exist_ok=True)
+        with events.open("a", encoding="utf-8") as f:
+            f.write(
+                json.dumps(
+                    {"t": round(psutil.Process().create_time(), 3), "phase": "start", "process": "entrypoint"}
+                )
+                + "\n"
+            )
+    if s.DATASET_GENERATOR:
         path = Path(plan.dataset_paths[0])
         if not path.exists():
             seed = int(plan.recipe.arg("seed"))
-            countdown.write_jsonl(path, plan.recipe.settings.DATASET_ROWS, seed)
-            printer.say(f"generated {plan.recipe.settings.DATASET_ROWS} countdown tasks into {path}")
+            tasks.write_jsonl(tasks.TASKS[s.DATASET_GENERATOR], path, s.DATASET_ROWS, seed)
+            printer.say(f"generated {s.DATASET_ROWS} {s.DATASET_GENERATOR} tasks into {path}")
     return here
 
 
@@ -425,6 +440,9 @@ def finish_run(
         export.copy_atomic(log, run_dir / "logging.jsonl")
         exported["logging.jsonl"] = export.sha256_file(run_dir / "logging.jsonl")
     fields["steps"] = {"completed": done, "planned": planned}
+    trainer = plan.process("trainer")
+    if trainer is not None and Path(trainer.env.get("GRPO_RIG_EVENTS", "")).is_file():
+        fields["startup_s"] = startup.marks(startup.read_events(Path(trainer.env["GRPO_RIG_EVENTS"])))
     if (
         plan.process("export")
         and outcome.status == "completed"

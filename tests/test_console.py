@@ -58,6 +58,28 @@ def test_the_heartbeat_says_what_the_trainer_is_doing():
     assert "loading the model and the data" in Console(events=None).heartbeat()
 
 
+def test_before_the_first_step_the_heartbeat_follows_the_start_up_marks(tmp_path):
+    """A new user's heartbeat said "loading the model and the data" for 5 minutes while the trainer was
+    generating its first batch: each start-up mark now moves it on."""
+    events = tmp_path / "events.jsonl"
+    console = Console(events=events, clock=lambda: 42.0)
+    said = []
+    for row in ('{"t": 1, "phase": "start", "process": "worker"}',
+                '{"t": 2, "phase": "startup", "mark": "model loaded", "seconds": 3.0}',
+                '{"t": 3, "phase": "startup", "mark": "vLLM engine starting"}',
+                '{"t": 4, "phase": "startup", "mark": "trainer ready", "seconds": 9.0}'):  # fmt: skip
+        with events.open("a") as f:
+            f.write(row + "\n")
+        said.append(console.heartbeat())
+    assert all(line.startswith("before the first step: ") for line in said), said
+    assert [line.split(": ", 1)[1].split(",")[0] for line in said] == [
+        "importing the libraries and loading the model",
+        "loading the dataset and setting up the trainer",
+        "starting vLLM (weights",
+        "generating the first completions",
+    ]
+
+
 def test_after_a_generation_round_the_heartbeat_says_training(tmp_path):
     events = tmp_path / "events.jsonl"
     events.write_text('{"t": 1, "phase": "generate", "seconds": 12.7, "step": 0, "completions": 8}\n')

@@ -50,6 +50,21 @@ def test_countdown_1x4090_plan_colocates_vllm_on_gpu0():
     assert "--vllm_server_host" not in argv
 
 
+def test_every_vllm_engine_captures_cuda_graphs_only_up_to_its_batch():
+    """The start-up cut of issue 24 (entrypoint/site/sitecustomize.py): the hook is on wherever vLLM starts
+    with CUDA graphs, and off where it does not (eager mode, HF generation, the CPU)."""
+    hook = "GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS"
+    (trainer,) = build("recipe=countdown-1x4090", "RUN_NAME=c", inventory="1x4090-driver535").processes
+    assert trainer.env[hook] == "1" and trainer.env["PYTHONPATH"].split(":")[0].endswith("entrypoint/site")
+    server = build("recipe=smoke-server", "RUN_NAME=s", inventory="2x4090-driver535")
+    assert server.process("rollout").env[hook] == "1" and hook not in server.process("trainer").env
+    eager = build(
+        "recipe=countdown-1x4090", "RUN_NAME=c", "VLLM_ENFORCE_EAGER=true", inventory="1x4090-driver535"
+    )
+    assert hook not in eager.processes[0].env
+    assert hook not in build("recipe=smoke", "RUN_NAME=s").processes[0].env
+
+
 def test_tcm_4x4090_plan_on_5_cards_is_4_trainers_and_1_rollout_server():
     p = build("recipe=tcm-4x4090", "RUN_NAME=t")
     rollout, trainer = p.processes

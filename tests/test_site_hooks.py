@@ -92,13 +92,29 @@ def test_phase_events_time_generation_and_training(site, tmp_path, monkeypatch):
         def training_step(self, model, inputs, num_items_in_batch=None):
             return 0.0
 
+        def __init__(self):
+            self.engine = self.prepare_vllm(None)
+
+        def prepare_vllm(self, model):
+            return "engine"
+
+        def log(self, logs, start_time=None):
+            pass
+
     site._record_phases(types.SimpleNamespace(GRPOTrainer=GRPOTrainer))
     trainer = GRPOTrainer()
     trainer._generate_and_score_completions(["a", "b", "c", "d"])
     trainer.training_step(None, None)
+    trainer.log({})
+    trainer.log({})
     rows = [json.loads(line) for line in events.read_text().splitlines()]
-    assert [r["phase"] for r in rows] == ["generate", "rollout", "train"]
-    assert rows[0]["completions"] == 4 and all(r["step"] == 3 and r["seconds"] >= 0 for r in rows)
+    assert trainer.engine == "engine"
+    assert [r.get("mark", r["phase"]) for r in rows] == [
+        "vLLM engine starting", "vLLM engine ready", "trainer ready", "generate", "rollout", "train",
+        "first step logged",
+    ]  # fmt: skip
+    phases = [r for r in rows if r["phase"] != "startup"]
+    assert phases[0]["completions"] == 4 and all(r["step"] == 3 and r["seconds"] >= 0 for r in phases)
 
 
 def test_other_ranks_write_no_events(site, tmp_path, monkeypatch):
@@ -162,3 +178,53 @@ def test_another_sitecustomize_on_the_path_still_runs(tmp_path):
         text=True,
     )
     assert proc.stdout.strip() == "True", proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("max_num_seqs", "max_tokens", "sizes"),
+    [
+        (32, 2048, [1, 2, 4, 8, 16, 24, 32]),  # countdown-1x4090: 7 graphs instead of 67
+        (33, 2048, [1, 2, 4, 8, 16, 24, 32, 40]),  # up to the first candidate >= max_num_seqs
+        (3, 2048, [1, 2, 4]),
+        (256, 2048, [1, 2, 4] + list(range(8, 257, 8))),  # vLLM's default max_num_seqs
+        (1000, 2048, [1, 2, 4] + list(range(8, 513, 8))),  # never more than vLLM's own 67
+        (32, 16, [1, 2, 4, 8, 16]),  # nor more tokens than a step holds
+    ],
+)
+def test_cuda_graphs_only_for_batch_sizes_vllm_can_run(site, max_num_seqs, max_tokens, sizes):
+    assert site.graph_sizes(max_num_seqs, max_tokens) == sizes
+
+
+def _vllm_config(enforce_eager=False, sizes=None):
+    """A stand-in for vllm.config as _set_cudagraph_sizes reads it (vllm 0.8.5.post1)."""
+
+    class VllmConfig:
+        def __init__(self):
+            self.compilation_config = types.SimpleNamespace(
+                cudagraph_capture_sizes=sizes,
+                pass_config=types.SimpleNamespace(enable_sequence_parallelism=False),
+            )
+            self.scheduler_config = types.SimpleNamespace(max_num_seqs=32, max_num_batched_tokens=2048)
+            self.model_config = types.SimpleNamespace(enforce_eager=enforce_eager)
+            self.parallel_config = types.SimpleNamespace(tensor_parallel_size=1)
+
+        def _set_cudagraph_sizes(self):  # vLLM's: keeps the sizes it is given, else its 67
+            if self.compilation_config.cudagraph_capture_sizes is None:
+                self.compilation_config.cudagraph_capture_sizes = [1, 2, 4] + list(range(8, 513, 8))
+
+    return types.SimpleNamespace(VllmConfig=VllmConfig)
+
+
+def test_the_graph_hook_sets_vllm_s_sizes_unless_the_recipe_or_eager_mode_decides(site):
+    config = _vllm_config()
+    site._graphs_up_to_max_seqs(config)
+    c = config.VllmConfig()
+    c._set_cudagraph_sizes()
+    assert c.compilation_config.cudagraph_capture_sizes == [1, 2, 4, 8, 16, 24, 32]
+    for kwargs, expected in (({"sizes": [1, 64]}, [1, 64]), ({"enforce_eager": True}, 67)):
+        config = _vllm_config(**kwargs)
+        site._graphs_up_to_max_seqs(config)
+        c = config.VllmConfig()
+        c._set_cudagraph_sizes()
+        got = c.compilation_config.cudagraph_capture_sizes
+        assert (len(got) if isinstance(expected, int) else got) == expected

@@ -33,6 +33,24 @@ GRPO_RIG_EVENTS=PATH: rank 0 of the trainer appends one JSON line per GRPO phase
     micro-batch's training_step, which holds the round's rollout on the round's first micro-batch (HF
     Trainer.training_step -> ms-swift _prepare_inputs). The console heartbeat and the throughput
     benchmark read them; ms-swift's own logs stay as they are.
+    Start-up is recorded in the same file, so a reader can name the cause of each second before the first
+    step: {"phase": "start", "process": "swift" | "launcher" | "worker"} when each process of the trainer's
+    tree starts, {"phase": "import", "module": ..., "seconds": ...} for the heavy imports of the worker,
+    and {"phase": "startup", "mark": ..., "seconds": ...} for "arguments parsed", "model loaded", "dataset ready",
+    "vLLM engine starting", "vLLM engine ready", "trainer ready" and "first step logged" (ms-swift 3.6.4
+    SwiftPipeline._parse_args, SwiftRLHF._prepare_model_tokenizer, SwiftSft._encode_dataset, GRPOTrainer.__init__,
+    prepare_vllm and log). entrypoint/startup.py turns them into the start-up table.
+GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS=1: vLLM captures CUDA graphs only for batch sizes it can run. vLLM 0.8.5's
+    V1 engine captures 67 sizes, 1 to 512 sequences, whatever max_num_seqs says (vllm/config.py
+    VllmConfig._set_cudagraph_sizes; its V0 branch stops at the first size >= max_num_seqs, which is the
+    rule used here). A colocated engine runs at most per_device_train_batch_size x steps_per_generation
+    sequences (ms-swift 3.6.4 GRPOTrainer.prepare_vllm), 32 for countdown-1x4090: 7 sizes instead of 67,
+    whose capture took 39 of the engine's 61 s on the lent H200 (docs/benchmarks/raw/h200-2026-12-01/).
+    A decode step of more sequences than max_num_seqs never happens, so no step loses its graph. A recipe
+    that sets its own capture sizes (compilation_config) keeps them.
+GRPO_RIG_SYNC_PROBE=PATH: after the first optimizer step (GRPO_RIG_SYNC_PROBE_AFTER_STEP=N: after N), rank 0
+    checks that vLLM generates from the weights the trainer trained (grpo_rig_probe.py beside this file; tests/gpu/test_weight_sync.py). With
+    GRPO_RIG_SYNC_PROBE_BREAK=1 the weight push is skipped, the fault the check exists to see.
 
 Any other sitecustomize on the path (a distribution's, a user's) still runs: it is executed after these.
 """
@@ -50,6 +68,9 @@ import time
 _EMULATE_GIB = float(os.environ.get("GRPO_RIG_EMULATE_VRAM_GB") or 0)
 _KEEP_POOLS = os.environ.get("GRPO_RIG_VLLM_KEEP_POOLS") == "1"
 _EVENTS = os.environ.get("GRPO_RIG_EVENTS", "")
+_GRAPHS_UP_TO_MAX_SEQS = os.environ.get("GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS") == "1"
+_SYNC_PROBE = os.environ.get("GRPO_RIG_SYNC_PROBE", "")
+_STARTED = time.time()
 GIB = 1024**3
 CONTEXT_BYTES = (
     512 * 1024**2
@@ -161,77 +182,227 @@ def _keep_vllm_pools(cumem):
 # --- phase events ----------------------------------------------------------------------------------
 
 
+def _rank0():
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _event(row):
+    row = {"t": round(time.time(), 3), **row}
+    with contextlib.suppress(OSError), open(_EVENTS, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def _process_label():
+    """Which process of the trainer's tree this is: ms-swift's CLI, torchrun, or the training worker."""
+    argv = getattr(sys, "orig_argv", sys.argv)
+    if "LOCAL_RANK" in os.environ or any(a.endswith(os.path.join("cli", "rlhf.py")) for a in argv):
+        return "worker"
+    if "torch.distributed.run" in argv:
+        return "launcher"
+    return os.path.basename(argv[1]) if len(argv) > 1 else os.path.basename(argv[0])
+
+
+def _timed(cls, name, make_row):
+    """Wrap cls.name: after each call, `make_row(self, args, seconds)` gives the event to write (or None)."""
+    method = getattr(cls, name, None)
+    if method is None:
+        return
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        start = time.time()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            with contextlib.suppress(Exception):
+                row = make_row(self, args, round(time.time() - start, 3))
+                if row:
+                    _event(row)
+
+    setattr(cls, name, wrapper)
+
+
+def _phase(phase, count=None):
+    def make_row(self, args, seconds):
+        state = getattr(self, "state", None)
+        row = {"phase": phase, "seconds": seconds, "step": getattr(state, "global_step", None)}
+        if count is not None and args:
+            row["completions"] = count(args[0])
+        return row
+
+    return make_row
+
+
+def _mark(mark, once=False):
+    done = []
+
+    def make_row(self, args, seconds):
+        if once and done:
+            return None
+        done.append(True)
+        return {"phase": "startup", "mark": mark, "seconds": seconds}
+
+    return make_row
+
+
 def _record_phases(grpo):
-    if os.environ.get("RANK", "0") != "0":
+    if not _rank0():
         return
     cls = grpo.GRPOTrainer
+    _timed(cls, "_move_model_to_vllm", _phase("sync"))
+    _timed(cls, "_generate_completions", _phase("generate", count=len))
+    _timed(cls, "_generate_and_score_completions", _phase("rollout", count=len))
+    _timed(cls, "training_step", _phase("train"))
+    _timed(cls, "__init__", _mark("trainer ready"))
+    _timed(cls, "log", _mark("first step logged", once=True))
+    prepare = getattr(cls, "prepare_vllm", None)
+    if prepare is not None:
 
-    def timed(name, phase, count=None):
-        method = getattr(cls, name, None)
-        if method is None:
-            return
+        @functools.wraps(prepare)
+        def prepare_vllm(self, *args, **kwargs):
+            _event({"phase": "startup", "mark": "vLLM engine starting"})
+            return prepare(self, *args, **kwargs)
 
-        @functools.wraps(method)
-        def wrapper(self, *args, **kwargs):
-            start = time.time()
-            try:
-                return method(self, *args, **kwargs)
-            finally:
-                row = {"t": round(time.time(), 3), "phase": phase, "seconds": round(time.time() - start, 3)}
-                state = getattr(self, "state", None)
-                row["step"] = getattr(state, "global_step", None)
-                if count is not None and args:
-                    with contextlib.suppress(Exception):
-                        row["completions"] = count(args[0])
-                with contextlib.suppress(OSError), open(_EVENTS, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(row) + "\n")
+        cls.prepare_vllm = prepare_vllm
+        _timed(cls, "prepare_vllm", _mark("vLLM engine ready"))
 
-        setattr(cls, name, wrapper)
 
-    timed("_move_model_to_vllm", "sync")
-    timed("_generate_completions", "generate", count=len)
-    timed("_generate_and_score_completions", "rollout", count=len)
-    timed("training_step", "train")
+def _record_arguments(base):
+    if _rank0():
+        _timed(base.SwiftPipeline, "_parse_args", _mark("arguments parsed", once=True))
+
+
+def _record_model_load(rlhf):
+    if _rank0():
+        _timed(rlhf.SwiftRLHF, "_prepare_model_tokenizer", _mark("model loaded"))
+
+
+def _record_dataset(sft):
+    if _rank0():
+        _timed(sft.SwiftSft, "_encode_dataset", _mark("dataset ready"))
+
+
+# --- vLLM's CUDA graphs ----------------------------------------------------------------------------
+
+CAPTURE_SIZES = [1, 2, 4] + list(range(8, 513, 8))  # vLLM 0.8.5's candidates (vllm/config.py)
+
+
+def graph_sizes(max_num_seqs, max_num_batched_tokens):
+    """The batch sizes to capture: the candidates up to the first one >= max_num_seqs (vLLM's V0 rule)."""
+    cap = next((size for size in CAPTURE_SIZES if size >= max_num_seqs), CAPTURE_SIZES[-1])
+    return [size for size in CAPTURE_SIZES if size <= min(cap, max_num_batched_tokens)]
+
+
+def _graphs_up_to_max_seqs(config):
+    cls = config.VllmConfig
+    original = cls._set_cudagraph_sizes
+
+    @functools.wraps(original)
+    def _set_cudagraph_sizes(self):
+        compilation, scheduler, model = self.compilation_config, self.scheduler_config, self.model_config
+        parallel = self.parallel_config
+        if (
+            compilation.cudagraph_capture_sizes is None
+            and scheduler is not None
+            and model is not None
+            and not model.enforce_eager
+            and not (
+                parallel.tensor_parallel_size > 1 and compilation.pass_config.enable_sequence_parallelism
+            )
+        ):
+            sizes = graph_sizes(scheduler.max_num_seqs, scheduler.max_num_batched_tokens)
+            compilation.cudagraph_capture_sizes = sizes
+            _say(f"vLLM captures CUDA graphs for {len(sizes)} batch sizes up to {sizes[-1]} "
+                 f"(max_num_seqs {scheduler.max_num_seqs}), not 67 up to 512")  # fmt: skip
+        original(self)
+
+    cls._set_cudagraph_sizes = _set_cudagraph_sizes
+
+
+# --- the weight-sync probe -------------------------------------------------------------------------
+
+
+def _install_sync_probe(grpo):
+    if not _rank0():
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    try:
+        import grpo_rig_probe
+    finally:
+        sys.path.remove(here)
+    grpo_rig_probe.install(
+        grpo.GRPOTrainer,
+        _SYNC_PROBE,
+        os.environ.get("GRPO_RIG_SYNC_PROBE_BREAK") == "1",
+        int(os.environ.get("GRPO_RIG_SYNC_PROBE_AFTER_STEP") or 1),
+    )
 
 
 # --- import hooks ----------------------------------------------------------------------------------
 
-_AFTER_IMPORT = {}
+# the worker's imports whose seconds are recorded: the libraries, ms-swift's training code, its GRPO trainer
+WORKER_IMPORTS = ("torch", "transformers", "swift.llm.train", "peft", "trl", "deepspeed", "vllm",
+                  "swift.trainers.rlhf_trainer.grpo_trainer")  # fmt: skip
+_AFTER_IMPORT = {}  # module name -> hooks to run once it is imported
+_TIMED_IMPORTS = set()  # modules whose import time is recorded
+
+
+def _after(name, hook):
+    _AFTER_IMPORT.setdefault(name, []).append(hook)
+
+
 if _EMULATE_GIB > 0:
-    _AFTER_IMPORT["torch"] = _emulate_card
-    _AFTER_IMPORT["vllm.platforms.cuda"] = _emulate_card_for_vllm
+    _after("torch", _emulate_card)
+    _after("vllm.platforms.cuda", _emulate_card_for_vllm)
 if _KEEP_POOLS:
-    _AFTER_IMPORT["vllm.device_allocator.cumem"] = _keep_vllm_pools
+    _after("vllm.device_allocator.cumem", _keep_vllm_pools)
+if _GRAPHS_UP_TO_MAX_SEQS:
+    _after("vllm.config", _graphs_up_to_max_seqs)
+if _SYNC_PROBE:  # before the phase timers, so the probe's seconds are not counted as the sync's
+    _after("swift.trainers.rlhf_trainer.grpo_trainer", _install_sync_probe)
 if _EVENTS:
-    _AFTER_IMPORT["swift.trainers.rlhf_trainer.grpo_trainer"] = _record_phases
+    _after("swift.trainers.rlhf_trainer.grpo_trainer", _record_phases)
+    _after("swift.llm.base", _record_arguments)
+    _after("swift.llm.train.rlhf", _record_model_load)
+    _after("swift.llm.train.sft", _record_dataset)
+    if _rank0() and _process_label() in ("swift", "launcher", "worker"):
+        _event({"phase": "start", "process": _process_label(), "t": round(_STARTED, 3)})
+        if _process_label() == "worker":
+            _TIMED_IMPORTS.update(WORKER_IMPORTS)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs `_AFTER_IMPORT[name](module)` right after the child imports `name`, once."""
+    """Runs `_AFTER_IMPORT[name]` right after the child imports `name`, once; times `_TIMED_IMPORTS`."""
 
     def find_spec(self, fullname, path, target=None):
-        hook = _AFTER_IMPORT.pop(fullname, None)
-        if hook is None:
+        hooks = _AFTER_IMPORT.pop(fullname, [])
+        timed = fullname in _TIMED_IMPORTS
+        _TIMED_IMPORTS.discard(fullname)
+        if not hooks and not timed:
             return None
-        if not _AFTER_IMPORT:
+        if not _AFTER_IMPORT and not _TIMED_IMPORTS:
             sys.meta_path.remove(self)
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
             return spec
-        run = spec.loader.exec_module
+        run, start = spec.loader.exec_module, time.time()
 
         def exec_module(module):
             run(module)
-            try:
-                hook(module)
-            except Exception as exc:  # a hook must never take the child down
-                _say(f"hook for {fullname} not installed: {exc!r}")
+            if timed:
+                _event({"phase": "import", "module": fullname, "seconds": round(time.time() - start, 3)})
+            for hook in hooks:
+                try:
+                    hook(module)
+                except Exception as exc:  # a hook must never take the child down
+                    _say(f"hook for {fullname} not installed: {exc!r}")
 
         spec.loader.exec_module = exec_module
         return spec
 
 
-if _AFTER_IMPORT:
+if _AFTER_IMPORT or _TIMED_IMPORTS:
     sys.meta_path.insert(0, _AfterImport())
 
 

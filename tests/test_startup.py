@@ -1,0 +1,52 @@
+"""The start-up table (entrypoint/startup.py): from the trainer's events and vLLM's own log lines."""
+
+from __future__ import annotations
+
+import gzip
+
+from entrypoint import startup
+from tests.conftest import ROOT
+
+LEASE = ROOT / "docs" / "benchmarks" / "raw" / "h200-2026-12-01" / "countdown-1x4090-shipped"
+
+
+def test_marks_count_from_the_command_and_keep_the_last_attempt():
+    events = [
+        {"t": 10.0, "phase": "start", "process": "entrypoint"},  # a first attempt, stopped
+        {"t": 15.0, "phase": "start", "process": "swift"},
+        {"t": 100.0, "phase": "start", "process": "entrypoint"},  # resumed: this is the start that counts
+        {"t": 104.5, "phase": "start", "process": "swift"},
+        {"t": 106.0, "phase": "start", "process": "launcher"},
+        {"t": 109.0, "phase": "start", "process": "worker"},
+        {"t": 115.0, "phase": "import", "module": "torch", "seconds": 5.0},
+        {"t": 121.0, "phase": "startup", "mark": "model loaded", "seconds": 2.0},
+        {"t": 130.0, "phase": "startup", "mark": "vLLM engine starting"},
+        {"t": 155.0, "phase": "startup", "mark": "vLLM engine ready", "seconds": 25.0},
+        {"t": 160.0, "phase": "train", "seconds": 3.0, "step": 0},
+        {"t": 161.0, "phase": "startup", "mark": "first step logged", "seconds": 0.0},
+    ]
+    at = startup.marks(events)
+    assert at == {"trainer started": 4.5, "worker started": 9.0, "import torch": 15.0, "model loaded": 21.0,
+                  "vLLM engine starting": 30.0, "vLLM engine ready": 55.0, "first step logged": 61.0}  # fmt: skip
+    rows = startup.table(at, {"CUDA graphs": 4.0})
+    assert "| vLLM engine ready | 55.0 | 25.0 | vLLM: weights, torch.compile" in "\n".join(rows)
+    assert rows[-1] == "vLLM engine (s, its own log): CUDA graphs 4.0"
+    assert startup.marks(events, command_start=0.0)["first step logged"] == 161.0
+    assert startup.marks([{"t": 1.0, "phase": "train"}]) == {}  # no start known: no table
+
+
+def test_vllm_parts_from_the_engine_log_of_the_lent_h200():
+    """The shipped recipe's first GPU run: 39 of the engine's 61 s were CUDA graph capture (67 sizes)."""
+    text = gzip.decompress((LEASE / "trainer.log.gz").read_bytes()).decode("utf-8", "replace")
+    assert startup.vllm_parts(text) == {
+        "weights": 0.22,
+        "torch.compile": 10.54,
+        "CUDA graphs": 39.0,
+        "whole engine": 60.73,
+    }
+
+
+def test_a_line_cut_short_by_a_crash_is_skipped(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"t": 1, "phase": "start", "process": "entrypoint"}\n{"t": 2, "pha')
+    assert startup.read_events(path) == [{"t": 1, "phase": "start", "process": "entrypoint"}]
