@@ -10,7 +10,7 @@ cat "$W/progress.log" 2>/dev/null
 mkdir -p "$OUT"
 for f in countdown-throughput.json countdown-throughput.md countdown-throughput.png; do cp "$W/bench/$f" "$OUT/" 2>/dev/null; done
 cp "$W/calib/colocate-measurements.json" "$W/memory-calibration.json" "$W/memory_coefficients.json" "$OUT/" 2>/dev/null
-tar -C "$W" -czf "$OUT/work.tar.gz" --exclude='models' --exclude='qtok' --exclude='*-cache' \
+tar -C "$W" -czf "$OUT/work.tar.gz" --exclude='models' --exclude='qtok' --exclude='*-cache' --exclude='*-vllm' --exclude='completions.jsonl' --exclude='tokenizer.json' \
   --exclude='*.safetensors' --exclude='*.pt' --exclude='*.pth' --exclude='*.bin' --exclude='optimizer*' . 2>/dev/null
 ls -la "$OUT"
 nvidia-smi --query-gpu=memory.used --format=csv,noheader

