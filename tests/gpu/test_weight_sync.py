@@ -77,7 +77,7 @@ def probe_records(gpu_env, tmp_path_factory) -> dict[str, dict]:
 
 def _assert_synced(record: dict) -> None:
     assert "error" not in record and "skipped" not in record, record
-    assert record["step"] >= 4, record  # measured after four optimizer steps
+    assert record["step"] >= 1, record  # measured after an optimizer step
     synced, why = probe.verdict(record)
     assert synced, why
 
