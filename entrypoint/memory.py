@@ -53,8 +53,8 @@ from typing import Any
 GIB = 1024**3
 DATA = Path(__file__).parent / "data"
 # Memory outside torch's allocator (CUDA context, cuBLAS/NCCL workspaces): NVML peak minus torch's max
-# reserved was 1.93 GiB in both benchmark runs on an H200 (docs/benchmarks/countdown-throughput.json).
-# A smaller card's context is smaller, so this errs high there.
+# reserved was 1.93 GiB in the first benchmark runs on an H200 (git 6942c32) and 1.13-1.16 GiB in the four of
+# 2026-12-02 (docs/benchmarks/countdown-throughput.json); the larger is kept, so this errs high.
 CUDA_CONTEXT_GIB = 1.9
 # The largest model the coefficients were fitted on (Qwen2.5-1.5B, docs/benchmarks/memory-calibration.json).
 # Beyond it the estimate is extrapolated: the colocate calibration is left out and a predicted OOM warns.
