@@ -134,13 +134,15 @@ AFTER_MARK = {
 
 
 def _last_event(path: Path | None) -> dict | None:
+    """The newest event that says where the trainer is: an import finishing (`import`) does not, once a
+    start-up mark or phase came before it (vLLM is imported after "vLLM engine starting")."""
     if path is None or not path.is_file():
         return None
     try:
-        lines = path.read_text(encoding="utf-8").strip().splitlines()
-        return json.loads(lines[-1]) if lines else None
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").strip().splitlines()]
     except (OSError, ValueError):
         return None
+    return next((r for r in reversed(rows) if r.get("phase") != "import"), rows[-1] if rows else None)
 
 
 def _seconds(text: object) -> float | None:

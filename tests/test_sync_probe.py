@@ -127,7 +127,7 @@ def test_an_engine_on_the_trained_weights_is_seen_as_synced(probe, trained):
     merged = copy.deepcopy(model).merge_and_unload().eval()  # what ms-swift loads into vLLM
     record = probe.measure(_trainer(tokenizer, model, FakeEngine(merged)))
     assert record["synced"], record["why"]
-    assert record["greedy_agreement"]["trained"] > record["greedy_agreement"]["base"]
+    assert record["greedy_agreement"]["trained"] == 1.0  # fp32, same weights: the same greedy tokens
     assert model.training, "the probe must give the trainer its model back in training mode"
 
 

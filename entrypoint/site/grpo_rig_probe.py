@@ -4,8 +4,7 @@ In colocate mode ms-swift 3.6.4 merges the LoRA adapter into the policy, copies 
 the colocated vLLM engine (`llm_model.load_weights`) and unmerges, before every generation round
 (GRPOTrainer._move_model_to_vllm). Should that copy not reach the engine, every rollout comes from the
 base model: training goes on, the loss moves, nothing fails, and the run learns from stale samples. So,
-once, at the first weight push after `after_step` optimizer steps (GRPO_RIG_SYNC_PROBE_AFTER_STEP, default
-1; more steps move the weights further from the base model than bf16's merge rounding), rank 0:
+once, at the first weight push after an optimizer step (global_step >= 1), rank 0:
 
 1. lets vLLM's engine answer a few fixed prompts greedily (temperature 0, PROBE_TOKENS tokens), with the
    log-probability of each token it chose;
@@ -150,15 +149,15 @@ def agreement(
     return statistics.fmean(a == t for a, t in pairs) if pairs else 0.0
 
 
-def install(trainer_cls, path: str, break_sync: bool, after_step: int = 1) -> None:
-    """Wrap trainer_cls._move_model_to_vllm: the probe after the first push once `after_step` optimizer steps
-    are done; with `break_sync`, no push at all (vLLM keeps the base weights)."""
+def install(trainer_cls, path: str, break_sync: bool) -> None:
+    """Wrap trainer_cls._move_model_to_vllm: the probe after the first push that follows an optimizer step;
+    with `break_sync`, no push at all (vLLM keeps the base weights)."""
     push = trainer_cls._move_model_to_vllm
 
     def _move_model_to_vllm(self, *args, **kwargs):
         if not break_sync:
             push(self, *args, **kwargs)
-        if self.state.global_step < after_step or getattr(self, "_grpo_rig_probed", False):
+        if self.state.global_step < 1 or getattr(self, "_grpo_rig_probed", False):
             return
         self._grpo_rig_probed = True
         if getattr(self, "vllm_mode", None) != "colocate" or getattr(self.args, "sleep_level", 0) > 0:

@@ -48,8 +48,8 @@ GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS=1: vLLM captures CUDA graphs only for batch 
     whose capture took 39 of the engine's 61 s on the lent H200 (docs/benchmarks/raw/h200-2026-12-01/).
     A decode step of more sequences than max_num_seqs never happens, so no step loses its graph. A recipe
     that sets its own capture sizes (compilation_config) keeps them.
-GRPO_RIG_SYNC_PROBE=PATH: after the first optimizer step (GRPO_RIG_SYNC_PROBE_AFTER_STEP=N: after N), rank 0
-    checks that vLLM generates from the weights the trainer trained (grpo_rig_probe.py beside this file; tests/gpu/test_weight_sync.py). With
+GRPO_RIG_SYNC_PROBE=PATH: after the first optimizer step, rank 0 checks that vLLM generates from the weights
+    the trainer trained (grpo_rig_probe.py beside this file; tests/gpu/test_weight_sync.py). With
     GRPO_RIG_SYNC_PROBE_BREAK=1 the weight push is skipped, the fault the check exists to see.
 
 Any other sitecustomize on the path (a distribution's, a user's) still runs: it is executed after these.
@@ -331,12 +331,7 @@ def _install_sync_probe(grpo):
         import grpo_rig_probe
     finally:
         sys.path.remove(here)
-    grpo_rig_probe.install(
-        grpo.GRPOTrainer,
-        _SYNC_PROBE,
-        os.environ.get("GRPO_RIG_SYNC_PROBE_BREAK") == "1",
-        int(os.environ.get("GRPO_RIG_SYNC_PROBE_AFTER_STEP") or 1),
-    )
+    grpo_rig_probe.install(grpo.GRPOTrainer, _SYNC_PROBE, os.environ.get("GRPO_RIG_SYNC_PROBE_BREAK") == "1")
 
 
 # --- import hooks ----------------------------------------------------------------------------------
