@@ -25,7 +25,7 @@ from scipy.optimize import least_squares, minimize
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from entrypoint import hardware, host, memory, plan, recipe  # noqa: E402
+from entrypoint import host, inventory, memory, plan, recipe  # noqa: E402
 from entrypoint.preflight import memory_check  # noqa: E402
 
 RECIPE = ROOT / "bench" / "recipes" / "random-qwen-hf.env"
@@ -40,9 +40,9 @@ COLOCATE_FITTED = ("vllm_util_scale", "vllm_train_scale", "vllm_constant_gib", "
 COLOCATE_BOUNDS = ([0.8, 0.5, -8.0, -3.0], [1.5, 3.0, 8.0, 3.0])
 
 
-def h200s(world: int) -> hardware.Inventory:
+def h200s(world: int) -> inventory.Inventory:
     gpus = [
-        hardware.GPU(
+        inventory.GPU(
             index=i,
             uuid=f"GPU-{i}",
             name="NVIDIA H200",
@@ -53,7 +53,7 @@ def h200s(world: int) -> hardware.Inventory:
         )  # fmt: skip
         for i in range(world)
     ]
-    return hardware.Inventory(source="calibration", driver_version="580.159.04", gpus=gpus)
+    return inventory.Inventory(source="calibration", driver_version="580.159.04", gpus=gpus)
 
 
 def _planned(recipe_name: str | Path, pairs: list[str], world: int) -> plan.Plan:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from entrypoint import hardware, models
 from entrypoint.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput
+from entrypoint.inventory import Inventory
 
 COMMANDS = ("train", "rollout", "plan", "validate", "doctor", "prepare-model", "keys", "import", "evaluate")
 
@@ -192,7 +193,7 @@ def _validate_imported(path: Path, pairs: list[str]) -> int:
     return EXIT_OK
 
 
-def doctor_text(inv: hardware.Inventory) -> str:
+def doctor_text(inv: Inventory) -> str:
     from entrypoint import nccl
 
     lines = [f"driver {inv.driver_version or '-'} (CUDA {inv.cuda_driver_version or '-'})", inv.table()]

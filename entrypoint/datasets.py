@@ -28,7 +28,7 @@ def parse_spec(text: str) -> DatasetSpec:
 
 
 def dataset_key(path: str | Path) -> str:
-    """How host.Facts.datasets names a local dataset file: its absolute path."""
+    """How facts.Facts.datasets names a local dataset file: its absolute path."""
     return str(Path(path).expanduser().absolute())
 
 

@@ -33,6 +33,7 @@ from typing import Any
 from entrypoint import manifest as manifest_mod
 from entrypoint import swift_schema
 from entrypoint.errors import BadInput, Problem
+from entrypoint.facts import MANIFEST
 from entrypoint.rewards import PLUGIN_FILE, tasks
 
 EVAL_FILES = ("eval.json", "eval.md", "eval.png")
@@ -141,7 +142,7 @@ def latest(output_dir: str) -> str:
     """The newest run under OUTPUT_DIR (by its manifest's start time), "" when there is none."""
     root = Path(output_dir).expanduser()
     runs = []
-    for m in root.glob(f"*/{manifest_mod.MANIFEST}") if root.is_dir() else []:
+    for m in root.glob(f"*/{MANIFEST}") if root.is_dir() else []:
         try:
             runs.append((json.loads(m.read_text()).get("started_at") or "", m.parent.name))
         except ValueError:
@@ -155,12 +156,12 @@ def run_dir_of(run: str, output_dir: str) -> Path:
     if run == "latest":
         run = latest(output_dir) or run
     path = Path(run).expanduser()
-    if not (path / manifest_mod.MANIFEST).is_file():
+    if not (path / MANIFEST).is_file():
         path = Path(output_dir).expanduser() / run
-    if not (path / manifest_mod.MANIFEST).is_file():
+    if not (path / MANIFEST).is_file():
         root = Path(output_dir).expanduser()
         runs = (
-            sorted(p.name for p in root.glob("*/") if (p / manifest_mod.MANIFEST).is_file())
+            sorted(p.name for p in root.glob("*/") if (p / MANIFEST).is_file())
             if root.is_dir()
             else []
         )

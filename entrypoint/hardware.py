@@ -2,10 +2,8 @@
 
 `probe()` reads the real machine (nvidia-ml-py); `load(path)` reads an inventory JSON file instead, so a
 user can plan for a machine they are not on (`python -m entrypoint doctor --save-inventory FILE` writes
-one). Every decision downstream takes an `Inventory`, never NVML itself, so tests feed made-up machines.
-
-Ordinals are NVML indices as seen inside the container (Docker renumbers exposed GPUs from 0). Child
-processes get CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers GPUs the same way NVML does.
+one). Every decision downstream takes an `Inventory` (inventory.py, data only), never NVML itself, so tests
+feed made-up machines.
 """
 
 from __future__ import annotations
@@ -15,96 +13,19 @@ import os
 import socket
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from entrypoint.inventory import (
+    GIB,
+    GPU,
+    P2P_CAPS_NVLINK,
+    P2P_CAPS_READ,
+    P2P_STATUS,
+    IBPort,
+    Inventory,
+    P2PLink,
+)
 
-GIB = 1024**3
 INFINIBAND_SYSFS = Path("/sys/class/infiniband")
 SHM_PATH = Path("/dev/shm")
-
-# nvmlGpuP2PStatus_t (nvidia-ml-py pynvml.py: NVML_P2P_STATUS_*).
-P2P_STATUS = {
-    0: "ok",
-    1: "chipset_not_supported",
-    2: "gpu_not_supported",
-    3: "ioh_topology_not_supported",
-    4: "disabled_by_regkey",
-    5: "not_supported",
-    6: "unknown",
-}
-# nvmlGpuP2PCapsIndex_t. pynvml defines NVML_P2P_CAPS_INDEX_READ as the tuple (0,) (a trailing comma in
-# nvidia-ml-py's source), so the literal values are used here.
-P2P_CAPS_READ = 0
-P2P_CAPS_NVLINK = 2
-
-
-class GPU(BaseModel):
-    index: int = Field(description="NVML ordinal inside the container")
-    uuid: str
-    name: str
-    pci_bus_id: str
-    memory_total_gib: float
-    memory_free_gib: float
-    compute_capability: tuple[int, int]
-
-    def describe(self) -> str:
-        return f"GPU {self.index}: {self.name}, {self.uuid}, PCI {self.pci_bus_id}, {self.memory_total_gib:.1f} GiB"
-
-
-class P2PLink(BaseModel):
-    """NVML peer-to-peer status between two GPUs (`nvmlDeviceGetP2PStatus`)."""
-
-    a: int
-    b: int
-    read: str = Field(description="P2P read capability: ok | not_supported | chipset_not_supported | ...")
-    nvlink: str = Field("unknown", description="NVLink capability, same vocabulary")
-
-
-class IBPort(BaseModel):
-    """One port of an RDMA device under /sys/class/infiniband (InfiniBand, or RoCE on Ethernet)."""
-
-    device: str
-    port: int
-    state: str  # e.g. "4: ACTIVE"
-    link_layer: str  # "InfiniBand" | "Ethernet" (RoCE)
-
-    @property
-    def active(self) -> bool:
-        return "ACTIVE" in self.state.upper()
-
-
-class Inventory(BaseModel):
-    source: str = Field(description="'nvml' or the inventory file it was read from")
-    driver_version: str | None = None
-    cuda_driver_version: str | None = Field(None, description="highest CUDA version the driver supports")
-    gpus: list[GPU] = []
-    p2p: list[P2PLink] = []
-    infiniband: list[IBPort] = []
-    shm_bytes: int | None = Field(None, description="size of /dev/shm in bytes")
-    interfaces: list[str] | None = Field(None, description="network interface names (None: not recorded)")
-    nvml_error: str | None = Field(None, description="why NVML could not be read, if it could not")
-
-    def gpu(self, index: int) -> GPU | None:
-        return next((g for g in self.gpus if g.index == index), None)
-
-    def p2p_status(self, a: int, b: int) -> str:
-        """P2P read status between two ordinals; 'unknown' when the inventory does not say."""
-        for link in self.p2p:
-            if {link.a, link.b} == {a, b}:
-                return link.read
-        return "unknown"
-
-    def active_ib_ports(self) -> list[IBPort]:
-        return [p for p in self.infiniband if p.active]
-
-    @property
-    def shm_gib(self) -> float | None:
-        return None if self.shm_bytes is None else self.shm_bytes / GIB
-
-    def table(self) -> str:
-        """The ordinal -> UUID / name / PCI mapping, one line per GPU."""
-        if not self.gpus:
-            return f"no GPU visible ({self.nvml_error or 'NVML reports none'})"
-        return "\n".join(g.describe() for g in self.gpus)
 
 
 def read_infiniband(root: Path = INFINIBAND_SYSFS) -> list[IBPort]:

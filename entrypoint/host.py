@@ -10,7 +10,6 @@ facts)` and the preflight checks are functions of these values, so tests hand th
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 import os
@@ -21,16 +20,26 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
 
 from entrypoint import datasets as dataset_checks
 from entrypoint import export, hubcache, manifest, memory, models, ports, redact
-from entrypoint.errors import Problem
+from entrypoint.facts import (
+    CACHE_VARIABLES,
+    ROLLOUT_PORT_START,
+    WEIGHT_SYNC_PORT,
+    DatasetFile,
+    Facts,
+    PathInfo,
+    Ports,
+    Previous,
+    hub_key,
+    resolved,
+    run_dir_of,
+)
 from entrypoint.recipe import PROJECT_DIR, Recipe
 from entrypoint.rewards import PLUGIN_FILE
 from entrypoint.rewards import probe as plugin_probe
 
-CACHE_VARIABLES = ("HF_HOME", "MODELSCOPE_CACHE", "HF_DATASETS_CACHE", "TRITON_CACHE_DIR", "XDG_CACHE_HOME")
 # The environment variables decisions read (the children inherit the whole environment regardless).
 ENV_NAMES = (
     "PYTHONPATH", "NO_PROXY", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "CUDA_VISIBLE_DEVICES",
@@ -38,92 +47,6 @@ ENV_NAMES = (
     "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "GRPO_RIG_VERSION", "GRPO_RIG_REVISION", "GRPO_RIG_LOCK_SHA256",
     "GRPO_RIG_SWIFT", "HF_HUB_OFFLINE", "MODELSCOPE_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE",
 )  # fmt: skip
-
-
-@dataclasses.dataclass(frozen=True)
-class PathInfo:
-    """What this machine says about one path a recipe names."""
-
-    exists: bool = False
-    is_file: bool = False
-    is_dir: bool = False
-    reachable: bool = True  # False: a parent directory cannot be entered
-    readable: bool = False
-    writable: bool = False  # a file can be created in it (or in its nearest existing ancestor)
-    owner: str = ""  # uid:gid of it or of its nearest existing ancestor
-    nearest: str = ""  # the nearest existing ancestor (itself when it exists)
-    disk_free_gib: float | None = None  # free space where it would be written
-
-
-@dataclasses.dataclass(frozen=True)
-class DatasetFile:
-    """A local dataset file as read here: (line, row) pairs (up to MAX_ROWS_PARSED), the row count and the
-    problems met while reading it."""
-
-    path: str
-    rows: tuple[tuple[int, dict], ...] = ()
-    count: int = 0
-    problems: tuple[Problem, ...] = ()
-    decode_error: str = ""  # not UTF-8: where
-
-
-@dataclasses.dataclass(frozen=True)
-class Previous:
-    """The run directory a restart would resume."""
-
-    manifest: dict[str, Any] | None = None
-    error: str = ""  # manifest.json exists but cannot be read
-    newest_checkpoint: str = ""  # newest complete checkpoint-N, "" when none
-
-
-@dataclasses.dataclass(frozen=True)
-class Ports:
-    rollout_first_free: int | None = None  # first free port from 8000 on ROLLOUT_BIND (swift rollout's range)
-    rollout_port_free: bool = True  # the ROLLOUT_PORT the recipe names is free
-    weight_sync_free: bool = True  # ms-swift's fixed weight-sync rendezvous port
-    master_port_free: bool = True  # the MASTER_PORT the recipe names is free
-    ephemeral: int = 29500  # a port the kernel gave back as free (torchrun's rendezvous on one node)
-    master_addr_error: str = ""  # several nodes: MASTER_ADDR does not resolve (why)
-    master_addr_binds: tuple[bool, bool] = (True, True)  # node 0: MASTER_PORT, MASTER_PORT+1 bindable there
-    rollout_host_error: str = ""  # ROLLOUT_HOST does not resolve (why)
-
-
-@dataclasses.dataclass(frozen=True)
-class Facts:
-    env: Mapping[str, str]
-    now: dt.datetime
-    cwd: Path
-    uid: int
-    gid: int
-    swift: str
-    paths: Mapping[str, PathInfo]
-    datasets: Mapping[str, DatasetFile]
-    model_config: tuple[dict | None, str]  # (config.json, where it came from)
-    hub: Mapping[str, str | None]  # "models:org/name:hf" -> local snapshot or None
-    hub_expected: Mapping[str, str] = MappingProxyType({})  # same keys -> where the hub's library keeps it
-    ports: Ports = Ports()
-    plugins: Mapping[str, Any] | None = None  # the probe's answer (rewards/probe.py), None: failed
-    plugin_error: str = ""
-    system_text: str | None = None  # a SYSTEM prompt file's text
-    deepspeed_config: dict | None = None  # a DEEPSPEED .json file's content
-    in_container: bool = True  # inside the grpo-rig image, not on a user's host
-    embedded_ready: bool = True  # the embedded model is converted, by this version's conversion
-    previous: Previous = Previous()
-    secret_values: tuple[str, ...] = ()  # values of the environment's secret variables (redact.py)
-
-    def path(self, text: str | Path) -> PathInfo:
-        return self.paths.get(str(text), PathInfo())
-
-    def hub_cached(self, repo: str, kind: str, use_hf: bool) -> str | None:
-        return self.hub.get(hub_key(repo, kind, use_hf))
-
-    def hub_where(self, repo: str, kind: str, use_hf: bool) -> str:
-        """Where the hub's library would keep `repo` (for messages)."""
-        return self.hub_expected.get(hub_key(repo, kind, use_hf), "the hub cache")
-
-
-def hub_key(repo: str, kind: str, use_hf: bool) -> str:
-    return f"{kind}:{repo}:{'hf' if use_hf else 'ms'}"
 
 
 def swift_executable(env: Mapping[str, str]) -> str:
@@ -190,15 +113,6 @@ def read_previous(run_dir: Path) -> Previous:
         return Previous(error=str(exc))
     newest = export.newest_complete(run_dir / "train") if data is not None else None
     return Previous(data, "", str(newest) if newest else "")
-
-
-def resolved(value: str, paths: Mapping[str, PathInfo]) -> str:
-    """A relative file path from a recipe resolves against the project directory when it exists there."""
-    path = Path(value)
-    candidate = PROJECT_DIR / path
-    if path.is_absolute() or not paths.get(str(candidate), PathInfo()).exists:
-        return value
-    return str(candidate)
 
 
 def _dataset_specs(r: Recipe) -> list[str]:
@@ -277,9 +191,9 @@ def _ports(r: Recipe) -> Ports:
         rollout_host_error=rollout_error,
         master_addr_error=error,
         master_addr_binds=binds,
-        rollout_first_free=ports.first_free(ports.ROLLOUT_PORT_START, s.ROLLOUT_BIND),
+        rollout_first_free=ports.first_free(ROLLOUT_PORT_START, s.ROLLOUT_BIND),
         rollout_port_free=not s.ROLLOUT_PORT or ports.is_free(s.ROLLOUT_PORT, s.ROLLOUT_BIND),
-        weight_sync_free=ports.is_free(ports.WEIGHT_SYNC_PORT, "127.0.0.1"),
+        weight_sync_free=ports.is_free(WEIGHT_SYNC_PORT, "127.0.0.1"),
         master_port_free=not r.is_set("MASTER_PORT") or ports.is_free(s.MASTER_PORT),
         ephemeral=ports.ephemeral(),
     )
@@ -303,12 +217,6 @@ def _sample_rows(r: Recipe, datasets: Mapping[str, DatasetFile]) -> list[dict]:
         if rows:
             return rows
     return []
-
-
-def run_dir_of(r: Recipe, now: dt.datetime) -> Path:
-    """OUTPUT_DIR/RUN_NAME, the default run name being <recipe>-<UTC timestamp>."""
-    name = r.settings.RUN_NAME or f"{Path(r.name).stem}-{now.strftime('%Y%m%d-%H%M%S')}"
-    return (Path(r.settings.OUTPUT_DIR).expanduser() / name).absolute()
 
 
 def in_container(environ: Mapping[str, str]) -> bool:

@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from entrypoint.errors import Problem
-from entrypoint.hardware import Inventory
+from entrypoint.inventory import Inventory
 from entrypoint.keys import COLOCATE_ONLY, COLOCATE_ONLY_SOURCE
 from entrypoint.recipe import Recipe
 

@@ -14,14 +14,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from entrypoint import keys, redact
+from entrypoint import redact
 from entrypoint.export import write_json_atomic
+from entrypoint.facts import MANIFEST
 from entrypoint.recipe import PROJECT_DIR
 
 if TYPE_CHECKING:
     from entrypoint.plan import Plan
 
-MANIFEST = "manifest.json"
 SCHEMA_VERSION = 1
 LOCK_FILE = PROJECT_DIR / "requirements" / "runtime.lock"
 PACKAGES = (
@@ -52,7 +52,7 @@ def lock_sha256() -> str | None:
 
 
 def image_identity(env: Mapping[str, str]) -> dict[str, str | None]:
-    """Set by the Dockerfile (ARG -> ENV; host.Facts.env); None outside the image."""
+    """Set by the Dockerfile (ARG -> ENV; facts.Facts.env); None outside the image."""
     return {
         "version": env.get("GRPO_RIG_VERSION"),
         "revision": env.get("GRPO_RIG_REVISION"),
@@ -60,13 +60,8 @@ def image_identity(env: Mapping[str, str]) -> dict[str, str | None]:
     }
 
 
-def identity(recipe) -> dict[str, str]:
-    """The values that define what a run trains (keys.IDENTITY); a resume must keep them."""
-    return {k: recipe.raw(k) or "" for k in keys.IDENTITY}
-
-
 def secrets_of(plan: Plan) -> list[str]:
-    """Secret values to scrub: the environment's (host.Facts) and the recipe's."""
+    """Secret values to scrub: the environment's (facts.Facts) and the recipe's."""
     return list(plan.facts.secret_values) + redact.values_of(
         {k: v.value for k, v in plan.recipe.values.items()}
     )
@@ -82,7 +77,7 @@ def start(plan: Plan, previous: dict[str, Any] | None) -> dict[str, Any]:
         "status": "running",
         "run_name": plan.run_name,
         "recipe": plan.recipe.name,
-        "identity": identity(plan.recipe),
+        "identity": plan.recipe.identity(),
         "resolved_recipe": plan.recipe.resolved(),
         "seed": int(plan.recipe.arg("seed")),
         "model": {

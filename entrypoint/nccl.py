@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from packaging.version import InvalidVersion, Version
 
 from entrypoint.errors import Problem
-from entrypoint.hardware import Inventory
+from entrypoint.inventory import Inventory
 
 # accelerate's threshold (v0.29.0, PR #2558); HF's number, not NVIDIA's (no NVIDIA note names one).
 ACCELERATE_RTX40_DRIVER_TEXT = "550.40.07"

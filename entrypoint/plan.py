@@ -29,11 +29,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from entrypoint import catalog, nccl, shape
 from entrypoint import layout as layout_mod
-from entrypoint import manifest, models, nccl, ports, shape
 from entrypoint.errors import Problem
-from entrypoint.hardware import Inventory
-from entrypoint.host import Facts, resolved, run_dir_of
+from entrypoint.facts import MANIFEST, ROLLOUT_PORT_START, WEIGHT_SYNC_PORT, Facts, resolved, run_dir_of
+from entrypoint.inventory import Inventory
 from entrypoint.keys import SHARED_WITH_ROLLOUT
 from entrypoint.layout import Layout
 from entrypoint.preflight import memory_check
@@ -280,16 +280,14 @@ def _run(d: Draft) -> None:
         d.resume_problems.append(
             Problem(
                 where,
-                f"{d.run_dir / manifest.MANIFEST} exists but cannot be read ({previous.error})",
+                f"{d.run_dir / MANIFEST} exists but cannot be read ({previous.error})",
                 "move that run directory aside, or choose another RUN_NAME",
             )  # fmt: skip
         )
     if previous.manifest is None:
         return
     before = previous.manifest.get("identity", {})
-    changed = {
-        k: (before.get(k, ""), v) for k, v in manifest.identity(d.recipe).items() if before.get(k, "") != v
-    }
+    changed = {k: (before.get(k, ""), v) for k, v in d.recipe.identity().items() if before.get(k, "") != v}
     if changed:
         detail = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
         d.resume_problems.append(
@@ -324,13 +322,13 @@ def _model(d: Draft) -> None:
         _offline_model(d, value)
     elif s.MODEL_SOURCE == "embedded":
         try:
-            embedded = models.lookup(value)
+            embedded = catalog.lookup(value)
         except KeyError as exc:
             d.problems.append(
                 Problem(f"MODEL ({r.source('MODEL')})", str(exc.args[0]), "set MODEL_SOURCE=hub")
             )
         else:
-            d.model_path = str(models.model_dir(embedded, Path(s.EMBEDDED_MODEL_DIR)))
+            d.model_path = str(catalog.model_dir(embedded, Path(s.EMBEDDED_MODEL_DIR)))
             d.trainer_args.setdefault("model_type", [embedded.model_type])
             d.trainer_args.setdefault("template", [embedded.template])
 
@@ -478,7 +476,7 @@ def _rollout(d: Draft) -> None:
             Process("rollout", env, argv, health_url=f"http://{layout.rollout_host}:{port}/health/")
         )
     elif not port:
-        port = ports.ROLLOUT_PORT_START
+        port = ROLLOUT_PORT_START
     d.server_flags = ["--vllm_mode", "server", "--vllm_server_host", layout.rollout_host,
                       "--vllm_server_port", str(port), "--vllm_server_timeout", str(int(s.ROLLOUT_STARTUP_TIMEOUT))]  # fmt: skip
     d.trainer_args.pop("vllm_server_timeout", None)
@@ -580,7 +578,7 @@ def _trainer(d: Draft) -> None:
     if d.layout.local_rollout and not d.facts.ports.weight_sync_free:
         d.problems.append(
             Problem(
-                f"port {ports.WEIGHT_SYNC_PORT}",
+                f"port {WEIGHT_SYNC_PORT}",
                 "is in use; it is the weight-sync rendezvous (fixed in ms-swift 3.6.4)",
                 "stop the other GRPO run or rollout server on this machine (only one server-mode run fits per host)",
             )  # fmt: skip

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import socket
 
-# ms-swift 3.6.4's weight-sync rendezvous: the trainer's VLLMClient POSTs /init_communicator/ with port
-# 51216 and vLLM worker 0 hosts a TCP store there; it is not a CLI argument in 3.6.4
-# (v3.6.4:swift/trainers/rlhf_trainer/vllm_client.py:167).
-WEIGHT_SYNC_PORT = 51216
-# swift rollout's default; its find_free_port walks 8000..8099 (v3.6.4:swift/utils/utils.py:239-250).
-ROLLOUT_PORT_START = 8000
-ROLLOUT_PORT_SPAN = 100
+from entrypoint.facts import (  # noqa: F401 (re-exported)
+    ROLLOUT_PORT_SPAN,
+    ROLLOUT_PORT_START,
+    WEIGHT_SYNC_PORT,
+)
 
 
 def is_free(port: int, host: str = "127.0.0.1") -> bool:

@@ -91,6 +91,10 @@ class Recipe:
         v = self.values.get(key)
         return v.value if v is not None else None
 
+    def identity(self) -> dict[str, str]:
+        """The values that define what a run trains (keys.IDENTITY); a resume must keep them."""
+        return {k: self.raw(k) or "" for k in keys.IDENTITY}
+
     def is_set(self, key: str) -> bool:
         """True when the key has a non-empty value from any layer."""
         return bool(self.raw(key))

@@ -25,11 +25,13 @@ from typing import Any, TextIO
 
 import psutil
 
-from entrypoint import export, hardware, host, manifest, monitor, nodes, ports, preflight, report, startup
+from entrypoint import export, hardware, host, manifest, monitor, nodes, preflight, report, startup
 from entrypoint import plan as plan_mod
 from entrypoint import recipe as recipe_mod
 from entrypoint.console import Console
 from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE, BadInput, Problem, raise_if_fatal
+from entrypoint.facts import WEIGHT_SYNC_PORT
+from entrypoint.inventory import Inventory
 from entrypoint.launch import (
     Child,
     ChildFailed,
@@ -46,7 +48,7 @@ from entrypoint.rewards import tasks
 END_OF_MAIN = "End time of running main"  # ms-swift's last log line (v3.6.4:swift/llm/base.py:50)
 
 
-def inventory_for(r: recipe_mod.Recipe) -> hardware.Inventory:
+def inventory_for(r: recipe_mod.Recipe) -> Inventory:
     """The INVENTORY file when the recipe names one, else NVML."""
     path = r.settings.INVENTORY
     if not path:
@@ -226,7 +228,7 @@ def rollout(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO | 
             f"rollout server healthy; trainers on other nodes: ROLLOUT_HOST=<this node's address> ROLLOUT_PORT={port}"
         )
         printer.say(
-            f"open to the trainer nodes: TCP {port} (HTTP) and {ports.WEIGHT_SYNC_PORT} (weight sync), plus NCCL's ports"
+            f"open to the trainer nodes: TCP {port} (HTTP) and {WEIGHT_SYNC_PORT} (weight sync), plus NCCL's ports"
         )
         rc = supervisor.wait(child)
         printer.say(f"rollout server exited with status {rc}")

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import hardware, hubcache, recipe
+from entrypoint import facts as facts_mod
+from entrypoint import hardware, hubcache, inventory, recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 INVENTORIES = ROOT / "examples" / "inventories"
@@ -20,7 +21,7 @@ FAKES = ROOT / "tests" / "fakes"
 FAKE_SWIFT = FAKES / "swift"  # a stand-in for ms-swift's CLI that records every start (tests/fakes/swift)
 
 
-def load_inventory(name: str) -> hardware.Inventory:
+def load_inventory(name: str) -> inventory.Inventory:
     return hardware.load(INVENTORIES / f"{name}.json")
 
 
@@ -85,7 +86,9 @@ def facts_for(r: recipe.Recipe, environ: dict | None = None, **changes):
     from entrypoint import host
 
     facts = host.gather(r, environ or {}, probe_plugins=False)
-    return dataclasses.replace(facts, ports=host.Ports(rollout_first_free=8000, ephemeral=29999), **changes)
+    return dataclasses.replace(
+        facts, ports=facts_mod.Ports(rollout_first_free=8000, ephemeral=29999), **changes
+    )
 
 
 def build_plan(*pairs: str, inventory: str = "5x4090-driver535", environ: dict | None = None, **changes):

@@ -7,7 +7,7 @@ import pytest
 from entrypoint import layout
 from entrypoint import plan as plan_mod
 from entrypoint.errors import BadInput
-from entrypoint.hardware import Inventory
+from entrypoint.inventory import Inventory
 from tests.conftest import facts_for, load_inventory, load_recipe
 
 

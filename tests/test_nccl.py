@@ -8,7 +8,7 @@ import pytest
 
 from entrypoint import nccl
 from entrypoint.errors import BadInput
-from entrypoint.hardware import IBPort, Inventory
+from entrypoint.inventory import IBPort, Inventory
 from tests.conftest import FAKE_SWIFT, ROOT, build_plan, clean_env, load_inventory, load_recipe, run_cli
 
 build = build_plan

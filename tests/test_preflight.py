@@ -678,7 +678,7 @@ def test_merged_export_needs_room_for_the_whole_model_before_the_run():
     """EXPORT_MERGED=true writes a full copy of the model: the free space is checked before training."""
     import dataclasses
 
-    from entrypoint.host import PathInfo
+    from entrypoint.facts import PathInfo
     from entrypoint.preflight import environment
 
     plan = build_plan(*COUNTDOWN, "EXPORT_MERGED=true", inventory="1x4090-driver535")

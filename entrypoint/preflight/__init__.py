@@ -15,14 +15,14 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from entrypoint import models
+from entrypoint import catalog
 from entrypoint.errors import LOCAL, Problem
 from entrypoint.preflight import dataset, environment, values
 from entrypoint.rewards import check as rewards_check
 from entrypoint.rewards import tasks
 
 if TYPE_CHECKING:
-    from entrypoint.host import Facts
+    from entrypoint.facts import Facts
     from entrypoint.plan import Plan
 
 HUB_MODEL_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -42,7 +42,7 @@ def check_model(plan: Plan, facts: Facts) -> list[Problem]:
     r = plan.recipe
     value = r.raw("MODEL") or ""
     if not value or r.settings.MODEL_SOURCE == "embedded":
-        if value in models.CATALOG and not facts.embedded_ready:
+        if value in catalog.CATALOG and not facts.embedded_ready:
             return [
                 Problem(
                     "MODEL",

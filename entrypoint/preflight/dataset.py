@@ -21,7 +21,7 @@ from entrypoint.datasets import HUB_ID_RE, DatasetSpec, dataset_key, is_local, p
 from entrypoint.errors import LOCAL, Problem
 
 if TYPE_CHECKING:
-    from entrypoint.host import Facts
+    from entrypoint.facts import Facts
 
 ROLES = {"system", "user", "assistant", "tool"}
 PROMPT_COLUMNS = ("messages", "query", "prompt", "instruction", "question", "conversations")

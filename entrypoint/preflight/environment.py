@@ -11,10 +11,10 @@ from packaging.version import InvalidVersion, Version
 
 from entrypoint import nccl
 from entrypoint.errors import LOCAL, Problem
-from entrypoint.host import CACHE_VARIABLES
+from entrypoint.facts import CACHE_VARIABLES
 
 if TYPE_CHECKING:
-    from entrypoint.host import Facts
+    from entrypoint.facts import Facts
     from entrypoint.plan import Plan
 
 GIB = 1024**3

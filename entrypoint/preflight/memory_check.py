@@ -23,7 +23,7 @@ from entrypoint.preflight import values
 from entrypoint.rewards import tasks
 
 if TYPE_CHECKING:
-    from entrypoint.host import Facts
+    from entrypoint.facts import Facts
     from entrypoint.plan import Plan
 
 DEFAULT_PROMPT_TOKENS = 512

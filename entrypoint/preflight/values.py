@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from entrypoint.errors import Problem
 
 if TYPE_CHECKING:
-    from entrypoint.host import Facts
+    from entrypoint.facts import Facts
     from entrypoint.plan import Plan
 
 DEEPSPEED_NAMES = {
