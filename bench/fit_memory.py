@@ -25,8 +25,14 @@ from scipy.optimize import least_squares, minimize
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from entrypoint import host, inventory, memory, plan, recipe  # noqa: E402
-from entrypoint.preflight import memory_check  # noqa: E402
+from entrypoint import (  # noqa: E402
+    budget,  # noqa: E402
+    host,
+    inventory,
+    memory,
+    plan,
+    recipe,
+)
 
 RECIPE = ROOT / "bench" / "recipes" / "random-qwen-hf.env"
 CALIBRATION = ROOT / "docs" / "benchmarks" / "memory-calibration.json"
@@ -77,8 +83,7 @@ def workload(m: dict) -> memory.Workload:
         f"TRAIN_GPUS={','.join(str(i) for i in range(world))}",
     ]
     planned = _planned(RECIPE, pairs, world)
-    w, _ = memory_check.workload(planned, planned.facts)
-    return w
+    return planned.budget.workload
 
 
 def colocate_prediction(m: dict, coef: dict | None = None) -> float:
@@ -97,11 +102,8 @@ def colocate_prediction(m: dict, coef: dict | None = None) -> float:
         f"SLEEP_LEVEL={m['sleep_level']}",
     ]
     planned = _planned("countdown-1x4090", pairs, 1)
-    w, _ = memory_check.workload(planned, planned.facts)
-    colocate = memory_check.colocate_settings(planned, w)
-    (gpu0,) = memory_check.per_gpu(
-        planned.layout, memory_check.card_size(planned), w, colocate, 0.9, coef=coef
-    )
+    b = planned.budget
+    (gpu0,) = budget.per_gpu(planned.layout, b.card, b.workload, b.colocate, 0.9, coef=coef)
     return gpu0.peak_gib
 
 

@@ -160,11 +160,7 @@ def run_dir_of(run: str, output_dir: str) -> Path:
         path = Path(output_dir).expanduser() / run
     if not (path / MANIFEST).is_file():
         root = Path(output_dir).expanduser()
-        runs = (
-            sorted(p.name for p in root.glob("*/") if (p / MANIFEST).is_file())
-            if root.is_dir()
-            else []
-        )
+        runs = sorted(p.name for p in root.glob("*/") if (p / MANIFEST).is_file()) if root.is_dir() else []
         raise BadInput([Problem(f"run {run}", f"no run directory with a manifest.json at {path}",
                                 f"give one of: {', '.join(runs[-8:])}" if runs else
                                 f"train one first (make smoke), or set OUTPUT_DIR to where your runs are ({root})")])  # fmt: skip

@@ -238,7 +238,7 @@ def gather(
         if p.suffix in (".jsonl", ".json") and p.is_file() and os.access(p, os.R_OK):
             datasets[dataset_checks.dataset_key(p)] = read_dataset(p)
     config, source, hub = _model_config(r, env)
-    use_hf = r.arg("use_hf") == "true"
+    use_hf = r.trainer_args.use_hf
     for spec in _dataset_specs(r):
         name = dataset_checks.parse_spec(spec).path
         local = hubcache.cached(name, "datasets", use_hf, env) if not dataset_checks.is_local(name) else None

@@ -147,7 +147,7 @@ def _place(
     in_container: bool = True,
 ) -> Layout | None:
     _warn_visible_devices(env, problems)
-    use_vllm = recipe.arg("use_vllm") == "true"
+    use_vllm = recipe.trainer_args.use_vllm
     if not _gpus_there(recipe, inventory, use_vllm, problems, in_container):
         return None
     s = recipe.settings
@@ -165,7 +165,7 @@ def _place(
     mode = _mode(recipe, len(inventory.gpus), train, rollout, use_vllm, problems)
     _check_parallel_sizes(recipe, mode, train, rollout, problems)
     _check_mode_keys(recipe, mode, rollout_only, problems)
-    tp = int(recipe.rollout_arg("tensor_parallel_size"))
+    tp = recipe.rollout_args.tensor_parallel_size
     host = s.ROLLOUT_HOST or (connect_address(s.ROLLOUT_BIND) if rollout else "")
     return Layout(
         mode=mode,
@@ -270,7 +270,7 @@ def _rollout_only(recipe: Recipe, rollout: list[int], problems: list[Problem]) -
                 "set ROLLOUT_GPUS=0 (or 0-3)",
             )
         )
-    tp = int(recipe.rollout_arg("tensor_parallel_size"))
+    tp = recipe.rollout_args.tensor_parallel_size
     return Layout(mode="server", train_gpus=(), rollout_gpus=tuple(rollout),
                   rollout_host=connect_address(recipe.settings.ROLLOUT_BIND), rollout_tp=tp,
                   rollout_dp=max(1, len(rollout) // tp))  # fmt: skip
@@ -345,7 +345,7 @@ def _mode(
 def _check_parallel_sizes(
     recipe: Recipe, mode: str, train: list[int], rollout: list[int], problems: list[Problem]
 ) -> None:
-    tp = int(recipe.rollout_arg("tensor_parallel_size"))
+    tp = recipe.rollout_args.tensor_parallel_size
     if rollout and len(rollout) % tp:
         problems.append(
             Problem(
@@ -365,7 +365,7 @@ def _check_parallel_sizes(
                 "unset (the entrypoint derives it from ROLLOUT_GPUS)",
             )
         )
-    colocate_tp = int(recipe.arg("vllm_tensor_parallel_size"))
+    colocate_tp = recipe.trainer_args.vllm_tensor_parallel_size
     if mode == "colocate" and len(train) % colocate_tp:
         problems.append(
             Problem(

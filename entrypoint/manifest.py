@@ -79,7 +79,7 @@ def start(plan: Plan, previous: dict[str, Any] | None) -> dict[str, Any]:
         "recipe": plan.recipe.name,
         "identity": plan.recipe.identity(),
         "resolved_recipe": plan.recipe.resolved(),
-        "seed": int(plan.recipe.arg("seed")),
+        "seed": plan.recipe.trainer_args.seed,
         "model": {
             "id": plan.recipe.raw("MODEL"),
             "source": plan.recipe.settings.MODEL_SOURCE,

@@ -9,12 +9,13 @@ It runs once and is a short list of named stages, each a screen at most:
     _run          run name and directory; resume from the newest complete checkpoint
     _model        what --model gets (an embedded model's converted directory)
     _dataset      the dataset files, or the generator that writes one
+    _budget       the batch arithmetic, the workload and vLLM's settings, once per shape (budget.py)
     _shape        the batch shape the planner chooses where the recipe leaves it open (shape.py)
     _child_env    the environment every child gets
     _rollout      the `swift rollout` server (server mode on this node)
     _trainer      the `swift rlhf` trainer
     _export       the merged export after training (EXPORT_MERGED=true)
-    _memory       the per-GPU memory estimate (memory.py)
+    _memory       the per-GPU memory estimate of the budget (budget.py, memory.py)
 
 Each process lists only the environment the entrypoint sets on top of the inherited one, and its argv.
 """
@@ -29,14 +30,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from entrypoint import catalog, nccl, shape
+from entrypoint import budget as budget_mod
+from entrypoint import catalog, memory, nccl, shape
 from entrypoint import layout as layout_mod
+from entrypoint.budget import Budget
 from entrypoint.errors import Problem
 from entrypoint.facts import MANIFEST, ROLLOUT_PORT_START, WEIGHT_SYNC_PORT, Facts, resolved, run_dir_of
 from entrypoint.inventory import Inventory
 from entrypoint.keys import SHARED_WITH_ROLLOUT
 from entrypoint.layout import Layout
-from entrypoint.preflight import memory_check
 from entrypoint.recipe import Recipe
 from entrypoint.redact import argv as redact_argv
 from entrypoint.redact import env as redact_env
@@ -84,7 +86,7 @@ class Plan:
     placed: bool = True  # False: no layout was possible (its problems say why); nothing else is checked
     memory: tuple = ()  # memory.GpuEstimate per GPU
     memory_note: tuple = ()
-    memory_problems: tuple = ()  # what the estimate found (preflight reports them in their place)
+    budget: Budget | None = dataclasses.field(default=None, repr=False, compare=False)
     facts: Facts | None = dataclasses.field(default=None, repr=False, compare=False)
     offline: bool = False  # no hub access (OFFLINE, or a hub's offline variable in the environment)
 
@@ -210,6 +212,7 @@ class Draft:
     common: dict[str, str] = dataclasses.field(default_factory=dict)
     processes: list[Process] = dataclasses.field(default_factory=list)
     server_flags: list[str] = dataclasses.field(default_factory=list)
+    budget: Budget | None = None
 
 
 def draft(recipe: Recipe, inventory: Inventory, facts: Facts, rollout_only: bool = False) -> Draft:
@@ -230,9 +233,10 @@ def build(recipe: Recipe, inventory: Inventory, facts: Facts, rollout_only: bool
     d = draft(recipe, inventory, facts, rollout_only)
     if d.layout is None:
         return _frozen(d, placed=False)
+    _budget(d)
     if _shape(d):  # the planner set values: the stages that read them run on the shaped recipe
         d.problems.clear()
-        _layout(d), _nccl(d), _model(d), _dataset(d)
+        _layout(d), _nccl(d), _model(d), _dataset(d), _budget(d)
     _child_env(d)
     _rollout(d)
     _trainer(d)
@@ -249,7 +253,7 @@ def _frozen(d: Draft, placed: bool) -> Plan:
         recipe=d.recipe, inventory=d.inventory, layout=layout, nccl=policy, run_name=run_name,
         run_dir=d.run_dir if d.run_name else run_dir_of(d.recipe, d.facts.now), model_path=d.model_path,
         dataset_paths=d.dataset_paths, processes=d.processes, steps=d.steps, problems=d.problems,
-        resume_from=d.resume_from, placed=placed, facts=d.facts, offline=d.offline,
+        resume_from=d.resume_from, placed=placed, facts=d.facts, offline=d.offline, budget=d.budget,
     )  # fmt: skip
 
 
@@ -337,7 +341,7 @@ def _offline_model(d: Draft, value: str) -> None:
     """Point --model at the local snapshot: ms-swift asks ModelScope for a hub id whatever the offline
     variables say (modelscope 1.28 has no offline switch: swift/hub/hub.py:302-313), and it still finds the
     model type from a snapshot's directory name (v3.6.4:swift/llm/model/register.py:390-402)."""
-    use_hf = d.recipe.arg("use_hf") == "true"
+    use_hf = d.recipe.trainer_args.use_hf
     local = d.facts.hub_cached(value, "models", use_hf) or d.facts.hub_cached(value, "models", not use_hf)
     if local:
         d.model_path = local
@@ -386,7 +390,7 @@ def _dataset(d: Draft) -> None:
                 )  # fmt: skip
             )
         generated = d.run_dir / "data" / f"{s.DATASET_GENERATOR}.jsonl"
-        seed = int(d.recipe.arg("seed"))
+        seed = d.recipe.trainer_args.seed
         d.steps.append(
             f"generate {s.DATASET_ROWS} {s.DATASET_GENERATOR} tasks (seed {seed}) into {generated}"
         )
@@ -408,12 +412,16 @@ def _absolute_if_local(spec: str, facts: Facts) -> str:
     return str(Path(path).absolute()) + sep + rows
 
 
+def _budget(d: Draft) -> None:
+    """What the recipe, at its current shape, asks of each GPU (budget.py); read by the later stages."""
+    d.budget = budget_mod.compute(d.recipe, d.layout, d.inventory, d.facts, d.dataset_paths)
+
+
 def _shape(d: Draft) -> bool:
     """The batch shape the planner chooses (shape.py); True when it set values (the recipe changed)."""
     if d.rollout_only:  # `rollout` serves; the trainers on other nodes choose their own shape
         return False
-    w, _ = memory_check.workload(d, d.facts)
-    choices = shape.choose(d, w)
+    choices = shape.choose(d.recipe, d.layout, d.budget)
     if not choices:
         return False
     d.recipe = d.recipe.with_values({c.key: (c.value, f"planner: {c.reason}") for c in choices})
@@ -471,7 +479,7 @@ def _rollout(d: Draft) -> None:
             + _args(d.recipe.rollout, skip={"tensor_parallel_size", "data_parallel_size"})
         )  # fmt: skip
         env = {**d.common, "CUDA_VISIBLE_DEVICES": ",".join(map(str, layout.rollout_gpus))}
-        env.update(_vllm_env(d, d.recipe.rollout_arg("enforce_eager")))
+        env.update(_vllm_env(d.recipe.rollout_args.enforce_eager))
         d.processes.append(
             Process("rollout", env, argv, health_url=f"http://{layout.rollout_host}:{port}/health/")
         )
@@ -488,13 +496,12 @@ def _size_rollout(d: Draft) -> None:
     sequences, and may refuse to start on a 24 GB card (vllm 0.8.5 EngineArgs defaults)."""
     r = d.recipe
     chosen: dict[str, tuple[str, str]] = {}
-    completion = int(r.arg("max_completion_length", "512"))
+    completion, max_length = r.trainer_args.max_completion_length, r.trainer_args.max_length
     if not r.rollout.get("max_model_len"):
-        max_length = r.arg("max_length")
         if max_length:
-            length, why = int(max_length) + completion, "MAX_LENGTH + MAX_COMPLETION_LENGTH"
+            length, why = max_length + completion, "MAX_LENGTH + MAX_COMPLETION_LENGTH"
         else:
-            prompt, source = memory_check.prompt_tokens(d, d.facts)
+            prompt, source = budget_mod.prompt_tokens(r, d.dataset_paths, d.facts)
             margin = -(-int(prompt * 1.25) // 256) * 256  # a quarter more, to a multiple of 256
             length, why = (
                 margin + completion,
@@ -505,7 +512,7 @@ def _size_rollout(d: Draft) -> None:
         if not most or length < int(most):
             chosen["ROLLOUT_MAX_MODEL_LEN"] = (str(length), f"planner: {why}")
     if not r.rollout.get("max_num_seqs"):
-        b = values_batch(d)
+        b = d.budget.batch
         if b is not None:
             seqs = min(256, -(-b.generation_batch // max(1, d.layout.rollout_dp)))
             chosen["ROLLOUT_MAX_NUM_SEQS"] = (
@@ -516,22 +523,10 @@ def _size_rollout(d: Draft) -> None:
         d.recipe = r.with_values(chosen)
 
 
-def values_batch(d: Draft):
-    """The batch arithmetic (preflight/values.py), None while its inputs are refused."""
-    from entrypoint.preflight import values
-
-    if values.BATCH_KEYS & d.recipe.dropped:
-        return None
-    try:
-        return values.batch(d)
-    except (ValueError, ZeroDivisionError):
-        return None
-
-
-def _vllm_env(d: Draft, enforce_eager: str | None) -> dict[str, str]:
+def _vllm_env(enforce_eager: bool) -> dict[str, str]:
     """The site hooks of a process that starts a vLLM engine: CUDA graphs only for the batch sizes it can
     run (entrypoint/site/sitecustomize.py says why; about 35 s of a 24 GiB card's start-up)."""
-    return {} if enforce_eager == "true" else {"GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS": "1"}
+    return {} if enforce_eager else {"GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS": "1"}
 
 
 def _trainer_env(d: Draft) -> dict[str, str]:
@@ -539,10 +534,11 @@ def _trainer_env(d: Draft) -> dict[str, str]:
     env = dict(d.common)
     # The trainer's hooks (entrypoint/site/sitecustomize.py says why each exists).
     env["GRPO_RIG_EVENTS"] = str(d.run_dir / "logs" / EVENTS_FILE)
-    if layout.mode == "colocate" and int(d.recipe.arg("sleep_level")) >= 1:
+    a = d.recipe.trainer_args
+    if layout.mode == "colocate" and a.sleep_level >= 1:
         env["GRPO_RIG_VLLM_KEEP_POOLS"] = "1"
     if layout.mode == "colocate":
-        env.update(_vllm_env(d, d.recipe.arg("vllm_enforce_eager")))
+        env.update(_vllm_env(a.vllm_enforce_eager))
     if layout.train_gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, layout.train_gpus))
         env["NPROC_PER_NODE"] = str(layout.nproc_per_node)
@@ -614,10 +610,15 @@ MERGED_TMP = ".merged.tmp"  # the export's output, renamed to merged/ once compl
 
 
 def _memory(plan: Plan) -> Plan:
-    estimates, problems, note = memory_check.estimate(plan, plan.facts)
-    return dataclasses.replace(
-        plan, memory=tuple(estimates), memory_note=(note,) if note else (), memory_problems=tuple(problems)
-    )
+    """The budget's per-GPU peaks (preflight/memory_check.py judges them)."""
+    b, w = plan.budget, plan.budget.workload if plan.budget else None
+    if plan.layout.mode == "cpu" or plan.recipe.settings.MEMORY_CHECK == "off" or w is None:
+        return plan
+    note = b.note
+    if w.dims.params > memory.CALIBRATED_MAX_PARAMS:
+        note += (f"; extrapolated: the coefficients were fitted on models up to 1.5B parameters, this one has "
+                 f"{w.dims.params / 1e9:.1f}B (docs/benchmarks/memory-calibration.json)")  # fmt: skip
+    return dataclasses.replace(plan, memory=tuple(b.estimates(plan.layout)), memory_note=(note,))
 
 
 def _with_site_hooks(process: Process, env: Mapping[str, str]) -> Process:

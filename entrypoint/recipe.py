@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import io
 from collections import ChainMap
 from collections.abc import Mapping
@@ -31,6 +32,7 @@ from dotenv.parser import parse_stream
 from pydantic import ValidationError
 
 from entrypoint import keys, swift_schema
+from entrypoint.args import RolloutArgs, TrainerArgs
 from entrypoint.errors import BadInput, Problem
 from entrypoint.keys import MANAGED, NCCL_VARIABLES
 from entrypoint.settings import Settings
@@ -66,6 +68,16 @@ class Recipe:
     env: dict[str, str]  # pass-through environment for the children
     problems: list[Problem]  # found while resolving: warnings, and (strict=False) the refused values
     dropped: frozenset[str] = frozenset()  # keys whose values were refused (strict=False), left at defaults
+
+    @functools.cached_property
+    def trainer_args(self) -> TrainerArgs:
+        """The `swift rlhf` arguments the decisions read, typed, ms-swift's defaults filled in (args.py)."""
+        return TrainerArgs.of(self.trainer)
+
+    @functools.cached_property
+    def rollout_args(self) -> RolloutArgs:
+        """The `swift rollout` arguments, typed (args.py)."""
+        return RolloutArgs.of(self.rollout)
 
     def arg(self, name: str, fallback: str | None = None) -> str | None:
         """A `swift rlhf` argument as the run will see it: the recipe's value, else ms-swift's declared

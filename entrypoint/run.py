@@ -297,7 +297,7 @@ def prepare(plan: Plan, printer: Printer) -> Path:
     if s.DATASET_GENERATOR:
         path = Path(plan.dataset_paths[0])
         if not path.exists():
-            seed = int(plan.recipe.arg("seed"))
+            seed = plan.recipe.trainer_args.seed
             tasks.write_jsonl(tasks.TASKS[s.DATASET_GENERATOR], path, s.DATASET_ROWS, seed)
             printer.say(f"generated {s.DATASET_ROWS} {s.DATASET_GENERATOR} tasks into {path}")
     return here

@@ -33,8 +33,10 @@ import dataclasses
 from collections.abc import Callable
 
 from entrypoint import memory
+from entrypoint.budget import Budget
+from entrypoint.layout import Layout
 from entrypoint.memory import GpuEstimate, Workload
-from entrypoint.preflight import memory_check, values
+from entrypoint.recipe import Recipe
 
 HEADROOM = 0.10  # at least this share of every card stays free (DEVELOPERS.md, issue "Fast by default")
 UTILIZATION_STEP = 0.05
@@ -59,15 +61,17 @@ def _round_up(x: float, step: float) -> float:
 
 
 def choose(
-    plan,
-    w: Workload | None,
+    r: Recipe,
+    layout: Layout,
+    budget: Budget,
     estimate: Callable[[Workload, memory.Colocate | None], list[GpuEstimate]] | None = None,
 ) -> list[Choice]:
-    """The values the planner sets for `plan`, given the workload at the recipe's current shape (None
-    when the model's dimensions are unknown). `estimate(w, colocate)` predicts the card peaks (default:
-    memory_check.per_gpu on the plan's layout and cards)."""
-    r, layout = plan.recipe, plan.layout
-    b = values.batch(plan)
+    """The values the planner sets for recipe `r` on `layout`, given its budget at the recipe's current
+    shape (budget.workload None when the model's dimensions are unknown). `estimate(w, colocate)` predicts
+    the card peaks (default: the budget's, budget.per_gpu on the layout's cards)."""
+    b, w = budget.batch, budget.workload
+    if b is None:
+        return []
     user = {k for k in ("PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "GENERATION_BATCH_SIZE",
                         "STEPS_PER_GENERATION", "VLLM_GPU_MEMORY_UTILIZATION", "SLEEP_LEVEL") if r.is_set(k)}  # fmt: skip
     if (
@@ -117,8 +121,8 @@ def choose(
     out: list[Choice] = []
     colocate = None
     if layout.mode == "colocate":
-        colocate, out = _vllm_share(plan, w, per_process, user)
-    estimate = estimate or (lambda wl, co: _estimate(plan, wl, co))
+        colocate, out = _vllm_share(r, layout, budget, per_process, user)
+    estimate = estimate or (lambda wl, co: budget.estimates(layout, wl, co))
     verdicts = []
     for pd in sorted(candidates, reverse=True):
         trial = dataclasses.replace(w, per_device=pd, generation_per_device=per_process)
@@ -139,23 +143,16 @@ def choose(
     return accumulate(pd, why) + out
 
 
-def _estimate(plan, w: Workload, colocate: memory.Colocate | None) -> list[GpuEstimate]:
-    offload = "true" in (
-        values.value(plan, "offload_model", "false"),
-        values.value(plan, "offload_optimizer", "false"),
-    )
-    rollout_util = float(plan.recipe.rollout_arg("gpu_memory_utilization"))
-    return memory_check.per_gpu(plan.layout, memory_check.card_size(plan), w, colocate, rollout_util, offload)
-
-
-def _vllm_share(plan, w: Workload, per_process: int, user: set[str]) -> tuple[memory.Colocate, list[Choice]]:
+def _vllm_share(
+    r: Recipe, layout: Layout, budget: Budget, per_process: int, user: set[str]
+) -> tuple[memory.Colocate, list[Choice]]:
     """vLLM's share and sleep level for colocate (those the recipe leaves open), and the Colocate they make."""
-    current = memory_check.colocate_settings(plan, w)
+    w, current = budget.workload, budget.colocate
     tokens = w.prompt_tokens + w.completion_tokens
     out: list[Choice] = []
     util = current.utilization
     if "VLLM_GPU_MEMORY_UTILIZATION" not in user:
-        card = min(memory_check.card_size(plan)(g) for g in plan.layout.train_gpus)
+        card = min(budget.card(g) for g in layout.train_gpus)
         resident = memory.estimate_training(w).weights
         need = KV_MARGIN * memory.kv_gib(
             w.dims, w.dtype_bytes, max(current.max_model_len, per_process * tokens)
@@ -182,10 +179,7 @@ def _vllm_share(plan, w: Workload, per_process: int, user: set[str]) -> tuple[me
         )
     sleep = current.sleep_level
     if "SLEEP_LEVEL" not in user:
-        offload = "true" in (
-            values.value(plan, "offload_model", "false"),
-            values.value(plan, "offload_optimizer", "false"),
-        )
+        offload = budget.offload
         sleep = 1 if offload else 0
         out.append(
             Choice(

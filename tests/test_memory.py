@@ -221,8 +221,10 @@ LORA_72B = ("recipe=smoke", "TRAIN_GPUS=0-3", "USE_VLLM=true", "MODEL_SOURCE=hub
 
 
 def memory_problems(plan, fatal=True):
-    """The memory planner's problems of a plan (fatal ones, or all)."""
-    return [p for p in plan.memory_problems if p.fatal or not fatal]
+    """The memory check's problems of a plan (fatal ones, or all)."""
+    from entrypoint.preflight import memory_check
+
+    return [p for p in memory_check.check(plan) if p.fatal or not fatal]
 
 
 def test_72b_lora_on_four_80gb_cards_fits_with_zero3_offload_and_vllm_tp4():
@@ -273,18 +275,12 @@ def test_rollout_server_is_sized_from_the_run_unless_the_recipe_sizes_it():
     plan = build_plan("recipe=smoke-server", "ROLLOUT_MAX_MODEL_LEN=", inventory="2x4090-driver535")
     rollout = plan.process("rollout")
     assert flag(rollout.argv, "max_model_len") == ["576"]  # MAX_LENGTH 512 + MAX_COMPLETION_LENGTH 64
-    assert flag(rollout.argv, "max_num_seqs") == [str(values_batch(plan).generation_batch)]
+    assert flag(rollout.argv, "max_num_seqs") == [str(plan.budget.batch.generation_batch)]
     assert plan.recipe.source("ROLLOUT_MAX_MODEL_LEN").startswith("planner:")
     own = build_plan("recipe=smoke-server", "ROLLOUT_MAX_MODEL_LEN=1024", "ROLLOUT_MAX_NUM_SEQS=4",
                      inventory="2x4090-driver535")  # fmt: skip
     assert flag(own.process("rollout").argv, "max_model_len") == ["1024"]
     assert flag(own.process("rollout").argv, "max_num_seqs") == ["4"]
-
-
-def values_batch(plan):
-    from entrypoint.preflight import values
-
-    return values.batch(plan)
 
 
 def test_rollout_gpu_with_little_headroom_warns():

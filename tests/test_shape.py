@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from entrypoint import memory, shape
-from entrypoint.preflight import memory_check
+from entrypoint import budget, memory, shape
 from tests.conftest import INVENTORIES, build_plan, clean_env, draft_plan, run_cli
 
 COUNTDOWN = ("recipe=countdown-1x4090",)
@@ -22,9 +21,13 @@ def linear(per_completion: float, base: float):
 
 
 def chosen(*pairs: str, estimate=linear(2.0, 4.0), inventory="1x4090-driver535") -> dict[str, str]:
-    plan, facts = draft_plan(*COUNTDOWN, *pairs, inventory=inventory)
-    w, _ = memory_check.workload(plan, facts)
-    return {c.key: c.value for c in shape.choose(plan, w, estimate)}
+    d, _ = draft_plan(*COUNTDOWN, *pairs, inventory=inventory)
+    return {c.key: c.value for c in shape.choose(d.recipe, d.layout, budget_of(d), estimate)}
+
+
+def budget_of(d):
+    """What plan.build's _budget stage computes for a draft."""
+    return budget.compute(d.recipe, d.layout, d.inventory, d.facts, d.dataset_paths)
 
 
 @pytest.mark.parametrize(
@@ -59,9 +62,8 @@ def test_nothing_fits_gives_the_smallest_micro_batch():
 
 
 def test_reasons_name_the_peak_and_the_next_size_up():
-    plan, facts = draft_plan(*COUNTDOWN, inventory="1x4090-driver535")
-    w, _ = memory_check.workload(plan, facts)
-    reasons = {c.key: c.reason for c in shape.choose(plan, w, linear(2.0, 4.0))}
+    d, _ = draft_plan(*COUNTDOWN, inventory="1x4090-driver535")
+    reasons = {c.key: c.reason for c in shape.choose(d.recipe, d.layout, budget_of(d), linear(2.0, 4.0))}
     assert "20.0 of 24.0 GiB" in reasons["PER_DEVICE_TRAIN_BATCH_SIZE"]
     assert "16 would need 36.0 GiB" in reasons["PER_DEVICE_TRAIN_BATCH_SIZE"]
     assert "one generation round per step" in reasons["GRADIENT_ACCUMULATION_STEPS"]
@@ -76,8 +78,8 @@ def test_sleep_level(pairs, sleep):
 
 
 def test_vllm_share_is_the_smallest_whose_kv_cache_holds_the_round():
-    plan, facts = draft_plan(*COUNTDOWN, inventory="1x4090-driver535")
-    w, _ = memory_check.workload(plan, facts)
+    d, _ = draft_plan(*COUNTDOWN, inventory="1x4090-driver535")
+    w = budget_of(d).workload
     util = float(chosen()["VLLM_GPU_MEMORY_UTILIZATION"])
     resident = memory.estimate_training(w).weights
     tokens = 32 * (w.prompt_tokens + w.completion_tokens)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from entrypoint import catalog
 from entrypoint.errors import LOCAL, Problem
-from entrypoint.preflight import dataset, environment, values
+from entrypoint.preflight import dataset, environment, memory_check, values
 from entrypoint.rewards import check as rewards_check
 from entrypoint.rewards import tasks
 
@@ -86,13 +86,12 @@ def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
     for name, info in infos.items():
         for column in info.columns:
             needed.setdefault(column, []).append(name)
-    b = values.batch(plan)
-    prompts_needed = b.prompts_per_generation if b.num_generations >= 2 else 0
-    holdout = float(r.arg("split_dataset_ratio"))
+    b = plan.budget.batch if plan.budget else None
+    prompts_needed = b.prompts_per_generation if b and b.num_generations >= 2 else 0
+    a = r.trainer_args
     if not s.DATASET_GENERATOR:
-        use_hf = r.arg("use_hf") == "true"
         found, _ = dataset.check(
-            plan.dataset_paths, needed, prompts_needed, holdout, plan.offline, use_hf, facts
+            plan.dataset_paths, needed, prompts_needed, a.split_dataset_ratio, plan.offline, a.use_hf, facts
         )
         return problems + found
     generated = set(tasks.TASKS[s.DATASET_GENERATOR].columns)
@@ -105,7 +104,7 @@ def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
                     "choose rewards that fit the generated tasks",
                 )
             )
-    if int(s.DATASET_ROWS * (1 - holdout)) < prompts_needed:
+    if int(s.DATASET_ROWS * (1 - a.split_dataset_ratio)) < prompts_needed:
         problems.append(
             Problem(
                 f"DATASET_ROWS ({r.source('DATASET_ROWS')})",
@@ -119,12 +118,12 @@ def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
 def check(plan: Plan, facts: Facts, for_train: bool) -> list[Problem]:
     """Every problem found in the plan's inputs; fatal ones stop `train`, `plan` and `validate`. The
     problems of kind LOCAL come last, and `plan` (for_train False) only warns about them."""
-    workers = int(plan.recipe.arg("dataloader_num_workers", "0"))
+    workers = plan.recipe.trainer_args.dataloader_num_workers
     found = (
         values.check(plan, facts)
         + check_model(plan, facts)
         + check_rewards_and_data(plan, facts)
-        + list(plan.memory_problems)
+        + memory_check.check(plan)
         + environment.check(plan, facts, workers, checkpoint_gib=None)
     )
     local = [p for p in found if p.kind == LOCAL]

@@ -228,11 +228,11 @@ def _check_writable(plan: Plan, facts: Facts) -> list[Problem]:
                 "free space on the output volume, lower SAVE_TOTAL_LIMIT, or set EXPORT_MERGED=false",
             )
         )
-    if plan.recipe.settings.EXPORT_MERGED and plan.recipe.arg("train_type", "lora") != "lora":
+    if plan.recipe.settings.EXPORT_MERGED and plan.recipe.trainer_args.train_type != "lora":
         problems.append(
             Problem(
                 "EXPORT_MERGED",
-                f"TRAIN_TYPE={plan.recipe.arg('train_type')} trains the whole model: there is no LoRA adapter to merge",
+                f"TRAIN_TYPE={plan.recipe.trainer_args.train_type} trains the whole model: there is no LoRA adapter to merge",
                 "remove EXPORT_MERGED (the run's model/ directory is already the full model)",
                 fatal=False,
             )
@@ -252,5 +252,5 @@ def _merged_gib(plan: Plan, facts: Facts) -> float | None:
         dims = memory.ModelDims.from_config(config)
     except (KeyError, TypeError, ValueError):
         return None
-    dtype = memory.DTYPE_BYTES.get(plan.recipe.arg("torch_dtype", "bfloat16") or "bfloat16", 2)
+    dtype = memory.DTYPE_BYTES.get(plan.recipe.trainer_args.torch_dtype, 2)
     return dims.params * dtype / memory.GIB

@@ -1,14 +1,11 @@
-"""Per-GPU memory plan of a run and the refusal of one that does not fit (../shared/cases C09)."""
+"""The refusal of a run whose predicted memory does not fit (../shared/cases C09): reads the budget and the
+per-GPU peaks plan.build computed (budget.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from entrypoint import datasets as dataset
 from entrypoint import memory
-from entrypoint.datasets import dataset_key
 from entrypoint.errors import Problem
 from entrypoint.memory import (
     CUDA_CONTEXT_GIB,
@@ -16,206 +13,28 @@ from entrypoint.memory import (
     HEADROOM_WARNING,
     VLLM_NON_KV_GIB,
     GpuEstimate,
-    ModelDims,
     Workload,
 )
-from entrypoint.preflight import values
-from entrypoint.rewards import tasks
 
 if TYPE_CHECKING:
-    from entrypoint.facts import Facts
     from entrypoint.plan import Plan
 
-DEFAULT_PROMPT_TOKENS = 512
-PROMPT_SAMPLE_ROWS = 2000  # rows of each dataset the prompt-length estimate reads
-SLEEPING_VLLM_GIB = 0.3  # what a sleeping colocated vLLM keeps (allocator pools, NCCL)
 
-
-def prompt_tokens(plan: Plan, facts: Facts) -> tuple[int, str]:
-    """(tokens, where the number comes from) for the longest prompt: PROMPT_TOKENS, else estimated from
-    generated tasks or the first rows of the JSONL datasets (facts.datasets) plus the system prompt."""
-    s = plan.recipe.settings
-    if s.PROMPT_TOKENS:
-        return s.PROMPT_TOKENS, "PROMPT_TOKENS"
-    if s.DATASET_GENERATOR:
-        rows = list(tasks.TASKS[s.DATASET_GENERATOR].generate(50, 0))
-        return memory.estimate_prompt_tokens(rows), "estimated from generated tasks"
-    rows: list[dict] = []
-    for spec in plan.dataset_paths:
-        path = Path(dataset.parse_spec(spec).path)
-        found = facts.datasets.get(dataset_key(path)) if path.suffix == ".jsonl" else None
-        if found is not None:
-            rows += [row for _, row in found.rows[:PROMPT_SAMPLE_ROWS]]
-    if rows:
-        system = values.value(plan, "system", None)
-        extra = 0
-        if system:
-            text = facts.system_text if system.endswith(".txt") and facts.system_text is not None else system
-            extra = memory.estimate_prompt_tokens([{"messages": [{"content": text}]}])
-        return memory.estimate_prompt_tokens(rows) + extra, "estimated from the dataset"
-    return DEFAULT_PROMPT_TOKENS, "assumed; set PROMPT_TOKENS for a better estimate"
-
-
-def workload(plan: Plan, facts: Facts) -> tuple[Workload | None, str]:
-    """The planner's view of one training process (model dimensions, batch, tokens), or None when the
-    model's config.json was not found (facts.model_config)."""
-    config, source = facts.model_config
-    if config is None:
-        return (
-            None,
-            "no config.json found for MODEL (local path, hub cache or entrypoint/data/model_configs.json)",
-        )
-    try:
-        dims = ModelDims.from_config(config)
-    except (KeyError, TypeError, ValueError) as exc:
-        return None, f"the config.json from {source} is not one the planner reads (missing {exc})"
-    b = values.batch(plan)
-    dtype = values.value(plan, "torch_dtype", "bfloat16")
-    full = values.value(plan, "train_type", "lora") == "full"
-    beta = float(values.value(plan, "beta", "0.04"))
-    ds = values.value(plan, "deepspeed", "") or ""
-    zero = 3 if "zero3" in ds else 2 if "zero2" in ds else 0
-    if ds.endswith(".json") or ds.startswith("{"):  # a user's config: its stage and offload settings
-        zero, offload_opt, offload_par = _deepspeed_file(plan, facts, ds)
-    else:
-        offload_opt, offload_par = ds.endswith("_offload"), ds == "zero3_offload"
-    prompt, why = prompt_tokens(plan, facts)
-    max_length = values.value(plan, "max_length", None)
-    if max_length:
-        prompt = min(prompt, int(max_length))
-    w = Workload(
-        dims=dims,
-        dtype_bytes=memory.DTYPE_BYTES.get(dtype, 2),
-        full=full,
-        lora_rank=int(values.value(plan, "lora_rank", "8")),
-        per_device=b.per_device,
-        generation_per_device=b.per_device * b.steps_per_generation,
-        prompt_tokens=prompt,
-        completion_tokens=int(values.value(plan, "max_completion_length", "512")),
-        gradient_checkpointing=values.value(plan, "gradient_checkpointing", "true") == "true",
-        reference_copy=full and beta > 0,
-        zero_stage=zero,
-        world=b.world,
-        hf_generation=values.value(plan, "use_vllm", "false") != "true",
-        offload_optimizer=offload_opt,
-        offload_params=offload_par,
-        vllm_tp=int(values.value(plan, "vllm_tensor_parallel_size", "1")),
-    )
-    return w, f"model dimensions from {source}; prompt {prompt} tokens, {why}"
-
-
-def _deepspeed_file(plan: Plan, facts: Facts, value: str) -> tuple[int, bool, bool]:
-    """(stage, optimizer offloaded, parameters offloaded) of a DeepSpeed JSON file or string (unknown: 0)."""
-    import json
-
-    try:
-        whole = json.loads(value) if value.startswith("{") else (facts.deepspeed_config or {})
-        config = whole.get("zero_optimization", {}) if isinstance(whole, dict) else {}
-    except ValueError:
-        return 0, False, False
-    on_cpu = lambda key: (config.get(key) or {}).get("device") in ("cpu", "nvme")  # noqa: E731
-    return int(config.get("stage", 0) or 0), on_cpu("offload_optimizer"), on_cpu("offload_param")
-
-
-def colocate_settings(plan: Plan, w: Workload) -> memory.Colocate:
-    """vLLM's colocate settings as the run will see them (recipe values, else ms-swift's defaults)."""
-    b = values.batch(plan)
-    length = values.value(plan, "vllm_max_model_len", None)
-    return memory.Colocate(
-        utilization=float(values.value(plan, "vllm_gpu_memory_utilization", "0.9")),
-        sleep_level=int(values.value(plan, "sleep_level", "0")),
-        max_model_len=int(length)
-        if length
-        else (w.dims.max_positions or w.prompt_tokens + w.completion_tokens),
-        # ms-swift's colocate engine: max_num_seqs = per-device batch x vLLM TP x steps_per_generation
-        # (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:449-475)
-        round_tokens=b.per_device * b.steps_per_generation * (w.prompt_tokens + w.completion_tokens),
-    )
-
-
-def per_gpu(
-    layout,
-    card: Callable[[int], float],
-    w: Workload,
-    colocate: memory.Colocate | None,
-    rollout_utilization: float,
-    offload: bool = False,
-    coef: Mapping[str, float] | None = None,
-) -> list[GpuEstimate]:
-    """Predicted card-level peak of every GPU the layout uses (pure: the shape chooser calls it for each
-    candidate). `card(gpu)` is the card's size in GiB; `offload`: OFFLOAD_MODEL or OFFLOAD_OPTIMIZER."""
-    train = memory.estimate_training(w, coef)
-    training_parts = {"context": CUDA_CONTEXT_GIB, "weights": train.weights, "optimizer": train.optimizer,
-                      "activations": train.activations, "logits": train.logits, "kv cache (HF)": train.kv_cache}  # fmt: skip
-    estimates: list[GpuEstimate] = []
-    for gpu in layout.train_gpus:
-        total = card(gpu)
-        if colocate is None:
-            estimates.append(
-                GpuEstimate(gpu, "trainer", total, CUDA_CONTEXT_GIB + train.peak, training_parts)
-            )
-        elif offload:
-            # Offloading empties torch's cache around generation, so the two phases do not meet on the card
-            # (not calibrated: no offload measurement yet).
-            vllm = colocate.utilization * total
-            sleeping = SLEEPING_VLLM_GIB if colocate.sleep_level >= 1 else vllm
-            peak = max(CUDA_CONTEXT_GIB + vllm, CUDA_CONTEXT_GIB + train.peak + sleeping)
-            estimates.append(GpuEstimate(gpu, "trainer + vLLM (colocate, offload)", total, peak,
-                                         {**training_parts, "vLLM": vllm}))  # fmt: skip
-        else:
-            calibrated = w.dims.params <= memory.CALIBRATED_MAX_PARAMS
-            parts = memory.colocate_peak(train, total, colocate, coef, calibrated)
-            estimates.append(GpuEstimate(gpu, "trainer + vLLM (colocate)", total, sum(parts.values()), parts))
-    for gpu in layout.rollout_gpus:
-        total = card(gpu)
-        estimates.append(
-            GpuEstimate(
-                gpu,
-                "rollout (vLLM)",
-                total,
-                CUDA_CONTEXT_GIB + rollout_utilization * total,
-                {"context": CUDA_CONTEXT_GIB, "vLLM": rollout_utilization * total},
-            )  # fmt: skip
-        )
-    return estimates
-
-
-def card_size(plan: Plan) -> Callable[[int], float]:
-    """GiB of a GPU as the run sees it: EMULATE_VRAM_GB caps every card (sitecustomize.py)."""
-    s = plan.recipe.settings
-
-    def card(gpu: int) -> float:
-        info = plan.inventory.gpu(gpu)
-        total = info.memory_total_gib if info else 24.0
-        return min(total, s.EMULATE_VRAM_GB) if s.EMULATE_VRAM_GB else total
-
-    return card
-
-
-def estimate(plan: Plan, facts: Facts) -> tuple[list[GpuEstimate], list[Problem], str]:
-    """Per-GPU estimates, problems (a predicted OOM is fatal unless MEMORY_CHECK says otherwise), and a note."""
-    r, s, layout = plan.recipe, plan.recipe.settings, plan.layout
-    if layout.mode == "cpu" or s.MEMORY_CHECK == "off":
-        return [], [], ""
-    w, note = workload(plan, facts)
+def check(plan: Plan) -> list[Problem]:
+    """The memory problems of a plan: a predicted OOM is fatal unless MEMORY_CHECK says otherwise; a thin
+    headroom, or a vLLM share too small for one sequence, warns or refuses. Reads plan.budget and
+    plan.memory (budget.py computed both); nothing else."""
+    s, layout, b = plan.recipe.settings, plan.layout, plan.budget
+    if not plan.placed or layout.mode == "cpu" or s.MEMORY_CHECK == "off" or b is None:
+        return []
+    w = b.workload
     if w is None:
-        why = Problem("memory", f"not estimated: {note}", "set MEMORY_CHECK=off to silence, or mount the model",
-                      fatal=False)  # fmt: skip
-        return [], [why], note
-    card = card_size(plan)
-    colocate = colocate_settings(plan, w) if layout.mode == "colocate" else None
-    offload = "true" in (
-        values.value(plan, "offload_model", "false"),
-        values.value(plan, "offload_optimizer", "false"),
-    )
-    estimates = per_gpu(layout, card, w, colocate, float(r.rollout_arg("gpu_memory_utilization")), offload)
+        return [Problem("memory", f"not estimated: {b.note}", "set MEMORY_CHECK=off to silence, or mount the model",
+                        fatal=False)]  # fmt: skip
     extrapolated = w.dims.params > memory.CALIBRATED_MAX_PARAMS
-    problems = _peak_problems(plan, w, estimates, colocate, extrapolated)
-    problems += _vllm_fits(plan, w, card, colocate, offload)
-    if extrapolated:
-        note += (f"; extrapolated: the coefficients were fitted on models up to 1.5B parameters, this one has "
-                 f"{w.dims.params / 1e9:.1f}B (docs/benchmarks/memory-calibration.json)")  # fmt: skip
-    return estimates, problems, note
+    return _peak_problems(plan, w, list(plan.memory), b.colocate, extrapolated) + _vllm_fits(
+        plan, w, b.card, b.colocate, b.offload
+    )
 
 
 def _knobs(plan: Plan, colocate: memory.Colocate | None) -> dict[str, str]:
@@ -322,7 +141,7 @@ def _vllm_fits(
         need = memory.kv_gib(w.dims, w.dtype_bytes, colocate.max_model_len, tp)
         # OFFLOAD_MODEL: ms-swift builds the engine with the trainer's weights in CPU memory
         # (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:274-280, offload_context)
-        model_offloaded = offload and r.arg("offload_model") == "true"
+        model_offloaded = offload and r.trainer_args.offload_model
         resident = 0.0 if model_offloaded else memory.estimate_training(w).weights
         by_card: dict[float, list[int]] = {}
         for gpu in layout.train_gpus:
@@ -355,9 +174,12 @@ def _vllm_fits(
         return out
     if not layout.local_rollout:
         return out
-    util = float(r.rollout_arg("gpu_memory_utilization"))
-    tp = int(r.rollout_arg("tensor_parallel_size", "1"))
-    length = int(r.rollout_arg("max_model_len", str(w.prompt_tokens + w.completion_tokens)))
+    ra = r.rollout_args
+    util, tp, length = (
+        ra.gpu_memory_utilization,
+        ra.tensor_parallel_size,
+        ra.max_model_len or w.prompt_tokens + w.completion_tokens,
+    )
     weights = w.dims.params * w.dtype_bytes / GIB / tp
     need = memory.kv_gib(w.dims, w.dtype_bytes, length, tp)
     for gpu in layout.rollout_gpus:

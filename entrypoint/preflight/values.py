@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,59 +22,10 @@ DEEPSPEED_NAMES = {
 }  # swift/llm/ds_config
 
 
-@dataclasses.dataclass(frozen=True)
-class Batch:
-    """GRPO batch arithmetic as ms-swift 3.6.4 computes it (v3.6.4:swift/trainers/rlhf_arguments.py:67-110,
-    swift/trainers/arguments.py:99-102). All counts are completions unless named prompts."""
-
-    per_device: int
-    world: int  # training processes over all nodes
-    grad_accum: int
-    steps_per_generation: int
-    generation_batch: int  # completions generated per generation round
-    num_generations: int
-    per_device_eval: int
-
-    @property
-    def prompts_per_generation(self) -> int:
-        return self.generation_batch // self.num_generations if self.num_generations else 0
-
-    def describe(self) -> str:
-        return (
-            f"{self.per_device} completions/device x {self.world} process(es) x {self.steps_per_generation} step(s) "
-            f"= {self.generation_batch} completions per generation = {self.prompts_per_generation} prompts x "
-            f"NUM_GENERATIONS {self.num_generations}"
-        )
-
-
-def value(plan: Plan, name: str, fallback: str | None = None) -> str | None:
-    """A `swift rlhf` argument's effective value (Recipe.arg)."""
-    return plan.recipe.arg(name, fallback)
-
-
-def batch(plan: Plan) -> Batch:
-    world = plan.layout.nproc_per_node * plan.recipe.settings.NNODES
-    per_device = int(value(plan, "per_device_train_batch_size"))
-    ga = value(plan, "gradient_accumulation_steps")
-    grad_accum = int(ga) if ga else max(1, math.ceil(16 / per_device / world))
-    spg = int(value(plan, "steps_per_generation") or grad_accum)
-    gbs = value(plan, "generation_batch_size")
-    generation_batch = int(gbs) if gbs else per_device * world * spg
-    return Batch(
-        per_device,
-        world,
-        grad_accum,
-        spg,
-        generation_batch,
-        int(value(plan, "num_generations")),
-        int(value(plan, "per_device_eval_batch_size")),
-    )
-
-
 def evaluates(plan: Plan) -> bool:
     """ms-swift turns evaluation off when nothing is held out (v3.6.4:swift/llm/argument/train_args.py:185)."""
-    ratio = float(value(plan, "split_dataset_ratio") or 0)
-    return (ratio > 0 or bool(plan.recipe.args("val_dataset"))) and value(plan, "eval_strategy") != "no"
+    a = plan.recipe.trainer_args
+    return (a.split_dataset_ratio > 0 or bool(plan.recipe.args("val_dataset"))) and a.eval_strategy != "no"
 
 
 def check(plan: Plan, facts: Facts) -> list[Problem]:
@@ -100,18 +49,12 @@ def check(plan: Plan, facts: Facts) -> list[Problem]:
     return problems
 
 
-BATCH_KEYS = {
-    "PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "STEPS_PER_GENERATION", "GENERATION_BATCH_SIZE",
-    "NUM_GENERATIONS", "PER_DEVICE_EVAL_BATCH_SIZE", "TRAIN_GPUS", "NNODES",
-}  # fmt: skip
-
-
 def _check_batch(plan: Plan, facts: Facts, where) -> list[Problem]:
     """GRPO's batch arithmetic: generations per prompt, the generation batch, the eval batch."""
     problems: list[Problem] = []
-    if BATCH_KEYS & plan.recipe.dropped:  # already refused; the arithmetic would judge a default
+    b = plan.budget.batch if plan.budget else None
+    if b is None:  # its inputs are already refused; the arithmetic would judge a default
         return problems
-    b = batch(plan)
     if b.num_generations < 2:
         problems.append(
             Problem(
@@ -190,7 +133,7 @@ def _check_vllm(plan: Plan, facts: Facts, where) -> list[Problem]:
     """vLLM with device_map; vLLM keys without vLLM."""
     r = plan.recipe
     problems: list[Problem] = []
-    use_vllm = r.arg("use_vllm") == "true"
+    use_vllm = r.trainer_args.use_vllm
     if use_vllm and r.args("device_map"):
         problems.append(
             Problem(
@@ -296,7 +239,7 @@ def _check_train_type(plan: Plan, facts: Facts, where) -> list[Problem]:
     """LoRA keys that do nothing with full fine-tuning."""
     r = plan.recipe
     problems: list[Problem] = []
-    train_type = r.arg("train_type")
+    train_type = r.trainer_args.train_type
     if train_type == "full":
         lora_keys = [
             k.upper()
