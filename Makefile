@@ -74,9 +74,10 @@ plan: venv  ## Print what `train` would run: make plan RECIPE=countdown-1x4090 A
 	$(PY) -m entrypoint plan recipe=$(RECIPE) $(ARGS)
 
 .PHONY: lint
-lint: venv  ## ruff, hadolint, compose config, actionlint, zizmor
+lint: venv  ## ruff, the layer contract (import-linter), hadolint, compose config, actionlint, zizmor
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/hadolint Dockerfile
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec compose.yaml
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml

@@ -1,0 +1,53 @@
+"""The layer contract of entrypoint/ (pyproject.toml [tool.importlinter], drawn in docs/architecture.md):
+the tool's check passes on the code as it is, fails when a decision module imports one that reads the
+world, and no module imports itself back through others."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+LINT = Path(sys.executable).parent / "lint-imports"
+
+
+def lint(root: Path) -> subprocess.CompletedProcess:
+    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "NO_COLOR": "1"}
+    return subprocess.run([str(LINT), "--config", str(root / "pyproject.toml"), "--no-cache"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def test_the_layers_hold():
+    proc = lint(ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 kept, 0 broken" in proc.stdout
+
+
+def test_a_decision_that_reads_the_world_breaks_the_contract(tmp_path):
+    """plan.py importing host (the module that probes ports, files and hubs) is refused, by name."""
+    shutil.copytree(
+        ROOT / "entrypoint", tmp_path / "entrypoint", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    plan = tmp_path / "entrypoint" / "plan.py"
+    plan.write_text(plan.read_text() + "\nfrom entrypoint import host  # planted\n")
+    proc = lint(tmp_path)
+    assert proc.returncode != 0, proc.stdout
+    assert "BROKEN" in proc.stdout and "entrypoint.plan -> entrypoint.host" in proc.stdout, proc.stdout
+
+
+def test_no_import_cycle():
+    import grimp
+
+    graph = grimp.build_graph("entrypoint")  # TYPE_CHECKING imports included
+    modules = sorted(m for m in graph.modules if not m.startswith("entrypoint.site"))
+    cycles = [
+        (a, b)
+        for a in modules
+        for b in graph.find_modules_directly_imported_by(a)
+        if b != "entrypoint" and b.startswith("entrypoint") and graph.chain_exists(importer=b, imported=a)
+    ]
+    assert not cycles, cycles
