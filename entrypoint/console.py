@@ -13,7 +13,7 @@ Every line of every child goes to `<run>/logs/<role>.log` (launch.Supervisor); t
   (entrypoint/site/sitecustomize.py, GRPO_RIG_EVENTS).
 
 The model structure, the argument dump, tqdm's bars and library notices stay in the log.
-GRPO_RIG_CONSOLE=all shows every line, as before.
+CONSOLE=all (a recipe key, or in the environment) shows every line.
 """
 
 from __future__ import annotations

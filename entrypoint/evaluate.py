@@ -23,6 +23,7 @@ EVAL_GPU_MEMORY_UTILIZATION of the card (default 0.5: evaluate runs alone on it)
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import statistics
@@ -31,25 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from entrypoint import manifest as manifest_mod
-from entrypoint import swift_schema
+from entrypoint import recipe as recipe_mod
+from entrypoint.args import TrainerArgs
 from entrypoint.errors import BadInput, Problem
-from entrypoint.facts import MANIFEST
+from entrypoint.facts import MANIFEST, run_dir
 from entrypoint.rewards import PLUGIN_FILE, tasks
+from entrypoint.settings import Settings
 
 EVAL_FILES = ("eval.json", "eval.md", "eval.png")
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    prompts: int = 32
-    generations: int = 4
-    seed: int = 1234
-    dataset: str = ""  # EVAL_DATASET
-    engine: str = "auto"  # EVAL_ENGINE: auto | hf | vllm
-    gpu_memory_utilization: float = 0.5  # EVAL_GPU_MEMORY_UTILIZATION, vLLM's share of the card
-
-
-ENGINES = ("auto", "hf", "vllm")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,68 +64,30 @@ def confidence(values: Sequence[float]) -> Summary:
     return Summary(mean, mean - half, mean + half, n)
 
 
-EVAL_KEYS = ("OUTPUT_DIR", "EVAL_PROMPTS", "EVAL_GENERATIONS", "EVAL_SEED", "EVAL_DATASET", "EVAL_ENGINE",
-             "EVAL_GPU_MEMORY_UTILIZATION")  # fmt: skip
+# the keys `evaluate` reads (settings.py owns them), beside run=NAME
+KEYS = frozenset({"OUTPUT_DIR", *(k for k in Settings.model_fields if k.startswith("EVAL_"))})
 
 
-def parse_pairs(pairs: Sequence[str], environ: Mapping[str, str] | None = None) -> tuple[str, str, Settings]:
-    """(run, OUTPUT_DIR, settings) from `run=NAME KEY=VALUE ...` over the same keys in `environ` (the image
-    sets OUTPUT_DIR=/output; `make eval RUN=x EVAL_PROMPTS=4` passes them as environment). Raises BadInput."""
-    values: dict[str, str] = {k: environ[k] for k in EVAL_KEYS if (environ or {}).get(k)}
-    problems = []
-    for word in pairs:
-        if "=" not in word:
-            problems.append(
-                Problem(f"command line {word!r}", "arguments are KEY=VALUE words", "write run=NAME")
-            )
-            continue
-        key, value = word.split("=", 1)
-        values[key.strip().upper()] = value
-    known = {"RUN", *EVAL_KEYS}
-    for key in sorted(set(values) - known):
-        problems.append(Problem(key, "not a key of `evaluate`", f"use {', '.join(sorted(known))}"))
-    if not values.get("RUN"):
+def parse_pairs(pairs: Sequence[str], environ: Mapping[str, str] | None = None) -> tuple[str, Settings]:
+    """(run, settings) from `run=NAME KEY=VALUE ...` over the same keys in `environ` (the image sets
+    OUTPUT_DIR=/output; `make eval RUN=x EVAL_PROMPTS=4` passes them as environment), parsed and typed as
+    `train` parses its keys (recipe.parse_cli_pairs, settings.Settings). Raises BadInput with every problem."""
+    cli, problems = recipe_mod.parse_cli_pairs(list(pairs))
+    run = cli.pop("RUN", None)
+    env = {k: v for k, v in recipe_mod.environment_layer(environ or {}).items() if k in KEYS}
+    values = {**env, **cli}
+    for key in sorted(set(cli) - KEYS):
+        close = difflib.get_close_matches(key, sorted(KEYS), n=1)
+        problems.append(Problem(key, "is not a key of `evaluate`",
+                                f"did you mean {close[0]}?" if close else f"use run=NAME and {', '.join(sorted(KEYS))}"))  # fmt: skip
+    if run is None or not run.value:
         problems.append(
             Problem("RUN", "no run named", "add run=<RUN_NAME> (a directory under OUTPUT_DIR), or run=latest")
         )
-    numbers = {
-        "prompts": ("EVAL_PROMPTS", 2),
-        "generations": ("EVAL_GENERATIONS", 1),
-        "seed": ("EVAL_SEED", 0),
-    }
-    chosen: dict[str, Any] = {"dataset": values.get("EVAL_DATASET", "")}
-    engine = values.get("EVAL_ENGINE", "auto").strip().lower()
-    if engine not in ENGINES:
-        problems.append(
-            Problem("EVAL_ENGINE", f"{engine!r} is not an engine", f"use one of {', '.join(ENGINES)}")
-        )
-    chosen["engine"] = engine
-    if "EVAL_GPU_MEMORY_UTILIZATION" in values:
-        try:
-            share = float(values["EVAL_GPU_MEMORY_UTILIZATION"])
-        except ValueError:
-            share = math.nan
-        if not 0 < share <= 1:  # vLLM's own range for gpu_memory_utilization (vllm/config.py CacheConfig)
-            problems.append(Problem("EVAL_GPU_MEMORY_UTILIZATION", f"{values['EVAL_GPU_MEMORY_UTILIZATION']!r} is not in (0, 1]",
-                                    "set a share of the card such as 0.5"))  # fmt: skip
-        else:
-            chosen["gpu_memory_utilization"] = share
-    for field, (key, low) in numbers.items():
-        if key not in values:
-            continue
-        try:
-            chosen[field] = int(values[key])
-        except ValueError:
-            problems.append(
-                Problem(key, f"{values[key]!r} is not an integer", f"set {key} to an integer >= {low}")
-            )
-            continue
-        if chosen[field] < low:
-            problems.append(Problem(key, f"{chosen[field]} is below {low}", f"set {key} >= {low}"))
+    settings = recipe_mod.settings_of({k: v.value for k, v in values.items() if k in KEYS}, values, problems)
     if problems:
         raise BadInput(problems)
-    settings = Settings(**chosen)
-    return values["RUN"], values.get("OUTPUT_DIR", "output"), settings
+    return run.value, settings
 
 
 def latest(output_dir: str) -> str:
@@ -150,14 +102,14 @@ def latest(output_dir: str) -> str:
     return max(runs)[1] if runs else ""
 
 
-def run_dir_of(run: str, output_dir: str) -> Path:
-    """The run directory: `run` as a path when it is one, else OUTPUT_DIR/run (run=latest: the newest).
-    Raises BadInput."""
+def find_run(run: str, output_dir: str) -> Path:
+    """The run directory: `run` as a path when it is one, else OUTPUT_DIR/run as train names it
+    (facts.run_dir; run=latest: the newest). Raises BadInput."""
     if run == "latest":
         run = latest(output_dir) or run
     path = Path(run).expanduser()
     if not (path / MANIFEST).is_file():
-        path = Path(output_dir).expanduser() / run
+        path = run_dir(output_dir, run)
     if not (path / MANIFEST).is_file():
         root = Path(output_dir).expanduser()
         runs = sorted(p.name for p in root.glob("*/") if (p / MANIFEST).is_file()) if root.is_dir() else []
@@ -181,33 +133,25 @@ def trainer_args(data: Mapping[str, Any]) -> dict[str, list[str]]:
     return out
 
 
-def arg(args: Mapping[str, list[str]], name: str) -> str | None:
-    """An argument's value as the run had it, else ms-swift's default."""
-    if args.get(name):
-        return args[name][0]
-    default = swift_schema.load("rlhf")[name].default
-    return None if default is None else str(default)
-
-
 def held_out(
     data: Mapping[str, Any], args: Mapping[str, list[str]], settings: Settings
 ) -> tuple[list[dict], str]:
     """(rows the trainer never saw, how they were chosen). Raises BadInput when there are none."""
     recipe = {k: v["value"] for k, v in data.get("resolved_recipe", {}).items()}
-    if settings.dataset:
+    if settings.EVAL_DATASET:
         return _read_rows(
-            Path(settings.dataset), settings.prompts, "EVAL_DATASET"
-        ), f"EVAL_DATASET {settings.dataset}"
+            Path(settings.EVAL_DATASET), settings.EVAL_PROMPTS, "EVAL_DATASET"
+        ), f"EVAL_DATASET {settings.EVAL_DATASET}"
     if recipe.get("DATASET_GENERATOR") in tasks.TASKS:
         name = recipe["DATASET_GENERATOR"]
         seen_rows = int(recipe.get("DATASET_ROWS", 256))
         fresh = tasks.held_out(
-            tasks.TASKS[name], settings.prompts, settings.seed, seen_rows, int(data.get("seed", 42))
+            tasks.TASKS[name], settings.EVAL_PROMPTS, settings.EVAL_SEED, seen_rows, int(data.get("seed", 42))
         )
-        return fresh, f"{len(fresh)} fresh {name} tasks (seed {settings.seed}; training tasks removed)"
+        return fresh, f"{len(fresh)} fresh {name} tasks (seed {settings.EVAL_SEED}; training tasks removed)"
     if recipe.get("VAL_DATASET"):
         return _read_rows(
-            Path(recipe["VAL_DATASET"]), settings.prompts, "VAL_DATASET"
+            Path(recipe["VAL_DATASET"]), settings.EVAL_PROMPTS, "VAL_DATASET"
         ), f"the run's VAL_DATASET {recipe['VAL_DATASET']}"
     raise BadInput([Problem("EVAL_DATASET", f"the run trained on {', '.join(data.get('dataset', [])) or 'its dataset'} with no held-out "
                             "split, so every row was seen in training", "give EVAL_DATASET=<a JSONL of held-out rows in the same format>")])  # fmt: skip
@@ -254,9 +198,15 @@ def prompt_messages(row: Mapping[str, Any], system: str | None) -> list[dict]:
 
 
 def sampling(args: Mapping[str, list[str]]) -> dict[str, Any]:
-    """The run's sampling settings (its argv, else ms-swift's defaults), the same for both models."""
-    return {"temperature": float(arg(args, "temperature")), "top_p": float(arg(args, "top_p")),
-            "top_k": int(arg(args, "top_k")), "max_new_tokens": int(arg(args, "max_completion_length"))}  # fmt: skip
+    """The run's sampling settings (its argv, typed with ms-swift's defaults: args.TrainerArgs), the same
+    for both models."""
+    a = TrainerArgs.of(args)
+    return {
+        "temperature": a.temperature,
+        "top_p": a.top_p,
+        "top_k": a.top_k,
+        "max_new_tokens": a.max_completion_length,
+    }
 
 
 def choose_engine(requested: str, gpu: bool, vllm_installed: bool) -> str:
@@ -283,7 +233,7 @@ def generate_vllm(
     sample: Mapping[str, Any],
     settings: Settings,
 ) -> tuple[list[list[str]], list[list[str]]]:
-    """(base completions, adapter completions): `settings.generations` per prompt from one vLLM engine, the
+    """(base completions, adapter completions): `settings.EVAL_GENERATIONS` per prompt from one vLLM engine, the
     adapter served as a LoRA request; the same per-request seeds for both."""
     from transformers import AutoTokenizer
     from vllm import LLM, SamplingParams
@@ -294,13 +244,13 @@ def generate_vllm(
     rank = int(json.loads((adapter / "adapter_config.json").read_text()).get("r", 8))
     max_new = sample["max_new_tokens"]
     llm = LLM(
-        model=model_path, enable_lora=True, max_lora_rank=_vllm_lora_rank(rank), max_loras=1, seed=settings.seed,
-        gpu_memory_utilization=settings.gpu_memory_utilization, max_model_len=max(len(i) for i in ids) + max_new,
+        model=model_path, enable_lora=True, max_lora_rank=_vllm_lora_rank(rank), max_loras=1, seed=settings.EVAL_SEED,
+        gpu_memory_utilization=settings.EVAL_GPU_MEMORY_UTILIZATION, max_model_len=max(len(i) for i in ids) + max_new,
         enforce_eager=True,  # a one-off job: CUDA graph capture costs more than it saves
     )  # fmt: skip
     params = [
-        SamplingParams(n=settings.generations, temperature=sample["temperature"], top_p=sample["top_p"],
-                       top_k=sample["top_k"] if sample["top_k"] > 0 else -1, max_tokens=max_new, seed=settings.seed + i)
+        SamplingParams(n=settings.EVAL_GENERATIONS, temperature=sample["temperature"], top_p=sample["top_p"],
+                       top_k=sample["top_k"] if sample["top_k"] > 0 else -1, max_tokens=max_new, seed=settings.EVAL_SEED + i)
         for i in range(len(ids))
     ]  # fmt: skip
     requests = [{"prompt_token_ids": i} for i in ids]
@@ -334,7 +284,7 @@ def generate(
     settings: Settings,
     say=lambda line: None,
 ) -> list[list[str]]:
-    """`settings.generations` sampled completions per prompt from the base model (adapter None) or base +
+    """`settings.EVAL_GENERATIONS` sampled completions per prompt from the base model (adapter None) or base +
     adapter. Same seed, so both models draw the same random numbers. `say` gets a progress line per batch."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -351,7 +301,7 @@ def generate(
 
         model = PeftModel.from_pretrained(model, str(adapter))
     model.to(device).eval()
-    torch.manual_seed(settings.seed)
+    torch.manual_seed(settings.EVAL_SEED)
     out: list[list[str]] = []
     texts = _render(tokenizer, prompts)
     for start in range(0, len(texts), 8):
@@ -360,11 +310,14 @@ def generate(
         ).to(device)
         with torch.no_grad():
             ids = model.generate(
-                **batch, do_sample=True, num_return_sequences=settings.generations, **sample,
+                **batch, do_sample=True, num_return_sequences=settings.EVAL_GENERATIONS, **sample,
                 pad_token_id=tokenizer.pad_token_id,
             )  # fmt: skip
         decoded = tokenizer.batch_decode(ids[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
-        out += [decoded[i : i + settings.generations] for i in range(0, len(decoded), settings.generations)]
+        out += [
+            decoded[i : i + settings.EVAL_GENERATIONS]
+            for i in range(0, len(decoded), settings.EVAL_GENERATIONS)
+        ]
         say(
             f"{'adapter' if adapter is not None else 'base model'}: {len(out)} of {len(texts)} prompts answered"
         )
@@ -509,22 +462,20 @@ def _gpu_and_vllm(environ: Mapping[str, str]) -> tuple[bool, bool]:
 
     from entrypoint import hardware
 
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
-    gpu = bool(hardware.probe().gpus) and visible not in ("", "-1")
-    return gpu, importlib.util.find_spec("vllm") is not None
+    return hardware.gpu_visible(environ), importlib.util.find_spec("vllm") is not None
 
 
 def evaluate(pairs: Sequence[str], environ: Mapping[str, str], printer=print) -> int:
     """The `evaluate` command (`environ`: the process environment, read by cli.py); returns the exit status.
     Raises BadInput for bad input (exit 2)."""
-    run, output_dir, settings = parse_pairs(pairs, environ)
-    run_dir = run_dir_of(run, output_dir)
+    run, settings = parse_pairs(pairs, environ)
+    run_dir = find_run(run, settings.OUTPUT_DIR)
     data = manifest_mod.read(run_dir) or {}
     adapter = run_dir / "adapter"
     if not (adapter / "adapter_config.json").is_file():
         raise BadInput([Problem(f"run {run_dir.name}", f"has no adapter yet (status {data.get('status', 'unknown')}; "
                                 f"{adapter} is missing)", "finish the run first: start it again with the same RUN_NAME to resume")])  # fmt: skip
-    engine = choose_engine(settings.engine, *_gpu_and_vllm(environ))
+    engine = choose_engine(settings.EVAL_ENGINE, *_gpu_and_vllm(environ))
     args = trainer_args(data)
     rows, how = held_out(data, args, settings)
     if len(rows) < 2:
@@ -537,13 +488,13 @@ def evaluate(pairs: Sequence[str], environ: Mapping[str, str], printer=print) ->
                 )
             ]
         )
-    system = arg(args, "system")
+    system = TrainerArgs.of(args).system
     prompts = [prompt_messages(r, system) for r in rows]
     plugins = [p for p in args.get("external_plugins", []) if Path(p).is_file()] or [str(PLUGIN_FILE)]
     rewards = load_rewards(args.get("reward_funcs", []), plugins)
-    model_path = data.get("model", {}).get("path") or arg(args, "model")
+    model_path = data.get("model", {}).get("path") or (args.get("model") or [""])[0]
     printer(
-        f"evaluating {run_dir.name}: {len(prompts)} held-out prompts x {settings.generations} completions, "
+        f"evaluating {run_dir.name}: {len(prompts)} held-out prompts x {settings.EVAL_GENERATIONS} completions, "
         f"base then adapter ({'vLLM' if engine == 'vllm' else 'HF generate'})"
     )
     sample = sampling(args)
@@ -558,7 +509,9 @@ def evaluate(pairs: Sequence[str], environ: Mapping[str, str], printer=print) ->
     result = {
         "run": run_dir.name, "model": model_path, "adapter": str(adapter),
         "prompts": {"how": how, "count": len(prompts)}, "engine": engine,
-        "settings": dataclasses.asdict(settings),
+        "settings": {"prompts": settings.EVAL_PROMPTS, "generations": settings.EVAL_GENERATIONS,
+                     "seed": settings.EVAL_SEED, "dataset": settings.EVAL_DATASET, "engine": settings.EVAL_ENGINE,
+                     "gpu_memory_utilization": settings.EVAL_GPU_MEMORY_UTILIZATION},
         "sampling": sample,
         "summary": summary, "verdict": verdict(summary),
     }  # fmt: skip

@@ -123,7 +123,13 @@ def resolved(value: str, paths: Mapping[str, PathInfo]) -> str:
     return str(candidate)
 
 
+def run_dir(output_dir: str, name: str) -> Path:
+    """Where a run named `name` lives: OUTPUT_DIR/name, absolute (train writes there, evaluate reads it)."""
+    return (Path(output_dir).expanduser() / name).absolute()
+
+
 def run_dir_of(r: Recipe, now: dt.datetime) -> Path:
-    """OUTPUT_DIR/RUN_NAME, the default run name being <recipe>-<UTC timestamp>."""
-    name = r.settings.RUN_NAME or f"{Path(r.name).stem}-{now.strftime('%Y%m%d-%H%M%S')}"
-    return (Path(r.settings.OUTPUT_DIR).expanduser() / name).absolute()
+    """The recipe's run directory, the default run name being <recipe>-<UTC timestamp>."""
+    return run_dir(
+        r.settings.OUTPUT_DIR, r.settings.RUN_NAME or f"{Path(r.name).stem}-{now.strftime('%Y%m%d-%H%M%S')}"
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 
 from entrypoint.inventory import (
@@ -138,3 +139,10 @@ def load(path: str | Path) -> Inventory:
 
 def save(inventory: Inventory, path: str | Path) -> None:
     Path(path).write_text(inventory.model_dump_json(indent=2) + "\n")
+
+
+def gpu_visible(environ: Mapping[str, str]) -> bool:
+    """NVML lists a GPU and CUDA_VISIBLE_DEVICES does not hide them all ("" or -1): what a process started with
+    this environment could use. Asks NVML, never CUDA (a CUDA context here would break vLLM's forked
+    engine: "Cannot re-initialize CUDA in forked subprocess")."""
+    return bool(probe().gpus) and environ.get("CUDA_VISIBLE_DEVICES") not in ("", "-1")

@@ -39,7 +39,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TextIO
 
@@ -330,16 +330,39 @@ def _signal_group(pid: int, signum: int) -> None:
         os.killpg(pid, signum)
 
 
+@contextlib.contextmanager
+def supervised(
+    log_dir: Path,
+    grace_seconds: float,
+    printer: Printer | None = None,
+    secret_values: list[str] = (),
+    base_env: Mapping[str, str] = {},  # noqa: B006 - read only
+    *,
+    signals: bool = True,
+    **seams,
+) -> Iterator[Supervisor]:
+    """The one way children run (train, rollout and the merged export alike): a Supervisor whose children
+    never outlive the block; with `signals`, SIGINT/SIGTERM raise Interrupted inside it. `seams` are the
+    Supervisor's test seams (popen, clock, sleep, health, ports_of)."""
+    supervisor = Supervisor(log_dir, grace_seconds, printer, secret_values, base_env, **seams)
+    restore = install_signal_handlers() if signals else (lambda: None)
+    try:
+        yield supervisor
+    finally:
+        supervisor.stop_all()
+        restore()
+
+
 def launch(
     processes: list[Process],
     supervisor: Supervisor,
     startup_timeout: float,
     finished: Callable[[Child], str | None] = lambda child: None,
 ) -> Outcome:
-    """Run `processes` (a rollout server, then the trainer) under the policy in this module's docstring.
-    `finished(trainer)` says why a failed trainer had still finished training (None: it had not)."""
+    """Run `processes` (a rollout server, then the trainer) under the policy in this module's docstring,
+    inside `supervised` (which stops them all and handles the signals). `finished(trainer)` says why a
+    failed trainer had still finished training (None: it had not)."""
     say = supervisor.printer.say
-    restore = install_signal_handlers()
     try:
         for process in processes:
             if process.role == "rollout":
@@ -369,16 +392,13 @@ def launch(
             f"{signal.Signals(exc.signum).name} received: stopping all processes (grace {supervisor.grace_seconds:.0f} s)"
         )
         return Outcome("stopped", 128 + exc.signum)
-    finally:
-        supervisor.stop_all()
-        restore()
 
 
 def _start_healthy(supervisor: Supervisor, process: Process, timeout: float) -> Child:
     supervisor.printer.say(f"starting the rollout server; waiting for {process.health_url}")
     child = supervisor.start(process)
     seconds = supervisor.wait_healthy(child, process.health_url, timeout)
-    port = int(process.health_url.rsplit(":", 1)[1].split("/")[0])
+    port = process.port
     bound = supervisor.ports_of(child.pid)
     if port not in bound:
         reason = f"answered on port {port} but listens on {sorted(bound)}: another server holds {port}"

@@ -28,7 +28,7 @@ import re
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from entrypoint import budget as budget_mod
 from entrypoint import catalog, memory, nccl, shape
@@ -53,12 +53,21 @@ SITE_HOOK_VARIABLES = (
 CHECKPOINT = "<newest complete checkpoint>"  # the export's --adapters, known once training ends
 
 
+Role = Literal["rollout", "trainer", "export"]
+
+
 @dataclasses.dataclass(frozen=True)
 class Process:
-    role: str  # "rollout" | "trainer" | "export"
+    role: Role
     env: dict[str, str]  # set by the entrypoint, on top of the inherited environment
     argv: list[str]
-    health_url: str = ""  # rollout: GET this until 200 before starting the trainer
+    host: str = ""  # rollout: the address the trainer reaches it at
+    port: int | None = None  # rollout: its HTTP port
+
+    @property
+    def health_url(self) -> str:
+        """rollout: GET this until 200 before starting the trainer ("" for the others)."""
+        return f"http://{self.host}:{self.port}/health/" if self.port else ""
 
     def to_json(self) -> dict[str, Any]:
         return {"role": self.role, "env": redact_env(self.env), "argv": redact_argv(self.argv)}
@@ -103,7 +112,7 @@ class Plan:
             if v.source.startswith("planner")
         ]
 
-    def process(self, role: str) -> Process | None:
+    def process(self, role: Role) -> Process | None:
         return next((p for p in self.processes if p.role == role), None)
 
     def to_json(self) -> dict[str, Any]:
@@ -480,9 +489,7 @@ def _rollout(d: Draft) -> None:
         )  # fmt: skip
         env = {**d.common, "CUDA_VISIBLE_DEVICES": ",".join(map(str, layout.rollout_gpus))}
         env.update(_vllm_env(d.recipe.rollout_args.enforce_eager))
-        d.processes.append(
-            Process("rollout", env, argv, health_url=f"http://{layout.rollout_host}:{port}/health/")
-        )
+        d.processes.append(Process("rollout", env, argv, host=layout.rollout_host, port=port))
     elif not port:
         port = ROLLOUT_PORT_START
     d.server_flags = ["--vllm_mode", "server", "--vllm_server_host", layout.rollout_host,

@@ -331,7 +331,7 @@ def load(
     merged: dict[str, Value] = dict(ChainMap(*reversed(layers)))
     merged["RECIPE"] = Value(name, cli["RECIPE"].source if "RECIPE" in cli else "environment")
     owned, trainer, rollout, nccl_values, env = _sort_by_kind(merged, problems)
-    settings = _settings(owned, merged, problems)
+    settings = settings_of(owned, merged, problems)
     if strict and any(p.fatal for p in problems):
         raise BadInput(problems)
     return Recipe(
@@ -430,7 +430,9 @@ def _out_of_range(key: str, tokens: list[str]) -> tuple[str, str] | None:
     return None
 
 
-def _settings(owned: dict[str, str], merged: dict[str, Value], problems: list[Problem]) -> Settings:
+def settings_of(owned: dict[str, str], merged: dict[str, Value], problems: list[Problem]) -> Settings:
+    """The owned keys' typed values; every value pydantic refuses becomes a problem naming its source and a
+    value that fits."""
     try:
         return Settings(**owned)
     except ValidationError as exc:
@@ -439,8 +441,47 @@ def _settings(owned: dict[str, str], merged: dict[str, Value], problems: list[Pr
             key = str(err["loc"][0]) if err["loc"] else "?"
             bad.add(key)
             source = merged[key].source if key in merged else "default"
-            problems.append(Problem(f"{key} ({source})", err["msg"], f"set a valid {key}"))
+            problems.append(Problem(f"{key} ({source})", _said(err, owned.get(key)), _fix(key, err)))
     try:  # the valid values still count, so that the plan's own checks see the recipe as written
         return Settings(**{k: v for k, v in owned.items() if k not in bad})
     except ValidationError:  # a validator across keys: nothing to keep
         return Settings()
+
+
+def _said(err: dict, value: str | None) -> str:
+    kind, ctx = err.get("type", ""), err.get("ctx") or {}
+    limits = {"greater_than_equal": ("ge", "is below"), "greater_than": ("gt", "is not above"),
+              "less_than_equal": ("le", "is above"), "less_than": ("lt", "is not below")}  # fmt: skip
+    if kind in limits and value is not None:
+        return f"{value} {limits[kind][1]} {ctx[limits[kind][0]]}"
+    if kind in ("int_parsing", "float_parsing", "bool_parsing", "literal_error") and value is not None:
+        what = {
+            "int_parsing": "an integer",
+            "float_parsing": "a number",
+            "bool_parsing": "true or false",
+        }.get(kind)
+        return f"{value!r} is not {what}" if what else f"{value!r} is not one of {err['ctx']['expected']}"
+    return err["msg"]
+
+
+def _fix(key: str, err: dict) -> str:
+    """A fix that names values the key takes (pydantic's error type and bounds)."""
+    ctx, kind = err.get("ctx") or {}, err.get("type", "")
+    bounds = {"greater_than_equal": ("ge", "or more"), "greater_than": ("gt", "above"),
+              "less_than_equal": ("le", "or less"), "less_than": ("lt", "below")}  # fmt: skip
+    if kind in bounds:
+        name, words = bounds[kind]
+        return (
+            f"set {key} to {ctx[name]} {words}"
+            if words.startswith("or")
+            else f"set {key} to a value {words} {ctx[name]}"
+        )
+    if kind == "literal_error":
+        return f"use one of {ctx['expected']}"
+    if kind == "int_parsing":
+        return f"set {key} to an integer"
+    if kind == "float_parsing":
+        return f"set {key} to a number"
+    if kind == "bool_parsing":
+        return f"set {key} to true or false"
+    return f"set a valid {key}"

@@ -16,6 +16,7 @@ that the recipe still trains the same thing (the identity keys of entrypoint/key
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import sys
@@ -39,8 +40,8 @@ from entrypoint.launch import (
     Outcome,
     Printer,
     Supervisor,
-    install_signal_handlers,
     launch,
+    supervised,
 )
 from entrypoint.plan import EVENTS_FILE, Plan
 from entrypoint.rewards import tasks
@@ -212,35 +213,30 @@ def rollout(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO | 
     process = plan.process("rollout")
     here = plan.run_dir / "nodes" / "rollout"
     here.mkdir(parents=True, exist_ok=True)
-    supervisor = Supervisor(
-        here / "logs",
-        plan.recipe.settings.STOP_GRACE_SECONDS,
-        printer,
-        list(plan.facts.secret_values),
-        environ,
-    )
-    restore = install_signal_handlers()
+    grace, secrets = plan.recipe.settings.STOP_GRACE_SECONDS, list(plan.facts.secret_values)
     try:
-        child = supervisor.start(process)
-        supervisor.wait_healthy(child, process.health_url, plan.recipe.settings.ROLLOUT_STARTUP_TIMEOUT)
-        port = process.health_url.rsplit(":", 1)[1].split("/")[0]
-        printer.say(
-            f"rollout server healthy; trainers on other nodes: ROLLOUT_HOST=<this node's address> ROLLOUT_PORT={port}"
-        )
-        printer.say(
-            f"open to the trainer nodes: TCP {port} (HTTP) and {WEIGHT_SYNC_PORT} (weight sync), plus NCCL's ports"
-        )
-        rc = supervisor.wait(child)
-        printer.say(f"rollout server exited with status {rc}")
-        return EXIT_OK if rc == 0 else EXIT_RUNTIME_FAILURE
+        with supervised(here / "logs", grace, printer, secrets, environ) as supervisor:
+            return _serve(plan, process, supervisor, printer)
     except ChildFailed as exc:
         printer.say(exc.render())
         return EXIT_RUNTIME_FAILURE
     except Interrupted as exc:
         return 128 + exc.signum
-    finally:
-        supervisor.stop_all()
-        restore()
+
+
+def _serve(plan: Plan, process: plan_mod.Process, supervisor: Supervisor, printer: Printer) -> int:
+    """Start the rollout server, wait for its health, then for its end."""
+    child = supervisor.start(process)
+    supervisor.wait_healthy(child, process.health_url, plan.recipe.settings.ROLLOUT_STARTUP_TIMEOUT)
+    printer.say(
+        f"rollout server healthy; trainers on other nodes: ROLLOUT_HOST=<this node's address> ROLLOUT_PORT={process.port}"
+    )
+    printer.say(
+        f"open to the trainer nodes: TCP {process.port} (HTTP) and {WEIGHT_SYNC_PORT} (weight sync), plus NCCL's ports"
+    )
+    rc = supervisor.wait(child)
+    printer.say(f"rollout server exited with status {rc}")
+    return EXIT_OK if rc == 0 else EXIT_RUNTIME_FAILURE
 
 
 def node_dir(plan: Plan) -> Path:
@@ -310,23 +306,21 @@ def supervise(
     Returns the outcome and the GPU peaks (None without NVML)."""
     s = plan.recipe.settings
     if printer.shown is None:
-        printer.shown = Console(
-            show_all=environ.get("GRPO_RIG_CONSOLE") == "all", events=here / "logs" / EVENTS_FILE
-        )
+        printer.shown = Console(show_all=s.CONSOLE == "all", events=here / "logs" / EVENTS_FILE)
         printer.say(f"the console shows one line per step; everything ms-swift prints is in {here / 'logs'}")
-    supervisor = Supervisor(here / "logs", s.STOP_GRACE_SECONDS, printer, secrets, environ)
-    gpu_monitor = None
-    if plan.layout.used_gpus and plan.inventory.source == "nvml":
-        gpu_monitor = monitor.GpuMonitor(list(plan.layout.used_gpus), here / "gpu.jsonl", s.GPU_MONITOR_INTERVAL,
-                                         plan.train_dir / "logging.jsonl", supervisor.pids).start()  # fmt: skip
     children = [p for p in plan.processes if p.role in ("rollout", "trainer")]
-    try:
-        outcome = launch(
-            children, supervisor, s.ROLLOUT_STARTUP_TIMEOUT, lambda c: training_finished(plan, c)
-        )
-    finally:
-        if gpu_monitor is not None:
-            gpu_monitor.stop()
+    gpu_monitor = None
+    with supervised(here / "logs", s.STOP_GRACE_SECONDS, printer, secrets, environ) as supervisor:
+        if plan.layout.used_gpus and plan.inventory.source == "nvml":
+            gpu_monitor = monitor.GpuMonitor(list(plan.layout.used_gpus), here / "gpu.jsonl", s.GPU_MONITOR_INTERVAL,
+                                             plan.train_dir / "logging.jsonl", supervisor.pids).start()  # fmt: skip
+        try:
+            outcome = launch(
+                children, supervisor, s.ROLLOUT_STARTUP_TIMEOUT, lambda c: training_finished(plan, c)
+            )
+        finally:
+            if gpu_monitor is not None:
+                gpu_monitor.stop()
     return outcome, _peaks(plan, gpu_monitor)
 
 
@@ -374,19 +368,17 @@ def export_merged(
 ) -> dict[str, Any]:
     """Run the planned `export` process (plan._export) for `checkpoint`, then put its output in place."""
     planned = plan.process("export")
-    process = plan_mod.Process(
-        "export", planned.env, [str(checkpoint) if a == plan_mod.CHECKPOINT else a for a in planned.argv]
+    process = dataclasses.replace(
+        planned, argv=[str(checkpoint) if a == plan_mod.CHECKPOINT else a for a in planned.argv]
     )
     tmp = plan.run_dir / plan_mod.MERGED_TMP
     shutil.rmtree(tmp, ignore_errors=True)  # an export cut short before: ms-swift refuses an existing output
-    supervisor = Supervisor(
-        plan.run_dir / "logs", plan.recipe.settings.STOP_GRACE_SECONDS, printer, base_env=environ
-    )
-    try:
+    # after training, outside the run's signal handling: a signal now ends the command as the launcher's
+    # own handlers always did, and `supervised` still stops the export's process tree
+    with supervised(plan.run_dir / "logs", plan.recipe.settings.STOP_GRACE_SECONDS, printer, base_env=environ,
+                    signals=False) as supervisor:  # fmt: skip
         child = supervisor.start(process)
         rc = supervisor.wait(child)
-    finally:
-        supervisor.stop_all()
     if rc != 0 or not tmp.is_dir():
         shutil.rmtree(tmp, ignore_errors=True)
         return {"status": "failed", "returncode": rc, "log_tail": list(child.tail), "argv": process.argv}

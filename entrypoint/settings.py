@@ -101,12 +101,36 @@ class Settings(BaseModel):
     )
     EMULATE_VRAM_GB: float = Field(0.0, ge=0, description="cap each process's CUDA memory (GiB); 0: off")
     GPU_MONITOR_INTERVAL: float = Field(2.0, gt=0, description="seconds between NVML samples into gpu.jsonl")
+    CONSOLE: Literal["steps", "all"] = Field(
+        "steps",
+        description="steps: a line per step, milestones, failures, a heartbeat (console.py); all: every line",
+    )
 
     # Lifecycle
     STOP_GRACE_SECONDS: float = Field(
         20.0, ge=0, description="seconds between SIGTERM and SIGKILL for child processes"
     )
     EXPORT_MERGED: bool = Field(False, description="also export the base model merged with the adapter")
+
+    # Evaluation: `evaluate run=NAME`, the base model against the run's adapter on held-out prompts
+    EVAL_PROMPTS: int = Field(32, ge=2, description="held-out prompts `evaluate` asks both models")
+    EVAL_GENERATIONS: int = Field(4, ge=1, description="completions per held-out prompt and model")
+    EVAL_SEED: int = Field(1234, ge=0, description="seed of the held-out tasks and of the sampling")
+    EVAL_DATASET: str = Field(
+        "",
+        description="JSONL of held-out rows; default: fresh tasks from the run's generator, or its VAL_DATASET",
+    )
+    EVAL_ENGINE: Literal["auto", "hf", "vllm"] = Field(
+        "auto", description="auto: vLLM when a GPU is visible and vLLM is installed, else HF generate"
+    )
+    EVAL_GPU_MEMORY_UTILIZATION: float = Field(
+        0.5, gt=0, le=1, description="vLLM's share of the card during `evaluate` (vLLM's range: (0, 1])"
+    )
+
+    @field_validator("EVAL_ENGINE", mode="before")
+    @classmethod
+    def _lower(cls, value: str) -> str:
+        return str(value).strip().lower()
 
     @field_validator("ROLLOUT_HOST", "ROLLOUT_BIND", "MASTER_ADDR", mode="before")
     @classmethod

@@ -59,8 +59,9 @@ def test_a_run_on_a_file_without_held_out_rows_asks_for_eval_dataset(tmp_path):
 
 def test_bad_words_are_refused():
     err = refused("run=x", "EVAL_PROMPTS=1", "EVAL_GENERATIONS=lots", "TEMPERATURE=2")
-    assert "EVAL_PROMPTS: 1 is below 2" in err and "'lots' is not an integer" in err
-    assert "TEMPERATURE: not a key of `evaluate`" in err
+    assert "EVAL_PROMPTS (command line): 1 is below 2" in err and "set EVAL_PROMPTS to 2 or more" in err
+    assert "'lots' is not an integer" in err
+    assert "TEMPERATURE: is not a key of `evaluate`" in err
     assert "RUN: no run named" in refused("EVAL_PROMPTS=4")
 
 
@@ -72,8 +73,8 @@ def test_the_engine_is_vllm_only_where_a_gpu_and_vllm_are(tmp_path):
     with pytest.raises(evaluate.BadInput, match="torch sees no GPU"):
         evaluate.choose_engine("vllm", gpu=False, vllm_installed=True)
     err = refused("run=x", "EVAL_ENGINE=sglang", "EVAL_GPU_MEMORY_UTILIZATION=1.5")
-    assert "'sglang' is not an engine" in err and "use one of auto, hf, vllm" in err
-    assert "EVAL_GPU_MEMORY_UTILIZATION: '1.5' is not in (0, 1]" in err
+    assert "'sglang' is not one of 'auto', 'hf' or 'vllm'" in err
+    assert "EVAL_GPU_MEMORY_UTILIZATION (command line): 1.5 is above 1.0" in err
     fake_run(tmp_path, "cpu", adapter=True)
     assert "torch sees no GPU" in refused("run=cpu", f"OUTPUT_DIR={tmp_path}", "EVAL_ENGINE=vllm")
 
@@ -84,7 +85,7 @@ def test_latest_is_the_newest_run(tmp_path):
     data = json.loads((new / "manifest.json").read_text())
     data["started_at"] = "2026-12-02T00:00:00+00:00"
     (new / "manifest.json").write_text(json.dumps(data))
-    assert evaluate.run_dir_of("latest", str(tmp_path)) == new
+    assert evaluate.find_run("latest", str(tmp_path)) == new
 
 
 def test_intervals_and_pass_at_1():
@@ -103,7 +104,7 @@ def test_settings_come_from_the_environment_too(tmp_path):
     """`make eval RUN=x EVAL_PROMPTS=4` passes them as environment, and the image sets OUTPUT_DIR=/output:
     both are read (a new user's EVAL_PROMPTS=4 used to be ignored for the default 32); the command line wins."""
     proc = run_cli("evaluate", "run=x", env=clean_env(EVAL_PROMPTS="1"), timeout=60)
-    assert proc.returncode == 2 and "EVAL_PROMPTS: 1 is below 2" in proc.stderr
+    assert proc.returncode == 2 and "EVAL_PROMPTS (environment): 1 is below 2" in proc.stderr
     wins = run_cli("evaluate", "run=x", "EVAL_PROMPTS=4", env=clean_env(EVAL_PROMPTS="1"), timeout=60)
     assert "below 2" not in wins.stderr and "no run directory" in wins.stderr
     fake_run(tmp_path, "mine", adapter=False)

@@ -92,9 +92,7 @@ def manifest(tmp_path: Path) -> dict:
 
 
 def test_trainer_starts_only_after_the_rollout_is_healthy(tmp_path):
-    proc = train(
-        tmp_path, FAKE_ROLLOUT="slow:3", FAKE_TRAINER="ok", GRPO_RIG_CONSOLE="all"
-    )  # every child line
+    proc = train(tmp_path, FAKE_ROLLOUT="slow:3", FAKE_TRAINER="ok", CONSOLE="all")  # every child line
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert out.index("rollout server healthy") < out.index("fake trainer starting")

@@ -13,7 +13,7 @@ from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE
 from entrypoint.plan import Process
 
 PORT = 8123
-ROLLOUT = Process("rollout", {}, ["swift", "rollout"], health_url=f"http://127.0.0.1:{PORT}/health/")
+ROLLOUT = Process("rollout", {}, ["swift", "rollout"], host="127.0.0.1", port=PORT)
 TRAINER = Process("trainer", {}, ["swift", "rlhf"])
 
 
@@ -62,13 +62,13 @@ def replay(history: dict, timeout: float = 60, finished=lambda child: None, tmp_
         return FakeProcess(clock, *history[role])
 
     console = io.StringIO()
-    sup = launch.Supervisor(
+    processes = [ROLLOUT, TRAINER] if "rollout" in history else [TRAINER]
+    with launch.supervised(
         tmp_path, 2.0, launch.Printer(console), base_env={}, popen=popen, clock=clock, sleep=clock.sleep,
         health=lambda url: history.get("healthy_at") is not None and clock.now >= history["healthy_at"],
         ports_of=lambda pid: history.get("listens", {PORT}),
-    )  # fmt: skip
-    processes = [ROLLOUT, TRAINER] if "rollout" in history else [TRAINER]
-    outcome = launch.launch(processes, sup, timeout, finished)
+    ) as sup:  # fmt: skip
+        outcome = launch.launch(processes, sup, timeout, finished)
     return outcome, started, console.getvalue(), clock.now
 
 
@@ -141,9 +141,9 @@ def test_a_signal_stops_the_run_as_stopped(tmp_path):
         raise launch.Interrupted(signal.SIGTERM)
 
     clock = Clock()
-    sup = launch.Supervisor(tmp_path, 2.0, launch.Printer(io.StringIO()), base_env={},
-                            popen=lambda argv, **kw: FakeProcess(clock, None, 0), clock=clock, sleep=clock.sleep,
-                            health=health, ports_of=lambda pid: {PORT})  # fmt: skip
-    outcome = launch.launch([ROLLOUT, TRAINER], sup, 60)
+    with launch.supervised(tmp_path, 2.0, launch.Printer(io.StringIO()), base_env={},
+                           popen=lambda argv, **kw: FakeProcess(clock, None, 0), clock=clock, sleep=clock.sleep,
+                           health=health, ports_of=lambda pid: {PORT}) as sup:  # fmt: skip
+        outcome = launch.launch([ROLLOUT, TRAINER], sup, 60)
     assert (outcome.status, outcome.code) == ("stopped", 143)
     assert all(c.popen.returncode is not None for c in sup.children)  # stop_all ended every child
