@@ -454,6 +454,8 @@ def _said(err: dict, value: str | None) -> str:
               "less_than_equal": ("le", "is above"), "less_than": ("lt", "is not below")}  # fmt: skip
     if kind in limits and value is not None:
         return f"{value} {limits[kind][1]} {ctx[limits[kind][0]]}"
+    if kind == "value_error":  # a validator's own sentence, without pydantic's "Value error, " prefix
+        return str(ctx.get("error") or err["msg"])
     if kind in ("int_parsing", "float_parsing", "bool_parsing", "literal_error") and value is not None:
         what = {
             "int_parsing": "an integer",

@@ -16,6 +16,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from entrypoint.rewards.tasks import TASKS
+
 
 class Settings(BaseModel):
     """Owned keys. Field descriptions are printed by `python -m entrypoint keys`."""
@@ -36,8 +38,9 @@ class Settings(BaseModel):
     EMBEDDED_MODEL_DIR: str = Field(
         "~/.cache/grpo-rig/models", description="where `prepare-model` puts converted embedded models"
     )
-    DATASET_GENERATOR: Literal["", "countdown", "arithmetic"] = Field(
-        "", description="generate the dataset locally (no hub) instead of reading DATASET (rewards/tasks.py)"
+    DATASET_GENERATOR: str = Field(
+        "",
+        description=f"generate the dataset locally (no hub) instead of reading DATASET: {' | '.join(TASKS)}",
     )
     DATASET_ROWS: int = Field(256, ge=1, description="rows to generate with DATASET_GENERATOR")
     OFFLINE: bool = Field(
@@ -126,6 +129,15 @@ class Settings(BaseModel):
     EVAL_GPU_MEMORY_UTILIZATION: float = Field(
         0.5, gt=0, le=1, description="vLLM's share of the card during `evaluate` (vLLM's range: (0, 1])"
     )
+
+    @field_validator("DATASET_GENERATOR")
+    @classmethod
+    def _generator(cls, value: str) -> str:
+        if value and value not in TASKS:
+            raise ValueError(
+                f"{value!r} is not a task generator; generators: {', '.join(TASKS)} (rewards/tasks.py)"
+            )
+        return value
 
     @field_validator("EVAL_ENGINE", mode="before")
     @classmethod
