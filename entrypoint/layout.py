@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Literal
 
 from entrypoint.errors import Problem
 from entrypoint.inventory import Inventory
@@ -44,9 +45,14 @@ NO_GPU_HERE = (
 )
 
 
+# cpu: no GPU; hf: GPUs, HF generation in the trainer; colocate: vLLM on the training GPUs; server: a
+# `swift rollout` server on its own GPUs (here or on another node)
+Mode = Literal["cpu", "hf", "colocate", "server"]
+
+
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    mode: str  # "cpu" | "hf" | "colocate" | "server"
+    mode: Mode
     train_gpus: tuple[int, ...]
     rollout_gpus: tuple[int, ...]  # local rollout server GPUs (server mode on this node)
     rollout_host: str  # where the trainer finds the rollout server ("" unless server mode)
@@ -294,7 +300,7 @@ def _mode(
     rollout: list[int],
     use_vllm: bool,
     problems: list[Problem],
-) -> str:
+) -> Mode:
     """cpu, hf, colocate or server, and what makes the combination impossible."""
     s = recipe.settings
     if s.ROLLOUT_HOST and rollout:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from entrypoint import facts as facts_mod
@@ -64,14 +67,87 @@ def load_recipe(*pairs: str, environ: dict[str, str] | None = None) -> recipe.Re
     return recipe.load(list(pairs), environ or {})
 
 
+# The suite's one real CPU training (the smoke recipe, a checkpoint every step, shorter completions),
+# shared by the smoke, lifecycle and evaluate tests: started, stopped by SIGTERM after its first complete
+# checkpoint, then started again to completion with the merged export. Each real training costs minutes
+# on CI's 2 cores, so the tests that need one share it.
+SMOKE_STEPS = 4
+SMOKE = [
+    "recipe=smoke",
+    f"MAX_STEPS={SMOKE_STEPS}",
+    "SAVE_STEPS=1",
+    "SAVE_TOTAL_LIMIT=1",
+    "MAX_COMPLETION_LENGTH=32",
+    "STOP_GRACE_SECONDS=10",
+]
+# Planted in the environment. (Not MODELSCOPE_API_TOKEN: ms-swift logs in to ModelScope with it while
+# parsing its arguments, which needs the network.)
+SECRETS = {
+    "HF_TOKEN": "hf_plantedSECRETvalue123",
+    "MY_SERVICE_API_KEY": "svcPLANTEDkey456789",
+    "MY_DB_PASSWORD": "pw-PLANTED-789xyz",
+}
+CLI_SECRET = "cliPLANTEDsecret000"  # also given as a recipe key on the command line (REPORT_TO=none: unused)
+
+
+def snapshot(root: Path) -> dict[str, tuple[str, float]]:
+    return {
+        str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
 @pytest.fixture(scope="session")
-def smoke_run(tmp_path_factory) -> Path:
-    """One real smoke GRPO run (CPU, a few minutes); returns its run directory."""
-    out = tmp_path_factory.mktemp("smoke-output")
-    proc = run_cli("train", "recipe=smoke", f"OUTPUT_DIR={out}", "RUN_NAME=smoke-test", timeout=1200)
-    (out / "console.log").write_text(proc.stdout + proc.stderr)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    return out / "smoke-test"
+def lifecycle(tmp_path_factory):
+    """Start a run, SIGTERM it after its first complete checkpoint, then start it again."""
+    out = tmp_path_factory.mktemp("lifecycle")
+    env = clean_env(**SECRETS)
+    argv = [
+        sys.executable,
+        "-m",
+        "entrypoint",
+        "train",
+        *SMOKE,
+        f"OUTPUT_DIR={out}",
+        "RUN_NAME=life",
+        "WANDB_PROJECT=grpo-rig-test",
+        f"WANDB_API_KEY={CLI_SECRET}",
+    ]
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )  # noqa: S603
+    run_dir = out / "life"
+    deadline = time.monotonic() + 600
+    while not (run_dir / "train" / "checkpoint-1" / "trainer_state.json").exists():
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGTERM)
+    first_output, _ = proc.communicate(timeout=120)
+    stopped = json.loads((run_dir / "manifest.json").read_text())
+    orphans = [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    second = run_cli(
+        "train", *SMOKE, f"OUTPUT_DIR={out}", "RUN_NAME=life", "EXPORT_MERGED=true", env=env, timeout=900
+    )
+    return {
+        "out": out,
+        "run_dir": run_dir,
+        "first_rc": proc.returncode,
+        "first_output": first_output,
+        "stopped": stopped,
+        "orphans": orphans,
+        "second": second,
+    }
+
+
+@pytest.fixture(scope="session")
+def smoke_run(lifecycle) -> Path:
+    """The shared real smoke run, completed (see `lifecycle`); returns its run directory."""
+    second = lifecycle["second"]
+    assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
+    return lifecycle["run_dir"]
 
 
 def read_jsonl(path: Path) -> list[dict]:

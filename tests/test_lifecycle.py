@@ -1,92 +1,15 @@
-"""Run lifecycle: stop, resume, complete, refuse, redact (issue: nothing lost). Real smoke-recipe runs,
-shortened (3 steps, a checkpoint every step) so that a stop lands after the first checkpoint."""
+"""Run lifecycle: stop, resume, complete, refuse, redact (issue: nothing lost), on the suite's one real CPU
+training (tests/conftest.py `lifecycle`: the smoke recipe stopped after its first checkpoint, then resumed)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-import psutil
 import pytest
 
-from tests.conftest import ROOT, clean_env, read_jsonl, run_cli
+from tests.conftest import CLI_SECRET, SECRETS, SMOKE, SMOKE_STEPS, clean_env, read_jsonl, run_cli, snapshot
 
 pytestmark = pytest.mark.slow
-
-SHORT = [
-    "recipe=smoke",
-    "MAX_STEPS=3",
-    "SAVE_STEPS=1",
-    "SAVE_TOTAL_LIMIT=1",
-    "PER_DEVICE_TRAIN_BATCH_SIZE=4",
-    "MAX_COMPLETION_LENGTH=24",
-    "STOP_GRACE_SECONDS=10",
-]
-# Planted in the environment. (Not MODELSCOPE_API_TOKEN: ms-swift logs in to ModelScope with it while
-# parsing its arguments, which needs the network.)
-SECRETS = {
-    "HF_TOKEN": "hf_plantedSECRETvalue123",
-    "MY_SERVICE_API_KEY": "svcPLANTEDkey456789",
-    "MY_DB_PASSWORD": "pw-PLANTED-789xyz",
-}
-CLI_SECRET = "cliPLANTEDsecret000"  # also given as a recipe key on the command line (REPORT_TO=none: unused)
-
-
-def snapshot(root: Path) -> dict[str, tuple[str, float]]:
-    return {
-        str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime)
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
-
-
-@pytest.fixture(scope="module")
-def lifecycle(tmp_path_factory):
-    """Start a run, SIGTERM it after its first complete checkpoint, then start it again."""
-    out = tmp_path_factory.mktemp("lifecycle")
-    env = clean_env(**SECRETS)
-    argv = [
-        sys.executable,
-        "-m",
-        "entrypoint",
-        "train",
-        *SHORT,
-        f"OUTPUT_DIR={out}",
-        "RUN_NAME=life",
-        "WANDB_PROJECT=grpo-rig-test",
-        f"WANDB_API_KEY={CLI_SECRET}",
-    ]
-    proc = subprocess.Popen(
-        argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )  # noqa: S603
-    run_dir = out / "life"
-    deadline = time.monotonic() + 600
-    while not (run_dir / "train" / "checkpoint-1" / "trainer_state.json").exists():
-        assert proc.poll() is None, proc.stdout.read()
-        assert time.monotonic() < deadline
-        time.sleep(0.5)
-    children = psutil.Process(proc.pid).children(recursive=True)
-    proc.send_signal(signal.SIGTERM)
-    first_output, _ = proc.communicate(timeout=120)
-    stopped = json.loads((run_dir / "manifest.json").read_text())
-    orphans = [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
-    second = run_cli(
-        "train", *SHORT, f"OUTPUT_DIR={out}", "RUN_NAME=life", "EXPORT_MERGED=true", env=env, timeout=900
-    )
-    return {
-        "out": out,
-        "run_dir": run_dir,
-        "first_rc": proc.returncode,
-        "first_output": first_output,
-        "stopped": stopped,
-        "orphans": orphans,
-        "second": second,
-    }
 
 
 def test_sigterm_stops_every_child_and_marks_the_run_stopped(lifecycle):
@@ -103,7 +26,10 @@ def test_restart_resumes_to_the_planned_steps_without_repeating_checkpointed_ste
     second = lifecycle["second"]
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
     data = json.loads((lifecycle["run_dir"] / "manifest.json").read_text())
-    assert data["status"] == "completed" and data["steps"] == {"completed": 3, "planned": 3}
+    assert data["status"] == "completed" and data["steps"] == {
+        "completed": SMOKE_STEPS,
+        "planned": SMOKE_STEPS,
+    }
     resumed_from = data["attempts"][-1]["resume_from"]
     assert resumed_from and "checkpoint-" in resumed_from
     checkpoint_step = int(resumed_from.rsplit("-", 1)[1])
@@ -112,7 +38,7 @@ def test_restart_resumes_to_the_planned_steps_without_repeating_checkpointed_ste
         for r in read_jsonl(lifecycle["run_dir"] / "logging.jsonl")
         if "loss" in r
     ]
-    assert sorted(set(steps)) == [1, 2, 3]
+    assert sorted(set(steps)) == list(range(1, SMOKE_STEPS + 1))
     for step in range(1, checkpoint_step + 1):
         assert steps.count(step) == 1, f"step {step} (before the checkpoint resumed from) ran twice: {steps}"
     assert [a.get("status") for a in data["attempts"]] == ["stopped", "completed"]
@@ -135,9 +61,9 @@ def test_merged_model_is_exported_and_loads(lifecycle):
 
 def test_rerun_of_a_completed_run_changes_nothing(lifecycle):
     before = snapshot(lifecycle["out"])
-    proc = run_cli("train", *SHORT, f"OUTPUT_DIR={lifecycle['out']}", "RUN_NAME=life", env=clean_env())
+    proc = run_cli("train", *SMOKE, f"OUTPUT_DIR={lifecycle['out']}", "RUN_NAME=life", env=clean_env())
     assert proc.returncode == 0, proc.stderr
-    assert "already complete (3 steps)" in proc.stdout and "raise MAX_STEPS" in proc.stdout
+    assert f"already complete ({SMOKE_STEPS} steps)" in proc.stdout and "raise MAX_STEPS" in proc.stdout
     assert snapshot(lifecycle["out"]) == before
 
 
@@ -145,7 +71,7 @@ def test_recipe_change_on_resume_is_refused_naming_the_keys(lifecycle):
     before = snapshot(lifecycle["out"])
     proc = run_cli(
         "train",
-        *SHORT,
+        *SMOKE,
         f"OUTPUT_DIR={lifecycle['out']}",
         "RUN_NAME=life",
         "LORA_RANK=16",

@@ -55,8 +55,10 @@ def node(rank: int, out, *pairs: str) -> subprocess.Popen:
             "NNODES=2", f"NODE_RANK={rank}", f"MASTER_ADDR={ADDR[0]}", "MASTER_PORT=29650", f"NCCL_SOCKET_IFNAME={IFACE[rank]}",
             f"OUTPUT_DIR={out}", "MAX_STEPS=1", "SAVE_STEPS=1", "PER_DEVICE_TRAIN_BATCH_SIZE=4",
             "MAX_COMPLETION_LENGTH=16", "NODE_CHECK_TIMEOUT=120", *pairs]  # fmt: skip
+    # two trainings share CI's 2 cores: one thread each, or torch's spinning threads oversubscribe them
+    env = clean_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     return subprocess.Popen(
-        argv, cwd=ROOT, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )  # noqa: S603
 
 
