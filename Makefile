@@ -87,14 +87,17 @@ lint: venv  ## ruff, the layer contract (import-linter), hadolint, compose confi
 		$(COMPOSE) -f compose.yaml config -q && $(COMPOSE) -f compose.yaml -f compose.cpu.yaml config -q && echo "compose config: ok"; \
 	else echo "compose config: skipped (docker compose not installed; the schema check above ran)"; fi
 
-# Test processes (pytest-xdist; whole files per worker, so a module's training runs once). 0: one process.
-# On CI's 2 cores two overlapping CPU trainings ran each step 5-10x slower than one alone, so the default
-# is 0; on a machine with many cores TEST_WORKERS=4 pays.
-TEST_WORKERS ?= 0
+# Two phases. The tests that train for real (marked slow, docker, netns: one shared smoke run, the two-node
+# run, the container) run one after another: on CI's 2 cores two overlapping CPU trainings ran each step
+# 5-10x slower than one alone. The rest (short subprocesses that use one core each) run in FAST_WORKERS
+# pytest-xdist processes, whole files per worker.
+FAST_WORKERS ?= 2
+REAL = slow or docker or netns
 
 .PHONY: test
 test: venv model lint  ## Lint, then every test (the real smoke GRPO run and the container test included)
-	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(VENV)/bin/pytest -q -n $(FAST_WORKERS) --dist loadfile -m "not ($(REAL))"
+	$(VENV)/bin/pytest -q -m "$(REAL)"
 
 .PHONY: test-fast
 test-fast: venv  ## Unit tests only (no training, no Docker)
