@@ -469,6 +469,8 @@ def _said(err: dict, value: str | None) -> str:
 def _fix(key: str, err: dict) -> str:
     """A fix that names values the key takes (pydantic's error type and bounds)."""
     ctx, kind = err.get("ctx") or {}, err.get("type", "")
+    if kind == "value_error" and getattr(ctx.get("error"), "fix", ""):  # settings.Refused knows its fix
+        return ctx["error"].fix
     bounds = {"greater_than_equal": ("ge", "or more"), "greater_than": ("gt", "above"),
               "less_than_equal": ("le", "or less"), "less_than": ("lt", "below")}  # fmt: skip
     if kind in bounds:
