@@ -158,19 +158,14 @@ def held_out(
 
 
 def _read_rows(path: Path, limit: int, key: str) -> list[dict]:
+    text, why = recipe_mod.read_user_file(path)
     try:
-        lines = path.expanduser().read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise BadInput(
-            [
-                Problem(
-                    f"{key} {path}",
-                    f"cannot be read ({exc.strerror})",
-                    "give a JSONL file inside the container",
-                )
-            ]
-        ) from None
-    rows = [json.loads(line) for line in lines if line.strip()][:limit]
+        if text is None:
+            raise ValueError(why)
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()][:limit]
+    except ValueError as exc:  # unreadable, binary, or a line that is not JSON
+        raise BadInput([Problem(f"{key} {path}", why or f"is not JSONL ({exc})",
+                                "give a JSONL file (one JSON object per line) inside the container")]) from None  # fmt: skip
     if not rows or not all(isinstance(r, dict) and r.get("messages") for r in rows):
         raise BadInput(
             [
@@ -188,11 +183,10 @@ def prompt_messages(row: Mapping[str, Any], system: str | None) -> list[dict]:
     """The row's messages as the trainer prompted: SYSTEM first when the row has none."""
     messages = [m for m in row["messages"] if not (m["role"] == "assistant" and m is row["messages"][-1])]
     if system and messages[0]["role"] != "system":
-        text = (
-            Path(system).read_text(encoding="utf-8")
-            if system.endswith(".txt") and Path(system).is_file()
-            else system
-        )
+        text, why = recipe_mod.read_user_file(Path(system)) if system.endswith(".txt") else (system, "")
+        if text is None:
+            raise BadInput([Problem(f"SYSTEM {system}", f"the run's system prompt file {why}",
+                                    "evaluate where the run's SYSTEM file is (inside the container)")])  # fmt: skip
         messages = [{"role": "system", "content": text}, *messages]
     return messages
 

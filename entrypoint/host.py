@@ -36,7 +36,7 @@ from entrypoint.facts import (
     resolved,
     run_dir_of,
 )
-from entrypoint.recipe import PROJECT_DIR, Recipe
+from entrypoint.recipe import PROJECT_DIR, Recipe, read_user_file
 from entrypoint.rewards import PLUGIN_FILE
 from entrypoint.rewards import probe as plugin_probe
 
@@ -263,11 +263,7 @@ def gather(
         except (OSError, ValueError):
             deepspeed_config = None
     system = resolved(r.raw("SYSTEM"), paths) if r.raw("SYSTEM") else ""
-    system_text = (
-        Path(system).read_text(encoding="utf-8")
-        if system.endswith(".txt") and Path(system).is_file()
-        else None
-    )
+    system_text, system_error = read_user_file(Path(system)) if system.endswith(".txt") else (None, "")
     return Facts(
         env=env,
         now=now,
@@ -286,6 +282,7 @@ def gather(
         plugins=plugins,
         plugin_error=plugin_error,
         system_text=system_text,
+        system_error=system_error,
         deepspeed_config=deepspeed_config,
         in_container=in_container(environ),
         embedded_ready=_embedded_ready(r),

@@ -240,7 +240,8 @@ def build(recipe: Recipe, inventory: Inventory, facts: Facts, rollout_only: bool
     """Turn a resolved recipe, an inventory and the host's facts into a Plan. Never raises on bad input:
     problems are collected in `Plan.problems` (callers raise on fatal ones)."""
     d = draft(recipe, inventory, facts, rollout_only)
-    if d.layout is None:
+    if d.layout is None:  # the recipe's own problems still count: the user sees them with the layout's
+        d.problems += d.recipe.problems
         return _frozen(d, placed=False)
     _budget(d)
     if _shape(d):  # the planner set values: the stages that read them run on the shaped recipe

@@ -54,14 +54,17 @@ def inventory_for(r: recipe_mod.Recipe) -> Inventory:
     path = r.settings.INVENTORY
     if not path:
         return hardware.probe()
+    _, why = recipe_mod.read_user_file(Path(path))
     try:
+        if why:
+            raise ValueError(f"{path} {why}")
         return hardware.load(path)
     except (OSError, ValueError) as exc:
         raise BadInput(
             [
                 Problem(
                     f"INVENTORY ({r.source('INVENTORY')})",
-                    f"cannot read {path}: {exc}",
+                    str(exc) if why else f"cannot read {path}: {exc}",
                     "pass a file written by `doctor --save-inventory`",
                 )
             ]  # fmt: skip
