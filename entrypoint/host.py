@@ -85,6 +85,7 @@ def path_info(path: Path) -> PathInfo:
             writable = False
     st = nearest.stat()
     return PathInfo(
+        nearest_is_dir=nearest.is_dir(),
         exists=path.exists(),
         is_file=path.is_file(),
         is_dir=path.is_dir(),
@@ -231,7 +232,7 @@ def gather(
     missing or broken is a fact the checks report."""
     env = MappingProxyType({k: environ[k] for k in ENV_NAMES if k in environ})
     now = now or dt.datetime.now(dt.timezone.utc)
-    paths = {str(p): path_info(p) for p in _paths(r, env)}
+    paths = {str(p): path_info(p) for p in [*_paths(r, env), run_dir_of(r, now)]}
     datasets = {}
     for spec in _dataset_specs(r):
         p = Path(dataset_checks.parse_spec(spec).path).expanduser()

@@ -115,6 +115,16 @@ class Plan:
     def process(self, role: Role) -> Process | None:
         return next((p for p in self.processes if p.role == role), None)
 
+    @property
+    def written(self) -> list[str]:
+        """Every path this plan tells a process to write (each --output_dir, the events file, a generated
+        dataset): preflight proves each is inside the run directory (issue 26)."""
+        paths = [str(self.train_dir), *(self.dataset_paths if self.recipe.settings.DATASET_GENERATOR else [])]
+        for p in self.processes:
+            paths += [p.argv[i + 1] for i, a in enumerate(p.argv[:-1]) if a == "--output_dir"]
+            paths += [p.env["GRPO_RIG_EVENTS"]] if "GRPO_RIG_EVENTS" in p.env else []
+        return paths
+
     def to_json(self) -> dict[str, Any]:
         return {
             "recipe": self.recipe.name,

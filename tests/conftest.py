@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -72,6 +73,21 @@ def smoke_run(tmp_path_factory) -> Path:
     (out / "console.log").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return out / "smoke-test"
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str, *options: str):
+    """A small tmpfs mounted at `path` (CI runs as root), unmounted afterwards; skips where mounting is not
+    allowed. `options`: more mount options (`ro`: a volume even root cannot write)."""
+    path.mkdir(parents=True, exist_ok=True)
+    opts = ",".join([f"size={size}", *options])
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(path)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=True)
 
 
 def read_jsonl(path: Path) -> list[dict]:

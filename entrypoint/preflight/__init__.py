@@ -124,7 +124,7 @@ def check(plan: Plan, facts: Facts, for_train: bool) -> list[Problem]:
         + check_model(plan, facts)
         + check_rewards_and_data(plan, facts)
         + memory_check.check(plan)
-        + environment.check(plan, facts, workers, checkpoint_gib=None)
+        + environment.check(plan, facts, workers)
     )
     local = [p for p in found if p.kind == LOCAL]
     if not for_train:
