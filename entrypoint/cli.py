@@ -83,8 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         args.pairs = pairs
     if argv[0] == "import":
         args.command_words, args.pairs = command_words, import_pairs
+    from entrypoint.launch import Interrupted
+
     try:
         return _dispatch(args)
+    except Interrupted as exc:  # stopped before anything was written (train's own cleanup says more)
+        return 128 + exc.signum
     except BadInput as exc:
         print(
             f"grpo-rig: refused before any heavy work ({sum(p.fatal for p in exc.problems)} problem(s)):",

@@ -38,10 +38,12 @@ CLI_SECRET = "cliPLANTEDsecret000"  # also given as a recipe key on the command 
 
 
 def snapshot(root: Path) -> dict[str, tuple[str, float]]:
+    """Every file's sha256 and mtime, but run.lock's: it names the last command that held the directory
+    (runlock.py), which a rerun is."""
     return {
         str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime)
         for p in sorted(root.rglob("*"))
-        if p.is_file()
+        if p.is_file() and p.name != "run.lock"
     }
 
 
