@@ -49,6 +49,7 @@ EVENTS_FILE = "events.jsonl"  # the trainer's phase timings (entrypoint/site/sit
 SITE_DIR = Path(__file__).resolve().parent / "site"
 SITE_HOOK_VARIABLES = (
     "GRPO_RIG_EMULATE_VRAM_GB", "GRPO_RIG_VLLM_KEEP_POOLS", "GRPO_RIG_EVENTS", "GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS",
+    "GRPO_RIG_REWARD_CHECK",
 )  # fmt: skip
 CHECKPOINT = "<newest complete checkpoint>"  # the export's --adapters, known once training ends
 
@@ -552,6 +553,7 @@ def _trainer_env(d: Draft) -> dict[str, str]:
     env = dict(d.common)
     # The trainer's hooks (entrypoint/site/sitecustomize.py says why each exists).
     env["GRPO_RIG_EVENTS"] = str(d.run_dir / "logs" / EVENTS_FILE)
+    env["GRPO_RIG_REWARD_CHECK"] = "1"  # a reward's bad answer ends the run naming it (issue 26)
     a = d.recipe.trainer_args
     if layout.mode == "colocate" and a.sleep_level >= 1:
         env["GRPO_RIG_VLLM_KEEP_POOLS"] = "1"
