@@ -300,7 +300,7 @@ def _export_only(plan: Plan, printer: Printer, environ: Mapping[str, str], done:
 def rollout(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO | None = None) -> int:
     """Serve the vLLM rollout on this node's ROLLOUT_GPUS for trainers on other nodes, until stopped."""
     printer = Printer(console) if console else Printer()
-    with runlock.RunLock() as lock:
+    with runlock.RunLock() as lock, interruptible():
         plan = make_plan(cli_pairs, environ, for_train=True, rollout_only=True, lock=lock)
         here = here_of(plan.run_dir, plan.recipe.settings.NODE_RANK, rollout_only=True)
         lock.take(here)
@@ -486,6 +486,8 @@ def export_merged(
                         signals=False) as supervisor:  # fmt: skip
             child = supervisor.start(process)
             rc = supervisor.wait(child)
+    except ChildFailed as exc:  # it could not even start (swift missing)
+        return {"status": "failed", "returncode": None, "log_tail": [exc.reason], "argv": process.argv}
     except BaseException:  # a signal or a full disk: no half-merged model stays behind
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -8,7 +8,7 @@ from entrypoint import layout
 from entrypoint import plan as plan_mod
 from entrypoint.errors import BadInput
 from entrypoint.inventory import Inventory
-from tests.conftest import facts_for, load_inventory, load_recipe
+from tests.conftest import INVENTORIES, ROOT, clean_env, facts_for, load_inventory, load_recipe, run_cli
 
 
 def inventory(n: int) -> Inventory:
@@ -154,3 +154,17 @@ def test_parse_ordinals(text, expected):
 def test_parse_ordinals_refuses(text):
     with pytest.raises(ValueError):
         layout.parse_ordinals(text)
+
+
+def test_a_maintainer_style_server_mode_recipe_with_the_colocate_keys_validates_with_warnings():
+    """Issue 26's false refusal, as a user runs it."""
+    proc = run_cli(
+        "validate", "recipe=tcm-4x4090", f"INVENTORY={INVENTORIES / '5x4090-driver535.json'}",
+        f"DATASET={ROOT / 'examples/tcm/sample.jsonl'}", "VLLM_GPU_MEMORY_UTILIZATION=0.5", "VLLM_MAX_MODEL_LEN=4096",
+        env=clean_env(),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: VLLM_GPU_MEMORY_UTILIZATION (command line): only acts in colocate mode" in proc.stdout
+    assert "fix: set ROLLOUT_GPU_MEMORY_UTILIZATION=0.5 instead" in proc.stdout
+    assert "fix: set ROLLOUT_MAX_MODEL_LEN=4096 instead" in proc.stdout
+    assert "recipe tcm-4x4090: valid (" in proc.stdout

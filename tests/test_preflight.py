@@ -697,21 +697,39 @@ def test_a_reward_returning_numbers_and_none_is_accepted(tmp_path):
 
 
 def test_merged_export_needs_room_for_the_whole_model_before_the_run():
-    """EXPORT_MERGED=true writes a full copy of the model: the free space is checked before training."""
+    """EXPORT_MERGED=true writes a full copy of the model: the free space is checked before training. On
+    this machine (NVML's inventory) too little refuses; planned for another machine (INVENTORY) it warns."""
     import dataclasses
 
     from entrypoint.facts import PathInfo
     from entrypoint.preflight import environment
 
     plan = build_plan(*COUNTDOWN, "EXPORT_MERGED=true", inventory="1x4090-driver535")
+    here = dataclasses.replace(plan, inventory=plan.inventory.model_copy(update={"source": "nvml"}))
     out = str(Path(plan.recipe.settings.OUTPUT_DIR).expanduser())
     tight = PathInfo(exists=True, is_dir=True, readable=True, writable=True, nearest=out, disk_free_gib=1.0)
     facts = dataclasses.replace(plan.facts, paths={**plan.facts.paths, out: tight})
-    found = environment.check(plan, facts, 0)
-    disk = [p for p in found if p.where.startswith("disk under")]
+    disk = [p for p in environment.check(here, facts, 0) if p.where.startswith("disk under")]
     assert disk and disk[0].fatal and "the merged model (EXPORT_MERGED=true, 0.9 GiB)" in disk[0].message
+    (elsewhere,) = [p for p in environment.check(plan, facts, 0) if p.where.startswith("disk under")]
+    assert not elsewhere.fatal and "planned for another machine, INVENTORY" in elsewhere.message
     plan = build_plan(*COUNTDOWN, inventory="1x4090-driver535")  # without the export 1.0 GiB is enough
     assert not [p for p in environment.check(plan, facts, 0) if p.where.startswith("disk under")]
+
+
+def test_room_for_one_checkpoint_but_not_for_all_of_them_is_a_warning_naming_the_limit_that_fits():
+    import dataclasses
+
+    from entrypoint.facts import PathInfo
+    from entrypoint.preflight import environment
+
+    plan = build_plan("recipe=smoke", "MAX_STEPS=40", "SAVE_TOTAL_LIMIT=")  # 20 checkpoints of 28 MiB kept
+    out = str(Path(plan.recipe.settings.OUTPUT_DIR).expanduser())
+    room = PathInfo(exists=True, is_dir=True, readable=True, writable=True, nearest=out, disk_free_gib=0.25)
+    facts = dataclasses.replace(plan.facts, paths={**plan.facts.paths, out: room})
+    (disk,) = [p for p in environment.check(plan, facts, 0) if p.where.startswith("disk under")]
+    assert not disk.fatal and "the disk fills after about 6 checkpoint(s)" in disk.message
+    assert disk.fix.startswith("set SAVE_TOTAL_LIMIT=5 ") and "the same command resumes it" in disk.fix
 
 
 def test_the_free_space_asked_for_comes_from_what_a_run_of_the_recipe_writes():
@@ -720,13 +738,13 @@ def test_the_free_space_asked_for_comes_from_what_a_run_of_the_recipe_writes():
     from entrypoint.preflight import environment
 
     smoke = build_plan("recipe=smoke")
-    need, what = environment.disk_need(smoke, smoke.facts)
-    assert 67e6 / 1024**3 < need < 0.15, what
-    assert what == "this run writes about 116 MiB (2 checkpoint(s) of 28 MiB, the export and logs)"
+    need = environment.disk_need(smoke, smoke.facts)
+    assert 67e6 / 1024**3 < need.peak < 0.15, need
+    assert need.text == "this run writes about 116 MiB (2 checkpoint(s) of 28 MiB, the export and logs)"
     longer = build_plan("recipe=smoke", "MAX_STEPS=40", "SAVE_TOTAL_LIMIT=")  # every checkpoint kept: 20
-    assert "20 checkpoint(s) of 28 MiB" in environment.disk_need(longer, longer.facts)[1]
+    assert "20 checkpoint(s) of 28 MiB" in environment.disk_need(longer, longer.facts).text
     unknown = build_plan("recipe=smoke", "MODEL_SOURCE=hub", "MODEL=someone/unknown-model")
-    assert environment.disk_need(unknown, unknown.facts)[0] == 1.0
+    assert environment.disk_need(unknown, unknown.facts).peak == 1.0
 
 
 @pytest.mark.parametrize("name", ["smoke", "smoke-gpu", "smoke-server", "countdown-1x4090"])

@@ -258,15 +258,7 @@ def _check_writable(plan: Plan, facts: Facts) -> list[Problem]:
                     "make the cache volume writable for this user, or point the variable elsewhere",
                 )
             )
-    need, what = disk_need(plan, facts)
-    if info.disk_free_gib is not None and info.disk_free_gib < need:
-        problems.append(
-            Problem(
-                f"disk under {info.nearest}",
-                f"{_size(info.disk_free_gib)} free; {what}",
-                "free space on the output volume, lower SAVE_TOTAL_LIMIT, or set EXPORT_MERGED=false",
-            )
-        )
+    problems += _check_disk(plan, facts, info)
     if plan.recipe.settings.EXPORT_MERGED and plan.recipe.trainer_args.train_type != "lora":
         problems.append(
             Problem(
@@ -298,19 +290,31 @@ def checkpoints_kept(a) -> int | None:
     return min(saves, a.save_total_limit + 1) if saves is not None else a.save_total_limit + 1
 
 
-def disk_need(plan: Plan, facts: Facts) -> tuple[float, str]:
-    """(GiB, how it was counted) a run of this recipe writes to OUTPUT_DIR at its peak: the checkpoints kept
-    at once (LoRA: fp32 adapter weights, 4 bytes a parameter, and AdamW's two fp32 states, 8 more, as PEFT
-    and torch save them; full: weights in TORCH_DTYPE plus 12 bytes of optimizer state), the exported
-    adapter or model, the merged model (EXPORT_MERGED), the logged completions, and DISK_MARGIN_GIB. The smoke
-    run measured 67 MB against 116 MiB predicted (issue 26: the flat 1.0 GiB asked before)."""
+@dataclasses.dataclass(frozen=True)
+class DiskNeed:
+    """What a run of a recipe writes to OUTPUT_DIR (GiB)."""
+
+    surely: float  # before anything is exported: one checkpoint, the export, a merged model, the margin
+    peak: float  # every checkpoint kept at once (SAVE_TOTAL_LIMIT), the logged completions too
+    checkpoint: float  # one checkpoint
+    text: str  # how the peak was counted
+
+
+def disk_need(plan: Plan, facts: Facts) -> DiskNeed:
+    """What a run of this recipe writes: its checkpoints (LoRA: fp32 adapter weights, 4 bytes a parameter,
+    and AdamW's two fp32 states, 8 more, as PEFT and torch save them; full: weights in TORCH_DTYPE plus 12
+    bytes of optimizer state), the exported adapter or model, the merged model (EXPORT_MERGED), the logged
+    completions and DISK_MARGIN_GIB. The smoke run measured 67 MB against a peak of 116 MiB predicted
+    (issue 26: a flat 1.0 GiB was asked before)."""
     from entrypoint import memory
 
     a = plan.recipe.trainer_args
     try:
         dims = memory.ModelDims.from_config(facts.model_config[0] or {})
     except (KeyError, TypeError, ValueError):
-        return 1.0, "a model this planner does not know: about 1.0 GiB assumed for its checkpoints"
+        return DiskNeed(
+            1.0, 1.0, 1.0, "a model this planner does not know: about 1.0 GiB assumed for its checkpoints"
+        )
     if a.train_type == "full":
         weights = dims.params * memory.DTYPE_BYTES.get(a.torch_dtype, 2)
         states = dims.params * 12
@@ -320,19 +324,45 @@ def disk_need(plan: Plan, facts: Facts) -> tuple[float, str]:
     checkpoint = (weights + (0 if a.save_only_model else states)) / memory.GIB
     kept = checkpoints_kept(a)
     parts = [f"{kept if kept is not None else 'at least 1'} checkpoint(s) of {_size(checkpoint)}"]
-    need = checkpoint * (kept if kept is not None else 1) + weights / memory.GIB + DISK_MARGIN_GIB
+    surely = min(1, kept if kept is not None else 1) * checkpoint + weights / memory.GIB + DISK_MARGIN_GIB
     merged = _merged_gib(plan, facts)
     if merged is not None:  # the merged export writes a full copy of the model beside the checkpoints
-        need += merged * 1.1
+        surely += merged * 1.1
         parts.append(f"the merged model (EXPORT_MERGED=true, {merged:.1f} GiB)")
+    peak = surely + checkpoint * max(0, (kept if kept is not None else 1) - 1)
     b = plan.budget.batch if plan.budget else None
     if a.log_completions and a.max_steps > 0 and b is not None:
         logged = a.max_steps * b.generation_batch * a.max_completion_length * COMPLETION_BYTES_PER_TOKEN
-        need += logged / memory.GIB
+        peak += logged / memory.GIB
         parts += (
             [f"{_size(logged / memory.GIB)} of logged completions"] if logged >= memory.GIB / 1024 else []
         )
-    return need, f"this run writes about {_size(need)} ({', '.join(parts)}, the export and logs)"
+    return DiskNeed(
+        surely,
+        peak,
+        checkpoint,
+        f"this run writes about {_size(peak)} ({', '.join(parts)}, the export and logs)",
+    )
+
+
+def _check_disk(plan: Plan, facts: Facts, info) -> list[Problem]:
+    """Refuses when not even one checkpoint and the export fit on this machine's output volume (a warning when
+    the plan is for another machine: INVENTORY=file); warns when every checkpoint kept would not (a full disk
+    then stops the run cleanly, and it resumes once space is freed)."""
+    need, free = disk_need(plan, facts), info.disk_free_gib
+    if free is None or free >= need.peak:
+        return []
+    where = f"disk under {info.nearest}"
+    if free < need.surely:
+        here = plan.inventory.source == "nvml"
+        elsewhere = "" if here else " (planned for another machine, INVENTORY: its output volume needs this)"
+        return [Problem(where, f"{_size(free)} free; {need.text}; one checkpoint and the export alone need "
+                        f"{_size(need.surely)}{elsewhere}",
+                        "free space on the output volume, or set EXPORT_MERGED=false", fatal=here)]  # fmt: skip
+    fits = int((free - need.surely + need.checkpoint) // need.checkpoint) if need.checkpoint else 1
+    return [Problem(where, f"{_size(free)} free; {need.text}: the disk fills after about {fits} checkpoint(s)",
+                    f"set SAVE_TOTAL_LIMIT={max(1, fits - 1)} (the newest checkpoints are kept), or free space; a full "
+                    "disk stops the run cleanly and the same command resumes it", fatal=False)]  # fmt: skip
 
 
 def _size(gib: float) -> str:
