@@ -176,6 +176,9 @@ def deferred_signals() -> Iterator[list[int]]:
     """SIGINT/SIGTERM are remembered, not raised, inside the block: cleanup that must finish (stopping the
     children, the final manifest) is not cut short by a second Ctrl-C. Yields the signals received."""
     received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+        yield received
+        return
     old = {
         s: signal.signal(s, lambda signum, frame: received.append(signum))
         for s in (signal.SIGINT, signal.SIGTERM)

@@ -169,10 +169,10 @@ def _run(plan: Plan, printer: Printer, environ: Mapping[str, str], records: list
     if (plan.facts.previous.manifest or {}).get("status") == "running":
         printer.say("its previous attempt ended without recording how (its process was killed, or the machine "
                     "stopped); resuming from the newest complete checkpoint")  # fmt: skip
-    reserve = _reserve(here)
     final: dict[str, Any] | None = None
     code = EXIT_RUNTIME_FAILURE
     oom_before = monitor.oom_kills()
+    reserve = _reserve(here)
     try:
         manifest.write(here, data, secrets)
         prepare(plan, printer)
@@ -191,9 +191,12 @@ def _run(plan: Plan, printer: Printer, environ: Mapping[str, str], records: list
             manifest.finish(data, "stopped", failure={"reason": f"{name} received"}),
             128 + exc.signum,
         )
-    except OSError as exc:  # our own writes: a full disk, a volume gone read-only
-        failure = _os_failure(plan, exc, None, oom_before)
-        printer.say(failure["summary"])
+    except OSError as exc:  # our own writes before the export: a full disk, a volume gone read-only
+        failure = _explained(
+            plan, _os_failure(plan, exc, None, "preparing the run"), {"exported": {}}, oom_before
+        )
+        for line in failure["explanation"]:
+            printer.say(line)
         final = manifest.finish(data, "failed", failure=failure)
     finally:
         if final is None:  # an error of the entrypoint itself: recorded, then shown as it is
@@ -549,7 +552,7 @@ def finish_run(
                 status, failure = EXPORT_FAILED, _export_failed(fields["merged"])["failure"]
                 printer.say(failure)
     except OSError as exc:
-        status, failure = "failed", _os_failure(plan, exc, failure, oom_before)
+        status, failure = "failed", _os_failure(plan, exc, failure, "exporting the run")
     except Interrupted as exc:  # during the merged export: what was exported stays recorded
         name = signal.Signals(exc.signum).name
         printer.say(f"{name} received during the merged export: the run stops here")
@@ -599,15 +602,17 @@ def _free_text(path: Path) -> str:
     return f"{path} has {usage.free / mib:.1f} MiB free of {usage.total / mib:.1f} MiB"
 
 
-def _os_failure(plan: Plan, exc: OSError, failure: dict | None, oom_before: int | None) -> dict[str, Any]:
-    """The failure an OSError of the entrypoint's own writes makes (kept beside a child's failure, when
-    there was one first). ENOSPC says where and how much is free."""
-    out = dict(failure or {})
+def _os_failure(plan: Plan, exc: OSError, failure: dict | None, doing: str) -> dict[str, Any]:
+    """The failure an OSError of the entrypoint's own writes makes while `doing` something (kept beside a
+    child's failure, when there was one first). ENOSPC says where and how much is free."""
+    out = {"role": "the entrypoint", **(failure or {})}
     if exc.errno == errno.ENOSPC:  # which file hit it says little: every write there fails alike
         out["disk"] = _free_text(plan.run_dir)
-        out.setdefault("reason", "could not export the run")
+        out.setdefault("reason", f"could not write while {doing}")
     else:
-        out.setdefault("reason", f"cannot write {exc.filename or plan.run_dir}: {exc.strerror or exc}")
+        out.setdefault(
+            "reason", f"could not write {exc.filename or plan.run_dir} while {doing}: {exc.strerror or exc}"
+        )
     out["error"] = f"{exc.filename or plan.run_dir}: {exc.strerror or exc}"
     return out
 

@@ -275,6 +275,22 @@ def test_an_os_error_in_export_ends_the_run_failed_not_running(tmp_path, monkeyp
     )
 
 
+def test_a_volume_gone_read_only_while_preparing_ends_the_run_failed_saying_so(tmp_path, monkeypatch):
+    def read_only(plan, printer):
+        raise OSError(errno.EROFS, "Read-only file system", str(plan.run_dir / "data"))
+
+    monkeypatch.setattr(run, "prepare", read_only)
+    console = io.StringIO()
+    code = run.train(
+        [f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path / 'out'}", "RUN_NAME=r"], env_for(tmp_path), console
+    )
+    assert code == 1 and pids(tmp_path, "trainer") == []
+    data = manifest(tmp_path / "out" / "r")
+    summary = f"the entrypoint could not write {tmp_path / 'out' / 'r' / 'data'} while preparing the run: Read-only file system"
+    assert data["status"] == "failed" and data["failure"]["summary"].startswith(summary)
+    assert summary in console.getvalue()
+
+
 def test_a_bug_in_the_entrypoint_after_the_start_is_recorded_then_shown(tmp_path, monkeypatch):
     from entrypoint import startup
 
