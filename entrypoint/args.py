@@ -92,6 +92,12 @@ class TrainerArgs:
     system: str | None
     use_hf: bool
     dataloader_num_workers: int
+    max_steps: int
+    save_strategy: str
+    save_steps: float
+    save_total_limit: int | None
+    save_only_model: bool
+    log_completions: bool
 
     @classmethod
     def of(cls, tokens: Mapping[str, list[str]]) -> TrainerArgs:

@@ -83,8 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         args.pairs = pairs
     if argv[0] == "import":
         args.command_words, args.pairs = command_words, import_pairs
+    from entrypoint.launch import Interrupted
+
     try:
         return _dispatch(args)
+    except Interrupted as exc:  # stopped before anything was written (train's own cleanup says more)
+        return 128 + exc.signum
     except BadInput as exc:
         print(
             f"grpo-rig: refused before any heavy work ({sum(p.fatal for p in exc.problems)} problem(s)):",
@@ -145,10 +149,15 @@ def _dispatch(args: argparse.Namespace) -> int:
 def _import(args: argparse.Namespace) -> int:
     from entrypoint import importer
     from entrypoint.errors import Problem
+    from entrypoint.recipe import read_user_file
 
     words = [w for w in (args.command_words or []) if w != "--"]
     if args.file and args.file != "-" and not words:
-        text, source = Path(args.file).read_text(encoding="utf-8"), args.file
+        text, why = read_user_file(Path(args.file))
+        if text is None:  # binary, a directory, missing, unreadable: say so, no traceback (issue 26)
+            raise BadInput([Problem("import", f"{args.file} {why}",
+                                    "give a shell script or text file holding `swift rlhf ...`, or `-- swift rlhf ...`")])  # fmt: skip
+        source = args.file
     elif args.file == "-":
         text, source = sys.stdin.read(), "standard input"
     else:
@@ -161,7 +170,11 @@ def _import(args: argparse.Namespace) -> int:
             [Problem("import", str(exc), "give a file or `-- swift rlhf ...` holding the command")]
         ) from None
     if args.output:
-        Path(args.output).write_text(recipe)
+        try:
+            Path(args.output).write_text(recipe)
+        except OSError as exc:
+            raise BadInput([Problem(f"import -o {args.output}", f"cannot be written ({exc.strerror})",
+                                    "give a writable file path, e.g. recipes/mine.env")]) from None  # fmt: skip
         print(f"recipe written to {args.output}", file=sys.stderr)
         return _validate_imported(Path(args.output), args.pairs)
     print(recipe, end="")

@@ -11,8 +11,9 @@ from collections.abc import Iterable
 
 # Exit statuses (README, "Exit statuses"). 2 matches argparse's usage errors.
 EXIT_OK = 0
-EXIT_RUNTIME_FAILURE = 1  # a child process (trainer, rollout server, export) failed
-EXIT_BAD_INPUT = 2  # refused before heavy work: recipe, dataset, plugin or environment
+EXIT_RUNTIME_FAILURE = 1  # a child process (trainer, rollout server, export) failed, or a write of the run's
+#                            own did (a full disk); the manifest says which
+EXIT_BAD_INPUT = 2  # refused before heavy work: recipe, dataset, plugin, environment, a run dir in use
 EXIT_SIGINT = 130  # 128 + SIGINT (Ctrl-C)
 EXIT_SIGTERM = 143  # 128 + SIGTERM (docker stop)
 

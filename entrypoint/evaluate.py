@@ -33,6 +33,7 @@ from typing import Any
 
 from entrypoint import manifest as manifest_mod
 from entrypoint import recipe as recipe_mod
+from entrypoint import runlock
 from entrypoint.args import TrainerArgs
 from entrypoint.errors import BadInput, Problem
 from entrypoint.facts import MANIFEST, run_dir
@@ -158,19 +159,14 @@ def held_out(
 
 
 def _read_rows(path: Path, limit: int, key: str) -> list[dict]:
+    text, why = recipe_mod.read_user_file(path)
     try:
-        lines = path.expanduser().read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise BadInput(
-            [
-                Problem(
-                    f"{key} {path}",
-                    f"cannot be read ({exc.strerror})",
-                    "give a JSONL file inside the container",
-                )
-            ]
-        ) from None
-    rows = [json.loads(line) for line in lines if line.strip()][:limit]
+        if text is None:
+            raise ValueError(why)
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()][:limit]
+    except ValueError as exc:  # unreadable, binary, or a line that is not JSON
+        raise BadInput([Problem(f"{key} {path}", why or f"is not JSONL ({exc})",
+                                "give a JSONL file (one JSON object per line) inside the container")]) from None  # fmt: skip
     if not rows or not all(isinstance(r, dict) and r.get("messages") for r in rows):
         raise BadInput(
             [
@@ -188,11 +184,10 @@ def prompt_messages(row: Mapping[str, Any], system: str | None) -> list[dict]:
     """The row's messages as the trainer prompted: SYSTEM first when the row has none."""
     messages = [m for m in row["messages"] if not (m["role"] == "assistant" and m is row["messages"][-1])]
     if system and messages[0]["role"] != "system":
-        text = (
-            Path(system).read_text(encoding="utf-8")
-            if system.endswith(".txt") and Path(system).is_file()
-            else system
-        )
+        text, why = recipe_mod.read_user_file(Path(system)) if system.endswith(".txt") else (system, "")
+        if text is None:
+            raise BadInput([Problem(f"SYSTEM {system}", f"the run's system prompt file {why}",
+                                    "evaluate where the run's SYSTEM file is (inside the container)")])  # fmt: skip
         messages = [{"role": "system", "content": text}, *messages]
     return messages
 
@@ -414,6 +409,8 @@ def write(run_dir: Path, result: dict) -> None:
                      f"[{s['difference']['low']:+.3f}, {s['difference']['high']:+.3f}] | "
                      + (f"{p1['base']:.3f} / {p1['adapter']:.3f} |" if p1 else "- |"))  # fmt: skip
     lines += ["", f"Verdict: {result['verdict']}", ""]
+    if result.get("unfinished"):
+        lines += [f"Note: {result['unfinished']}.", ""]
     (run_dir / "eval.md").write_text("\n".join(lines))
     _plot(run_dir / "eval.png", result)
     data = manifest_mod.read(run_dir) or {}
@@ -470,11 +467,36 @@ def evaluate(pairs: Sequence[str], environ: Mapping[str, str], printer=print) ->
     Raises BadInput for bad input (exit 2)."""
     run, settings = parse_pairs(pairs, environ)
     run_dir = find_run(run, settings.OUTPUT_DIR)
+    with runlock.RunLock() as lock:  # a training of this run writes the same manifest: one at a time
+        lock.take(run_dir, required=False)
+        return _evaluate(run_dir, settings, environ, printer)
+
+
+def unfinished(data: Mapping[str, Any]) -> str:
+    """'' for a completed run, else what a reader of its evaluation must know: the run did not finish, and
+    which checkpoint (the newest complete one, exported to adapter/ when it ended) is evaluated."""
+    status = data.get("status", "unknown")
+    if status == "completed":
+        return ""
+    steps = data.get("steps") or {}
+    of = f" of {steps['planned']}" if steps.get("planned") else ""
+    step = f", step {steps['completed']}{of}" if steps.get("completed") is not None else ""
+    how = "its last attempt ended without recording how" if status == "running" else f"status {status}"
+    why = (data.get("failure") or {}).get("summary", "") if isinstance(data.get("failure"), dict) else ""
+    return (f"the run did not finish ({how}{': ' + why if why else ''}); this evaluates its adapter from "
+            f"{data.get('checkpoint') or 'its newest complete checkpoint'}{step}")  # fmt: skip
+
+
+def _evaluate(run_dir: Path, settings: Settings, environ: Mapping[str, str], printer) -> int:
+    """`evaluate` once the run directory is held: generate, score, write."""
     data = manifest_mod.read(run_dir) or {}
     adapter = run_dir / "adapter"
     if not (adapter / "adapter_config.json").is_file():
         raise BadInput([Problem(f"run {run_dir.name}", f"has no adapter yet (status {data.get('status', 'unknown')}; "
                                 f"{adapter} is missing)", "finish the run first: start it again with the same RUN_NAME to resume")])  # fmt: skip
+    note = unfinished(data)
+    if note:
+        printer(f"note: {note}")
     engine = choose_engine(settings.EVAL_ENGINE, *_gpu_and_vllm(environ))
     args = trainer_args(data)
     rows, how = held_out(data, args, settings)
@@ -514,6 +536,7 @@ def evaluate(pairs: Sequence[str], environ: Mapping[str, str], printer=print) ->
                      "gpu_memory_utilization": settings.EVAL_GPU_MEMORY_UTILIZATION},
         "sampling": sample,
         "summary": summary, "verdict": verdict(summary),
+        "run_status": data.get("status"), "checkpoint": data.get("checkpoint"), "unfinished": note,
     }  # fmt: skip
     if (run_dir / "eval.json").is_file():
         printer(

@@ -136,8 +136,34 @@ def write_json_atomic(path: Path, data: object) -> None:
 
 
 def copy_atomic(src: Path, dst: Path) -> None:
+    """Copy `src` to `dst` through a temporary file beside it; the temporary file never outlives a failure
+    (issue 26: a full disk left a 0-byte one behind). Raises OSError."""
     fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", dir=dst.parent)
     os.close(fd)
-    shutil.copyfile(src, tmp)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, dst)
+    try:
+        shutil.copyfile(src, tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dst)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def reserve(path: Path, nbytes: int) -> Path:
+    """Allocate `nbytes` on the volume at `path` (posix_fallocate: the blocks are really taken), so that a
+    run's last words fit when the disk fills up during it (`release` before writing them). Raises OSError
+    (ENOSPC when they are not there)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except BaseException:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    return path
+
+
+def release(path: Path) -> None:
+    """Give a `reserve` back to the volume (nothing when it is already gone)."""
+    path.unlink(missing_ok=True)

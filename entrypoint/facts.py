@@ -41,6 +41,19 @@ class PathInfo:
     owner: str = ""  # uid:gid of it or of its nearest existing ancestor
     nearest: str = ""  # the nearest existing ancestor (itself when it exists)
     disk_free_gib: float | None = None  # free space where it would be written
+    nearest_is_dir: bool = True  # False: the nearest existing ancestor is a file, so nothing can go under it
+
+    def unusable_file(self) -> str:
+        """Why this path cannot be read as a file, a phrase to follow the path ("" when it can)."""
+        if not self.reachable:
+            return "cannot be reached (a parent directory is not readable)"
+        if self.is_dir:
+            return "is a directory, not a file"
+        if not self.exists:
+            return "does not exist"
+        if not self.is_file:
+            return "is not a regular file"
+        return "" if self.readable else "is not readable by this process"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +106,7 @@ class Facts:
     plugins: Mapping[str, Any] | None = None  # the probe's answer (rewards/probe.py), None: failed
     plugin_error: str = ""
     system_text: str | None = None  # a SYSTEM prompt file's text
+    system_error: str = ""  # why the SYSTEM prompt file could not be read (recipe.read_user_file)
     deepspeed_config: dict | None = None  # a DEEPSPEED .json file's content
     in_container: bool = True  # inside the grpo-rig image, not on a user's host
     embedded_ready: bool = True  # the embedded model is converted, by this version's conversion

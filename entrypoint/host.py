@@ -36,7 +36,7 @@ from entrypoint.facts import (
     resolved,
     run_dir_of,
 )
-from entrypoint.recipe import PROJECT_DIR, Recipe
+from entrypoint.recipe import PROJECT_DIR, Recipe, read_user_file
 from entrypoint.rewards import PLUGIN_FILE
 from entrypoint.rewards import probe as plugin_probe
 
@@ -85,6 +85,7 @@ def path_info(path: Path) -> PathInfo:
             writable = False
     st = nearest.stat()
     return PathInfo(
+        nearest_is_dir=nearest.is_dir(),
         exists=path.exists(),
         is_file=path.is_file(),
         is_dir=path.is_dir(),
@@ -231,7 +232,7 @@ def gather(
     missing or broken is a fact the checks report."""
     env = MappingProxyType({k: environ[k] for k in ENV_NAMES if k in environ})
     now = now or dt.datetime.now(dt.timezone.utc)
-    paths = {str(p): path_info(p) for p in _paths(r, env)}
+    paths = {str(p): path_info(p) for p in [*_paths(r, env), run_dir_of(r, now)]}
     datasets = {}
     for spec in _dataset_specs(r):
         p = Path(dataset_checks.parse_spec(spec).path).expanduser()
@@ -263,11 +264,7 @@ def gather(
         except (OSError, ValueError):
             deepspeed_config = None
     system = resolved(r.raw("SYSTEM"), paths) if r.raw("SYSTEM") else ""
-    system_text = (
-        Path(system).read_text(encoding="utf-8")
-        if system.endswith(".txt") and Path(system).is_file()
-        else None
-    )
+    system_text, system_error = read_user_file(Path(system)) if system.endswith(".txt") else (None, "")
     return Facts(
         env=env,
         now=now,
@@ -286,6 +283,7 @@ def gather(
         plugins=plugins,
         plugin_error=plugin_error,
         system_text=system_text,
+        system_error=system_error,
         deepspeed_config=deepspeed_config,
         in_container=in_container(environ),
         embedded_ready=_embedded_ready(r),

@@ -251,7 +251,8 @@ DEPRECATED: dict[str, tuple[str, str]] = {
 }
 
 # `swift rlhf` arguments that only act in colocate mode: in server mode ms-swift ignores them (some with
-# one warning line), so a user who set them believes they are tuning the rollout when they are not.
+# one warning line), so a user who set them believes they are tuning the rollout when they are not. They
+# are warned about, never refused: ms-swift accepts them (`_external_vllm_warning`, rlhf_args.py:294-302).
 COLOCATE_ONLY: dict[str, str] = {
     "VLLM_GPU_MEMORY_UTILIZATION": "ROLLOUT_GPU_MEMORY_UTILIZATION",
     "VLLM_MAX_MODEL_LEN": "ROLLOUT_MAX_MODEL_LEN",

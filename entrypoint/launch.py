@@ -27,7 +27,6 @@ clock and sleep, the health probe and the port lookup (`Supervisor.__init__`).
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import enum
@@ -45,6 +44,7 @@ from typing import TextIO
 
 import psutil
 
+from entrypoint import deaths
 from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE
 from entrypoint.plan import Process
 
@@ -69,13 +69,19 @@ class Interrupted(Exception):
 
 
 class ChildFailed(Exception):
-    """A child exited (or never became healthy); carries its role, return code and last log lines."""
+    """A child exited (or never became healthy); carries its role, return code, the signal that ended it
+    (deaths.signal_of) and its last lines (deaths.Tail: start-up dumps folded)."""
 
-    def __init__(self, role: str, returncode: int | None, tail: list[str], reason: str):
+    def __init__(
+        self, role: str, returncode: int | None, tail: list[str], reason: str, signame: str | None = None
+    ):
         self.role, self.returncode, self.tail, self.reason = role, returncode, tail, reason
+        self.signal = signame
         super().__init__(f"{role} {reason}")
 
     def render(self) -> str:
+        if deaths.disk_full(self.tail):  # the traceback of a failed write says nothing more than this
+            return f"{self.role} {self.reason}: the disk is full ({deaths.disk_full(self.tail)})"
         lines = "\n".join(f"  {Printer.prefix(self.role)}{line}" for line in self.tail) or "  (no output)"
         return f"{self.role} {self.reason}. Its last lines:\n{lines}"
 
@@ -123,9 +129,10 @@ class Child:
     role: str
     popen: subprocess.Popen
     log_path: Path
-    tail: collections.deque
+    tail: deaths.Tail
     reader: threading.Thread | None
     state: ChildState = ChildState.STARTING
+    log_error: str = ""  # why the log file stopped being written (a full disk); the pipe is still drained
 
     @property
     def pid(self) -> int:
@@ -140,6 +147,7 @@ class Outcome:
     code: int  # the exit status the entrypoint returns (errors.EXIT_*)
     failure: dict | None = None  # role, returncode, reason, log_tail of the child that failed
     trainer_exit: dict | None = None  # a trainer crash after training had finished, accepted (why)
+    log_errors: tuple[str, ...] = ()  # logs that stopped being written (a full disk), with why
 
 
 def install_signal_handlers() -> Callable[[], None]:
@@ -150,6 +158,36 @@ def install_signal_handlers() -> Callable[[], None]:
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     return lambda: [signal.signal(s, h) for s, h in old.items()]
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGINT/SIGTERM raise Interrupted anywhere inside the block (a whole command's life, so that every
+    moment of it ends through its cleanup, never by the default action: issue 26, SIGTERM at any moment)."""
+    restore = install_signal_handlers()
+    try:
+        yield
+    finally:
+        restore()
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[list[int]]:
+    """SIGINT/SIGTERM are remembered, not raised, inside the block: cleanup that must finish (stopping the
+    children, the final manifest) is not cut short by a second Ctrl-C. Yields the signals received."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+        yield received
+        return
+    old = {
+        s: signal.signal(s, lambda signum, frame: received.append(signum))
+        for s in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        yield received
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 def http_ok(url: str) -> bool:
@@ -221,8 +259,7 @@ class Supervisor:
             raise ChildFailed(
                 process.role, None, [], f"could not start ({process.argv[0]}: {exc.strerror})"
             ) from exc
-        tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
-        child = Child(process.role, popen, log_path, tail, None)
+        child = Child(process.role, popen, log_path, deaths.Tail(TAIL_LINES), None)
         if popen.stdout is not None:
             child.reader = threading.Thread(target=self._pump, args=(child,), daemon=True)
             child.reader.start()
@@ -230,16 +267,29 @@ class Supervisor:
         return child
 
     def _pump(self, child: Child) -> None:
-        with child.log_path.open("a", encoding="utf-8") as log:
-            for raw in iter(child.popen.stdout.readline, b""):
-                line = raw.decode("utf-8", "replace").rstrip("\r\n")
-                for secret in self.secret_values:  # the log files are ours: no secret reaches them
-                    line = line.replace(secret, "<redacted>")
-                log.write(line + "\n")
-                log.flush()
-                line = line.rsplit("\r", 1)[-1]  # tqdm redraws with \r: keep the last frame only
-                child.tail.append(line)
+        """Copy the child's output to its log, its tail and the console until it closes. Nothing here may
+        end the loop early: a child whose pipe is no longer read blocks on its next write (issue 26: a full
+        disk killed this thread with ENOSPC). A log that cannot be written is given up, with the reason."""
+        log = None
+        try:
+            log = child.log_path.open("a", encoding="utf-8")
+        except OSError as exc:
+            child.log_error = f"{child.log_path}: {exc.strerror or exc}"
+        for raw in iter(child.popen.stdout.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\r\n")
+            for secret in self.secret_values:  # the log files are ours: no secret reaches them
+                line = line.replace(secret, "<redacted>")
+            if log is not None:
+                try:
+                    log.write(line + "\n")
+                    log.flush()
+                except OSError as exc:
+                    child.log_error, log = f"{child.log_path}: {exc.strerror or exc}", _close_quietly(log)
+            line = line.rsplit("\r", 1)[-1]  # tqdm redraws with \r: keep the last frame only
+            child.tail.append(line)
+            with contextlib.suppress(Exception):  # a console that went away (a closed pipe) ends nothing
                 self.printer.line(child.role, line)
+        _close_quietly(log)
         child.popen.stdout.close()
 
     def _finished(self, child: Child) -> int | None:
@@ -325,6 +375,13 @@ class Supervisor:
                 child.reader.join(timeout=5)
 
 
+def _close_quietly(f) -> None:
+    """Close a log file whose last write may have failed (its buffer cannot be flushed either)."""
+    if f is not None:
+        with contextlib.suppress(OSError):
+            f.close()
+
+
 def _signal_group(pid: int, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signum)
@@ -349,7 +406,8 @@ def supervised(
     try:
         yield supervisor
     finally:
-        supervisor.stop_all()
+        with deferred_signals():  # a second Ctrl-C must not leave children running
+            supervisor.stop_all()
         restore()
 
 
@@ -373,9 +431,10 @@ def launch(
             return Outcome("completed", EXIT_OK)
         rc = first.popen.returncode
         why = finished(first) if first is trainer else None
-        if why is None:
-            raise ChildFailed(first.role, rc, list(first.tail), f"exited with status {rc}")
         signame = exit_signal(rc, first.log_path)
+        if why is None:
+            own = deaths.signal_of(rc, signame)
+            raise ChildFailed(first.role, rc, list(first.tail), deaths.describe_exit(rc, signame), own)
         say(f"trainer exited with status {rc}{f' ({signame})' if signame else ''} after training had finished "
             f"({why}); the run counts as completed")  # fmt: skip
         return Outcome(
@@ -385,7 +444,8 @@ def launch(
         )
     except ChildFailed as exc:
         say(exc.render())
-        failure = {"role": exc.role, "returncode": exc.returncode, "reason": exc.reason, "log_tail": exc.tail}
+        failure = {"role": exc.role, "returncode": exc.returncode, "reason": exc.reason, "log_tail": exc.tail,
+                   "signal": exc.signal}  # fmt: skip
         return Outcome("failed", EXIT_RUNTIME_FAILURE, failure=failure)
     except Interrupted as exc:
         say(

@@ -408,15 +408,17 @@ def _check_mode_keys(recipe: Recipe, mode: str, rollout_only: bool, problems: li
                     + (colocate_hint if mode == "colocate" else ""),
                 )
             )
-    if mode == "server":
+    if mode == "server":  # ms-swift takes these in server mode and ignores them (warning for one): so do we
         for key, replacement in COLOCATE_ONLY.items():
             if recipe.is_set(key) and key.lower() in recipe.trainer:
+                acts = f"; {replacement} is what sizes the rollout server" if replacement else ""
                 problems.append(
                     Problem(
                         f"{key} ({recipe.source(key)})",
-                        f"only acts in colocate mode; in server mode ms-swift ignores it [source: {COLOCATE_ONLY_SOURCE}]",
-                        f"set {replacement} for the rollout server"
+                        f"only acts in colocate mode; in server mode ms-swift ignores it{acts} [source: {COLOCATE_ONLY_SOURCE}]",
+                        f"set {replacement}={recipe.raw(key)} instead (the server's own key)"
                         if replacement
                         else f"remove {key} (server mode)",
+                        fatal=False,
                     )
                 )

@@ -70,7 +70,9 @@ def secrets_of(plan: Plan) -> list[str]:
 def start(plan: Plan, previous: dict[str, Any] | None) -> dict[str, Any]:
     """The manifest of a run that is starting (or resuming: earlier attempts are kept)."""
     secrets = secrets_of(plan)
-    attempts = list(previous.get("attempts", [])) if previous else []
+    attempts = [dict(a) for a in previous.get("attempts", [])] if previous else []
+    for attempt in attempts:  # an attempt that never recorded its end: its process was killed
+        attempt.setdefault("status", "unrecorded")
     attempts.append({"started_at": now_iso(), "resume_from": plan.resume_from or None})
     data = {
         "schema": SCHEMA_VERSION,

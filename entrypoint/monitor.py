@@ -41,6 +41,26 @@ def latest_step(logging_jsonl: Path) -> int:
     return 0
 
 
+# The kernel counts the processes its OOM killer ended, per cgroup: cgroup v2's memory.events `oom_kill`
+# (Documentation/admin-guide/cgroup-v2.rst), cgroup v1's memory.oom_control `oom_kill` (Linux >= 4.13).
+OOM_FILES = (Path("/sys/fs/cgroup/memory.events"), Path("/sys/fs/cgroup/memory/memory.oom_control"))
+
+
+def oom_kills(files: tuple[Path, ...] = OOM_FILES) -> int | None:
+    """How many processes of this container's cgroup the kernel's OOM killer has ended, None where the host
+    does not let us read it (deaths.likely_cause compares the count before and after a run)."""
+    for path in files:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if name == "oom_kill" and value.strip().isdigit():
+                return int(value)
+    return None
+
+
 def run_memory(processes, pids: set[int]) -> int | None:
     """Bytes NVML attributes to `pids` among a device's compute processes; None when it lists none of
     them (the run has no context there yet, or NVML cannot see the processes, e.g. in a PID namespace)."""

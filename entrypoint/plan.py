@@ -49,6 +49,7 @@ EVENTS_FILE = "events.jsonl"  # the trainer's phase timings (entrypoint/site/sit
 SITE_DIR = Path(__file__).resolve().parent / "site"
 SITE_HOOK_VARIABLES = (
     "GRPO_RIG_EMULATE_VRAM_GB", "GRPO_RIG_VLLM_KEEP_POOLS", "GRPO_RIG_EVENTS", "GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS",
+    "GRPO_RIG_REWARD_CHECK",
 )  # fmt: skip
 CHECKPOINT = "<newest complete checkpoint>"  # the export's --adapters, known once training ends
 
@@ -114,6 +115,16 @@ class Plan:
 
     def process(self, role: Role) -> Process | None:
         return next((p for p in self.processes if p.role == role), None)
+
+    @property
+    def written(self) -> list[str]:
+        """Every path this plan tells a process to write (each --output_dir, the events file, a generated
+        dataset): preflight proves each is inside the run directory (issue 26)."""
+        paths = [str(self.train_dir), *(self.dataset_paths if self.recipe.settings.DATASET_GENERATOR else [])]
+        for p in self.processes:
+            paths += [p.argv[i + 1] for i, a in enumerate(p.argv[:-1]) if a == "--output_dir"]
+            paths += [p.env["GRPO_RIG_EVENTS"]] if "GRPO_RIG_EVENTS" in p.env else []
+        return paths
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -240,7 +251,8 @@ def build(recipe: Recipe, inventory: Inventory, facts: Facts, rollout_only: bool
     """Turn a resolved recipe, an inventory and the host's facts into a Plan. Never raises on bad input:
     problems are collected in `Plan.problems` (callers raise on fatal ones)."""
     d = draft(recipe, inventory, facts, rollout_only)
-    if d.layout is None:
+    if d.layout is None:  # the recipe's own problems still count: the user sees them with the layout's
+        d.problems += d.recipe.problems
         return _frozen(d, placed=False)
     _budget(d)
     if _shape(d):  # the planner set values: the stages that read them run on the shaped recipe
@@ -541,6 +553,7 @@ def _trainer_env(d: Draft) -> dict[str, str]:
     env = dict(d.common)
     # The trainer's hooks (entrypoint/site/sitecustomize.py says why each exists).
     env["GRPO_RIG_EVENTS"] = str(d.run_dir / "logs" / EVENTS_FILE)
+    env["GRPO_RIG_REWARD_CHECK"] = "1"  # a reward's bad answer ends the run naming it (issue 26)
     a = d.recipe.trainer_args
     if layout.mode == "colocate" and a.sleep_level >= 1:
         env["GRPO_RIG_VLLM_KEEP_POOLS"] = "1"

@@ -24,6 +24,7 @@ import dataclasses
 import difflib
 import functools
 import io
+import os
 from collections import ChainMap
 from collections.abc import Mapping
 from pathlib import Path
@@ -186,6 +187,40 @@ def explain_unknown(key: str, source: str) -> Problem:
     return Problem(where, message, fix)
 
 
+TEXT_FILE_LIMIT = 16 * 1024**2  # bytes: a recipe, prompt, script or inventory is text far below this
+
+
+def read_user_file(path: Path) -> tuple[str | None, str]:
+    """(text, "") of a text file a user names (a recipe, a SYSTEM prompt, an inventory, a script to import),
+    else (None, why it cannot be used: missing, a directory, not a regular file, unreadable, binary, too
+    large), a phrase to follow the path. A UTF-8 byte-order mark (Windows editors) is dropped. Issue 26:
+    such files ended in UnicodeDecodeError / IsADirectoryError tracebacks."""
+    try:
+        with path.expanduser().open("rb") as f:
+            if not os.path.isfile(f.name):  # a pipe or device would block or never end
+                return None, "is not a regular file"
+            data = f.read(TEXT_FILE_LIMIT + 1)
+    except FileNotFoundError:
+        return None, "does not exist"
+    except IsADirectoryError:
+        return None, "is a directory, not a file"
+    except NotADirectoryError:
+        return None, "does not exist (a part of its path is a file, not a directory)"
+    except PermissionError:
+        return None, f"cannot be read by this process (uid {os.getuid()}: permission denied)"
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror or exc})"
+    if len(data) > TEXT_FILE_LIMIT:
+        return None, f"is larger than {TEXT_FILE_LIMIT // 1024**2} MiB: not a text file of this kind"
+    nul = data.find(b"\0")
+    if nul >= 0:
+        return None, f"is a binary file, not text (a NUL byte at offset {nul})"
+    try:
+        return data.decode("utf-8-sig"), ""
+    except UnicodeDecodeError as exc:
+        return None, f"is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}): a binary file?"
+
+
 def read_env_file(path: Path, label: str) -> tuple[dict[str, Value], list[Problem]]:
     """Parse one env file with python-dotenv's parser, reporting malformed lines instead of skipping them.
 
@@ -193,10 +228,11 @@ def read_env_file(path: Path, label: str) -> tuple[dict[str, Value], list[Proble
     """
     values: dict[str, Value] = {}
     problems: list[Problem] = []
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark from Windows editors is not a key
-    except (OSError, UnicodeDecodeError) as exc:
-        return values, [Problem(label, f"cannot read {path}: {exc}", "check the path and its permissions")]
+    text, why = read_user_file(path)
+    if text is None:
+        return values, [
+            Problem(label, f"{path} {why}", "give a recipe name or the path to an .env text file")
+        ]
     for binding in parse_stream(io.StringIO(text)):
         # python-dotenv counts from where the binding's text starts, blank lines before it included
         raw = binding.original.string
@@ -348,7 +384,8 @@ def load(
 
 
 def _file_layers(name: str, recipes_dir: Path, problems: list[Problem]) -> list[dict[str, Value]]:
-    """recipes/defaults.env and the recipe file (raises BadInput when the recipe file is missing)."""
+    """recipes/defaults.env and the recipe file (raises BadInput when the recipe file is missing or cannot be
+    read as text)."""
     layers: list[dict[str, Value]] = []
     defaults_path = recipes_dir / DEFAULTS_FILE
     if defaults_path.exists():
@@ -356,10 +393,15 @@ def _file_layers(name: str, recipes_dir: Path, problems: list[Problem]) -> list[
         layers.append(values)
         problems += found
     path = recipe_path(name, recipes_dir)
-    if not path.is_file():
+    _, why = read_user_file(path) if path.exists() else (None, "")
+    if why or not path.exists():  # nothing else can be checked without the recipe
         names = ", ".join(available_recipes(recipes_dir))
         problems.append(
-            Problem("RECIPE", f"no recipe file {path}", f"use one of: {names}, or a path to an .env file")
+            Problem(
+                "RECIPE",
+                f"the recipe file {path} {why}" if why else f"no recipe file {path}",
+                f"use one of: {names}, or a path to an .env text file",
+            )
         )
         raise BadInput(problems)
     label = f"recipes/{path.name}" if path.parent.resolve() == recipes_dir.resolve() else str(path)
@@ -469,6 +511,8 @@ def _said(err: dict, value: str | None) -> str:
 def _fix(key: str, err: dict) -> str:
     """A fix that names values the key takes (pydantic's error type and bounds)."""
     ctx, kind = err.get("ctx") or {}, err.get("type", "")
+    if kind == "value_error" and getattr(ctx.get("error"), "fix", ""):  # settings.Refused knows its fix
+        return ctx["error"].fix
     bounds = {"greater_than_equal": ("ge", "or more"), "greater_than": ("gt", "above"),
               "less_than_equal": ("le", "or less"), "less_than": ("lt", "below")}  # fmt: skip
     if kind in bounds:

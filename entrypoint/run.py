@@ -9,16 +9,23 @@ Run directory `OUTPUT_DIR/<RUN_NAME>/`:
     adapter/             the exported LoRA adapter (model/ for full fine-tuning)
     logging.jsonl        a copy of ms-swift's training log
     README.md            how to load the adapter
+    run.lock             the PID and command of the command using the directory (runlock.py)
+    .space-reserve       1 MiB set aside while the run lives, freed to record its end on a full disk
 
 Starting a run whose directory exists resumes it from its newest complete checkpoint, after checking
-that the recipe still trains the same thing (the identity keys of entrypoint/keys.py).
+that the recipe still trains the same thing (the identity keys of entrypoint/keys.py). Whatever ends a
+run (its children, a full disk, an error in export, a signal at any moment), the manifest records how
+(`_run`); a failed run's manifest explains it (deaths.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import errno
 import json
 import shutil
+import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,12 +33,24 @@ from typing import Any, TextIO
 
 import psutil
 
-from entrypoint import export, hardware, host, manifest, monitor, nodes, preflight, report, startup
+from entrypoint import (
+    deaths,
+    export,
+    hardware,
+    host,
+    manifest,
+    monitor,
+    nodes,
+    preflight,
+    report,
+    runlock,
+    startup,
+)
 from entrypoint import plan as plan_mod
 from entrypoint import recipe as recipe_mod
 from entrypoint.console import Console
 from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE, BadInput, Problem, raise_if_fatal
-from entrypoint.facts import WEIGHT_SYNC_PORT
+from entrypoint.facts import MANIFEST, WEIGHT_SYNC_PORT, run_dir_of
 from entrypoint.inventory import Inventory
 from entrypoint.launch import (
     Child,
@@ -40,6 +59,8 @@ from entrypoint.launch import (
     Outcome,
     Printer,
     Supervisor,
+    deferred_signals,
+    interruptible,
     launch,
     supervised,
 )
@@ -54,14 +75,17 @@ def inventory_for(r: recipe_mod.Recipe) -> Inventory:
     path = r.settings.INVENTORY
     if not path:
         return hardware.probe()
+    _, why = recipe_mod.read_user_file(Path(path))
     try:
+        if why:
+            raise ValueError(f"{path} {why}")
         return hardware.load(path)
     except (OSError, ValueError) as exc:
         raise BadInput(
             [
                 Problem(
                     f"INVENTORY ({r.source('INVENTORY')})",
-                    f"cannot read {path}: {exc}",
+                    str(exc) if why else f"cannot read {path}: {exc}",
                     "pass a file written by `doctor --save-inventory`",
                 )
             ]  # fmt: skip
@@ -69,13 +93,22 @@ def inventory_for(r: recipe_mod.Recipe) -> Inventory:
 
 
 def make_plan(
-    cli_pairs: list[str], environ: Mapping[str, str], for_train: bool, rollout_only: bool = False
+    cli_pairs: list[str],
+    environ: Mapping[str, str],
+    for_train: bool,
+    rollout_only: bool = False,
+    lock: runlock.RunLock | None = None,
 ) -> Plan:
     """Resolve the recipe and the inventory, read the host once, build and check the plan. Raises
-    BadInput with every fatal problem found."""
+    BadInput with every fatal problem found. With `lock`, the directory this node writes is locked as soon
+    as the recipe names it, before the slow checks: a second start of a running run is refused at once,
+    naming the holder (runlock.py)."""
+    now = dt.datetime.now(dt.timezone.utc)
     r = recipe_mod.load(cli_pairs, environ, recipe_mod.recipes_dir(environ), strict=False)
+    if lock is not None and not any(p.fatal for p in r.problems):  # a refused RUN_NAME names no directory
+        lock.take(here_of(run_dir_of(r, now), r.settings.NODE_RANK, rollout_only), required=False)
     inventory = inventory_for(r)
-    facts = host.gather(r, environ)
+    facts = host.gather(r, environ, now=now)
     built = plan_mod.build(r, inventory, facts, rollout_only=rollout_only)
     if not built.placed:  # e.g. no GPU: one clear message, not a cascade of consequences
         raise_if_fatal(built.problems)
@@ -105,41 +138,104 @@ def _already_complete(plan: Plan) -> bool:
 
 def train(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO | None = None) -> int:
     """Run GRPO for a recipe; returns the process exit status (errors.EXIT_*). `environ` is the process
-    environment: read once (host.gather) and inherited by the children."""
-    plan = make_plan(cli_pairs, environ, for_train=True)
+    environment: read once (host.gather) and inherited by the children. The run directory is locked for the
+    whole command (runlock.py); SIGINT/SIGTERM at any moment end it through its cleanup (issue 26)."""
     printer = Printer(console) if console else Printer()
-    if _already_complete(plan):
-        done, _ = completed_steps(plan)
-        if plan.process("export") and not (plan.run_dir / "merged").is_dir():
-            return _export_only(plan, printer, environ, done)
-        printer.say(
-            f"run {plan.run_name} is already complete ({done} steps) in {plan.run_dir}; nothing changed."
-        )
-        printer.say(
-            "to train further, raise MAX_STEPS for this RUN_NAME, or start a new run with another RUN_NAME"
-        )
-        return EXIT_OK
-    for line in plan.render().splitlines():
-        printer.say(line)
-    records = check_nodes(plan, printer)
-    here = prepare(plan, printer)
-    secrets = manifest.secrets_of(plan)
+    with runlock.RunLock() as lock, interruptible():
+        plan = make_plan(cli_pairs, environ, for_train=True, lock=lock)
+        lock.take(node_dir(plan))  # preflight passed, so the directory can be made
+        if _already_complete(plan):
+            done, _ = completed_steps(plan)
+            if plan.process("export") and not (plan.run_dir / "merged").is_dir():
+                return _export_only(plan, printer, environ, done)
+            printer.say(
+                f"run {plan.run_name} is already complete ({done} steps) in {plan.run_dir}; nothing changed."
+            )
+            printer.say(
+                "to train further, raise MAX_STEPS for this RUN_NAME, or start a new run with another RUN_NAME"
+            )
+            return EXIT_OK
+        for line in plan.render().splitlines():
+            printer.say(line)
+        records = check_nodes(plan, printer)
+        return _run(plan, printer, environ, records)
+
+
+def _run(plan: Plan, printer: Printer, environ: Mapping[str, str], records: list[dict[str, Any]]) -> int:
+    """Record the run as started, then prepare, supervise and export. Whatever ends it (a child, a full
+    disk, an error in export, a signal, a bug here), the manifest says how: never left `running`."""
+    here, secrets = node_dir(plan), manifest.secrets_of(plan)
     data = {**manifest.start(plan, plan.facts.previous.manifest), **({"nodes": records} if records else {})}
-    manifest.write(here, data, secrets)
-    outcome, peaks = supervise(plan, here, printer, secrets, environ)
-    data.update({"gpu_memory_peak": peaks} if peaks is not None else {})
-    data.update({"trainer_exit": outcome.trainer_exit} if outcome.trainer_exit else {})
-    final = finish_run(plan, data, outcome, printer, secrets, environ)
-    code = outcome.code
-    if final.get("merged", {}).get("status") == "failed":
-        code = EXIT_RUNTIME_FAILURE
-        final.update(_export_failed(final["merged"]))
-        printer.say(final["failure"])
-    manifest.write(here, final, secrets)
-    printer.say(f"run {final['status']}: {here}")
+    if (plan.facts.previous.manifest or {}).get("status") == "running":
+        printer.say("its previous attempt ended without recording how (its process was killed, or the machine "
+                    "stopped); resuming from the newest complete checkpoint")  # fmt: skip
+    final: dict[str, Any] | None = None
+    code = EXIT_RUNTIME_FAILURE
+    oom_before = monitor.oom_kills()
+    reserve = _reserve(here)
+    try:
+        manifest.write(here, data, secrets)
+        prepare(plan, printer)
+        outcome, peaks = supervise(plan, here, printer, secrets, environ)
+        data.update({"gpu_memory_peak": peaks} if peaks is not None else {})
+        data.update({"trainer_exit": outcome.trainer_exit} if outcome.trainer_exit else {})
+        data.update({"log_errors": list(outcome.log_errors)} if outcome.log_errors else {})
+        final = finish_run(plan, data, outcome, printer, environ, oom_before)
+        code = EXIT_RUNTIME_FAILURE if final["status"] in ("failed", EXPORT_FAILED) else outcome.code
+        if final["status"] == "stopped" and outcome.status != "stopped":  # stopped in finish_run
+            code = 128 + signal.Signals[final["failure"]["signal"]].value
+    except Interrupted as exc:  # between the children: preparing, exporting
+        name = signal.Signals(exc.signum).name
+        printer.say(f"{name} received: the run stops here")
+        final, code = (
+            manifest.finish(data, "stopped", failure={"reason": f"{name} received"}),
+            128 + exc.signum,
+        )
+    except OSError as exc:  # our own writes before the export: a full disk, a volume gone read-only
+        failure = _explained(
+            plan, _os_failure(plan, exc, None, "preparing the run"), {"exported": {}}, oom_before
+        )
+        for line in failure["explanation"]:
+            printer.say(line)
+        final = manifest.finish(data, "failed", failure=failure)
+    finally:
+        if final is None:  # an error of the entrypoint itself: recorded, then shown as it is
+            final = manifest.finish(
+                data, "failed", failure={"reason": f"the entrypoint failed: {sys.exc_info()[1]!r}"}
+            )
+        with deferred_signals():  # the last word is written whatever arrives now
+            export.release(reserve)
+            written = _write_final(here, final, secrets, printer)
+    printer.say(
+        f"run {final['status']}: {here}" + ("" if written else " (manifest.json could not be updated)")
+    )
     for line in summary_lines(plan):
         printer.say(line)
     return code
+
+
+RESERVE_FILE = ".space-reserve"  # freed to record a failure when the disk is full
+RESERVE_BYTES = 1024**2  # far more than a final manifest (~20 KB) needs
+
+
+def _reserve(here: Path) -> Path:
+    """Set RESERVE_BYTES aside in the run directory. Raises BadInput when the disk is already full."""
+    try:
+        return export.reserve(here / RESERVE_FILE, RESERVE_BYTES)
+    except OSError as exc:
+        free = shutil.disk_usage(here).free / 1024**2 if here.is_dir() else 0.0
+        raise BadInput([Problem(f"disk under {here}", f"cannot set {RESERVE_BYTES // 1024**2} MiB aside ({exc.strerror}; "
+                                f"{free:.1f} MiB free)", "free space on the output volume")]) from None  # fmt: skip
+
+
+def _write_final(here: Path, final: dict[str, Any], secrets: list[str], printer: Printer) -> bool:
+    """Write the final manifest; False (said on the console) when even that fails."""
+    try:
+        manifest.write(here, final, secrets)
+        return True
+    except OSError as exc:
+        printer.say(f"cannot write {here / MANIFEST} ({exc.strerror}): it still says the run is running")
+        return False
 
 
 def summary_lines(plan: Plan) -> list[str]:
@@ -206,22 +302,23 @@ def _export_only(plan: Plan, printer: Printer, environ: Mapping[str, str], done:
 
 def rollout(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO | None = None) -> int:
     """Serve the vLLM rollout on this node's ROLLOUT_GPUS for trainers on other nodes, until stopped."""
-    plan = make_plan(cli_pairs, environ, for_train=True, rollout_only=True)
     printer = Printer(console) if console else Printer()
-    for line in plan.render().splitlines():
-        printer.say(line)
-    process = plan.process("rollout")
-    here = plan.run_dir / "nodes" / "rollout"
-    here.mkdir(parents=True, exist_ok=True)
-    grace, secrets = plan.recipe.settings.STOP_GRACE_SECONDS, list(plan.facts.secret_values)
-    try:
-        with supervised(here / "logs", grace, printer, secrets, environ) as supervisor:
-            return _serve(plan, process, supervisor, printer)
-    except ChildFailed as exc:
-        printer.say(exc.render())
-        return EXIT_RUNTIME_FAILURE
-    except Interrupted as exc:
-        return 128 + exc.signum
+    with runlock.RunLock() as lock, interruptible():
+        plan = make_plan(cli_pairs, environ, for_train=True, rollout_only=True, lock=lock)
+        here = here_of(plan.run_dir, plan.recipe.settings.NODE_RANK, rollout_only=True)
+        lock.take(here)
+        for line in plan.render().splitlines():
+            printer.say(line)
+        process = plan.process("rollout")
+        grace, secrets = plan.recipe.settings.STOP_GRACE_SECONDS, list(plan.facts.secret_values)
+        try:
+            with supervised(here / "logs", grace, printer, secrets, environ) as supervisor:
+                return _serve(plan, process, supervisor, printer)
+        except ChildFailed as exc:
+            printer.say(exc.render())
+            return EXIT_RUNTIME_FAILURE
+        except Interrupted as exc:
+            return 128 + exc.signum
 
 
 def _serve(plan: Plan, process: plan_mod.Process, supervisor: Supervisor, printer: Printer) -> int:
@@ -239,11 +336,18 @@ def _serve(plan: Plan, process: plan_mod.Process, supervisor: Supervisor, printe
     return EXIT_OK if rc == 0 else EXIT_RUNTIME_FAILURE
 
 
+def here_of(run_dir: Path, rank: int, rollout_only: bool = False) -> Path:
+    """Where one node's command keeps its manifest, logs and lock: the run directory on node 0,
+    nodes/node<N>/ on the others, nodes/rollout/ for `rollout` (so nodes sharing an output volume never
+    write the same file, nor wait on each other's lock)."""
+    if rollout_only:
+        return run_dir / "nodes" / "rollout"
+    return run_dir if rank == 0 else run_dir / "nodes" / f"node{rank}"
+
+
 def node_dir(plan: Plan) -> Path:
-    """Where this node keeps its manifest and logs: the run directory on node 0, nodes/node<N>/ on others
-    (so nodes sharing an output volume never write the same file)."""
-    rank = plan.recipe.settings.NODE_RANK
-    return plan.run_dir if rank == 0 else plan.run_dir / "nodes" / f"node{rank}"
+    """here_of for this plan's node (`train`)."""
+    return here_of(plan.run_dir, plan.recipe.settings.NODE_RANK)
 
 
 def check_nodes(plan: Plan, printer: Printer) -> list[dict[str, Any]]:
@@ -321,7 +425,12 @@ def supervise(
         finally:
             if gpu_monitor is not None:
                 gpu_monitor.stop()
-    return outcome, _peaks(plan, gpu_monitor)
+    lost = tuple(
+        f"{c.role}: its log stopped being written ({c.log_error})" for c in supervisor.children if c.log_error
+    )
+    for line in lost:
+        printer.say(f"warning: {line}")
+    return dataclasses.replace(outcome, log_errors=lost), _peaks(plan, gpu_monitor)
 
 
 def _peaks(plan: Plan, gpu_monitor: monitor.GpuMonitor | None) -> dict | None:
@@ -373,12 +482,18 @@ def export_merged(
     )
     tmp = plan.run_dir / plan_mod.MERGED_TMP
     shutil.rmtree(tmp, ignore_errors=True)  # an export cut short before: ms-swift refuses an existing output
-    # after training, outside the run's signal handling: a signal now ends the command as the launcher's
-    # own handlers always did, and `supervised` still stops the export's process tree
-    with supervised(plan.run_dir / "logs", plan.recipe.settings.STOP_GRACE_SECONDS, printer, base_env=environ,
-                    signals=False) as supervisor:  # fmt: skip
-        child = supervisor.start(process)
-        rc = supervisor.wait(child)
+    # the command's own handlers (train: interruptible) turn a signal into Interrupted here; `supervised`
+    # stops the export's process tree and finish_run records the run as stopped
+    try:
+        with supervised(plan.run_dir / "logs", plan.recipe.settings.STOP_GRACE_SECONDS, printer, base_env=environ,
+                        signals=False) as supervisor:  # fmt: skip
+            child = supervisor.start(process)
+            rc = supervisor.wait(child)
+    except ChildFailed as exc:  # it could not even start (swift missing)
+        return {"status": "failed", "returncode": None, "log_tail": [exc.reason], "argv": process.argv}
+    except BaseException:  # a signal or a full disk: no half-merged model stays behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if rc != 0 or not tmp.is_dir():
         shutil.rmtree(tmp, ignore_errors=True)
         return {"status": "failed", "returncode": rc, "log_tail": list(child.tail), "argv": process.argv}
@@ -411,44 +526,143 @@ def finish_run(
     data: dict[str, Any],
     outcome: Outcome,
     printer: Printer,
-    secrets: list[str],
     environ: Mapping[str, str],
+    oom_before: int | None = None,
 ) -> dict[str, Any]:
-    """Export the newest complete checkpoint and the logs; return the final manifest."""
-    run_dir = plan.run_dir
-    fields: dict[str, Any] = {"failure": outcome.failure}
+    """Export the newest complete checkpoint and the logs; return the final manifest. An OSError on the way
+    (a full disk) makes the run `failed`, saying where and how much is free; the previous export stays whole
+    (export.py). A failed run's manifest explains it (`_explained`)."""
+    run_dir, status, failure = plan.run_dir, outcome.status, outcome.failure
     done, planned = completed_steps(plan)
-    if plan.recipe.settings.NODE_RANK != 0:  # only node 0 exports; its checkpoints hold the weights
-        return manifest.finish(
-            data, outcome.status, **fields, steps={"completed": done, "planned": planned}, exported={}
-        )
-    newest = export.newest_complete(plan.train_dir)
+    fields: dict[str, Any] = {"steps": {"completed": done, "planned": planned}, "exported": {}}
     exported: dict[str, str] = {}
-    if newest is not None:
-        exported.update(
-            export.export_checkpoint(newest, run_dir, plan.recipe.raw("MODEL") or plan.model_path)
-        )
+    try:
+        if plan.recipe.settings.NODE_RANK == 0:  # only node 0 exports; its checkpoints hold the weights
+            exported.update(_export_run(plan, fields))
+        if (
+            plan.process("export")
+            and status == "completed"
+            and "checkpoint" in fields
+            and (run_dir / "adapter").exists()
+        ):
+            fields["merged"] = export_merged(plan, run_dir / fields["checkpoint"], printer, environ)
+            if fields["merged"]["status"] == "completed":
+                exported.update(fields["merged"].pop("files"))
+            else:
+                status, failure = EXPORT_FAILED, _export_failed(fields["merged"])["failure"]
+                printer.say(failure)
+    except OSError as exc:
+        status, failure = "failed", _os_failure(plan, exc, failure, "exporting the run")
+    except Interrupted as exc:  # during the merged export: what was exported stays recorded
+        name = signal.Signals(exc.signum).name
+        printer.say(f"{name} received during the merged export: the run stops here")
+        status, failure = "stopped", {"reason": f"{name} received during the merged export", "signal": name}
+    if plan.recipe.settings.NODE_RANK == 0:
+        try:
+            exported.update(report.write(plan, run_dir))
+        except Exception as exc:  # a report is a convenience: never lose the run over it
+            printer.say(f"warning: could not write the run report: {exc}")
+    fields["exported"] = dict(sorted(exported.items()))
+    if status == "failed":
+        failure = _explained(plan, failure or {}, fields, oom_before)
+        for line in failure["explanation"]:
+            printer.say(line)
+    return manifest.finish(data, status, failure=failure, **fields)
+
+
+def _export_run(plan: Plan, fields: dict[str, Any]) -> dict[str, str]:
+    """The newest complete checkpoint into adapter/ (or model/), a copy of logging.jsonl, the start-up
+    marks; returns {path: sha256} and sets fields["checkpoint"], fields["startup_s"]. Raises OSError."""
+    run_dir, exported = plan.run_dir, {}
+    newest = export.newest_complete(plan.train_dir)
+    if newest is not None:  # named before its export, which a full disk may stop
         fields["checkpoint"] = str(newest.relative_to(run_dir))
+        model = plan.recipe.raw("MODEL") or plan.model_path
+        exported.update(export.export_checkpoint(newest, run_dir, model))
     log = plan.train_dir / "logging.jsonl"
     if log.exists():
         export.copy_atomic(log, run_dir / "logging.jsonl")
         exported["logging.jsonl"] = export.sha256_file(run_dir / "logging.jsonl")
-    fields["steps"] = {"completed": done, "planned": planned}
     trainer = plan.process("trainer")
     if trainer is not None and Path(trainer.env.get("GRPO_RIG_EVENTS", "")).is_file():
         fields["startup_s"] = startup.marks(startup.read_events(Path(trainer.env["GRPO_RIG_EVENTS"])))
-    if (
-        plan.process("export")
-        and outcome.status == "completed"
-        and newest is not None
-        and (run_dir / "adapter").exists()
-    ):
-        fields["merged"] = export_merged(plan, newest, printer, environ)
-        if fields["merged"]["status"] == "completed":
-            exported.update(fields["merged"].pop("files"))
+    return exported
+
+
+def _free_text(path: Path) -> str:
+    """'/out/r has 0.3 MiB free of 64.0 MiB' (the volume `path` is on)."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
     try:
-        exported.update(report.write(plan, run_dir))
-    except Exception as exc:  # a report is a convenience: never lose the run over it
-        printer.say(f"warning: could not write the run report: {exc}")
-    fields["exported"] = dict(sorted(exported.items()))
-    return manifest.finish(data, outcome.status, **fields)
+        usage = shutil.disk_usage(probe)
+    except OSError:
+        return f"{path}: free space unknown"
+    mib = 1024**2
+    return f"{path} has {usage.free / mib:.1f} MiB free of {usage.total / mib:.1f} MiB"
+
+
+def _os_failure(plan: Plan, exc: OSError, failure: dict | None, doing: str) -> dict[str, Any]:
+    """The failure an OSError of the entrypoint's own writes makes while `doing` something (kept beside a
+    child's failure, when there was one first). ENOSPC says where and how much is free."""
+    out = {"role": "the entrypoint", **(failure or {})}
+    if exc.errno == errno.ENOSPC:  # which file hit it says little: every write there fails alike
+        out["disk"] = _free_text(plan.run_dir)
+        out.setdefault("reason", f"could not write while {doing}")
+    else:
+        out.setdefault(
+            "reason", f"could not write {exc.filename or plan.run_dir} while {doing}: {exc.strerror or exc}"
+        )
+    out["error"] = f"{exc.filename or plan.run_dir}: {exc.strerror or exc}"
+    return out
+
+
+def _explained(plan: Plan, failure: dict[str, Any], fields: dict[str, Any], oom_before: int | None) -> dict:
+    """`failure` with "summary" (one line) and "explanation" (what happened, the likely cause, the last
+    step, what the run left, how to resume: deaths.explain)."""
+    role, tail = failure.get("role") or "run", failure.get("log_tail") or []
+    disk = failure.get("disk") or (_free_text(plan.run_dir) if deaths.disk_full(tail) else "")
+    exported = next(
+        (d for d in ("adapter/", "model/") if any(k.startswith(d) for k in fields["exported"])), ""
+    )
+    wanted = int(plan.recipe.args("max_steps")[0]) if plan.recipe.args("max_steps") else 0
+    ctx = deaths.Context(
+        step=monitor.latest_step(plan.train_dir / "logging.jsonl"), planned=wanted if wanted > 0 else None,
+        checkpoint=fields.get("checkpoint", ""), exported=exported, oom_kills=(oom_before, monitor.oom_kills()),
+        predicted=_predicted(plan, role, deaths.cuda_oom(tail)), oom_knobs=_oom_knobs(plan, role), disk=disk,
+        cut_short=tuple(f"{c.relative_to(plan.run_dir)} ({_tree_mib(c):.1f} MiB)"
+                        for c in export.checkpoints(plan.train_dir) if not export.is_complete(c)),
+    )  # fmt: skip
+    reason = failure.get("reason") or failure.get("error") or "failed"
+    lines = deaths.explain(role, failure.get("returncode"), reason, tail, ctx, failure.get("signal"))
+    return {**failure, "summary": lines[0], "explanation": lines}
+
+
+def _tree_mib(root: Path) -> float:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) / 1024**2
+
+
+def _predicted(plan: Plan, role: str, oom: dict | None) -> str:
+    """The plan's predicted peak for the GPU a CUDA out-of-memory error names ('21.3 of 24.0 GiB on GPU 0')."""
+    if oom is None or not plan.memory:
+        return ""
+    gpus = plan.layout.rollout_gpus if role == "rollout" else plan.layout.train_gpus
+    gpu = gpus[oom["gpu"]] if oom["gpu"] is not None and oom["gpu"] < len(gpus) else None
+    estimates = [e for e in plan.memory if e.gpu == gpu] or [e for e in plan.memory if e.gpu in gpus]
+    if not estimates:
+        return ""
+    e = max(estimates, key=lambda e: e.peak_gib)
+    return f"{e.peak_gib:.1f} of {e.card_gib:.1f} GiB on GPU {e.gpu}"
+
+
+def _oom_knobs(plan: Plan, role: str) -> str:
+    """The keys that lower a role's CUDA memory, with their values in this run."""
+    r, a = plan.recipe, plan.recipe.trainer_args
+    if role == "rollout":
+        return (f"lower ROLLOUT_GPU_MEMORY_UTILIZATION (now {r.rollout_args.gpu_memory_utilization}) or "
+                f"ROLLOUT_MAX_MODEL_LEN (now {r.rollout_args.max_model_len or 'the model context'})")  # fmt: skip
+    batch = (f"lower PER_DEVICE_TRAIN_BATCH_SIZE (now {a.per_device_train_batch_size}; GRADIENT_ACCUMULATION_STEPS "
+             "keeps the step the same)")  # fmt: skip
+    if plan.layout.mode == "colocate":
+        return f"{batch} or VLLM_GPU_MEMORY_UTILIZATION (now {a.vllm_gpu_memory_utilization})"
+    return f"{batch} or MAX_COMPLETION_LENGTH (now {a.max_completion_length})"

@@ -12,11 +12,42 @@ the types below, and a value that does not fit is reported with the key's name.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from entrypoint.rewards.tasks import TASKS
+
+# One directory under OUTPUT_DIR: no '/', never '.' or '..', nothing a shell or a URL would mangle (issue 26:
+# RUN_NAME=../../etc/x wrote the run outside OUTPUT_DIR). 128 stays far below a file name's 255 bytes.
+RUN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+class Refused(ValueError):
+    """A validator's refusal that knows its fix; recipe.settings_of shows both."""
+
+    def __init__(self, message: str, fix: str):
+        super().__init__(message)
+        self.fix = fix
+
+
+def run_name_problem(value: str) -> tuple[str, str] | None:
+    """(what is wrong, the fix) for a RUN_NAME that is not one plain path component, None when it is.
+    Source of the rule: issue 26 (names that stay inside OUTPUT_DIR)."""
+    if not value or RUN_NAME_RE.fullmatch(value):
+        return None
+    if value in (".", ".."):
+        why = f"{value!r} is {'OUTPUT_DIR itself' if value == '.' else 'the parent of OUTPUT_DIR'}, not a run directory in it"
+    elif "/" in value or "\\" in value:
+        why = f"{value!r} is a path, not a name: the run must be one directory directly under OUTPUT_DIR"
+    else:
+        why = f"{value!r} is not a run name"
+    suggestion = re.sub(r"[^A-Za-z0-9._-]+", "-", value).strip("-._")[:128] or "my-run"
+    return (
+        f"{why}; RUN_NAME takes letters, digits, '.', '_' and '-' (up to 128, starting with a letter or digit)",
+        f"set RUN_NAME={suggestion}, or choose where runs go with OUTPUT_DIR",
+    )
 
 
 class Settings(BaseModel):
@@ -27,7 +58,9 @@ class Settings(BaseModel):
     # Run identity and output
     RECIPE: str = Field("", description="recipe name: recipes/<RECIPE>.env")
     RUN_NAME: str = Field(
-        "", description="run directory name under OUTPUT_DIR; default <recipe>-<UTC timestamp>"
+        "",
+        description="run directory name under OUTPUT_DIR: letters, digits, . _ - (up to 128, starting with a "
+        "letter or digit); default <recipe>-<UTC timestamp>",
     )
     OUTPUT_DIR: str = Field("output", description="root of run directories (the mounted volume: /output)")
 
@@ -137,6 +170,14 @@ class Settings(BaseModel):
             raise ValueError(
                 f"{value!r} is not a task generator; generators: {', '.join(TASKS)} (rewards/tasks.py)"
             )
+        return value
+
+    @field_validator("RUN_NAME")
+    @classmethod
+    def _run_name(cls, value: str) -> str:
+        problem = run_name_problem(value)
+        if problem:
+            raise Refused(*problem)
         return value
 
     @field_validator("EVAL_ENGINE", mode="before")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -91,10 +92,12 @@ CLI_SECRET = "cliPLANTEDsecret000"  # also given as a recipe key on the command 
 
 
 def snapshot(root: Path) -> dict[str, tuple[str, float]]:
+    """Every file's sha256 and mtime, but run.lock's: it names the last command that held the directory
+    (runlock.py), which a rerun is."""
     return {
         str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime)
         for p in sorted(root.rglob("*"))
-        if p.is_file()
+        if p.is_file() and p.name != "run.lock"
     }
 
 
@@ -148,6 +151,21 @@ def smoke_run(lifecycle) -> Path:
     second = lifecycle["second"]
     assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
     return lifecycle["run_dir"]
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str, *options: str):
+    """A small tmpfs mounted at `path` (CI runs as root), unmounted afterwards; skips where mounting is not
+    allowed. `options`: more mount options (`ro`: a volume even root cannot write)."""
+    path.mkdir(parents=True, exist_ok=True)
+    opts = ",".join([f"size={size}", *options])
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(path)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=True)
 
 
 def read_jsonl(path: Path) -> list[dict]:

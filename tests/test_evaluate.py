@@ -110,3 +110,20 @@ def test_settings_come_from_the_environment_too(tmp_path):
     fake_run(tmp_path, "mine", adapter=False)
     proc = run_cli("evaluate", "run=mine", env=clean_env(OUTPUT_DIR=str(tmp_path)), timeout=60)
     assert proc.returncode == 2 and "has no adapter yet" in proc.stderr  # found through OUTPUT_DIR
+
+
+def test_a_run_that_did_not_finish_is_evaluated_saying_so_and_which_checkpoint(tmp_path):
+    """Issue 26: the adapter of a failed or stopped run is its newest complete checkpoint's."""
+    run = fake_run(tmp_path, "cut", adapter=True, recipe={"DATASET": "/data/train.jsonl"})
+    data = json.loads((run / "manifest.json").read_text())
+    data.update(status="failed", checkpoint="train/checkpoint-4", steps={"completed": 4, "planned": 10},
+                failure={"summary": "trainer was killed by SIGKILL (exit status 247) (last step logged: 4 of 10)"})  # fmt: skip
+    (run / "manifest.json").write_text(json.dumps(data))
+    proc = run_cli("evaluate", "run=cut", f"OUTPUT_DIR={tmp_path}", env=clean_env(), timeout=60)
+    assert ("note: the run did not finish (status failed: trainer was killed by SIGKILL (exit status 247) (last "
+            "step logged: 4 of 10)); this evaluates its adapter from train/checkpoint-4, step 4 of 10") in proc.stdout  # fmt: skip
+    assert proc.returncode == 2  # then: no held-out rows (the case above), before any model is loaded
+    assert "did not finish (its last attempt ended without recording how)" in evaluate.unfinished(
+        {"status": "running"}
+    )
+    assert evaluate.unfinished({"status": "completed"}) == ""

@@ -8,7 +8,7 @@ from entrypoint import layout
 from entrypoint import plan as plan_mod
 from entrypoint.errors import BadInput
 from entrypoint.inventory import Inventory
-from tests.conftest import facts_for, load_inventory, load_recipe
+from tests.conftest import INVENTORIES, ROOT, clean_env, facts_for, load_inventory, load_recipe, run_cli
 
 
 def inventory(n: int) -> Inventory:
@@ -97,10 +97,21 @@ def test_c04_entrypoint_composes_the_server_flags_and_the_plan_shows_the_mode():
     assert "--vllm_server_host" not in q.process("trainer").argv and "layout: colocate" in q.render()
 
 
-def test_colocate_only_keys_in_server_mode_are_refused_with_the_rollout_key():
-    p = plan_for("recipe=tcm-4x4090", "VLLM_GPU_MEMORY_UTILIZATION=0.5", gpus=5)
-    (problem,) = fatal(p)
-    assert "only acts in colocate mode" in problem.message and "ROLLOUT_GPU_MEMORY_UTILIZATION" in problem.fix
+@pytest.mark.parametrize(
+    ("key", "value", "acts"),
+    [
+        ("VLLM_GPU_MEMORY_UTILIZATION", "0.5", "ROLLOUT_GPU_MEMORY_UTILIZATION"),
+        ("VLLM_MAX_MODEL_LEN", "4096", "ROLLOUT_MAX_MODEL_LEN"),
+    ],
+)
+def test_colocate_only_keys_in_server_mode_warn_naming_the_rollout_key(key, value, acts):
+    """Issue 26: a maintainer-style server-mode recipe that also sets the colocate keys is valid (ms-swift
+    3.6.4 only warns, `_external_vllm_warning`): a warning naming the ROLLOUT_* key that acts, no refusal."""
+    p = plan_for("recipe=tcm-4x4090", f"{key}={value}", gpus=5)
+    assert not fatal(p)
+    (warning,) = [x for x in p.problems if x.where.startswith(key)]
+    assert not warning.fatal and "only acts in colocate mode" in warning.message
+    assert f"set {acts}={value} instead" in warning.fix
 
 
 def test_rollout_on_another_node_has_no_local_rollout_process():
@@ -143,3 +154,17 @@ def test_parse_ordinals(text, expected):
 def test_parse_ordinals_refuses(text):
     with pytest.raises(ValueError):
         layout.parse_ordinals(text)
+
+
+def test_a_maintainer_style_server_mode_recipe_with_the_colocate_keys_validates_with_warnings():
+    """Issue 26's false refusal, as a user runs it."""
+    proc = run_cli(
+        "validate", "recipe=tcm-4x4090", f"INVENTORY={INVENTORIES / '5x4090-driver535.json'}",
+        f"DATASET={ROOT / 'examples/tcm/sample.jsonl'}", "VLLM_GPU_MEMORY_UTILIZATION=0.5", "VLLM_MAX_MODEL_LEN=4096",
+        env=clean_env(),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: VLLM_GPU_MEMORY_UTILIZATION (command line): only acts in colocate mode" in proc.stdout
+    assert "fix: set ROLLOUT_GPU_MEMORY_UTILIZATION=0.5 instead" in proc.stdout
+    assert "fix: set ROLLOUT_MAX_MODEL_LEN=4096 instead" in proc.stdout
+    assert "recipe tcm-4x4090: valid (" in proc.stdout

@@ -24,6 +24,7 @@ from tests.conftest import (
     refused,
     refused_dataset,
     run_cli,
+    tmpfs,
 )
 
 COLOCATE = FAKES / "colocate.env"
@@ -342,10 +343,31 @@ def test_missing_plugin_file(tmp_path):
 
 
 def test_output_dir_not_writable_names_uid_and_fix(tmp_path):
-    blocker = tmp_path / "not-a-directory"
-    blocker.write_text("")  # even root cannot create a directory below a regular file
-    err = refused(tmp_path, "recipe=smoke", f"OUTPUT_DIR={blocker}/runs")
+    with tmpfs(tmp_path / "volume", "1m", "ro"):  # read-only: even root cannot write there
+        err = refused(tmp_path, "recipe=smoke", f"OUTPUT_DIR={tmp_path / 'volume'}/runs")
     assert "is not writable by this process (uid:gid" in err and "chown" in err and "HOST_UID=$(id -u)" in err
+
+
+@pytest.mark.parametrize("where", ["itself", "its parent"])
+def test_output_dir_that_is_a_file_says_so(tmp_path, where):
+    """Issue 26: a regular file was reported as "not writable ... chown"."""
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    out = blocker if where == "itself" else blocker / "runs"
+    err = refused(tmp_path, "recipe=smoke", f"OUTPUT_DIR={out}")
+    said = "is a file, not a directory" if where == "itself" else f"cannot be made: {blocker} is a file"
+    assert (
+        f"error: OUTPUT_DIR {out}: {said}" in err
+        and "chown" not in err
+        and "point OUTPUT_DIR at a directory" in err
+    )
+
+
+def test_a_run_directory_that_is_a_file_says_so(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "r").write_text("")  # refused() names the run r
+    err = refused(tmp_path, "recipe=smoke")
+    assert f"error: RUN_NAME r: {tmp_path / 'out' / 'r'} is a file, not a run directory" in err
 
 
 def test_validate_passes_on_the_shipped_recipes(tmp_path):
@@ -675,22 +697,68 @@ def test_a_reward_returning_numbers_and_none_is_accepted(tmp_path):
 
 
 def test_merged_export_needs_room_for_the_whole_model_before_the_run():
-    """EXPORT_MERGED=true writes a full copy of the model: the free space is checked before training."""
+    """EXPORT_MERGED=true writes a full copy of the model: the free space is checked before training. On
+    this machine (NVML's inventory) too little refuses; planned for another machine (INVENTORY) it warns."""
     import dataclasses
 
     from entrypoint.facts import PathInfo
     from entrypoint.preflight import environment
 
     plan = build_plan(*COUNTDOWN, "EXPORT_MERGED=true", inventory="1x4090-driver535")
+    here = dataclasses.replace(plan, inventory=plan.inventory.model_copy(update={"source": "nvml"}))
     out = str(Path(plan.recipe.settings.OUTPUT_DIR).expanduser())
-    tight = PathInfo(exists=True, is_dir=True, readable=True, writable=True, nearest=out, disk_free_gib=1.5)
+    tight = PathInfo(exists=True, is_dir=True, readable=True, writable=True, nearest=out, disk_free_gib=1.0)
     facts = dataclasses.replace(plan.facts, paths={**plan.facts.paths, out: tight})
-    found = environment.check(plan, facts, 0, checkpoint_gib=None)
-    disk = [p for p in found if p.where.startswith("disk under")]
-    assert (
-        disk
-        and disk[0].fatal
-        and "the merged export (EXPORT_MERGED=true: a 0.9 GiB model)" in disk[0].message
+    disk = [p for p in environment.check(here, facts, 0) if p.where.startswith("disk under")]
+    assert disk and disk[0].fatal and "the merged model (EXPORT_MERGED=true, 0.9 GiB)" in disk[0].message
+    (elsewhere,) = [p for p in environment.check(plan, facts, 0) if p.where.startswith("disk under")]
+    assert not elsewhere.fatal and "planned for another machine, INVENTORY" in elsewhere.message
+    plan = build_plan(*COUNTDOWN, inventory="1x4090-driver535")  # without the export 1.0 GiB is enough
+    assert not [p for p in environment.check(plan, facts, 0) if p.where.startswith("disk under")]
+
+
+def test_room_for_one_checkpoint_but_not_for_all_of_them_is_a_warning_naming_the_limit_that_fits():
+    import dataclasses
+
+    from entrypoint.facts import PathInfo
+    from entrypoint.preflight import environment
+
+    plan = build_plan("recipe=smoke", "MAX_STEPS=40", "SAVE_TOTAL_LIMIT=")  # 20 checkpoints of 28 MiB kept
+    out = str(Path(plan.recipe.settings.OUTPUT_DIR).expanduser())
+    room = PathInfo(exists=True, is_dir=True, readable=True, writable=True, nearest=out, disk_free_gib=0.25)
+    facts = dataclasses.replace(plan.facts, paths={**plan.facts.paths, out: room})
+    (disk,) = [p for p in environment.check(plan, facts, 0) if p.where.startswith("disk under")]
+    assert not disk.fatal and "the disk fills after about 6 checkpoint(s)" in disk.message
+    assert disk.fix.startswith("set SAVE_TOTAL_LIMIT=5 ") and "the same command resumes it" in disk.fix
+
+
+def test_the_free_space_asked_for_comes_from_what_a_run_of_the_recipe_writes():
+    """Issue 26: 1.0 GiB was asked for a smoke run that wrote 67 MB (2 checkpoints of 29.8 MB, the adapter
+    9.8 MB, logs): now its checkpoints, the export and a margin."""
+    from entrypoint.preflight import environment
+
+    smoke = build_plan("recipe=smoke")
+    need = environment.disk_need(smoke, smoke.facts)
+    assert 67e6 / 1024**3 < need.peak < 0.15, need
+    assert need.text == "this run writes about 116 MiB (2 checkpoint(s) of 28 MiB, the export and logs)"
+    longer = build_plan("recipe=smoke", "MAX_STEPS=40", "SAVE_TOTAL_LIMIT=")  # every checkpoint kept: 20
+    assert "20 checkpoint(s) of 28 MiB" in environment.disk_need(longer, longer.facts).text
+    unknown = build_plan("recipe=smoke", "MODEL_SOURCE=hub", "MODEL=someone/unknown-model")
+    assert environment.disk_need(unknown, unknown.facts).peak == 1.0
+
+
+@pytest.mark.parametrize("name", ["smoke", "smoke-gpu", "smoke-server", "countdown-1x4090"])
+def test_every_path_a_plan_writes_is_inside_its_run_directory(name):
+    import dataclasses
+
+    from entrypoint.preflight import environment
+
+    plan = build_plan(f"recipe={name}", "EXPORT_MERGED=true", inventory="2x4090-driver535")
+    assert len(plan.written) >= 3 and environment.check_run_paths(plan) == []
+    outside = dataclasses.replace(
+        plan.processes[-1], argv=[*plan.processes[-1].argv, "--output_dir", "/elsewhere"]
     )
-    plan = build_plan(*COUNTDOWN, inventory="1x4090-driver535")  # without the export 1.5 GiB is enough
-    assert not [p for p in environment.check(plan, facts, 0, None) if p.where.startswith("disk under")]
+    (problem,) = environment.check_run_paths(
+        dataclasses.replace(plan, processes=[*plan.processes[:-1], outside])
+    )
+    assert f"the run would write outside {plan.run_dir}: /elsewhere" in problem.message

@@ -167,3 +167,33 @@ def test_keys_lists_the_values_the_schema_accepts():
         assert run_cli("validate", "recipe=smoke", f"MEMORY_CHECK={value}", env=clean_env()).returncode == 0
     assert run_cli("validate", "recipe=smoke", "MEMORY_CHECK=refuse", env=clean_env()).returncode == 2
     assert "DATASET_ROWS=256" in out and "integer >= 1" in out
+
+
+@pytest.mark.parametrize(
+    ("name", "said", "fix"),
+    [
+        ("../../etc/x", "is a path, not a name", "RUN_NAME=etc-x"),
+        ("/abs", "is a path, not a name", "RUN_NAME=abs"),
+        ("..", "the parent of OUTPUT_DIR", "RUN_NAME=my-run"),
+        (".", "OUTPUT_DIR itself", "RUN_NAME=my-run"),
+        ("a/b", "is a path, not a name", "RUN_NAME=a-b"),
+        ("my run", "is not a run name", "RUN_NAME=my-run"),
+        ("-x", "is not a run name", "RUN_NAME=x"),
+        (".hidden", "is not a run name", "RUN_NAME=hidden"),
+    ],
+)
+def test_a_run_name_that_is_not_one_path_component_is_refused_with_a_name_that_is(tmp_path, name, said, fix):
+    """Issue 26: RUN_NAME=../../etc/x, /abs and .. wrote the run outside OUTPUT_DIR."""
+    write(tmp_path, "r", "MODEL=m\n")
+    with pytest.raises(BadInput) as exc:
+        recipe.load(["recipe=r", f"RUN_NAME={name}"], {}, tmp_path)
+    (problem,) = exc.value.problems
+    assert problem.where == "RUN_NAME (command line)"
+    assert said in problem.message and "letters, digits, '.', '_' and '-'" in problem.message
+    assert fix in problem.fix
+
+
+@pytest.mark.parametrize("name", ["smoke-1", "run_2.v3", "A", "countdown-20261201-120000", "x" * 128])
+def test_plain_run_names_are_accepted(tmp_path, name):
+    write(tmp_path, "r", "MODEL=m\n")
+    assert name == recipe.load(["recipe=r", f"RUN_NAME={name}"], {}, tmp_path).settings.RUN_NAME

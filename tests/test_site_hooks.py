@@ -21,7 +21,12 @@ GIB = 1024**3
 @pytest.fixture
 def site(monkeypatch):
     """sitecustomize.py loaded as a module with no hook variable set (so it installs nothing)."""
-    for key in ("GRPO_RIG_EMULATE_VRAM_GB", "GRPO_RIG_VLLM_KEEP_POOLS", "GRPO_RIG_EVENTS"):
+    for key in (
+        "GRPO_RIG_EMULATE_VRAM_GB",
+        "GRPO_RIG_VLLM_KEEP_POOLS",
+        "GRPO_RIG_EVENTS",
+        "GRPO_RIG_REWARD_CHECK",
+    ):
         monkeypatch.delenv(key, raising=False)
     spec = importlib.util.spec_from_file_location("grpo_rig_site_under_test", SITE / "sitecustomize.py")
     module = importlib.util.module_from_spec(spec)
@@ -228,3 +233,126 @@ def test_the_graph_hook_sets_vllm_s_sizes_unless_the_recipe_or_eager_mode_decide
         c._set_cudagraph_sizes()
         got = c.compilation_config.cudagraph_capture_sizes
         assert (len(got) if isinstance(expected, int) else got) == expected
+
+
+# The reward check (GRPO_RIG_REWARD_CHECK, issue 26) ----------------------------------------------------
+
+
+class StandInTrainer:
+    """What the check reads of ms-swift 3.6.4's GRPOTrainer: reward_funcs, reward_func_names (set in
+    __init__) and the way _score_completions calls each function: the completions, every column as a
+    row-aligned list, and trainer_state."""
+
+    def __init__(self, funcs):
+        self.reward_funcs = list(funcs)
+        self.reward_func_names = [f.__name__ for f in funcs]
+        self.state = types.SimpleNamespace(global_step=3)
+
+    def score(self, completions, **columns):
+        return [f(completions, trainer_state=self.state, **columns) for f in self.reward_funcs]
+
+
+def checked(site, *funcs):
+    grpo = types.SimpleNamespace(GRPOTrainer=type("GRPOTrainer", (StandInTrainer,), {}))
+    site._check_rewards(grpo)
+    return grpo.GRPOTrainer(funcs)
+
+
+def exact(completions, solution, **kwargs):
+    return [1.0 if c == s else 0.0 for c, s in zip(completions, solution, strict=True)]
+
+
+COMPLETIONS, SOLUTIONS = ["4", "5", "six", "7"], ["4", "5", "6", "8"]
+
+
+def test_rewards_that_answer_numbers_none_or_a_nan_beside_a_number_pass_unchanged(site):
+    def partial(completions, **kwargs):  # None and NaN: "does not apply here", summed away by ms-swift
+        return [None, float("nan"), 0.5, 1]
+
+    trainer = checked(site, exact, partial)
+    first, second = trainer.score(COMPLETIONS, solution=SOLUTIONS)
+    assert first == [1.0, 1.0, 0.0, 0.0] and second[0] is None and second[2:] == [0.5, 1]
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (lambda c, solution, **k: [1 / int(x) if x.isdigit() else int(x) for x in c],
+         "reward function answer raised ValueError: invalid literal for int() with base 10: 'six' on row 2 of "
+         "the batch (completion 'six'; solution='6')"),
+        (lambda c, **k: [0.0] * 3, "reward function answer returned [0.0, 0.0, 0.0] for 4 completions"),
+        (lambda c, **k: [0.0, "1.0", 0.0, 0.0],
+         "reward function answer returned '1.0' for row 1 of the batch (completion '5'; solution='5'): it is not a number"),
+        (lambda c, **k: [0.0, 0.0, float("inf"), 0.0], "returned inf for row 2 of the batch"),
+        (lambda c, **k: [0.0, float("nan"), 0.0, 0.0],
+         "every reward function returned None or NaN for row 1 of the batch (completion '5'; solution='5') "
+         "(answer: nan)"),
+    ],
+)  # fmt: skip
+def test_a_reward_answer_ms_swift_cannot_score_ends_the_run_naming_function_row_and_value(
+    site, capsys, answer, said
+):
+    answer.__name__ = "answer"
+    trainer = checked(site, answer)
+    with pytest.raises(site.RewardCheckFailed) as exc:
+        trainer.score(COMPLETIONS, solution=SOLUTIONS)
+    assert said in str(exc.value)
+    assert f"{site.REWARD_MARK} {exc.value}" in capsys.readouterr().err  # the line the entrypoint shows
+
+
+def test_a_row_only_one_of_two_rewards_leaves_out_is_fine_but_none_from_both_ends_the_run(site):
+    def half(completions, **kwargs):
+        return [None, None, 0.0, 0.0]
+
+    def other(completions, **kwargs):
+        return [0.0, None, 0.0, 0.0]
+
+    trainer = checked(site, half, other)
+    with pytest.raises(site.RewardCheckFailed, match=r"for row 1 .*\(half: None; other: None\)"):
+        trainer.score(COMPLETIONS, solution=SOLUTIONS)
+
+
+def test_the_reward_check_never_takes_a_trainer_down(site, capsys):
+    grpo = types.SimpleNamespace(GRPOTrainer=type("GRPOTrainer", (), {"__init__": lambda self: None}))
+    site._check_rewards(grpo)
+    grpo.GRPOTrainer()  # no reward_funcs at all: the check says so and stays out
+    assert "reward check not installed" in capsys.readouterr().err
+
+
+REAL_SCORING = """
+import math, sys, types
+import torch
+from transformers import TrainerState
+from swift.trainers.rlhf_trainer.grpo_trainer import GRPOTrainer
+
+def accuracy(completions, solution, **kwargs):
+    return [1.0 if c == s else (math.nan if c == "?" else 0.0) for c, s in zip(completions, solution)]
+
+trainer = GRPOTrainer.__new__(GRPOTrainer)  # what _score_completions reads of a trainer, without a model
+trainer.reward_funcs, trainer.reward_func_names, trainer.reward_model_plugins = [accuracy], ["accuracy"], [None]
+trainer.accelerator, trainer.reward_weights = types.SimpleNamespace(device="cpu"), torch.ones(1)
+trainer.state, trainer.args = TrainerState(), types.SimpleNamespace(report_to=[])
+if sys.argv[1] == "checked":
+    import sitecustomize
+    sitecustomize._guard_rewards(trainer)
+rows = [{"messages": [{"role": "user", "content": "1+0?"}, {"role": "assistant", "content": c}], "solution": "1"}
+        for c in ("1", "?", "0")]
+print(trainer._score_completions(rows))
+"""
+
+
+@pytest.mark.slow  # imports ms-swift's GRPO trainer (~1 minute on 2 cores)
+def test_ms_swift_s_own_scoring_of_a_nan_row_fails_unrelated_and_the_check_names_it(tmp_path):
+    """Issue 26, on ms-swift 3.6.4's real GRPOTrainer._score_completions: a reward's NaN on a row crashes
+    with "'TrainerState' object is not subscriptable"; with the check the run ends naming the row."""
+    script = tmp_path / "score.py"
+    script.write_text(REAL_SCORING)
+    env = clean_env(PYTHONPATH=str(SITE))
+    plain = subprocess.run([sys.executable, str(script), "plain"], env=env, capture_output=True, text=True)
+    assert plain.returncode == 1 and "TypeError: 'TrainerState' object is not subscriptable" in plain.stderr
+    checked = subprocess.run(
+        [sys.executable, str(script), "checked"], env=env, capture_output=True, text=True
+    )
+    assert checked.returncode == 1 and "TypeError" not in checked.stderr
+    assert ("grpo-rig reward check: every reward function returned None or NaN for row 1 of the batch "
+            "(completion '?'; solution='1') (accuracy: nan)") in checked.stderr  # fmt: skip

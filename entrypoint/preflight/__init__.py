@@ -80,7 +80,7 @@ def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
     r, s = plan.recipe, plan.recipe.settings
     infos, problems = rewards_check.check(
         _plugin_files(plan), r.args("reward_funcs"), facts.plugins, facts.plugin_error,
-        lambda f: facts.path(Path(f)).is_file,
+        lambda f: facts.path(Path(f)).unusable_file(),
     )  # fmt: skip
     needed: dict[str, list[str]] = {}
     for name, info in infos.items():
@@ -124,7 +124,7 @@ def check(plan: Plan, facts: Facts, for_train: bool) -> list[Problem]:
         + check_model(plan, facts)
         + check_rewards_and_data(plan, facts)
         + memory_check.check(plan)
-        + environment.check(plan, facts, workers, checkpoint_gib=None)
+        + environment.check(plan, facts, workers)
     )
     local = [p for p in found if p.kind == LOCAL]
     if not for_train:

@@ -221,6 +221,8 @@ def _check_one(
     if not info.reachable:
         return [Problem(where, f"cannot be reached by uid {facts.uid} (a parent directory is not readable)",
                         "chmod a+rx the directories on the host (./data is mounted read-only at /data)")], None  # fmt: skip
+    if info.exists and not info.is_file:  # a directory, a device: nothing to look for elsewhere
+        return [Problem(where, info.unusable_file(), "give the path of a JSONL (or JSON, CSV) file")], None
     if not info.is_file:
         if facts.in_container:
             hint = " (compose mounts ./data at /data, read-only)" if str(path).startswith("/data") else ""

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
+from entrypoint import facts as facts_mod
 from entrypoint import nccl
 from entrypoint.errors import LOCAL, Problem
 from entrypoint.facts import CACHE_VARIABLES
@@ -143,13 +146,13 @@ def check_multi_node(plan: Plan, facts: Facts) -> list[Problem]:
     return problems
 
 
-def check(plan: Plan, facts: Facts, dataloader_workers: int, checkpoint_gib: float | None) -> list[Problem]:
+def check(plan: Plan, facts: Facts, dataloader_workers: int) -> list[Problem]:
     """Driver, /dev/shm, nodes, writable output and caches, disk, ports, proxies. All of kind LOCAL:
     they are about this machine, not the recipe."""
     problems = (
         check_driver(plan) + check_shm(plan, facts.env, dataloader_workers) + check_multi_node(plan, facts)
     )
-    problems += _check_writable(plan, facts)
+    problems += check_run_paths(plan) + _check_writable(plan, facts)
     s = plan.recipe.settings
     if plan.layout.local_rollout and s.ROLLOUT_PORT and not facts.ports.rollout_port_free:
         problems.append(
@@ -190,12 +193,52 @@ def check(plan: Plan, facts: Facts, dataloader_workers: int, checkpoint_gib: flo
     return [dataclasses.replace(p, kind=LOCAL) for p in problems]
 
 
+def check_run_paths(plan: Plan) -> list[Problem]:
+    """The run directory is OUTPUT_DIR/RUN_NAME and every path the plan writes is inside it (paths compared
+    after normalising '..'; settings.RUN_NAME_RE keeps a name from leaving, this proves the result)."""
+    run_dir = os.path.normpath(plan.run_dir)
+    expected = os.path.normpath(facts_mod.run_dir(plan.recipe.settings.OUTPUT_DIR, plan.run_name))
+    outside = [p for p in plan.written if not os.path.normpath(p).startswith(run_dir + os.sep)]
+    if run_dir == expected and Path(run_dir).name == plan.run_name and not outside:
+        return []
+    return [
+        Problem(
+            f"RUN_NAME {plan.run_name}",
+            f"the run would write outside {expected}: {', '.join(outside) or run_dir}",
+            "set RUN_NAME to a plain name (letters, digits, . _ -) and OUTPUT_DIR to the directory of runs",
+        )
+    ]
+
+
 def _check_writable(plan: Plan, facts: Facts) -> list[Problem]:
     uid, gid = facts.uid, facts.gid
     problems = []
     out = Path(plan.recipe.settings.OUTPUT_DIR).expanduser()
     info = facts.path(out)
-    if not info.writable:
+    in_the_way = (
+        out if info.exists and not info.is_dir else Path(info.nearest) if not info.nearest_is_dir else None
+    )
+    run = facts.path(plan.run_dir)
+    if in_the_way is not None:  # issue 26: this said "not writable ... chown", never that it is a file
+        problems.append(
+            Problem(
+                f"OUTPUT_DIR {out}",
+                "is a file, not a directory"
+                if in_the_way == out
+                else f"cannot be made: {in_the_way} is a file",
+                "point OUTPUT_DIR at a directory (the mounted output volume, /output in the image), or move "
+                "that file away",
+            )
+        )
+    elif run.exists and not run.is_dir:
+        problems.append(
+            Problem(
+                f"RUN_NAME {plan.run_name}",
+                f"{plan.run_dir} is a file, not a run directory",
+                "choose another RUN_NAME, or move that file away",
+            )
+        )
+    elif not info.writable:
         problems.append(
             Problem(
                 f"OUTPUT_DIR {out}",
@@ -215,19 +258,7 @@ def _check_writable(plan: Plan, facts: Facts) -> list[Problem]:
                     "make the cache volume writable for this user, or point the variable elsewhere",
                 )
             )
-    need, what = 1.0, "checkpoints of this run need about 1.0 GiB"
-    merged = _merged_gib(plan, facts)
-    if merged is not None:  # the merged export writes a full copy of the model beside the checkpoints
-        need += merged * 1.1
-        what = f"checkpoints and the merged export (EXPORT_MERGED=true: a {merged:.1f} GiB model) need about {need:.1f} GiB"
-    if info.disk_free_gib is not None and info.disk_free_gib < need:
-        problems.append(
-            Problem(
-                f"disk under {info.nearest}",
-                f"{info.disk_free_gib:.1f} GiB free; {what}",
-                "free space on the output volume, lower SAVE_TOTAL_LIMIT, or set EXPORT_MERGED=false",
-            )
-        )
+    problems += _check_disk(plan, facts, info)
     if plan.recipe.settings.EXPORT_MERGED and plan.recipe.trainer_args.train_type != "lora":
         problems.append(
             Problem(
@@ -238,6 +269,104 @@ def _check_writable(plan: Plan, facts: Facts) -> list[Problem]:
             )
         )
     return problems
+
+
+DISK_MARGIN_GIB = 0.05  # logs, the manifest, plots, generated data, tensorboard: 0.5 MB in the smoke run
+COMPLETION_BYTES_PER_TOKEN = 8  # completions.jsonl: ~4 characters per token, JSON-escaped, with its prompt
+
+
+def checkpoints_kept(a) -> int | None:
+    """Checkpoints on disk at once at the peak (HF writes the new one before deleting the oldest beyond
+    SAVE_TOTAL_LIMIT: transformers 4.51 Trainer._save_checkpoint then _rotate_checkpoints); None when
+    unknown (no MAX_STEPS and no limit). `a`: args.TrainerArgs."""
+    if a.save_strategy == "no":
+        return 0
+    saves = None
+    if a.max_steps > 0 and a.save_strategy == "steps" and a.save_steps > 0:
+        every = a.save_steps if a.save_steps >= 1 else a.max_steps * a.save_steps  # < 1: a share of the run
+        saves = math.ceil(a.max_steps / max(1.0, every))
+    if not a.save_total_limit:
+        return saves
+    return min(saves, a.save_total_limit + 1) if saves is not None else a.save_total_limit + 1
+
+
+@dataclasses.dataclass(frozen=True)
+class DiskNeed:
+    """What a run of a recipe writes to OUTPUT_DIR (GiB)."""
+
+    surely: float  # before anything is exported: one checkpoint, the export, a merged model, the margin
+    peak: float  # every checkpoint kept at once (SAVE_TOTAL_LIMIT), the logged completions too
+    checkpoint: float  # one checkpoint
+    text: str  # how the peak was counted
+
+
+def disk_need(plan: Plan, facts: Facts) -> DiskNeed:
+    """What a run of this recipe writes: its checkpoints (LoRA: fp32 adapter weights, 4 bytes a parameter,
+    and AdamW's two fp32 states, 8 more, as PEFT and torch save them; full: weights in TORCH_DTYPE plus 12
+    bytes of optimizer state), the exported adapter or model, the merged model (EXPORT_MERGED), the logged
+    completions and DISK_MARGIN_GIB. The smoke run measured 67 MB against a peak of 116 MiB predicted
+    (issue 26: a flat 1.0 GiB was asked before)."""
+    from entrypoint import memory
+
+    a = plan.recipe.trainer_args
+    try:
+        dims = memory.ModelDims.from_config(facts.model_config[0] or {})
+    except (KeyError, TypeError, ValueError):
+        return DiskNeed(
+            1.0, 1.0, 1.0, "a model this planner does not know: about 1.0 GiB assumed for its checkpoints"
+        )
+    if a.train_type == "full":
+        weights = dims.params * memory.DTYPE_BYTES.get(a.torch_dtype, 2)
+        states = dims.params * 12
+    else:
+        weights = dims.lora_params(a.lora_rank) * 4
+        states = weights * 2
+    checkpoint = (weights + (0 if a.save_only_model else states)) / memory.GIB
+    kept = checkpoints_kept(a)
+    parts = [f"{kept if kept is not None else 'at least 1'} checkpoint(s) of {_size(checkpoint)}"]
+    surely = min(1, kept if kept is not None else 1) * checkpoint + weights / memory.GIB + DISK_MARGIN_GIB
+    merged = _merged_gib(plan, facts)
+    if merged is not None:  # the merged export writes a full copy of the model beside the checkpoints
+        surely += merged * 1.1
+        parts.append(f"the merged model (EXPORT_MERGED=true, {merged:.1f} GiB)")
+    peak = surely + checkpoint * max(0, (kept if kept is not None else 1) - 1)
+    b = plan.budget.batch if plan.budget else None
+    if a.log_completions and a.max_steps > 0 and b is not None:
+        logged = a.max_steps * b.generation_batch * a.max_completion_length * COMPLETION_BYTES_PER_TOKEN
+        peak += logged / memory.GIB
+        parts += (
+            [f"{_size(logged / memory.GIB)} of logged completions"] if logged >= memory.GIB / 1024 else []
+        )
+    return DiskNeed(
+        surely,
+        peak,
+        checkpoint,
+        f"this run writes about {_size(peak)} ({', '.join(parts)}, the export and logs)",
+    )
+
+
+def _check_disk(plan: Plan, facts: Facts, info) -> list[Problem]:
+    """Refuses when not even one checkpoint and the export fit on this machine's output volume (a warning when
+    the plan is for another machine: INVENTORY=file); warns when every checkpoint kept would not (a full disk
+    then stops the run cleanly, and it resumes once space is freed)."""
+    need, free = disk_need(plan, facts), info.disk_free_gib
+    if free is None or free >= need.peak:
+        return []
+    where = f"disk under {info.nearest}"
+    if free < need.surely:
+        here = plan.inventory.source == "nvml"
+        elsewhere = "" if here else " (planned for another machine, INVENTORY: its output volume needs this)"
+        return [Problem(where, f"{_size(free)} free; {need.text}; one checkpoint and the export alone need "
+                        f"{_size(need.surely)}{elsewhere}",
+                        "free space on the output volume, or set EXPORT_MERGED=false", fatal=here)]  # fmt: skip
+    fits = int((free - need.surely + need.checkpoint) // need.checkpoint) if need.checkpoint else 1
+    return [Problem(where, f"{_size(free)} free; {need.text}: the disk fills after about {fits} checkpoint(s)",
+                    f"set SAVE_TOTAL_LIMIT={max(1, fits - 1)} (the newest checkpoints are kept), or free space; a full "
+                    "disk stops the run cleanly and the same command resumes it", fatal=False)]  # fmt: skip
+
+
+def _size(gib: float) -> str:
+    return f"{gib:.1f} GiB" if gib >= 1 else f"{gib * 1024:.0f} MiB"
 
 
 def _merged_gib(plan: Plan, facts: Facts) -> float | None:

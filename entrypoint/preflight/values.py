@@ -114,16 +114,16 @@ def _check_fractions(plan: Plan, facts: Facts, where) -> list[Problem]:
 
 
 def _check_system(plan: Plan, facts: Facts, where) -> list[Problem]:
-    """A SYSTEM prompt file exists."""
+    """A SYSTEM prompt file is a text file this process reads."""
     r = plan.recipe
     problems: list[Problem] = []
     system = r.args("system")
-    if system and system[0].endswith(".txt") and not facts.path(Path(system[0])).is_file:
+    if system and system[0].endswith(".txt") and (facts.system_error or facts.system_text is None):
         problems.append(
             Problem(
                 where("SYSTEM"),
-                f"the system prompt file {system[0]} does not exist",
-                "give a path inside the container (recipes/prompts/... or /data/...)",
+                f"the system prompt file {system[0]} {facts.system_error or 'does not exist'}",
+                "give a UTF-8 text file inside the container (recipes/prompts/... or /data/...)",
             )
         )
     return problems

@@ -19,19 +19,21 @@ class RewardInfo:
 
 
 def check(
-    plugin_files: list[str], reward_funcs: list[str], result: dict | None, error: str, is_file
+    plugin_files: list[str], reward_funcs: list[str], result: dict | None, error: str, unusable
 ) -> tuple[dict[str, RewardInfo], list[Problem]]:
     """What the probe's `result` (rewards/probe.py; None with `error` when it failed) says of the plugin
-    files and the rewards the recipe names. `is_file(path)` answers for the files. Returns (name ->
-    RewardInfo for the requested rewards, problems)."""
+    files and the rewards the recipe names. `unusable(path)` says why a file cannot be read ("" when it
+    can: facts.PathInfo.unusable_file). Returns (name -> RewardInfo for the requested rewards, problems)."""
     problems: list[Problem] = []
     for f in plugin_files:
-        if not is_file(f):
+        why = unusable(f)
+        if why:
             problems.append(
                 Problem(
                     f"EXTERNAL_PLUGINS {f}",
-                    "does not exist inside the container",
-                    "mount it (e.g. under ./data, which compose mounts at /data) and give its container path",
+                    f"{why} inside the container" if why == "does not exist" else why,
+                    "give the container path of a Python file (mount it, e.g. under ./data, which compose "
+                    "mounts at /data)",
                 )
             )
     if result is None:

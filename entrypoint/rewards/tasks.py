@@ -43,10 +43,14 @@ def write_jsonl(task: Task, path: Path, rows: int, seed: int) -> Path:
     """Write `rows` of `task` to `path` (JSONL, UTF-8) atomically; returns `path`. Raises OSError."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        for row in task.generate(rows, seed):
-            f.write(json.dumps(row) + "\n")
-    tmp.replace(path)
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            for row in task.generate(rows, seed):
+                f.write(json.dumps(row) + "\n")
+        tmp.replace(path)
+    except BaseException:  # a full disk or a signal: no half-written file stays behind
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -48,6 +48,15 @@ GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS=1: vLLM captures CUDA graphs only for batch 
     whose capture took 39 of the engine's 61 s on the lent H200 (docs/benchmarks/raw/h200-2026-12-01/).
     A decode step of more sequences than max_num_seqs never happens, so no step loses its graph. A recipe
     that sets its own capture sizes (compilation_config) keeps them.
+GRPO_RIG_REWARD_CHECK=1: every reward function's answer is checked as ms-swift receives it (ms-swift 3.6.4
+    GRPOTrainer._score_completions). A function that raises, returns a list of the wrong length, or a value
+    that is not a number (a string, a list) or is infinite ends the run with a line naming the function, the
+    row (its completion and columns) and the value (`grpo-rig reward check: ...`, which the entrypoint shows
+    as the run's failure), instead of an unrelated traceback from torch.tensor later. None and NaN follow
+    ms-swift's rules (recorded as NaN, left out of the row's sum) except on a row where every reward
+    function gave one: there ms-swift's own warning fails with "TypeError: 'TrainerState' object is not
+    subscriptable" (it indexes the trainer state as a column), so the run ends naming the row instead.
+    A reward model (an nn.Module) is not checked.
 GRPO_RIG_SYNC_PROBE=PATH: after the first optimizer step, rank 0 checks that vLLM generates from the weights
     the trainer trained (grpo_rig_probe.py beside this file; tests/gpu/test_weight_sync.py). With
     GRPO_RIG_SYNC_PROBE_BREAK=1 the weight push is skipped, the fault the check exists to see.
@@ -70,6 +79,7 @@ _KEEP_POOLS = os.environ.get("GRPO_RIG_VLLM_KEEP_POOLS") == "1"
 _EVENTS = os.environ.get("GRPO_RIG_EVENTS", "")
 _GRAPHS_UP_TO_MAX_SEQS = os.environ.get("GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS") == "1"
 _SYNC_PROBE = os.environ.get("GRPO_RIG_SYNC_PROBE", "")
+_REWARD_CHECK = os.environ.get("GRPO_RIG_REWARD_CHECK") == "1"
 _STARTED = time.time()
 GIB = 1024**3
 CONTEXT_BYTES = (
@@ -334,6 +344,148 @@ def _install_sync_probe(grpo):
     grpo_rig_probe.install(grpo.GRPOTrainer, _SYNC_PROBE, os.environ.get("GRPO_RIG_SYNC_PROBE_BREAK") == "1")
 
 
+# --- the reward check ------------------------------------------------------------------------------
+
+REWARD_MARK = "grpo-rig reward check:"  # entrypoint/deaths.py finds the failure by it in the trainer's log
+
+
+class RewardCheckFailed(RuntimeError):
+    """A reward function's answer that ms-swift cannot score: the run ends here, naming it."""
+
+
+def _short(value, limit=80):
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _row(i, completions, kwargs):
+    """'row 3 of the batch (completion '...'; nums=[1, 2], target=3)'."""
+    columns = [f"{k}={_short(v[i], 40)}" for k, v in kwargs.items()
+               if k not in ("messages", "trainer_state") and isinstance(v, list) and len(v) == len(completions)]  # fmt: skip
+    return f"row {i} of the batch (completion {_short(completions[i])}{'; ' if columns else ''}{', '.join(columns)})"
+
+
+def _fail(message):
+    print(f"{REWARD_MARK} {message}", file=sys.stderr, flush=True)
+    raise RewardCheckFailed(message)
+
+
+def _missing(value):
+    return value is None or (isinstance(value, float) and value != value)  # None or NaN
+
+
+def _bad_value(value):
+    """Why ms-swift cannot score `value` ('' when it can: a number, None or NaN)."""
+    if value is None or isinstance(value, bool):
+        return ""
+    if isinstance(value, str | bytes):
+        return "is not a number"
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return "is not a number"
+    return (
+        "is infinite: GRPO's advantages would become NaN" if number in (float("inf"), float("-inf")) else ""
+    )
+
+
+def _culprit(func, completions, kwargs):
+    """The first row on which `func` raises when called alone ('' when none does)."""
+    for i in range(min(len(completions), 64)):
+        one = {
+            k: v[i : i + 1] if isinstance(v, list) and len(v) == len(completions) else v
+            for k, v in kwargs.items()
+        }
+        try:
+            func(completions[i : i + 1], **one)
+        except Exception:
+            return _row(i, completions, kwargs)
+    return ""
+
+
+def _guarded(func, name, index, answers):
+    """`func` checked (GRPO_RIG_REWARD_CHECK above). ms-swift calls the reward functions once each, in order,
+    per scoring round: function `index` 0 starts `answers` afresh, the last one (`answers.count`) looks for a
+    row none of them scored. index None: not compared (a reward model is among the functions)."""
+
+    def reward(completions, **kwargs):
+        try:
+            values = func(completions, **kwargs)
+        except Exception as exc:
+            where = _culprit(func, completions, kwargs) or f"a batch of {len(completions)} completions"
+            _fail(f"reward function {name} raised {type(exc).__name__}: {exc} on {where}")
+        try:
+            values = list(values)
+        except TypeError:
+            values = None
+        if values is None or len(values) != len(completions):
+            _fail(f"reward function {name} returned {_short(values)} for {len(completions)} completions: "
+                  "it must return one number (or None) per completion")  # fmt: skip
+        for i, value in enumerate(values):
+            why = _bad_value(value)
+            if why:
+                _fail(
+                    f"reward function {name} returned {_short(value)} for {_row(i, completions, kwargs)}: it {why}"
+                )
+        if index is not None:
+            answers[:] = [*(answers if index else []), (name, values)]
+            if index == answers.count - 1:
+                _all_missing(answers, completions, kwargs)
+        return values
+
+    return reward
+
+
+class _Answers(list):
+    """One scoring round's answers: (function name, values) in call order; `count` functions in all."""
+
+    count = 0
+
+
+def _all_missing(answers, completions, kwargs):
+    """End the run at a row every reward function left without a value (None or NaN)."""
+    for i in range(len(completions)):
+        if all(_missing(values[i]) for _, values in answers):
+            given = "; ".join(f"{name}: {_short(values[i])}" for name, values in answers)
+            _fail(f"every reward function returned None or NaN for {_row(i, completions, kwargs)} ({given}): ms-swift "
+                  "3.6.4 cannot score such a row (its warning about it fails with \"'TrainerState' object is not "
+                  "subscriptable\"); return 0.0 where a reward does not apply")  # fmt: skip
+
+
+def _reward_names(funcs, names):
+    """'countdown (CountdownEquation)': the REWARD_FUNCS name beside ms-swift's class name."""
+    orms = getattr(sys.modules.get("swift.plugin"), "orms", {})  # imported by the trainer by now
+    keys = {cls: key for key, cls in orms.items()}
+    return [f"{keys[type(f)]} ({n})" if type(f) in keys else n for f, n in zip(funcs, names, strict=True)]
+
+
+def _guard_rewards(trainer):
+    module = getattr(getattr(sys.modules.get("torch"), "nn", None), "Module", ())  # a reward model
+    funcs = trainer.reward_funcs
+    plain = [not isinstance(f, module) for f in funcs]
+    names = _reward_names(funcs, trainer.reward_func_names)
+    answers = _Answers()
+    answers.count = len(funcs)
+    for i, func in enumerate(funcs):
+        if plain[i]:
+            funcs[i] = _guarded(func, names[i], i if all(plain) else None, answers)
+
+
+def _check_rewards(grpo):
+    cls = grpo.GRPOTrainer
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        try:
+            _guard_rewards(self)
+        except Exception as exc:  # the check must never take the trainer down
+            _say(f"reward check not installed: {exc!r}")
+
+    cls.__init__ = __init__
+
+
 # --- import hooks ----------------------------------------------------------------------------------
 
 # the worker's imports whose seconds are recorded: the libraries, ms-swift's training code, its GRPO trainer
@@ -356,6 +508,8 @@ if _GRAPHS_UP_TO_MAX_SEQS:
     _after("vllm.config", _graphs_up_to_max_seqs)
 if _SYNC_PROBE:  # before the phase timers, so the probe's seconds are not counted as the sync's
     _after("swift.trainers.rlhf_trainer.grpo_trainer", _install_sync_probe)
+if _REWARD_CHECK:
+    _after("swift.trainers.rlhf_trainer.grpo_trainer", _check_rewards)
 if _EVENTS:
     _after("swift.trainers.rlhf_trainer.grpo_trainer", _record_phases)
     _after("swift.llm.base", _record_arguments)

@@ -1,0 +1,171 @@
+"""One run per run directory: an advisory lock on `<run dir>/run.lock`, held for the life of the command
+that writes the run (`train`, its merged export, `rollout`, `evaluate` while it writes eval.*).
+
+The lock is `fcntl.flock` on that file. The kernel drops it when the holder's descriptor closes, so a holder
+that is gone (it exited, was killed, OOM-killed, or its machine rebooted) never blocks the next start: the
+next command simply takes the lock over. A second start while the holder lives is refused at once
+(errors.BadInput, exit 2) naming the holder's PID, host, start time and command line, which the holder
+writes into the file once it holds the lock; a refused start only reads the file, so nothing of the first
+run is touched (issue 26: two trainings of one RUN_NAME shared logs/trainer.log and overwrote each other's
+manifest). The descriptor is not inherited by the children (os.open's default), so the lock ends with the
+entrypoint itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import os
+import shlex
+import socket
+from pathlib import Path
+
+import psutil
+
+from entrypoint import redact
+from entrypoint.errors import BadInput, Problem
+
+LOCK_FILE = "run.lock"
+
+
+def _holder(text: str) -> dict:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _redacted(words: list[str]) -> list[str]:
+    """A command line with the values of secret flags and secret KEY=VALUE words replaced (redact.py): the
+    lock file is readable by anyone who can list the run."""
+    out = []
+    for word in redact.argv(words):
+        key, eq, value = word.partition("=")
+        out.append(f"{key}={redact.REDACTED}" if eq and value and redact.is_secret(key) else word)
+    return out
+
+
+def describe(holder: dict) -> str:
+    """'PID 1234 on host h since 2026-12-01T12:00:00+00:00: python -m entrypoint train ...' (for messages)."""
+    if not holder.get("pid"):
+        return "a process that is still starting (it has not written its PID yet)"
+    here = socket.gethostname()
+    host = holder.get("host") or "?"
+    where = "" if host == here else f" on host {host} (sharing this volume)"
+    return f"PID {holder['pid']}{where} since {holder.get('started_at', '?')}: {holder.get('command', '?')}"
+
+
+class RunLock:
+    """`with RunLock() as lock: lock.take(directory)`; released (and the lock file left in place) on exit.
+    A directory the lock created, that holds nothing else when it is released (a start refused by
+    preflight), is removed again."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        self.fd: int | None = None
+        self.created: list[Path] = []  # directories this lock made, deepest last
+        self.previous: dict = {}  # what the file said before this holder: a holder that is gone
+
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def take(self, directory: Path, required: bool = True) -> bool:
+        """Hold `directory`/run.lock (creating the directory); True once held. Raises BadInput when a live
+        process holds it. When the directory or the file cannot be made (OUTPUT_DIR not writable, a file in
+        the way): raises BadInput naming the OS's reason if `required`, else returns False (preflight says
+        why first). Taking the directory already held is a no-op; another one releases the first."""
+        path = directory / LOCK_FILE
+        if self.path == path and self.fd is not None:
+            return True
+        self.release()
+        try:
+            self._make(directory)
+            for _ in range(5):  # the file may be removed by a releasing holder between open and flock
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # never O_TRUNC: it may be someone's
+                if self._lock(fd, path, directory):
+                    break
+            else:
+                raise OSError(f"{path} was replaced while it was being locked, five times")
+        except OSError as exc:
+            if required:
+                raise BadInput([Problem(f"run directory {directory}", f"cannot hold {path} ({exc.strerror or exc})",
+                                        "make OUTPUT_DIR a writable directory (validate says more)")]) from None  # fmt: skip
+            return False
+        self.path, self.fd = path, fd
+        self._write_holder(fd)
+        return True
+
+    def _make(self, directory: Path) -> None:
+        missing = []
+        probe = directory
+        while not probe.exists() and probe != probe.parent:
+            missing.append(probe)
+            probe = probe.parent
+        directory.mkdir(parents=True, exist_ok=True)
+        self.created = list(reversed(missing))
+
+    def _lock(self, fd: int, path: Path, directory: Path) -> bool:
+        """flock `fd` (closing it when that fails); False when `path` is no longer the locked file."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
+                holder = _holder(f.read())
+            raise BadInput(
+                [
+                    Problem(
+                        f"run directory {directory}",
+                        f"is in use by another run: {describe(holder)}",
+                        f"wait for it to end, or stop it (kill -TERM {holder.get('pid', '<pid>')}: it exports its "
+                        "newest checkpoint and records the run as stopped); to run both, give this one another "
+                        "RUN_NAME",
+                    )
+                ]
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            os.close(fd)
+        return same
+
+    def _write_holder(self, fd: int) -> None:
+        with contextlib.suppress(OSError):
+            self.previous = _holder(os.pread(fd, 65536, 0).decode("utf-8", "replace"))
+        me = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": shlex.join(_redacted(psutil.Process().cmdline())),
+        }
+        with contextlib.suppress(OSError):  # a full disk: the lock still holds, only its label is missing
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
+
+    def release(self) -> None:
+        """Drop the lock; remove what `take` created when nothing else was put there."""
+        if self.fd is None:
+            return
+        path, fd = self.path, self.fd
+        self.path = self.fd = None
+        try:
+            if self.created and [p.name for p in path.parent.iterdir()] == [LOCK_FILE]:
+                path.unlink()  # still locked: a start waiting on this inode re-checks it (_lock)
+                for directory in reversed(self.created):
+                    with contextlib.suppress(OSError):
+                        directory.rmdir()
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+            self.created = []

@@ -1,0 +1,380 @@
+"""Run state you can trust (issue 26), with the fake `swift` (tests/fakes/swift) and faults injected: one run
+per run directory, deaths explained, a full disk that fails cleanly and resumes, SIGTERM at any moment, a
+dying log pump, an exception in export. Each asserts what a user sees: the exit status, the console, the
+manifest."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from entrypoint import export, launch, run
+from entrypoint.errors import BadInput
+from entrypoint.plan import Process
+from tests.conftest import FAKE_SWIFT, FAKES, ROOT, clean_env, tmpfs
+
+RECIPE = FAKES / "colocate.env"
+
+
+def env_for(tmp_path: Path, **fake: str) -> dict[str, str]:
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir(exist_ok=True)
+    return clean_env(GRPO_RIG_SWIFT=str(FAKE_SWIFT), FAKE_PID_DIR=str(pid_dir), **fake)
+
+
+def argv(out: Path, *pairs: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "entrypoint",
+        "train",
+        f"recipe={RECIPE}",
+        f"OUTPUT_DIR={out}",
+        "RUN_NAME=r",
+        *pairs,
+    ]
+
+
+def train(tmp_path: Path, out: Path, *pairs: str, **fake: str) -> subprocess.CompletedProcess:
+    return subprocess.run(argv(out, *pairs), cwd=ROOT, env=env_for(tmp_path, **fake), capture_output=True,
+                          text=True, timeout=180)  # fmt: skip
+
+
+def start(tmp_path: Path, out: Path, *pairs: str, **fake: str) -> subprocess.Popen:
+    return subprocess.Popen(argv(out, *pairs), cwd=ROOT, env=env_for(tmp_path, **fake), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def wait_for(path: Path, proc: subprocess.Popen, seconds: float = 90) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.1)
+
+
+def pids(tmp_path: Path, role: str) -> list[int]:
+    path = tmp_path / "pids" / f"{role}.pids"
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def manifest(run_dir: Path) -> dict:
+    return json.loads((run_dir / "manifest.json").read_text())
+
+
+def alive(pid: int) -> bool:
+    return psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+
+
+# One run per run directory --------------------------------------------------------------------------------
+
+
+def test_a_second_start_is_refused_at_once_naming_the_holder_and_touches_nothing(tmp_path):
+    out = tmp_path / "out"
+    first = start(tmp_path, out, "MAX_STEPS=200", FAKE_TRAINER="steps", FAKE_STEP_SECONDS="0.3")
+    try:
+        wait_for(out / "r" / "train" / "checkpoint-1" / "trainer_state.json", first)
+        before = {name: (out / "r" / name).read_bytes() for name in ("manifest.json", "run.lock")}
+        began = time.monotonic()
+        second = train(tmp_path, out, "MAX_STEPS=200", FAKE_TRAINER="steps")
+        assert second.returncode == 2, second.stdout + second.stderr
+        assert time.monotonic() - began < 20  # before the plugin probe and the other slow checks
+        assert f"is in use by another run: PID {first.pid} " in second.stderr
+        assert "-m entrypoint train recipe=" in second.stderr and f"kill -TERM {first.pid}" in second.stderr
+        assert "Traceback" not in second.stderr
+        assert {
+            name: (out / "r" / name).read_bytes() for name in before
+        } == before  # the first run's, untouched
+        assert len(pids(tmp_path, "trainer")) == 1  # no second trainer
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
+        assert first.returncode == 143 and manifest(out / "r")["status"] == "stopped"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            first.kill()
+    # the holder is gone: the next start takes the lock over and resumes
+    third = train(tmp_path, out, "MAX_STEPS=200", FAKE_TRAINER="steps", FAKE_STEP_SECONDS="0")
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert json.loads((out / "r" / "run.lock").read_text())["pid"] != first.pid
+
+
+def test_a_launcher_killed_with_sigkill_leaves_a_lock_the_next_start_takes_over(tmp_path):
+    out = tmp_path / "out"
+    first = start(tmp_path, out, "MAX_STEPS=200", FAKE_TRAINER="steps", FAKE_STEP_SECONDS="0.3")
+    wait_for(out / "r" / "train" / "checkpoint-1" / "trainer_state.json", first)
+    first.kill()  # no cleanup at all: the manifest says `running`, the lock file names a dead PID
+    first.communicate(timeout=30)
+    for pid in pids(tmp_path, "trainer") + pids(tmp_path, "worker"):  # what a stopped machine loses too
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert manifest(out / "r")["status"] == "running"
+    again = train(tmp_path, out, "MAX_STEPS=3", FAKE_TRAINER="steps", FAKE_STEP_SECONDS="0")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "its previous attempt ended without recording how" in again.stdout
+    data = manifest(out / "r")
+    assert data["status"] == "completed"
+    assert [a["status"] for a in data["attempts"]] == ["unrecorded", "completed"]
+
+
+def test_evaluate_is_refused_while_a_training_holds_the_run(tmp_path):
+    from entrypoint import evaluate, runlock
+
+    run_dir = tmp_path / "out" / "r"
+    run_dir.mkdir(parents=True)
+    (run_dir / "manifest.json").write_text(json.dumps({"status": "running"}))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; from entrypoint.runlock import RunLock; "
+         "l = RunLock(); l.take(Path(sys.argv[1])); print('held', flush=True); sys.stdin.read()", str(run_dir)],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(BadInput) as exc:
+            evaluate.evaluate(["run=r", f"OUTPUT_DIR={tmp_path / 'out'}"], {})
+        assert f"is in use by another run: PID {holder.pid} " in str(exc.value)
+    finally:
+        holder.communicate("", timeout=30)
+    with runlock.RunLock() as lock:  # the holder is gone: free again
+        assert lock.take(run_dir)
+
+
+def test_a_refused_start_leaves_no_directory_behind(tmp_path):
+    out = tmp_path / "out"
+    proc = train(tmp_path, out, "DATASET=/nonexistent/train.jsonl")
+    assert proc.returncode == 2 and "file not found" in proc.stderr
+    assert not out.exists()  # the lock made out/r/run.lock before the checks refused; both are gone
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [("../../x", "is a path, not a name"), ("/abs", "is a path, not a name"), ("..", "the parent")],
+)
+def test_run_name_outside_output_dir_is_refused_and_nothing_is_written(tmp_path, name, said):
+    proc = train(tmp_path, tmp_path / "runs" / "out", f"RUN_NAME={name}")
+    assert proc.returncode == 2 and f"error: RUN_NAME (command line): {name!r} " in proc.stderr, proc.stderr
+    assert said in proc.stderr and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pids"] and not Path("/abs").exists()
+
+
+# Deaths explained ---------------------------------------------------------------------------------------
+
+
+def test_a_trainer_killed_with_sigkill_is_named_with_its_step_and_the_resume_hint(tmp_path):
+    """ms-swift's `swift` CLI exits 247 when its worker is SIGKILLed (FAKE_WRAP plays it)."""
+    out = tmp_path / "out"
+    proc = start(tmp_path, out, "MAX_STEPS=200", FAKE_TRAINER="steps", FAKE_WRAP="1", FAKE_STEP_SECONDS="0.5")
+    wait_for(out / "r" / "train" / "checkpoint-2" / "trainer_state.json", proc)
+    os.kill(pids(tmp_path, "worker")[0], signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1, stdout + stderr
+    said = stdout.split("Its last lines:")[1]
+    assert "trainer was killed by SIGKILL (exit status 247) (last step logged: 2 of 200)" in said
+    assert "likely cause: " in said and ("someone or something" in said or "out-of-memory killer" in said)
+    assert "it left train/checkpoint-2 (the newest complete checkpoint, exported to adapter/)" in said
+    assert "run the same command again to resume from checkpoint-2" in said
+    # its last lines are the lines before the death, the start-up dumps folded away
+    assert "fake_argument_" not in said and "(layer_" not in said
+    assert "[INFO:swift] model: PeftModelForCausalLM( ... (304 lines of start-up output" in said
+    failure = manifest(out / "r")["failure"]
+    assert failure["signal"] == "SIGKILL" and failure["returncode"] == 247
+    assert failure["summary"].startswith("trainer was killed by SIGKILL")
+
+
+def test_a_cuda_out_of_memory_death_is_one_line_with_the_predicted_peak_and_the_knob(tmp_path):
+    proc = train(tmp_path, tmp_path / "out", FAKE_TRAINER="cuda-oom")
+    assert proc.returncode == 1
+    line = next(x for x in proc.stdout.splitlines() if "ran out of CUDA memory" in x)
+    assert re.search(r"trainer ran out of CUDA memory on GPU 0 while allocating 2.00 GiB; the plan predicted a "
+                     r"peak of [\d.]+ of 24.0 GiB on GPU 0: lower PER_DEVICE_TRAIN_BATCH_SIZE \(now 2; "
+                     r"GRADIENT_ACCUMULATION_STEPS keeps the step the same\) or VLLM_GPU_MEMORY_UTILIZATION "
+                     r"\(now 0.4\) \(before its first step\)", line), line  # fmt: skip
+    assert manifest(tmp_path / "out" / "r")["failure"]["summary"] == line.split("grpo-rig | ")[1]
+
+
+# A full disk --------------------------------------------------------------------------------------------
+
+
+SMALL = ("LORA_RANK=1", "SAVE_STEPS=1", "SAVE_TOTAL_LIMIT=1")  # a run whose plan fits the small volume
+
+
+def test_a_full_disk_fails_cleanly_keeps_the_adapter_and_resumes_once_space_is_freed(tmp_path):
+    with tmpfs(tmp_path / "vol", "80m") as out:
+        run_dir = out / "r"
+        done = train(tmp_path, out, *SMALL, "MAX_STEPS=1", FAKE_TRAINER="steps", FAKE_STEP_SECONDS="0")
+        assert done.returncode == 0, done.stdout + done.stderr
+        adapter = (run_dir / "adapter" / "adapter_model.safetensors").read_bytes()
+        # the disk fills up during checkpoint-2's save
+        full = train(tmp_path, out, *SMALL, "MAX_STEPS=3", FAKE_TRAINER="fill")
+        assert full.returncode == 1, full.stdout + full.stderr
+        assert "Traceback" not in full.stderr  # the entrypoint's own: none
+        assert (
+            "trainer exited with status 1: the disk is full (OSError: [Errno 28] No space left on device)"
+            in full.stdout
+        )
+        assert "Its last lines:" not in full.stdout
+        data = manifest(run_dir)
+        assert data["status"] == "failed"
+        summary = data["failure"]["summary"]
+        assert re.match(rf"disk full \(No space left on device\): {run_dir} has [\d.]+ MiB free of 80.0 MiB; "
+                        r"trainer exited with status 1 \(last step logged: 1 of 3\)$", summary), summary  # fmt: skip
+        assert f"grpo-rig | {summary}" in full.stdout
+        explanation = data["failure"]["explanation"]
+        assert re.match(
+            r"train/checkpoint-2 \([\d.]+ MiB\) was cut short by the full disk: delete it", explanation[1]
+        )
+        assert (
+            explanation[-1]
+            == "free space on that volume, then run the same command again to resume from checkpoint-1"
+        )
+        assert [p.name for p in run_dir.rglob(".*")] == []  # no temporary file or reserve left behind
+        assert (run_dir / "adapter" / "adapter_model.safetensors").read_bytes() == adapter  # still whole
+        # free the space as told, then the same command resumes
+        subprocess.run(["rm", "-rf", str(run_dir / "train" / "checkpoint-2")], check=True)
+        again = train(tmp_path, out, *SMALL, "MAX_STEPS=3", FAKE_TRAINER="steps", FAKE_STEP_SECONDS="0")
+        assert again.returncode == 0, again.stdout + again.stderr
+        data = manifest(run_dir)
+        assert data["status"] == "completed" and data["steps"]["completed"] == 3
+        assert data["attempts"][-1]["resume_from"].endswith("train/checkpoint-1")
+
+
+def test_an_os_error_in_export_ends_the_run_failed_not_running(tmp_path, monkeypatch):
+    """In-process, with export's copy failing the way a full disk makes it fail."""
+
+    def full(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+
+    monkeypatch.setattr(export, "copy_atomic", full)
+    env = env_for(tmp_path, FAKE_TRAINER="ok")
+    code = run.train(
+        [f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path / 'out'}", "RUN_NAME=r"],
+        env,
+        console=io.StringIO(),
+    )
+    assert code == 1
+    failure = manifest(tmp_path / "out" / "r")["failure"]
+    assert manifest(tmp_path / "out" / "r")["status"] == "failed"
+    assert (
+        failure["summary"].startswith("disk full (No space left on device): ")
+        and "MiB free" in failure["summary"]
+    )
+    assert (
+        failure["explanation"][-1]
+        == "free space on that volume, then run the same command again to resume from checkpoint-1"
+    )
+
+
+def test_a_volume_gone_read_only_while_preparing_ends_the_run_failed_saying_so(tmp_path, monkeypatch):
+    def read_only(plan, printer):
+        raise OSError(errno.EROFS, "Read-only file system", str(plan.run_dir / "data"))
+
+    monkeypatch.setattr(run, "prepare", read_only)
+    console = io.StringIO()
+    code = run.train(
+        [f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path / 'out'}", "RUN_NAME=r"], env_for(tmp_path), console
+    )
+    assert code == 1 and pids(tmp_path, "trainer") == []
+    data = manifest(tmp_path / "out" / "r")
+    summary = f"the entrypoint could not write {tmp_path / 'out' / 'r' / 'data'} while preparing the run: Read-only file system"
+    assert data["status"] == "failed" and data["failure"]["summary"].startswith(summary)
+    assert summary in console.getvalue()
+
+
+def test_a_bug_in_the_entrypoint_after_the_start_is_recorded_then_shown(tmp_path, monkeypatch):
+    from entrypoint import startup
+
+    def broken(events):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(startup, "read_events", broken)
+    env = env_for(tmp_path, FAKE_TRAINER="ok")
+    with pytest.raises(RuntimeError, match="a bug"):
+        run.train(
+            [f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path / 'out'}", "RUN_NAME=r"],
+            env,
+            console=io.StringIO(),
+        )
+    data = manifest(tmp_path / "out" / "r")
+    assert (
+        data["status"] == "failed"
+        and data["failure"]["reason"] == "the entrypoint failed: RuntimeError('a bug')"
+    )
+
+
+# SIGTERM at any moment ----------------------------------------------------------------------------------
+
+
+def test_sigterm_during_the_merged_export_stops_the_run_and_its_export(tmp_path):
+    out = tmp_path / "out"
+    proc = start(tmp_path, out, "EXPORT_MERGED=true", FAKE_TRAINER="ok", FAKE_EXPORT="slow")
+    wait_for(tmp_path / "pids" / "export.pids", proc)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143, stdout + stderr
+    assert "Traceback" not in stderr
+    data = manifest(out / "r")
+    assert (
+        data["status"] == "stopped"
+        and data["failure"]["reason"] == "SIGTERM received during the merged export"
+    )
+    assert "adapter/adapter_model.safetensors" in data["exported"]  # what was exported stays recorded
+    assert not any(alive(p) for p in pids(tmp_path, "export"))
+    assert not (out / "r" / ".merged.tmp").exists()
+
+
+def test_a_signal_while_preparing_is_recorded_as_stopped(tmp_path, monkeypatch):
+    def interrupted(plan, printer):
+        raise launch.Interrupted(signal.SIGTERM)  # what the handler raises when SIGTERM lands here
+
+    monkeypatch.setattr(run, "prepare", interrupted)
+    env = env_for(tmp_path, FAKE_TRAINER="ok")
+    code = run.train(
+        [f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path / 'out'}", "RUN_NAME=r"],
+        env,
+        console=io.StringIO(),
+    )
+    assert code == 143 and manifest(tmp_path / "out" / "r")["status"] == "stopped"
+    assert pids(tmp_path, "trainer") == []
+
+
+def test_a_signal_before_anything_is_written_exits_quietly(tmp_path, monkeypatch):
+    from entrypoint import cli, host
+
+    def interrupted(*args, **kwargs):
+        raise launch.Interrupted(signal.SIGINT)
+
+    monkeypatch.setattr(host, "gather", interrupted)
+    assert cli.main(["train", f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path / 'out'}", "RUN_NAME=r"]) == 130
+    assert not (tmp_path / "out").exists()
+
+
+# The log pump -------------------------------------------------------------------------------------------
+
+
+def test_a_log_that_cannot_be_written_never_stops_the_pump(tmp_path):
+    """/dev/full answers every write with ENOSPC. A child writing far more than a pipe holds (64 KiB) must
+    still run to its end: a dead pump would leave it blocked on its next write."""
+    (tmp_path / "trainer.log").symlink_to("/dev/full")
+    noisy = Process(
+        "trainer", {}, [sys.executable, "-c", "for i in range(20000): print('line', i, 'x' * 40)"]
+    )
+    with launch.supervised(tmp_path, 2.0, launch.Printer(io.StringIO()), signals=False) as supervisor:
+        child = supervisor.start(noisy)
+        deadline = time.monotonic() + 60
+        while child.popen.poll() is None:
+            assert time.monotonic() < deadline, "the child blocked: nobody reads its output"
+            time.sleep(0.1)
+        assert supervisor.wait(child) == 0
+    assert "No space left on device" in child.log_error
+    assert list(child.tail)[-1] == "line 19999 " + "x" * 40
