@@ -22,18 +22,21 @@ EVAL_GPU_MEMORY_UTILIZATION of the card (default 0.5: evaluate runs alone on it)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import json
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from entrypoint import manifest as manifest_mod
 from entrypoint import recipe as recipe_mod
 from entrypoint.args import TrainerArgs
+from entrypoint.console import Progress
 from entrypoint.errors import BadInput, Problem
 from entrypoint.facts import MANIFEST, run_dir
 from entrypoint.rewards import PLUGIN_FILE, tasks
@@ -232,13 +235,17 @@ def generate_vllm(
     prompts: list[list[dict]],
     sample: Mapping[str, Any],
     settings: Settings,
+    progress: Progress | None = None,
+    say: Callable[[str], None] = lambda line: None,
 ) -> tuple[list[list[str]], list[list[str]]]:
     """(base completions, adapter completions): `settings.EVAL_GENERATIONS` per prompt from one vLLM engine, the
-    adapter served as a LoRA request; the same per-request seeds for both."""
+    adapter served as a LoRA request; the same per-request seeds for both. `say` gets a line per model."""
     from transformers import AutoTokenizer
     from vllm import LLM, SamplingParams
     from vllm.lora.request import LoRARequest
 
+    progress = progress or Progress(2 * len(prompts))
+    progress.now("starting vLLM (the model's weights, the KV cache)")
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in _render(tokenizer, prompts)]
     rank = int(json.loads((adapter / "adapter_config.json").read_text()).get("r", 8))
@@ -258,10 +265,15 @@ def generate_vllm(
     def texts(outputs) -> list[list[str]]:
         return [[c.text for c in o.outputs] for o in outputs]
 
+    n = len(requests)
     try:
+        progress.now(f"base model: answering {n} prompts", timed=True)
         base = texts(llm.generate(requests, params, use_tqdm=False))
+        say(progress.advance(n, f"base model: {n} of {n} prompts answered"))
         lora = LoRARequest("adapter", 1, str(adapter))
+        progress.now(f"adapter: answering {n} prompts", timed=True)
         tuned = texts(llm.generate(requests, params, use_tqdm=False, lora_request=lora))
+        say(progress.advance(n, f"adapter: {n} of {n} prompts answered"))
     finally:
         # Without this the V1 engine's core process outlives the answer and the command never exits
         # (seen on the lent H200 with vLLM 0.8.5.post1).
@@ -282,13 +294,18 @@ def generate(
     prompts: list[list[dict]],
     sample: Mapping[str, Any],
     settings: Settings,
-    say=lambda line: None,
+    say: Callable[[str], None] = lambda line: None,
+    progress: Progress | None = None,
 ) -> list[list[str]]:
     """`settings.EVAL_GENERATIONS` sampled completions per prompt from the base model (adapter None) or base +
-    adapter. Same seed, so both models draw the same random numbers. `say` gets a progress line per batch."""
+    adapter. Same seed, so both models draw the same random numbers. `say` gets a progress line per batch,
+    with the ETA of `progress` (both models' prompts, evaluate's)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    label = "adapter" if adapter is not None else "base model"
+    progress = progress or Progress(len(prompts))
+    progress.now(f"{label}: loading the model")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
     if tokenizer.pad_token is None:
@@ -305,6 +322,9 @@ def generate(
     out: list[list[str]] = []
     texts = _render(tokenizer, prompts)
     for start in range(0, len(texts), 8):
+        progress.now(
+            f"{label}: answering prompts {start + 1}-{min(start + 8, len(texts))} of {len(texts)}", timed=True
+        )
         batch = tokenizer(
             texts[start : start + 8], return_tensors="pt", padding=True, add_special_tokens=False
         ).to(device)
@@ -319,7 +339,10 @@ def generate(
             for i in range(0, len(decoded), settings.EVAL_GENERATIONS)
         ]
         say(
-            f"{'adapter' if adapter is not None else 'base model'}: {len(out)} of {len(texts)} prompts answered"
+            progress.advance(
+                len(decoded) // settings.EVAL_GENERATIONS,
+                f"{label}: {len(out)} of {len(texts)} prompts answered",
+            )
         )
     return out
 
@@ -454,6 +477,28 @@ def _plot(path: Path, result: dict) -> None:
     plt.close(fig)
 
 
+@contextlib.contextmanager
+def heartbeat(progress: Progress, say: Callable[[str], None], every: float = 1.0) -> Iterator[None]:
+    """While the block runs, `say` the progress's heartbeat whenever it is due (console.HEARTBEAT_SECONDS
+    of quiet, checked every `every` seconds): on 2 loaded cores a batch of 8 prompts took minutes (issue 27:
+    16 minutes, four lines)."""
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(every):
+            line = progress.due()
+            if line:
+                say(line)
+
+    thread = threading.Thread(target=tick, name="evaluate-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 def _gpu_and_vllm(environ: Mapping[str, str]) -> tuple[bool, bool]:
     """(a GPU is visible, vLLM is installed), asked of NVML: torch.cuda.is_available() would initialise CUDA
     here, and vLLM's engine process, forked from this one, then fails ("Cannot re-initialize CUDA in
@@ -498,11 +543,15 @@ def evaluate(pairs: Sequence[str], environ: Mapping[str, str], printer=print) ->
         f"base then adapter ({'vLLM' if engine == 'vllm' else 'HF generate'})"
     )
     sample = sampling(args)
-    if engine == "vllm":
-        base_text, tuned_text = generate_vllm(model_path, adapter, prompts, sample, settings)
-    else:
-        base_text = generate(model_path, None, prompts, sample, settings, printer)
-        tuned_text = generate(model_path, adapter, prompts, sample, settings, printer)
+    progress = Progress(2 * len(prompts))  # both models answer every prompt
+    with heartbeat(progress, printer):
+        if engine == "vllm":
+            base_text, tuned_text = generate_vllm(
+                model_path, adapter, prompts, sample, settings, progress, printer
+            )
+        else:
+            base_text = generate(model_path, None, prompts, sample, settings, printer, progress)
+            tuned_text = generate(model_path, adapter, prompts, sample, settings, printer, progress)
     base = score(rewards, rows, prompts, base_text)
     tuned = score(rewards, rows, prompts, tuned_text)
     summary = summarize(base, tuned)

@@ -306,7 +306,8 @@ def supervise(
     Returns the outcome and the GPU peaks (None without NVML)."""
     s = plan.recipe.settings
     if printer.shown is None:
-        printer.shown = Console(show_all=s.CONSOLE == "all", events=here / "logs" / EVENTS_FILE)
+        printer.shown = Console(show_all=s.CONSOLE == "all", events=here / "logs" / EVENTS_FILE,
+                                total_steps=plan.recipe.trainer_args.max_steps)  # fmt: skip
         printer.say(f"the console shows one line per step; everything ms-swift prints is in {here / 'logs'}")
     children = [p for p in plan.processes if p.role in ("rollout", "trainer")]
     gpu_monitor = None

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from entrypoint import evaluate
+from entrypoint.console import Progress
 from tests.conftest import clean_env, run_cli
 
 
@@ -110,3 +111,20 @@ def test_settings_come_from_the_environment_too(tmp_path):
     fake_run(tmp_path, "mine", adapter=False)
     proc = run_cli("evaluate", "run=mine", env=clean_env(OUTPUT_DIR=str(tmp_path)), timeout=60)
     assert proc.returncode == 2 and "has no adapter yet" in proc.stderr  # found through OUTPUT_DIR
+
+
+def test_the_heartbeat_speaks_while_a_batch_runs_and_stops_with_it():
+    now = [0.0]
+    progress = Progress(8, clock=lambda: now[0])
+    progress.now("base model: answering prompts 1-4 of 4", timed=True)
+    said: list[str] = []
+    with evaluate.heartbeat(progress, said.append, every=0.01):
+        now[0] = 31.0
+        deadline = time.monotonic() + 5
+        while not said and time.monotonic() < deadline:
+            time.sleep(0.01)
+    count = len(said)
+    now[0] = 100.0
+    time.sleep(0.05)
+    assert count == 1 and said[0].startswith("base model: answering prompts 1-4 of 4, 31 s so far")
+    assert len(said) == count  # the thread ended with the block
