@@ -428,9 +428,9 @@ def _budget(d: Draft) -> None:
 
 def _shape(d: Draft) -> bool:
     """The batch shape the planner chooses (shape.py); True when it set values (the recipe changed)."""
-    if d.rollout_only:  # `rollout` serves; the trainers on other nodes choose their own shape
-        return False
-    choices = shape.choose(d.recipe, d.layout, d.budget)
+    choices = shape.rollout_share(d.recipe, d.layout, d.budget)
+    if not d.rollout_only:  # `rollout` serves; the trainers on other nodes choose their own shape
+        choices += shape.choose(d.recipe, d.layout, d.budget)
     if not choices:
         return False
     d.recipe = d.recipe.with_values({c.key: (c.value, f"planner: {c.reason}") for c in choices})

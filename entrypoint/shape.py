@@ -15,6 +15,8 @@ recipe does not set them, `choose` picks (AUTO_SHAPE=true, the default):
 - VLLM_GPU_MEMORY_UTILIZATION (colocate): the smallest share, in steps of 0.05, whose KV cache holds this
   process's whole generation round and one sequence of max_model_len; the rest of the card goes to
   training.
+- ROLLOUT_GPU_MEMORY_UTILIZATION (a rollout server on this node): the largest share that leaves 10 % of its
+  card free beside the CUDA context (0.82 on a 24 GiB card; ms-swift's default 0.9 leaves 8 %).
 - SLEEP_LEVEL (colocate): 0. In ms-swift 3.6.4 sleeping saves no peak memory unless the model or the
   optimizer is offloaded (memory.py, "vLLM side"): at micro-batch 8 on a 24 GiB card it peaked 3.5 GiB
   higher than without (18.9 against 15.4 GiB, docs/benchmarks/memory-calibration.json), and every step
@@ -141,6 +143,20 @@ def choose(
     pd, worst = verdicts[-1]
     why = f"no micro-batch leaves {HEADROOM:.0%} free; even {pd} is predicted at {worst.peak_gib:.1f} of {worst.card_gib:.1f} GiB"
     return accumulate(pd, why) + out
+
+
+def rollout_share(r: Recipe, layout: Layout, budget: Budget) -> list[Choice]:
+    """ROLLOUT_GPU_MEMORY_UTILIZATION for a local rollout server when no layer sets it: the largest share
+    that leaves the memory check's headroom on its smallest card (memory.rollout_share_with_headroom),
+    instead of ms-swift's 0.9, which the memory check warns about on a 24 GiB card (issue 27: an import
+    warned about its own default)."""
+    if not layout.local_rollout or not r.settings.AUTO_SHAPE or r.is_set("ROLLOUT_GPU_MEMORY_UTILIZATION"):
+        return []
+    card = min(budget.card(g) for g in layout.rollout_gpus)
+    share = memory.rollout_share_with_headroom(card)
+    return [Choice("ROLLOUT_GPU_MEMORY_UTILIZATION", f"{share:.2f}",
+                   f"the largest share that leaves {memory.HEADROOM_WARNING:.0%} of the {card:.1f} GiB card free beside "
+                   f"the CUDA context ({memory.CUDA_CONTEXT_GIB} GiB); ms-swift's default is 0.9")]  # fmt: skip
 
 
 def _vllm_share(

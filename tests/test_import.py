@@ -227,3 +227,43 @@ def test_the_server_timeout_becomes_the_entrypoints_startup_budget():
     assert "VLLM_SERVER_TIMEOUT" not in read(colocate) and "--vllm_server_timeout 600: dropped" in colocate
     assert keys.lookup("VLLM_SERVER_TIMEOUT").kind == "managed"
     assert "ROLLOUT_STARTUP_TIMEOUT" in keys.MANAGED["VLLM_SERVER_TIMEOUT"]
+
+
+def test_vllm_device_auto_on_two_visible_gpus_becomes_one_trainer_and_a_rollout_server(tmp_path):
+    """ms-swift <= 3.5's --vllm_device auto put vLLM on the GPU after the training processes: with
+    CUDA_VISIBLE_DEVICES=0,1 and NPROC_PER_NODE unset, GPU 1, the trainer on GPU 0. The import promised a
+    rollout server on its own GPU but wrote TRAIN_GPUS=0,1 (issue 27); where no GPU is left beside the
+    trainers, the comment says vLLM is colocated."""
+    base = "swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct --use_vllm true --vllm_device auto"
+    two = importer.to_recipe(f"CUDA_VISIBLE_DEVICES=0,1 {base}")
+    assert read(two)["TRAIN_GPUS"] == "0" and read(two)["ROLLOUT_GPUS"] == "1"
+    assert "a `swift rollout` server on GPU 1, beside the trainers on GPU 0" in two
+    four = read(importer.to_recipe(f"CUDA_VISIBLE_DEVICES=0,1,2,3 NPROC_PER_NODE=2 {base}"))
+    assert (four["TRAIN_GPUS"], four["ROLLOUT_GPUS"]) == ("0,1", "2,3")
+    for crowded in (f"CUDA_VISIBLE_DEVICES=0,1 NPROC_PER_NODE=2 {base}", f"CUDA_VISIBLE_DEVICES=0 {base}"):
+        text = importer.to_recipe(crowded)
+        assert "ROLLOUT_GPUS" not in read(text) and "vLLM runs colocated on the training GPUs" in text
+        assert "on its own GPU" not in text
+
+
+def test_a_two_gpu_import_gets_the_rollout_share_that_fits_its_card(tmp_path):
+    """Left at ms-swift's 0.9, the rollout GPU's share drew the memory check's own warning, "lower
+    ROLLOUT_GPU_MEMORY_UTILIZATION to 0.82" (issue 27): the planner chooses 0.82 on a 24 GiB card."""
+    script = tmp_path / "two.sh"
+    script.write_text("CUDA_VISIBLE_DEVICES=0,1 swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct "
+                      "--dataset examples/tcm/sample.jsonl --reward_funcs format --use_vllm true --vllm_device auto\n")  # fmt: skip
+    proc, out = import_to(tmp_path, script, f"INVENTORY={INVENTORIES / '2x4090-driver535.json'}")
+    assert proc.returncode == 0, proc.stderr
+    assert "ROLLOUT_GPU_MEMORY_UTILIZATION" not in proc.stderr and "memory:" not in proc.stderr
+    plan = plan_json(out, "2x4090-driver535")
+    rollout = next(p for p in plan["processes"] if p["role"] == "rollout")
+    assert swift_args(rollout["argv"])["gpu_memory_utilization"] == ["0.82"]
+    assert any(c["key"] == "ROLLOUT_GPU_MEMORY_UTILIZATION" for c in plan["shape"])
+    # a share the script sets is the user's: kept, and the warning names the value that fits
+    script.write_text(
+        script.read_text().replace(
+            "--vllm_device auto", "--vllm_device auto --vllm_gpu_memory_utilization 0.9"
+        )
+    )
+    proc, _ = import_to(tmp_path, script, f"INVENTORY={INVENTORIES / '2x4090-driver535.json'}")
+    assert "lower ROLLOUT_GPU_MEMORY_UTILIZATION to 0.82 or less" in proc.stderr

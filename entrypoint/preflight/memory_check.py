@@ -82,7 +82,7 @@ def _peak_problems(
                 problems.append(Problem("memory", f"under {HEADROOM_WARNING:.0%} headroom: {what}; anything else on the "
                                         "card (a display, another process) makes vLLM refuse to start",
                                         "lower ROLLOUT_GPU_MEMORY_UTILIZATION to "
-                                        f"{max(0.1, 0.9 - CUDA_CONTEXT_GIB / e.card_gib):.2f} or less on this "
+                                        f"{memory.rollout_share_with_headroom(e.card_gib):.2f} or less on this "
                                         f"{e.card_gib:.0f} GiB card", fatal=False))  # fmt: skip
         elif e.peak_gib > e.card_gib:
             sure = (
