@@ -35,7 +35,7 @@ import dataclasses
 from collections.abc import Callable
 
 from entrypoint import memory
-from entrypoint.budget import Budget
+from entrypoint.budget import Batch, Budget
 from entrypoint.layout import Layout
 from entrypoint.memory import GpuEstimate, Workload
 from entrypoint.recipe import Recipe
@@ -52,6 +52,14 @@ class Choice:
     key: str  # recipe key, e.g. PER_DEVICE_TRAIN_BATCH_SIZE
     value: str
     reason: str
+
+
+def step_completions(r: Recipe, b: Batch) -> tuple[int, int]:
+    """(completions per optimizer step, per training process; 0 when they do not divide): the work the
+    planner keeps while it cuts it into micro-batches. GENERATION_BATCH_SIZE when a layer sets it (one
+    generation round per step), else PER_DEVICE_TRAIN_BATCH_SIZE x processes x GRADIENT_ACCUMULATION_STEPS."""
+    total = b.generation_batch if r.is_set("GENERATION_BATCH_SIZE") else b.per_device * b.world * b.grad_accum
+    return total, (total // b.world if total % b.world == 0 else 0)
 
 
 def divisors(n: int) -> list[int]:
@@ -83,8 +91,7 @@ def choose(
         batch_open = False
     else:
         batch_open = True
-    total = b.generation_batch if "GENERATION_BATCH_SIZE" in user else b.per_device * b.world * b.grad_accum
-    per_process = total // b.world if total % b.world == 0 else 0
+    total, per_process = step_completions(r, b)
     if "PER_DEVICE_TRAIN_BATCH_SIZE" in user:
         candidates = [b.per_device]
     elif "GRADIENT_ACCUMULATION_STEPS" in user:
@@ -159,6 +166,77 @@ def rollout_share(r: Recipe, layout: Layout, budget: Budget) -> list[Choice]:
                    f"the CUDA context ({memory.CUDA_CONTEXT_GIB} GiB); ms-swift's default is 0.9")]  # fmt: skip
 
 
+def smallest_share(budget: Budget, layout: Layout, per_process: int) -> tuple[float, bool, float]:
+    """(vLLM's share, whether it holds, GiB it must hold): the smallest colocated share, in steps of
+    UTILIZATION_STEP, whose KV cache holds this process's generation round (`per_process` sequences) and one
+    sequence of max_model_len with KV_MARGIN, after the context and both copies of the weights on the
+    smallest training card; UTILIZATION_CEILING when none holds. Needs budget.workload and budget.colocate."""
+    w, current = budget.workload, budget.colocate
+    card = min(budget.card(g) for g in layout.train_gpus)
+    resident = memory.estimate_training(w).weights
+    tokens = w.prompt_tokens + w.completion_tokens
+    need = KV_MARGIN * memory.kv_gib(w.dims, w.dtype_bytes, max(current.max_model_len, per_process * tokens))
+    util = UTILIZATION_FLOOR
+    while (
+        util < UTILIZATION_CEILING - 1e-9
+        and memory.kv_budget(w.dims, w.dtype_bytes, card, util, resident) < need
+    ):
+        util = min(UTILIZATION_CEILING, _round_up(util + UTILIZATION_STEP, UTILIZATION_STEP))
+    return util, memory.kv_budget(w.dims, w.dtype_bytes, card, util, resident) >= need, need
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    """A shape that fits: the keys to write, the fullest training GPU there, the completions per step kept."""
+
+    values: dict[str, str]
+    worst: GpuEstimate
+    completions: int
+
+    def line(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.values.items())
+
+
+def largest_fit(r: Recipe, layout: Layout, budget: Budget) -> Fit | None:
+    """The largest micro-batch, with the accumulation that keeps the completions per optimizer step
+    (step_completions), whose predicted peak leaves HEADROOM free on every training card: at vLLM's current
+    share, then (a share a user set) at the smallest share that holds the round (smallest_share). The memory
+    check's fix for a plan that does not fit. None when none fits or the memory cannot be estimated."""
+    b, w = budget.batch, budget.workload
+    if b is None or w is None or layout.mode == "cpu":
+        return None
+    total, per_process = step_completions(r, b)
+    if not per_process:
+        return None
+    shares = [budget.colocate]
+    if budget.colocate is not None and r.layer("VLLM_GPU_MEMORY_UTILIZATION") in (
+        1,
+        2,
+        3,
+    ):  # the user's value
+        util, holds, _ = smallest_share(budget, layout, per_process)
+        if holds and util < budget.colocate.utilization:
+            shares.append(dataclasses.replace(budget.colocate, utilization=util))
+    for colocate in shares:
+        for pd in sorted(divisors(per_process), reverse=True):
+            # a user's STEPS_PER_GENERATION keeps the rounds per step: the round grows with the micro-batch
+            round_size = pd * b.steps_per_generation if r.is_set("STEPS_PER_GENERATION") else per_process
+            trial = dataclasses.replace(w, per_device=pd, generation_per_device=round_size)
+            trainers = [
+                e for e in budget.estimates(layout, trial, colocate) if not e.role.startswith("rollout")
+            ]
+            worst = min(trainers, key=lambda e: e.headroom)
+            if worst.headroom >= HEADROOM:
+                values = {
+                    "PER_DEVICE_TRAIN_BATCH_SIZE": str(pd),
+                    "GRADIENT_ACCUMULATION_STEPS": str(per_process // pd),
+                }
+                if colocate is not budget.colocate:
+                    values["VLLM_GPU_MEMORY_UTILIZATION"] = f"{colocate.utilization:.2f}"
+                return Fit(values, worst, total)
+    return None
+
+
 def _vllm_share(
     r: Recipe, layout: Layout, budget: Budget, per_process: int, user: set[str]
 ) -> tuple[memory.Colocate, list[Choice]]:
@@ -169,17 +247,7 @@ def _vllm_share(
     util = current.utilization
     if "VLLM_GPU_MEMORY_UTILIZATION" not in user:
         card = min(budget.card(g) for g in layout.train_gpus)
-        resident = memory.estimate_training(w).weights
-        need = KV_MARGIN * memory.kv_gib(
-            w.dims, w.dtype_bytes, max(current.max_model_len, per_process * tokens)
-        )
-        util = UTILIZATION_FLOOR
-        while (
-            util < UTILIZATION_CEILING - 1e-9
-            and memory.kv_budget(w.dims, w.dtype_bytes, card, util, resident) < need
-        ):
-            util = min(UTILIZATION_CEILING, _round_up(util + UTILIZATION_STEP, UTILIZATION_STEP))
-        holds = memory.kv_budget(w.dims, w.dtype_bytes, card, util, resident) >= need
+        util, holds, need = smallest_share(budget, layout, per_process)
         what = (f"this process's generation round ({per_process} sequences of ~{tokens} tokens) and one sequence of "
                 f"{current.max_model_len} (with {KV_MARGIN}x margin: {need:.2f} GiB)")  # fmt: skip
         out.append(
