@@ -390,12 +390,14 @@ def _dataset(d: Draft) -> None:
                     fatal=False,
                 )  # fmt: skip
             )
-        elif paths:
+        elif paths:  # a later DATASET replaced the generator already (recipe.load): one layer sets both
             d.problems.append(
                 Problem(
-                    "DATASET",
-                    f"set together with DATASET_GENERATOR={s.DATASET_GENERATOR} in the same layer",
-                    "keep one of the two",
+                    f"DATASET ({r.source('DATASET')})",
+                    f"set together with DATASET_GENERATOR={s.DATASET_GENERATOR} ({r.source('DATASET_GENERATOR')}), "
+                    "in the same layer: which one to train on is unclear",
+                    "keep one: remove DATASET to train on generated tasks, or write DATASET_GENERATOR= (empty) "
+                    "to train on DATASET",
                 )  # fmt: skip
             )
         generated = d.run_dir / "data" / f"{s.DATASET_GENERATOR}.jsonl"
