@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from entrypoint import hardware, models
-from entrypoint.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput
+from entrypoint.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput, tally
 from entrypoint.inventory import Inventory
 
 COMMANDS = ("train", "rollout", "plan", "validate", "doctor", "prepare-model", "keys", "import", "evaluate")
@@ -86,10 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _dispatch(args)
     except BadInput as exc:
-        print(
-            f"grpo-rig: refused before any heavy work ({sum(p.fatal for p in exc.problems)} problem(s)):",
-            file=sys.stderr,
-        )
+        print(f"grpo-rig: refused before any heavy work ({tally(exc.problems)}):", file=sys.stderr)
         for problem in exc.problems:
             print(problem.render(), file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -111,7 +108,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         warnings = [p for p in plan.problems if not p.fatal]
         for w in warnings:
             print(w.render())
-        print(f"recipe {plan.recipe.name}: valid ({len(warnings)} warning(s))")
+        print(f"recipe {plan.recipe.name}: valid ({tally(warnings)})")
         return EXIT_OK
     if args.command == "doctor":
         inventory = hardware.probe()
@@ -181,15 +178,15 @@ def _validate_imported(path: Path, pairs: list[str]) -> int:
     try:
         plan = run.make_plan([f"recipe={path}", *pairs], os.environ, for_train=True)
     except BadInput as exc:
-        print(f"the imported recipe is not valid yet ({sum(p.fatal for p in exc.problems)} problem(s)); "
-              "fix these in it, then run validate:", file=sys.stderr)  # fmt: skip
+        print(f"the imported recipe is not valid yet ({tally(exc.problems)}); fix these in it, then run validate:",
+              file=sys.stderr)  # fmt: skip
         for problem in exc.problems:
             print(problem.render(), file=sys.stderr)
         return EXIT_BAD_INPUT
     warnings = [p for p in plan.problems if not p.fatal]
     for w in warnings:
         print(w.render(), file=sys.stderr)
-    print(f"validate: the imported recipe is valid ({len(warnings)} warning(s))", file=sys.stderr)
+    print(f"validate: the imported recipe is valid ({tally(warnings)})", file=sys.stderr)
     return EXIT_OK
 
 

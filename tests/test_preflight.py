@@ -694,3 +694,46 @@ def test_merged_export_needs_room_for_the_whole_model_before_the_run():
     )
     plan = build_plan(*COUNTDOWN, inventory="1x4090-driver535")  # without the export 1.5 GiB is enough
     assert not [p for p in environment.check(plan, facts, 0, None) if p.where.startswith("disk under")]
+
+
+# What a new user sees on the host (issue 27) ---------------------------------------------------------------
+
+
+def test_a_missing_plugin_file_is_named_for_where_the_command_runs():
+    """On a clone, "does not exist inside the container" sent a user looking for a container."""
+    from entrypoint.rewards import check as rewards_check
+
+    def missing(where: bool) -> str:
+        _, problems = rewards_check.check(["my_rewrds.py"], [], None, "", lambda f: False, in_container=where)
+        return problems[0].render()
+
+    assert (
+        "does not exist on this machine" in missing(False)
+        and "container" not in missing(False).split("fix:")[0]
+    )
+    assert "does not exist inside the container" in missing(True) and "/data" in missing(True)
+
+
+def test_a_mistyped_reward_gets_a_did_you_mean():
+    from entrypoint.rewards import check as rewards_check
+
+    probe = {"registered": {n: {"class": n, "columns": []} for n in ("countdown", "format_partial", "accuracy")},
+             "shadowed": [], "errors": []}  # fmt: skip
+    _, problems = rewards_check.check([], ["countdwn", "format_partial", "zzz"], probe, "", lambda f: True)
+    fixes = {p.where: p.fix for p in problems}
+    assert fixes["REWARD_FUNCS countdwn"].startswith("did you mean countdown?")
+    assert "did you mean" not in fixes["REWARD_FUNCS zzz"]
+
+
+def test_the_refusal_counts_errors_and_warnings_apart(tmp_path):
+    """ "(1 problem(s))" stood over a warning and an error."""
+    from entrypoint.errors import Problem, tally
+
+    error, warning = Problem("A", "a"), Problem("B", "b", fatal=False)
+    assert tally([error, warning]) == "1 error and 1 warning"
+    assert (
+        tally([error, error]) == "2 errors" and tally([warning]) == "1 warning" and tally([]) == "no problems"
+    )
+    proc = run_cli("validate", "recipe=smoke", f"DATASET={tmp_path / 'missing.jsonl'}", env=clean_env())
+    assert proc.returncode == 2
+    assert "refused before any heavy work (1 error and 1 warning):" in proc.stderr, proc.stderr

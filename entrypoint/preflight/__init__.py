@@ -56,13 +56,13 @@ def check_model(plan: Plan, facts: Facts) -> list[Problem]:
     if value.startswith(("/", "./", "../", "~")) or facts.path(Path(value)).exists:
         path = Path(value).expanduser()
         if not facts.path(path).is_dir or not facts.path(path / "config.json").is_file:
-            return [
-                Problem(
-                    where,
-                    f"{path} is not a model directory with a config.json inside the container",
-                    "mount the model directory and give its container path",
-                )  # fmt: skip
-            ]
+            here = "inside the container" if facts.in_container else "on this machine"
+            fix = (
+                "mount the model directory and give its container path"
+                if facts.in_container
+                else "give the path of a model directory here (with its config.json), or a hub id"
+            )
+            return [Problem(where, f"{path} is not a model directory with a config.json {here}", fix)]
         return []
     if not HUB_MODEL_RE.match(value):
         return [
@@ -80,7 +80,7 @@ def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
     r, s = plan.recipe, plan.recipe.settings
     infos, problems = rewards_check.check(
         _plugin_files(plan), r.args("reward_funcs"), facts.plugins, facts.plugin_error,
-        lambda f: facts.path(Path(f)).is_file,
+        lambda f: facts.path(Path(f)).is_file, facts.in_container,
     )  # fmt: skip
     needed: dict[str, list[str]] = {}
     for name, info in infos.items():

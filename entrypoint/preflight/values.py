@@ -123,7 +123,9 @@ def _check_system(plan: Plan, facts: Facts, where) -> list[Problem]:
             Problem(
                 where("SYSTEM"),
                 f"the system prompt file {system[0]} does not exist",
-                "give a path inside the container (recipes/prompts/... or /data/...)",
+                "give a path inside the container (recipes/prompts/... or /data/...)"
+                if facts.in_container
+                else "give a path on this machine (recipes/prompts/..., relative to the checkout)",
             )
         )
     return problems

@@ -5,6 +5,7 @@ each of those functions reads."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 
 from entrypoint.errors import Problem
 
@@ -19,21 +20,28 @@ class RewardInfo:
 
 
 def check(
-    plugin_files: list[str], reward_funcs: list[str], result: dict | None, error: str, is_file
+    plugin_files: list[str],
+    reward_funcs: list[str],
+    result: dict | None,
+    error: str,
+    is_file,
+    in_container: bool = True,
 ) -> tuple[dict[str, RewardInfo], list[Problem]]:
     """What the probe's `result` (rewards/probe.py; None with `error` when it failed) says of the plugin
-    files and the rewards the recipe names. `is_file(path)` answers for the files. Returns (name ->
-    RewardInfo for the requested rewards, problems)."""
+    files and the rewards the recipe names. `is_file(path)` answers for the files; `in_container`: inside
+    the grpo-rig image (facts.in_container), else on a user's host, which the messages name. Returns (name
+    -> RewardInfo for the requested rewards, problems)."""
     problems: list[Problem] = []
     for f in plugin_files:
         if not is_file(f):
             problems.append(
-                Problem(
-                    f"EXTERNAL_PLUGINS {f}",
-                    "does not exist inside the container",
-                    "mount it (e.g. under ./data, which compose mounts at /data) and give its container path",
-                )
-            )
+                Problem(f"EXTERNAL_PLUGINS {f}", "does not exist inside the container",
+                        "mount it (e.g. under ./data, which compose mounts at /data) and give its container path")
+                if in_container
+                else Problem(f"EXTERNAL_PLUGINS {f}", "does not exist on this machine",
+                             "check the path (a relative one is read from the checkout, else the current directory); "
+                             "in the image, files under ./data are at /data")
+            )  # fmt: skip
     if result is None:
         return {}, problems + [
             Problem(
@@ -80,11 +88,13 @@ def check(
             infos[name] = RewardInfo(name, registered[name]["class"], registered[name]["columns"])
         else:
             known = ", ".join(sorted(registered))
+            close = difflib.get_close_matches(name, list(registered), n=1, cutoff=0.6)
             problems.append(
                 Problem(
                     f"REWARD_FUNCS {name}",
                     f"no reward function is registered under {name!r} (registered: {known})",
-                    "use a registered name, or add a plugin file that sets orms[name] = YourORM to EXTERNAL_PLUGINS (docs/rewards.md)",
+                    (f"did you mean {close[0]}? " if close else "")
+                    + "use a registered name, or add a plugin file that sets orms[name] = YourORM to EXTERNAL_PLUGINS (docs/rewards.md)",
                 )
             )
     return infos, problems
