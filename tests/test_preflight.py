@@ -334,8 +334,11 @@ def test_plugin_import_leaks_nothing_into_the_entrypoint(tmp_path):
 
 
 def test_missing_plugin_file(tmp_path):
-    err = refused(tmp_path, "recipe=smoke", "EXTERNAL_PLUGINS=/data/plugin.py", "REWARD_FUNCS=countdown")
+    err = refused(tmp_path, "recipe=smoke", "EXTERNAL_PLUGINS=/data/plugin.py", "REWARD_FUNCS=countdown",
+                  extra_env={"GRPO_RIG_VERSION": "test"})  # fmt: skip
     assert "/data/plugin.py: does not exist inside the container" in err
+    err = refused(tmp_path, "recipe=smoke", "EXTERNAL_PLUGINS=/data/plugin.py", "REWARD_FUNCS=countdown")
+    assert "/data/plugin.py: does not exist on this machine" in err  # on a clone: no container to look in
 
 
 # Environment -------------------------------------------------------------------------------------------------
