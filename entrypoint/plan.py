@@ -225,14 +225,15 @@ class Draft:
 
 
 def draft(recipe: Recipe, inventory: Inventory, facts: Facts, rollout_only: bool = False) -> Draft:
-    """The stages up to the batch shape: layout, NCCL, run directory, model, dataset (`placed` False on
-    the draft's layout None: nothing else was decided)."""
+    """The stages up to the batch shape: layout, NCCL, run directory, model, dataset. Without a layout
+    (draft.layout None: no GPU for a GPU recipe) the stages that read none still run, so the recipe's other
+    problems are found at once."""
     d = Draft(recipe, inventory, facts, rollout_only, [])
     if _layout(d):
         _nccl(d)
-        _run(d)
-        _model(d)
-        _dataset(d)
+    _run(d)
+    _model(d)
+    _dataset(d)
     return d
 
 
@@ -240,7 +241,8 @@ def build(recipe: Recipe, inventory: Inventory, facts: Facts, rollout_only: bool
     """Turn a resolved recipe, an inventory and the host's facts into a Plan. Never raises on bad input:
     problems are collected in `Plan.problems` (callers raise on fatal ones)."""
     d = draft(recipe, inventory, facts, rollout_only)
-    if d.layout is None:
+    if d.layout is None:  # the recipe's and the dataset's problems still count (preflight.check_unplaced)
+        d.problems += d.recipe.problems + d.resume_problems
         return _frozen(d, placed=False)
     _budget(d)
     if _shape(d):  # the planner set values: the stages that read them run on the shaped recipe
@@ -456,9 +458,14 @@ def _child_env(d: Draft) -> None:
     d.common = common
     if "system" in d.trainer_args:
         d.trainer_args["system"] = [resolved(d.trainer_args["system"][0], d.facts.paths)]
-    d.plugins = [str(PLUGIN_FILE)] + [
-        resolved(p, d.facts.paths) for p in d.trainer_args.pop("external_plugins", [])
-    ]
+    d.trainer_args.pop("external_plugins", None)
+    d.plugins = plugin_files(d.recipe, d.facts)
+
+
+def plugin_files(recipe: Recipe, facts: Facts) -> list[str]:
+    """--external_plugins of every child: the image's reward plugin, then the recipe's files (a relative
+    path resolved against the checkout when it is there: facts.resolved)."""
+    return [str(PLUGIN_FILE)] + [resolved(p, facts.paths) for p in recipe.args("external_plugins")]
 
 
 def _rollout(d: Draft) -> None:

@@ -77,8 +77,7 @@ def make_plan(
     inventory = inventory_for(r)
     facts = host.gather(r, environ)
     built = plan_mod.build(r, inventory, facts, rollout_only=rollout_only)
-    if not built.placed:  # e.g. no GPU: one clear message, not a cascade of consequences
-        raise_if_fatal(built.problems)
+    # without a layout (no GPU) the checks that need none still run: every problem at once
     built.problems.extend(preflight.check(built, facts, for_train=for_train))
     raise_if_fatal(built.problems)
     return built

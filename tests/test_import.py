@@ -17,7 +17,7 @@ import pytest
 
 from entrypoint import importer, keys
 from entrypoint.recipe import read_env_file
-from tests.conftest import INVENTORIES, RECIPES, ROOT, SETUP, clean_env, run_cli
+from tests.conftest import INVENTORIES, RECIPES, ROOT, SETUP, clean_env, inventory_file, run_cli
 
 FIXTURES = ROOT / "tests" / "fixtures"
 IGNORED = {"output_dir", "run_name", "add_version", "logging_dir"}  # the run directory: per run
@@ -267,3 +267,21 @@ def test_a_two_gpu_import_gets_the_rollout_share_that_fits_its_card(tmp_path):
     )
     proc, _ = import_to(tmp_path, script, f"INVENTORY={INVENTORIES / '2x4090-driver535.json'}")
     assert "lower ROLLOUT_GPU_MEMORY_UTILIZATION to 0.82 or less" in proc.stderr
+
+
+def test_without_an_inventory_every_problem_comes_at_once(tmp_path):
+    """`import` without INVENTORY on a machine with no GPU reported only the missing GPU, hiding a key typo
+    and a missing dataset that `validate` showed once the machine was described (issue 27)."""
+    script = tmp_path / "typo.sh"
+    script.write_text(f"CUDA_VISIBLE_DEVICES=0 swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct "
+                      f"--dataset {tmp_path / 'missing.jsonl'} --reward_funcs format --use_vllm true "
+                      "--max_completion_lenght 256\n")  # fmt: skip
+    # this machine as NVML sees it without a GPU, so the test does not depend on the machine it runs on
+    no_gpu = inventory_file(tmp_path, "1x4090-driver535", gpus=[], p2p=[], driver_version=None,
+                            nvml_error="NVML Shared Library Not Found")  # fmt: skip
+    proc, _ = import_to(tmp_path, script, f"INVENTORY={no_gpu}")
+    assert proc.returncode == 2
+    for problem in ("error: GPU: No GPU is visible", "error: MAX_COMPLETION_LENGHT", "did you mean MAX_COMPLETION_LENGTH",
+                    f"error: DATASET {tmp_path / 'missing.jsonl'}: file not found"):  # fmt: skip
+        assert problem in proc.stderr, proc.stderr
+    assert "memory:" not in proc.stderr and "NCCL" not in proc.stderr  # nothing that needs the missing layout

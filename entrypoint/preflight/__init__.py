@@ -29,7 +29,12 @@ HUB_MODEL_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def _plugin_files(plan: Plan) -> list[str]:
-    argv = (plan.process("trainer") or plan.process("rollout")).argv
+    process = plan.process("trainer") or plan.process("rollout")
+    if process is None:  # no layout, so no processes: the files the children would get
+        from entrypoint import plan as plan_mod
+
+        return plan_mod.plugin_files(plan.recipe, plan.facts)
+    argv = process.argv
     i = argv.index("--external_plugins") + 1
     files = []
     while i < len(argv) and not argv[i].startswith("--"):
@@ -117,15 +122,12 @@ def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
 
 def check(plan: Plan, facts: Facts, for_train: bool) -> list[Problem]:
     """Every problem found in the plan's inputs; fatal ones stop `train`, `plan` and `validate`. The
-    problems of kind LOCAL come last, and `plan` (for_train False) only warns about them."""
+    problems of kind LOCAL come last, and `plan` (for_train False) only warns about them. A plan without a
+    layout (no GPU for a GPU recipe) still gets the checks of its values, model, rewards and data."""
     workers = plan.recipe.trainer_args.dataloader_num_workers
-    found = (
-        values.check(plan, facts)
-        + check_model(plan, facts)
-        + check_rewards_and_data(plan, facts)
-        + memory_check.check(plan)
-        + environment.check(plan, facts, workers, checkpoint_gib=None)
-    )
+    found = values.check(plan, facts) + check_model(plan, facts) + check_rewards_and_data(plan, facts)
+    if plan.placed:  # without a layout (its problem says why) the checks of the machine would only echo it
+        found += memory_check.check(plan) + environment.check(plan, facts, workers, checkpoint_gib=None)
     local = [p for p in found if p.kind == LOCAL]
     if not for_train:
         local = [dataclasses.replace(p, fatal=False) for p in local]

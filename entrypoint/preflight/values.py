@@ -181,7 +181,7 @@ def _check_deepspeed(plan: Plan, facts: Facts, where) -> list[Problem]:
                         f"use one of {sorted(DEEPSPEED_NAMES)}",
                     )
                 )
-        if plan.layout.mode == "cpu":
+        if plan.placed and plan.layout.mode == "cpu":
             problems.append(
                 Problem(
                     where("DEEPSPEED"), "DeepSpeed needs GPUs; this run is on the CPU", "remove DEEPSPEED"
