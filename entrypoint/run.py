@@ -31,7 +31,7 @@ from entrypoint import plan as plan_mod
 from entrypoint import recipe as recipe_mod
 from entrypoint.console import Console
 from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE, BadInput, Problem, raise_if_fatal
-from entrypoint.facts import WEIGHT_SYNC_PORT
+from entrypoint.facts import WEIGHT_SYNC_PORT, host_path
 from entrypoint.inventory import Inventory
 from entrypoint.launch import (
     Child,
@@ -135,7 +135,7 @@ def train(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO | No
         final.update(_export_failed(final["merged"]))
         printer.say(final["failure"])
     manifest.write(here, final, secrets)
-    printer.say(f"run {final['status']}: {here}")
+    printer.say(f"run {final['status']}: {host_path(here, plan.facts)}")
     for line in summary_lines(plan):
         printer.say(line)
     return code
@@ -160,11 +160,12 @@ def summary_lines(plan: Plan) -> list[str]:
     if plan.recipe.settings.NODE_RANK == 0:
         for name in ("adapter", "model", "merged", "training_curves.png", "README.md", "logs"):
             if (plan.run_dir / name).exists():
-                lines.append(f"{name}: {plan.run_dir / name}")
-        if (plan.run_dir / "adapter").is_dir():
-            py = "python" if plan.facts.in_container else sys.executable  # the host's is the venv's
-            lines.append(f"did it help? {py} -m entrypoint evaluate run={plan.run_name} OUTPUT_DIR={plan.recipe.settings.OUTPUT_DIR}"
-                         f"   (make eval RUN={plan.run_name})")  # fmt: skip
+                lines.append(f"{name}: {host_path(plan.run_dir / name, plan.facts)}")  # read on the host
+        if (plan.run_dir / "adapter").is_dir() and plan.facts.in_container:
+            lines.append(f"did it help? docker compose run --rm train evaluate run={plan.run_name}")
+        elif (plan.run_dir / "adapter").is_dir():
+            lines.append(f"did it help? {sys.executable} -m entrypoint evaluate run={plan.run_name} "
+                         f"OUTPUT_DIR={plan.recipe.settings.OUTPUT_DIR}   (make eval RUN={plan.run_name})")  # fmt: skip
     return lines
 
 

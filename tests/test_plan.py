@@ -178,3 +178,23 @@ def test_a_local_model_directory_is_planned_from_its_config(tmp_path):
         assert proc.returncode == 0, proc.stderr
         assert f"model dimensions from {model}/config.json" in proc.stdout
         assert f"--model {spec}" in proc.stdout
+
+
+def test_a_container_runs_closing_lines_are_for_the_host(tmp_path, monkeypatch):
+    """After `docker compose run ... train` the closing lines said `python -m entrypoint evaluate ...
+    OUTPUT_DIR=/output` and /output paths, which the host's shell has neither of (issue 27)."""
+    from entrypoint import facts as facts_mod
+    from entrypoint.run import summary_lines
+
+    mount = tmp_path / "output"  # /output in the image
+    monkeypatch.setattr(facts_mod, "CONTAINER_OUTPUT", mount)
+    environ = {"GRPO_RIG_VERSION": "0.1.0", "GRPO_RIG_HOST_OUTPUT": "./output"}
+    p = build_plan("recipe=smoke", f"OUTPUT_DIR={mount}", "RUN_NAME=r", environ=environ, in_container=True)
+    (p.run_dir / "adapter").mkdir(parents=True)
+    lines = summary_lines(p)
+    assert "adapter: ./output/r/adapter" in lines
+    assert "did it help? docker compose run --rm train evaluate run=r" in lines
+    assert not any("/output" in line.replace("./output", "") or "python -m" in line for line in lines), lines
+    on_host = build_plan("recipe=smoke", f"OUTPUT_DIR={mount}", "RUN_NAME=r", in_container=False)
+    assert f"adapter: {mount / 'r' / 'adapter'}" in summary_lines(on_host)
+    assert any("-m entrypoint evaluate run=r" in line for line in summary_lines(on_host))
