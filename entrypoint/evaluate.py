@@ -446,6 +446,16 @@ def write(run_dir: Path, result: dict) -> None:
 
 
 def _plot(path: Path, result: dict) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = figure(result)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def figure(result: dict):
+    """eval.png's figure: per reward, base and adapter means with their 95 % intervals, each bar labelled
+    with its value (a mean of 0 has no bar to see: the countdown reward of the embedded model, issue 27)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -457,15 +467,11 @@ def _plot(path: Path, result: dict) -> None:
         means = [result["summary"][n][model]["mean"] for n in names]
         errs = [[m - result["summary"][n][model]["low"] for n, m in zip(names, means, strict=True)],
                 [result["summary"][n][model]["high"] - m for n, m in zip(names, means, strict=True)]]  # fmt: skip
-        ax.bar(
-            [i + offset for i in range(len(names))],
-            means,
-            0.34,
-            yerr=errs,
-            capsize=4,
-            label=model,
-            color=color,
-        )
+        bars = ax.bar([i + offset for i in range(len(names))], means, 0.34, yerr=errs, capsize=4, label=model,
+                      color=color)  # fmt: skip
+        ax.bar_label(bars, labels=[f"{m:.3f}" for m in means], fontsize=7, padding=2)
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.margins(y=0.15)  # room for the labels above the highest interval
     ax.set_xticks(range(len(names)), names)
     ax.set_ylabel("mean reward (95% CI)")
     ax.set_title(
@@ -473,8 +479,7 @@ def _plot(path: Path, result: dict) -> None:
     )
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 @contextlib.contextmanager

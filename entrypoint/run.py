@@ -448,7 +448,7 @@ def finish_run(
         if fields["merged"]["status"] == "completed":
             exported.update(fields["merged"].pop("files"))
     try:
-        exported.update(report.write(plan, run_dir))
+        exported.update(report.write(plan, run_dir, outcome.status))
     except Exception as exc:  # a report is a convenience: never lose the run over it
         printer.say(f"warning: could not write the run report: {exc}")
     fields["exported"] = dict(sorted(exported.items()))
