@@ -203,7 +203,7 @@ def largest_fit(r: Recipe, layout: Layout, budget: Budget) -> Fit | None:
     share, then (a share a user set) at the smallest share that holds the round (smallest_share). The memory
     check's fix for a plan that does not fit. None when none fits or the memory cannot be estimated."""
     b, w = budget.batch, budget.workload
-    if b is None or w is None or layout.mode == "cpu":
+    if b is None or w is None or layout.mode == "cpu" or not layout.train_gpus:
         return None
     total, per_process = step_completions(r, b)
     if not per_process:

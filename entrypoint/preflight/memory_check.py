@@ -80,7 +80,6 @@ def _peak_problems(
     s, mode = plan.recipe.settings, plan.layout.mode
     train = memory.estimate_training(w)
     knobs = _knobs(plan, colocate)
-    fit = _fit_text(plan)
     beyond = (
         f" (extrapolated: a {w.dims.params / 1e9:.1f}B model, and the planner's measurements stop at 1.5B, so this "
         f"warns instead of refusing up to {memory.EXTRAPOLATED_REFUSE_RATIO:.2f}x the card; MEMORY_CHECK=off silences it)"
@@ -106,6 +105,7 @@ def _peak_problems(
             )
             past = (f" (extrapolated beyond the measured models, but {e.peak_gib / e.card_gib:.1f}x the card is past "
                     f"the planner's uncertainty, {memory.EXTRAPOLATED_REFUSE_RATIO:.2f}x)")  # fmt: skip
+            fit = _fit_text(plan)
             problems.append(Problem("memory", f"does not fit: {what}" + (beyond if not sure else past if extrapolated else ""),
                                     f"{fit}{'other knobs' if fit else 'turn these knobs'}: {knobs[mode]}"
                                     + ("; or MEMORY_CHECK=warn to try anyway" if sure else ""),
