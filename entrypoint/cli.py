@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         argv = bare_words(list(sys.argv[1:] if argv is None else argv), os.environ)
     except BadInput as exc:
         return _refused(exc)
+    if argv[0] in ("prepare-model", "evaluate"):  # before any library is imported: tqdm reads TQDM_* then
+        quiet_libraries(os.environ)
     pairs = None
     if argv[0] in ("train", "rollout", "plan", "validate"):
         # KEY=VALUE words go to the recipe parser as they are, --flags included: it answers an ms-swift
@@ -165,7 +167,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(inventory.model_dump_json(indent=2) if args.json else doctor_text(inventory))
         return EXIT_OK
     if args.command == "prepare-model":
-        quiet_libraries(os.environ)
         path = models.prepare(
             args.model, Path(args.dir).expanduser(), Path(args.cache).expanduser(), args.wheel
         )
@@ -176,7 +177,6 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "evaluate":
         from entrypoint import evaluate
 
-        quiet_libraries(os.environ)
         return evaluate.evaluate(args.pairs, os.environ)
     if args.command == "keys":
         from entrypoint.settings import Settings, accepted
@@ -195,7 +195,8 @@ def quiet_libraries(environ) -> None:
     (prepare-model, evaluate), as the train console keeps them in the log (console.py): transformers'
     warnings (the tokenizer's "legacy" paragraph), DeepSpeed's "Setting accelerator to CPU" lines, tqdm's
     bars, vLLM's INFO lines. Errors still show; CONSOLE=all (environment) keeps everything. Sets this
-    process's environment before the libraries are imported, which their children inherit."""
+    process's environment, which its children inherit; to be called before the libraries are imported
+    (tqdm reads TQDM_DISABLE when imported, and `run` imports it)."""
     if environ.get("CONSOLE") == "all":
         return
     for name, value in (("TRANSFORMERS_VERBOSITY", "error"), ("TQDM_DISABLE", "1"),

@@ -88,3 +88,29 @@ def test_prepare_model_and_evaluate_keep_library_notices_off_the_console():
     loud = subprocess.run([sys.executable, "-c", QUIET_PROBE], cwd=ROOT, env={**env, "CONSOLE": "all"},
                           capture_output=True, text=True)  # fmt: skip
     assert "legacy" in loud.stderr and "Setting accelerator" in loud.stdout and "GGUF" in loud.stderr
+
+
+def test_the_quiet_settings_come_before_any_library_is_imported():
+    """tqdm reads TQDM_DISABLE when it is imported, and `from entrypoint import run` imports it: the bar of
+    prepare-model's GGUF conversion still showed on a new user's console when the settings came after."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    fake_prepare = (
+        "import sys\n"
+        "from entrypoint import cli, models\n"
+        "def prepare(*args, **kwargs):\n"
+        "    from tqdm.auto import tqdm\n"
+        "    list(tqdm(range(3), desc='Converting and de-quantizing GGUF tensors...'))\n"
+        "    return 'converted'\n"
+        "models.prepare = prepare\n"
+        "sys.exit(cli.main(['prepare-model']))\n"
+    )
+    env = {k: v for k, v in clean_env().items() if k not in ("TQDM_DISABLE", "CONSOLE")}
+    proc = subprocess.run(
+        [sys.executable, "-c", fake_prepare], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "GGUF" not in proc.stderr and proc.stdout.startswith("embedded model"), proc.stdout + proc.stderr
