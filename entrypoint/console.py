@@ -53,6 +53,7 @@ class Console:
         self.show_all, self.events, self.clock = show_all, events, clock
         self.started = clock()
         self.failing: set[str] = set()  # roles past a Traceback: everything is shown
+        self.milestone: dict[str, str] = {}  # the last milestone shown, per role
         self.step: tuple[int, int] | None = None  # (done, total)
         # MAX_STEPS when the plan knows it; the step lines say it otherwise
         self.total = total_steps if total_steps and total_steps > 0 else None
@@ -75,7 +76,10 @@ class Console:
         if FAILURE.search(line) and "FutureWarning" not in line and "UserWarning" not in line:
             return line
         if any(m in line for m in MILESTONES):
-            return line.rsplit("[INFO:swift] ", 1)[-1] if "[INFO:swift]" in line else line
+            text = line.rsplit("[INFO:swift] ", 1)[-1] if "[INFO:swift]" in line else line
+            # ms-swift logs "Loading the model using model_dir" twice in a row: once on the console
+            seen, self.milestone[role] = self.milestone.get(role), text
+            return None if text == seen else text
         return None
 
     def _step_line(self, line: str) -> str | None:
@@ -203,6 +207,7 @@ AFTER_MARK = {
     "vLLM engine starting": "starting vLLM (weights, torch.compile, KV cache, CUDA graphs)",
     "vLLM engine ready": "finishing the trainer's set-up",
     "trainer ready": "generating the first completions",
+    "first step logged": "generating completions",  # written after step 1's line, before step 2's generation
 }
 # after these marks the trainer is inside step 1 (HF Trainer.train: the first batch's generation)
 FIRST_STEP_MARKS = ("trainer ready",)

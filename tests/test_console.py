@@ -157,3 +157,16 @@ def test_evaluate_progress_has_an_eta_and_a_heartbeat_between_batches():
     progress.now("adapter: answering prompts 1-8 of 12", timed=True)
     now[0] = 400.0  # 16 prompts in 200 s of generation, 8 to go
     assert progress.advance(8, "adapter: 8 of 12 prompts answered").endswith("| ETA 1m 40s")
+
+
+def test_after_step_1_the_heartbeat_says_the_trainer_generates_and_milestones_show_once(tmp_path):
+    """The new-user walk of issue 27 saw "step 2/4: setting up the trainer" for a minute: the last event
+    was the "first step logged" mark, which the trainer writes after step 1's line. And ms-swift's "Loading
+    the model using model_dir" came twice."""
+    events = tmp_path / "events.jsonl"
+    events.write_text('{"t": 1, "phase": "startup", "mark": "first step logged", "seconds": 0.1}\n')
+    console = Console(events=events, clock=lambda: 0.0, total_steps=4)
+    shown(console, [next(ln for ln in LOG if "'global_step/max_steps': '1/4'" in ln)])
+    assert console.heartbeat().startswith("step 2/4: generating completions")
+    loading = "[INFO:swift] Loading the model using model_dir: /models/SmolLM2-135M-Instruct"
+    assert shown(Console(), [loading, loading]) == [loading.split("] ", 1)[1]]
