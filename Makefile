@@ -6,8 +6,10 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
 UV_VERSION := 0.9.9
-# Python 3.10 (the image's version): the first interpreter found that really is 3.10.
-PYTHON ?= $(shell for p in python3.10 $(HOME)/.pyenv/versions/3.10*/bin/python3.10 /usr/bin/python3.10 /usr/local/bin/python3.10; do \
+# Python 3.10 (the image's version): the first interpreter found that really is 3.10 (pyenv's versions
+# under PYENV_ROOT, default ~/.pyenv).
+PYENV_ROOT ?= $(HOME)/.pyenv
+PYTHON ?= $(shell for p in python3.10 $(PYENV_ROOT)/versions/3.10*/bin/python3.10 /usr/bin/python3.10 /usr/local/bin/python3.10; do \
 	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 10)' >/dev/null 2>&1 && { command -v "$$p" || echo "$$p"; } && break; done)
 UV ?= $(shell command -v uv >/dev/null 2>&1 && uv --version | grep -q ' $(UV_VERSION)' && command -v uv || echo .tools/bin/uv)
 VENV := .venv
@@ -30,9 +32,12 @@ export REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 export SOURCE ?= https://github.com/grpo-rig/grpo-rig
 export LOCK_SHA256 ?= $(shell sha256sum requirements/runtime.lock | cut -d' ' -f1)
 
+# Colour only on a terminal, and never with NO_COLOR set (no-color.org).
 .PHONY: help
 help:  ## Show this help
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
+	@if [ -t 1 ] && [ -z "$${NO_COLOR:-}" ]; then on='\033[36m' off='\033[0m'; else on='' off=''; fi; \
+	grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | \
+	awk -v on="$$on" -v off="$$off" 'BEGIN {FS = ":.*?## "}; {printf "  %s%-16s%s %s\n", on, $$1, off, $$2}'
 
 .tools/bin/uv:
 	@test -n "$(PYTHON)" || { echo "Python 3.10 not found: install it (e.g. apt install python3.10 python3.10-venv, or pyenv install 3.10) or pass PYTHON=/path/to/python3.10"; exit 1; }
@@ -72,6 +77,10 @@ eval: venv  ## Did training help? Base model vs the run's adapter on held-out pr
 .PHONY: plan
 plan: venv  ## Print what `train` would run: make plan RECIPE=countdown-1x4090 ARGS="INVENTORY=examples/inventories/1x4090-driver535.json"
 	$(PY) -m entrypoint plan recipe=$(RECIPE) $(ARGS)
+
+.PHONY: validate
+validate: venv  ## Every preflight check, every problem printed: make validate RECIPE=tcm-4x4090 ARGS="INVENTORY=... DATASET=..."
+	$(PY) -m entrypoint validate recipe=$(RECIPE) $(ARGS)
 
 .PHONY: lint
 lint: venv  ## ruff, the layer contract (import-linter), hadolint, compose config, actionlint, zizmor

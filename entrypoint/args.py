@@ -67,6 +67,7 @@ class TrainerArgs:
     generation_batch_size: int | None
     num_generations: int
     per_device_eval_batch_size: int
+    max_steps: int  # -1: from the dataset and the epochs
     max_completion_length: int
     max_length: int | None
     torch_dtype: str

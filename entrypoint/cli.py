@@ -1,4 +1,4 @@
-"""Command line: `python -m entrypoint [COMMAND] [KEY=VALUE ...]`.
+"""Command line: `python -m entrypoint [COMMAND] [KEY=VALUE ...]` (`validate smoke` is `validate recipe=smoke`).
 
     train     (default) run GRPO for a recipe: recipe=NAME [KEY=VALUE ...]
     rollout   serve only the vLLM rollout on this node's ROLLOUT_GPUS, for trainers on other nodes
@@ -17,14 +17,16 @@ work), 130 / 143 stopped by SIGINT / SIGTERM.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import logging
 import os
 import shlex
 import sys
 from pathlib import Path
 
 from entrypoint import hardware, models
-from entrypoint.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput
+from entrypoint.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput, tally
 from entrypoint.inventory import Inventory
 
 COMMANDS = ("train", "rollout", "plan", "validate", "doctor", "prepare-model", "keys", "import", "evaluate")
@@ -60,9 +62,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help")):
-        argv.insert(0, "train")  # `python -m entrypoint recipe=smoke` is `train recipe=smoke`
+    try:
+        argv = bare_words(list(sys.argv[1:] if argv is None else argv), os.environ)
+    except BadInput as exc:
+        return _refused(exc)
+    if argv[0] in ("prepare-model", "evaluate"):  # before any library is imported: tqdm reads TQDM_* then
+        quiet_libraries(os.environ)
     pairs = None
     if argv[0] in ("train", "rollout", "plan", "validate"):
         # KEY=VALUE words go to the recipe parser as they are, --flags included: it answers an ms-swift
@@ -90,13 +95,54 @@ def main(argv: list[str] | None = None) -> int:
     except Interrupted as exc:  # stopped before anything was written (train's own cleanup says more)
         return 128 + exc.signum
     except BadInput as exc:
-        print(
-            f"grpo-rig: refused before any heavy work ({sum(p.fatal for p in exc.problems)} problem(s)):",
-            file=sys.stderr,
-        )
-        for problem in exc.problems:
-            print(problem.render(), file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _refused(exc)
+
+
+def _refused(exc: BadInput) -> int:
+    print(f"grpo-rig: refused before any heavy work ({tally(exc.problems)}):", file=sys.stderr)
+    for problem in exc.problems:
+        print(problem.render(), file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def bare_words(argv: list[str], environ) -> list[str]:
+    """The command line with its command first. No command: `train` (`python -m entrypoint recipe=smoke`).
+    A first word that is neither a command nor KEY=VALUE is refused with the command it is closest to
+    (`trian` -> train), or as a recipe's name given without a command; after train, rollout, plan and
+    validate a recipe's bare name is `recipe=NAME` (`validate smoke`). Raises BadInput."""
+    from entrypoint import recipe as recipe_mod
+    from entrypoint.errors import Problem
+
+    folder = recipe_mod.recipes_dir(environ)
+    names = recipe_mod.available_recipes(folder) if folder.is_dir() else []
+
+    def is_recipe(word: str) -> bool:
+        return recipe_mod.recipe_path(word, folder).is_file()
+
+    first = argv[0] if argv else ""
+    if (
+        first
+        and first not in COMMANDS
+        and first not in ("-h", "--help")
+        and not first.startswith("-")
+        and "=" not in first
+    ):
+        close = difflib.get_close_matches(first, COMMANDS, n=1)
+        fix = (f"did you mean {close[0]}?" if close else f"write train recipe={first}" if is_recipe(first)
+               else f"the commands: {', '.join(COMMANDS)}; KEY=VALUE words go after one (train is the default)")  # fmt: skip
+        raise BadInput([Problem(f"command line {first!r}", "is not a command", fix)])
+    if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
+        argv = ["train", *argv]
+    given = any(w.lower().startswith("recipe=") for w in argv) or environ.get("RECIPE")
+    word = argv[1] if len(argv) > 1 and argv[0] in ("train", "rollout", "plan", "validate") else ""
+    if word and "=" not in word and not word.startswith("-") and not given:
+        if is_recipe(word):
+            return [argv[0], f"recipe={word}", *argv[2:]]
+        close = difflib.get_close_matches(word, names, n=1)
+        if close:
+            raise BadInput([Problem(f"command line {word!r}", "is neither KEY=VALUE nor a recipe's name",
+                                    f"did you mean recipe={close[0]}?")])  # fmt: skip
+    return argv
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -115,7 +161,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         warnings = [p for p in plan.problems if not p.fatal]
         for w in warnings:
             print(w.render())
-        print(f"recipe {plan.recipe.name}: valid ({len(warnings)} warning(s))")
+        print(f"recipe {plan.recipe.name}: valid ({tally(warnings)})")
         return EXIT_OK
     if args.command == "doctor":
         inventory = hardware.probe()
@@ -139,11 +185,29 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "keys":
         from entrypoint.settings import Settings, accepted
 
-        for name, field in Settings.model_fields.items():
-            default = str(field.default).lower() if isinstance(field.default, bool) else str(field.default)
-            print(f"{name}={default:<12} # {accepted(field)}: {field.description}")
+        rows = [(f"{name}={str(f.default).lower() if isinstance(f.default, bool) else f.default}", f)
+                for name, f in Settings.model_fields.items()]  # fmt: skip
+        width = max(len(left) for left, _ in rows)
+        for left, field in rows:  # one column of comments
+            print(f"{left:<{width}}  # {accepted(field)}: {field.description}")
         return EXIT_OK
     raise AssertionError(args.command)
+
+
+def quiet_libraries(environ) -> None:
+    """Keep the libraries' notices off the console of the commands that load a model in this process
+    (prepare-model, evaluate), as the train console keeps them in the log (console.py): transformers'
+    warnings (the tokenizer's "legacy" paragraph), DeepSpeed's "Setting accelerator to CPU" lines, tqdm's
+    bars, vLLM's INFO lines. Errors still show; CONSOLE=all (environment) keeps everything. Sets this
+    process's environment, which its children inherit; to be called before the libraries are imported
+    (tqdm reads TQDM_DISABLE when imported, and `run` imports it)."""
+    if environ.get("CONSOLE") == "all":
+        return
+    for name, value in (("TRANSFORMERS_VERBOSITY", "error"), ("TQDM_DISABLE", "1"),
+                        ("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("VLLM_LOGGING_LEVEL", "WARNING")):  # fmt: skip
+        os.environ.setdefault(name, value)
+    # deepspeed.utils.logging sets its logger's level itself when imported; a filter stays on the logger
+    logging.getLogger("DeepSpeed").addFilter(lambda record: record.levelno >= logging.ERROR)
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -194,15 +258,15 @@ def _validate_imported(path: Path, pairs: list[str]) -> int:
     try:
         plan = run.make_plan([f"recipe={path}", *pairs], os.environ, for_train=True)
     except BadInput as exc:
-        print(f"the imported recipe is not valid yet ({sum(p.fatal for p in exc.problems)} problem(s)); "
-              "fix these in it, then run validate:", file=sys.stderr)  # fmt: skip
+        print(f"the imported recipe is not valid yet ({tally(exc.problems)}); fix these in it, then run validate:",
+              file=sys.stderr)  # fmt: skip
         for problem in exc.problems:
             print(problem.render(), file=sys.stderr)
         return EXIT_BAD_INPUT
     warnings = [p for p in plan.problems if not p.fatal]
     for w in warnings:
         print(w.render(), file=sys.stderr)
-    print(f"validate: the imported recipe is valid ({len(warnings)} warning(s))", file=sys.stderr)
+    print(f"validate: the imported recipe is valid ({tally(warnings)})", file=sys.stderr)
     return EXIT_OK
 
 

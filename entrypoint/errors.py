@@ -48,6 +48,19 @@ class BadInput(Exception):
         super().__init__("\n".join(p.render() for p in self.problems))
 
 
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+
+def tally(problems: Iterable[Problem]) -> str:
+    """What a list of problems holds, errors and warnings counted apart: "1 error and 1 warning",
+    "2 errors", "no problems"."""
+    problems = list(problems)
+    errors, warnings = sum(p.fatal for p in problems), sum(not p.fatal for p in problems)
+    parts = [_plural(n, word) for n, word in ((errors, "error"), (warnings, "warning")) if n]
+    return " and ".join(parts) or "no problems"
+
+
 def raise_if_fatal(problems: Iterable[Problem]) -> None:
     """Raise BadInput carrying all problems (warnings included, for context) if any is fatal."""
     problems = list(problems)

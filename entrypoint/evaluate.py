@@ -22,12 +22,14 @@ EVAL_GPU_MEMORY_UTILIZATION of the card (default 0.5: evaluate runs alone on it)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import json
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ from entrypoint import manifest as manifest_mod
 from entrypoint import recipe as recipe_mod
 from entrypoint import runlock
 from entrypoint.args import TrainerArgs
+from entrypoint.console import Progress
 from entrypoint.errors import BadInput, Problem
 from entrypoint.facts import MANIFEST, run_dir
 from entrypoint.rewards import PLUGIN_FILE, tasks
@@ -227,13 +230,17 @@ def generate_vllm(
     prompts: list[list[dict]],
     sample: Mapping[str, Any],
     settings: Settings,
+    progress: Progress | None = None,
+    say: Callable[[str], None] = lambda line: None,
 ) -> tuple[list[list[str]], list[list[str]]]:
     """(base completions, adapter completions): `settings.EVAL_GENERATIONS` per prompt from one vLLM engine, the
-    adapter served as a LoRA request; the same per-request seeds for both."""
+    adapter served as a LoRA request; the same per-request seeds for both. `say` gets a line per model."""
     from transformers import AutoTokenizer
     from vllm import LLM, SamplingParams
     from vllm.lora.request import LoRARequest
 
+    progress = progress or Progress(2 * len(prompts))
+    progress.now("starting vLLM (the model's weights, the KV cache)")
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in _render(tokenizer, prompts)]
     rank = int(json.loads((adapter / "adapter_config.json").read_text()).get("r", 8))
@@ -253,10 +260,15 @@ def generate_vllm(
     def texts(outputs) -> list[list[str]]:
         return [[c.text for c in o.outputs] for o in outputs]
 
+    n = len(requests)
     try:
+        progress.now(f"base model: answering {n} prompts", timed=True)
         base = texts(llm.generate(requests, params, use_tqdm=False))
+        say(progress.advance(n, f"base model: {n} of {n} prompts answered"))
         lora = LoRARequest("adapter", 1, str(adapter))
+        progress.now(f"adapter: answering {n} prompts", timed=True)
         tuned = texts(llm.generate(requests, params, use_tqdm=False, lora_request=lora))
+        say(progress.advance(n, f"adapter: {n} of {n} prompts answered"))
     finally:
         # Without this the V1 engine's core process outlives the answer and the command never exits
         # (seen on the lent H200 with vLLM 0.8.5.post1).
@@ -277,13 +289,18 @@ def generate(
     prompts: list[list[dict]],
     sample: Mapping[str, Any],
     settings: Settings,
-    say=lambda line: None,
+    say: Callable[[str], None] = lambda line: None,
+    progress: Progress | None = None,
 ) -> list[list[str]]:
     """`settings.EVAL_GENERATIONS` sampled completions per prompt from the base model (adapter None) or base +
-    adapter. Same seed, so both models draw the same random numbers. `say` gets a progress line per batch."""
+    adapter. Same seed, so both models draw the same random numbers. `say` gets a progress line per batch,
+    with the ETA of `progress` (both models' prompts, evaluate's)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    label = "adapter" if adapter is not None else "base model"
+    progress = progress or Progress(len(prompts))
+    progress.now(f"{label}: loading the model")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
     if tokenizer.pad_token is None:
@@ -300,6 +317,9 @@ def generate(
     out: list[list[str]] = []
     texts = _render(tokenizer, prompts)
     for start in range(0, len(texts), 8):
+        progress.now(
+            f"{label}: answering prompts {start + 1}-{min(start + 8, len(texts))} of {len(texts)}", timed=True
+        )
         batch = tokenizer(
             texts[start : start + 8], return_tensors="pt", padding=True, add_special_tokens=False
         ).to(device)
@@ -314,7 +334,10 @@ def generate(
             for i in range(0, len(decoded), settings.EVAL_GENERATIONS)
         ]
         say(
-            f"{'adapter' if adapter is not None else 'base model'}: {len(out)} of {len(texts)} prompts answered"
+            progress.advance(
+                len(decoded) // settings.EVAL_GENERATIONS,
+                f"{label}: {len(out)} of {len(texts)} prompts answered",
+            )
         )
     return out
 
@@ -420,6 +443,16 @@ def write(run_dir: Path, result: dict) -> None:
 
 
 def _plot(path: Path, result: dict) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = figure(result)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def figure(result: dict):
+    """eval.png's figure: per reward, base and adapter means with their 95 % intervals, each bar labelled
+    with its value (a mean of 0 has no bar to see: the countdown reward of the embedded model, issue 27)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -431,15 +464,11 @@ def _plot(path: Path, result: dict) -> None:
         means = [result["summary"][n][model]["mean"] for n in names]
         errs = [[m - result["summary"][n][model]["low"] for n, m in zip(names, means, strict=True)],
                 [result["summary"][n][model]["high"] - m for n, m in zip(names, means, strict=True)]]  # fmt: skip
-        ax.bar(
-            [i + offset for i in range(len(names))],
-            means,
-            0.34,
-            yerr=errs,
-            capsize=4,
-            label=model,
-            color=color,
-        )
+        bars = ax.bar([i + offset for i in range(len(names))], means, 0.34, yerr=errs, capsize=4, label=model,
+                      color=color)  # fmt: skip
+        ax.bar_label(bars, labels=[f"{m:.3f}" for m in means], fontsize=7, padding=2)
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.margins(y=0.15)  # room for the labels above the highest interval
     ax.set_xticks(range(len(names)), names)
     ax.set_ylabel("mean reward (95% CI)")
     ax.set_title(
@@ -447,8 +476,29 @@ def _plot(path: Path, result: dict) -> None:
     )
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
+
+
+@contextlib.contextmanager
+def heartbeat(progress: Progress, say: Callable[[str], None], every: float = 1.0) -> Iterator[None]:
+    """While the block runs, `say` the progress's heartbeat whenever it is due (console.HEARTBEAT_SECONDS
+    of quiet, checked every `every` seconds): on 2 loaded cores a batch of 8 prompts took minutes (issue 27:
+    16 minutes, four lines)."""
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(every):
+            line = progress.due()
+            if line:
+                say(line)
+
+    thread = threading.Thread(target=tick, name="evaluate-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _gpu_and_vllm(environ: Mapping[str, str]) -> tuple[bool, bool]:
@@ -520,11 +570,15 @@ def _evaluate(run_dir: Path, settings: Settings, environ: Mapping[str, str], pri
         f"base then adapter ({'vLLM' if engine == 'vllm' else 'HF generate'})"
     )
     sample = sampling(args)
-    if engine == "vllm":
-        base_text, tuned_text = generate_vllm(model_path, adapter, prompts, sample, settings)
-    else:
-        base_text = generate(model_path, None, prompts, sample, settings, printer)
-        tuned_text = generate(model_path, adapter, prompts, sample, settings, printer)
+    progress = Progress(2 * len(prompts))  # both models answer every prompt
+    with heartbeat(progress, printer):
+        if engine == "vllm":
+            base_text, tuned_text = generate_vllm(
+                model_path, adapter, prompts, sample, settings, progress, printer
+            )
+        else:
+            base_text = generate(model_path, None, prompts, sample, settings, printer, progress)
+            tuned_text = generate(model_path, adapter, prompts, sample, settings, printer, progress)
     base = score(rewards, rows, prompts, base_text)
     tuned = score(rewards, rows, prompts, tuned_text)
     summary = summarize(base, tuned)

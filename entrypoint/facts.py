@@ -137,6 +137,23 @@ def resolved(value: str, paths: Mapping[str, PathInfo]) -> str:
     return str(candidate)
 
 
+# compose.yaml mounts the host's GRPO_RIG_OUTPUT (./output) here, and passes its host spelling in
+# GRPO_RIG_HOST_OUTPUT for messages
+CONTAINER_OUTPUT = Path("/output")
+
+
+def host_path(path: Path, facts: Facts) -> str:
+    """`path` as the user's shell names it: in the image, a path under the output volume becomes the host's
+    directory (./output/<run>/adapter), since the closing lines are read on the host; else `path` itself."""
+    if not facts.in_container:
+        return str(path)
+    try:
+        inside = Path(path).relative_to(CONTAINER_OUTPUT)
+    except ValueError:
+        return str(path)
+    return f"{(facts.env.get('GRPO_RIG_HOST_OUTPUT') or './output').rstrip('/')}/{inside}"
+
+
 def run_dir(output_dir: str, name: str) -> Path:
     """Where a run named `name` lives: OUTPUT_DIR/name, absolute (train writes there, evaluate reads it)."""
     return (Path(output_dir).expanduser() / name).absolute()

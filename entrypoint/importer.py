@@ -230,14 +230,8 @@ def _layout(d: _Draft, rlhf: Command, rollout: Command | None, env: dict[str, st
     timeout = (flags.get("vllm_server_timeout") or [""])[0]
     train = visible or (list(range(nproc)) if nproc else [])
     rollout_gpus: list[int] = []
-    if device:  # ms-swift <= 3.5: the last visible GPU runs vLLM
-        if device == "auto" and nproc and len(visible) > nproc:
-            train, rollout_gpus = visible[:nproc], visible[nproc:]
-        elif device.startswith("cuda:") and device[5:].isdigit():
-            rollout_gpus = [int(device[5:])]
-            train = [g for g in train if g not in rollout_gpus]
-        d.notes.append(f"--vllm_device {device}: removed in 3.6; the rollout becomes a `swift rollout` server "
-                       "on its own GPU(s)")  # fmt: skip
+    if device:
+        train, rollout_gpus = _vllm_device(d, device, visible, nproc, train)
     if mode == "server" or host or (device and rollout_gpus):
         if timeout:
             d.put(
@@ -266,6 +260,34 @@ def _layout(d: _Draft, rlhf: Command, rollout: Command | None, env: dict[str, st
     if rollout_gpus:
         d.put("ROLLOUT_GPUS", ",".join(map(str, rollout_gpus)))
     return rollout_gpus
+
+
+def _vllm_device(
+    d: _Draft, device: str, visible: list[int], nproc: int | None, train: list[int]
+) -> tuple[list[int], list[int]]:
+    """(training GPUs, rollout GPUs) for ms-swift <= 3.5's --vllm_device, removed in 3.6, with the note that
+    says what became of it. `auto` put vLLM on the GPU after the training processes, the last visible one
+    when NPROC_PER_NODE is unset (the trainers take the rest); `cuda:N` on GPU N. Where no GPU is left
+    beside the trainers, vLLM is colocated on them, and the note says so."""
+    rollout: list[int] = []
+    if device == "auto" and len(visible) > (nproc or 1):
+        trainers = nproc or len(visible) - 1
+        train, rollout = visible[:trainers], visible[trainers:]
+    elif device.startswith("cuda:") and device[5:].isdigit():
+        rollout = [int(device[5:])]
+        train = [g for g in train if g not in rollout]
+    if rollout:
+        d.notes.append(f"--vllm_device {device}: removed in 3.6; the rollout becomes a `swift rollout` server on "
+                       f"GPU {','.join(map(str, rollout))}, beside the trainers on GPU {','.join(map(str, train)) or '-'}")  # fmt: skip
+    else:
+        why = (
+            "no GPU is left beside the trainers"
+            if visible
+            else "the script lists no GPUs (CUDA_VISIBLE_DEVICES)"
+        )
+        d.notes.append(f"--vllm_device {device}: removed in 3.6; {why}, so vLLM runs colocated on the training "
+                       "GPUs (give it its own with ROLLOUT_GPUS)")  # fmt: skip
+    return train, rollout
 
 
 def _node_and_environment(d: _Draft, rlhf: Command, env: dict[str, str]) -> None:

@@ -46,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -290,6 +291,15 @@ def kv_budget(
     (1/tensor_parallel of them per GPU) and activation peak (vllm 0.8.5.post1 v1/worker/gpu_worker.py:170-215)."""
     vllm_weights = dims.params * dtype_bytes / GIB / max(1, tensor_parallel)
     return utilization * card_gib - CUDA_CONTEXT_GIB - resident_gib - vllm_weights - VLLM_NON_KV_GIB
+
+
+def rollout_share_with_headroom(card_gib: float) -> float:
+    """The largest vLLM share of a dedicated rollout GPU (two decimals, at most ms-swift's default 0.9) that
+    leaves HEADROOM_WARNING of the card free beside the CUDA context: vLLM takes utilization x card up front,
+    so a display or another process on a fuller card makes it refuse to start. 0.82 on a 24 GiB card."""
+    return max(
+        0.1, min(0.9, math.floor((1 - HEADROOM_WARNING - CUDA_CONTEXT_GIB / card_gib) * 100 + 1e-9) / 100)
+    )
 
 
 def kv_gib(dims: ModelDims, dtype_bytes: int, tokens: int, tensor_parallel: int = 1) -> float:

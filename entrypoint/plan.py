@@ -236,14 +236,15 @@ class Draft:
 
 
 def draft(recipe: Recipe, inventory: Inventory, facts: Facts, rollout_only: bool = False) -> Draft:
-    """The stages up to the batch shape: layout, NCCL, run directory, model, dataset (`placed` False on
-    the draft's layout None: nothing else was decided)."""
+    """The stages up to the batch shape: layout, NCCL, run directory, model, dataset. Without a layout
+    (draft.layout None: no GPU for a GPU recipe) the stages that read none still run, so the recipe's other
+    problems are found at once."""
     d = Draft(recipe, inventory, facts, rollout_only, [])
     if _layout(d):
         _nccl(d)
-        _run(d)
-        _model(d)
-        _dataset(d)
+    _run(d)
+    _model(d)
+    _dataset(d)
     return d
 
 
@@ -251,8 +252,8 @@ def build(recipe: Recipe, inventory: Inventory, facts: Facts, rollout_only: bool
     """Turn a resolved recipe, an inventory and the host's facts into a Plan. Never raises on bad input:
     problems are collected in `Plan.problems` (callers raise on fatal ones)."""
     d = draft(recipe, inventory, facts, rollout_only)
-    if d.layout is None:  # the recipe's own problems still count: the user sees them with the layout's
-        d.problems += d.recipe.problems
+    if d.layout is None:  # the recipe's and the dataset's problems still count (preflight.check_unplaced)
+        d.problems += d.recipe.problems + d.resume_problems
         return _frozen(d, placed=False)
     _budget(d)
     if _shape(d):  # the planner set values: the stages that read them run on the shaped recipe
@@ -402,12 +403,14 @@ def _dataset(d: Draft) -> None:
                     fatal=False,
                 )  # fmt: skip
             )
-        elif paths:
+        elif paths:  # a later DATASET replaced the generator already (recipe.load): one layer sets both
             d.problems.append(
                 Problem(
-                    "DATASET",
-                    f"set together with DATASET_GENERATOR={s.DATASET_GENERATOR} in the same layer",
-                    "keep one of the two",
+                    f"DATASET ({r.source('DATASET')})",
+                    f"set together with DATASET_GENERATOR={s.DATASET_GENERATOR} ({r.source('DATASET_GENERATOR')}), "
+                    "in the same layer: which one to train on is unclear",
+                    "keep one: remove DATASET to train on generated tasks, or write DATASET_GENERATOR= (empty) "
+                    "to train on DATASET",
                 )  # fmt: skip
             )
         generated = d.run_dir / "data" / f"{s.DATASET_GENERATOR}.jsonl"
@@ -440,9 +443,9 @@ def _budget(d: Draft) -> None:
 
 def _shape(d: Draft) -> bool:
     """The batch shape the planner chooses (shape.py); True when it set values (the recipe changed)."""
-    if d.rollout_only:  # `rollout` serves; the trainers on other nodes choose their own shape
-        return False
-    choices = shape.choose(d.recipe, d.layout, d.budget)
+    choices = shape.rollout_share(d.recipe, d.layout, d.budget)
+    if not d.rollout_only:  # `rollout` serves; the trainers on other nodes choose their own shape
+        choices += shape.choose(d.recipe, d.layout, d.budget)
     if not choices:
         return False
     d.recipe = d.recipe.with_values({c.key: (c.value, f"planner: {c.reason}") for c in choices})
@@ -466,9 +469,14 @@ def _child_env(d: Draft) -> None:
     d.common = common
     if "system" in d.trainer_args:
         d.trainer_args["system"] = [resolved(d.trainer_args["system"][0], d.facts.paths)]
-    d.plugins = [str(PLUGIN_FILE)] + [
-        resolved(p, d.facts.paths) for p in d.trainer_args.pop("external_plugins", [])
-    ]
+    d.trainer_args.pop("external_plugins", None)
+    d.plugins = plugin_files(d.recipe, d.facts)
+
+
+def plugin_files(recipe: Recipe, facts: Facts) -> list[str]:
+    """--external_plugins of every child: the image's reward plugin, then the recipe's files (a relative
+    path resolved against the checkout when it is there: facts.resolved)."""
+    return [str(PLUGIN_FILE)] + [resolved(p, facts.paths) for p in recipe.args("external_plugins")]
 
 
 def _rollout(d: Draft) -> None:

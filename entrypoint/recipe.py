@@ -119,12 +119,7 @@ class Recipe:
     def layer(self, key: str) -> int:
         """Precedence of the layer that set `key`: -1 unset, 0 defaults.env, 1 the recipe file,
         2 the process environment, 3 the command line, 4 the planner."""
-        source = self.source(key)
-        if key not in self.values:
-            return -1
-        if source.startswith(f"recipes/{DEFAULTS_FILE}"):
-            return 0
-        return {"environment": 2, "command line": 3}.get(source, 4 if source.startswith("planner") else 1)
+        return layer_of(self.values[key].source) if key in self.values else -1
 
     def with_values(self, chosen: Mapping[str, tuple[str, str]]) -> Recipe:
         """A copy with swift arguments (ROLLOUT_ ones for `swift rollout`) set by the planner:
@@ -338,6 +333,28 @@ def environment_layer(environ: Mapping[str, str]) -> dict[str, Value]:
     return layer
 
 
+def layer_of(source: str) -> int:
+    """Precedence of a value's source (Value.source): 0 defaults.env, 1 the recipe file, 2 the process
+    environment, 3 the command line, 4 the planner."""
+    if source.startswith(f"recipes/{DEFAULTS_FILE}"):
+        return 0
+    return {"environment": 2, "command line": 3}.get(source, 4 if source.startswith("planner") else 1)
+
+
+def _dataset_replaces_generator(merged: dict[str, Value], problems: list[Problem]) -> None:
+    """A DATASET from a later layer than the recipe's DATASET_GENERATOR replaces the generator, as any later
+    layer replaces a value (`validate recipe=smoke DATASET=data/my.jsonl` trains on the file). The other
+    order, and both in one layer, plan._dataset judges."""
+    dataset, generator = merged.get("DATASET"), merged.get("DATASET_GENERATOR")
+    if not (dataset and dataset.value and generator and generator.value):
+        return
+    if layer_of(dataset.source) > layer_of(generator.source):
+        problems.append(Problem(f"DATASET_GENERATOR ({generator.source})",
+                                f"{generator.value}: not used, DATASET={dataset.value} ({dataset.source}) replaces the "
+                                "recipe's generated tasks", fatal=False))  # fmt: skip
+        merged["DATASET_GENERATOR"] = Value("", dataset.source)
+
+
 def recipe_path(name: str, recipes_dir: Path = RECIPES_DIR) -> Path:
     """`recipes/<name>.env`, or `name` itself when it is a path to an env file."""
     if name.endswith(".env") or "/" in name:
@@ -366,6 +383,7 @@ def load(
     layers = _file_layers(name, recipes_dir, problems) + [environment_layer(environ), cli]
     merged: dict[str, Value] = dict(ChainMap(*reversed(layers)))
     merged["RECIPE"] = Value(name, cli["RECIPE"].source if "RECIPE" in cli else "environment")
+    _dataset_replaces_generator(merged, problems)
     owned, trainer, rollout, nccl_values, env = _sort_by_kind(merged, problems)
     settings = settings_of(owned, merged, problems)
     if strict and any(p.fatal for p in problems):

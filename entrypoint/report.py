@@ -87,14 +87,32 @@ def reward_names(plugins: dict | None, reward_funcs: list[str]) -> dict[str, str
     return {cls: name for cls, name in names.items() if name in reward_funcs} or names
 
 
+def unfinished(rows: list[dict], status: str) -> str:
+    """The curves' warning for a run that did not complete ("" when it did): its status and the last step it
+    logged of the planned ones, so a failed run's curves do not read as a finished run's."""
+    if status == "completed":
+        return ""
+    last = rows[-1].get("global_step/max_steps", "?") if rows else "?"
+    done, _, planned = str(last).partition("/")
+    return (
+        f"{status.upper()} after step {done}" + (f" of {planned}" if planned else "") + ": not a finished run"
+    )
+
+
 def training_curves(
-    logging_jsonl: Path, out: Path, title: str = "", names: dict[str, str] | None = None
+    logging_jsonl: Path,
+    out: Path,
+    title: str = "",
+    names: dict[str, str] | None = None,
+    status: str = "completed",
 ) -> bool:
     """Reward (and each reward function, by the recipe's names), loss, KL, completion length against the
-    step (integer ticks). False: no data."""
+    step (integer ticks); a run that did not complete (`status`, launch.Outcome's) says so in red above
+    them. False: no data."""
     rows = [r for r in _rows(logging_jsonl) if "reward" in r and _step(r) is not None]
     if not rows:
         return False
+    warning = unfinished(rows, status)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -115,9 +133,13 @@ def training_curves(
         ax.set_title(panel)
     axes[-1].set_xlabel("step")
     axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.985) if title else None)  # room for the title above the first panel
+    if title or warning:
+        text = "\n".join(t for t in (title, warning) if t)
+        fig.suptitle(text, fontsize=10, color="#c62828" if warning else "black")
+    top = 1 - 0.015 * (bool(title) + bool(warning))
+    fig.tight_layout(
+        rect=(0, 0, 1, top) if title or warning else None
+    )  # room for the title above the first panel
     fig.savefig(out, dpi=80)
     plt.close(fig)
     return True
@@ -159,8 +181,9 @@ def gpu_memory_plot(gpu_jsonl: Path, out: Path, predicted: dict[int, float]) -> 
     return True
 
 
-def write(plan: Plan, run_dir: Path) -> dict[str, str]:
-    """README.md and the plots; returns {relative path: sha256} of what it wrote."""
+def write(plan: Plan, run_dir: Path, status: str = "completed") -> dict[str, str]:
+    """README.md and the plots of a run whose outcome is `status` ("completed" | "failed" | "stopped");
+    returns {relative path: sha256} of what it wrote."""
     trainer = plan.process("trainer").argv
     swift_extra = "".join(
         f" --{k} {trainer[trainer.index('--' + k) + 1]}"
@@ -182,7 +205,7 @@ def write(plan: Plan, run_dir: Path) -> dict[str, str]:
     written = ["README.md"]
     names = reward_names(plan.facts.plugins, plan.recipe.args("reward_funcs"))
     title = f"{plan.run_name} ({plan.recipe.name}, {plan.recipe.raw('MODEL')})"
-    if training_curves(run_dir / "logging.jsonl", run_dir / "training_curves.png", title, names):
+    if training_curves(run_dir / "logging.jsonl", run_dir / "training_curves.png", title, names, status):
         written.append("training_curves.png")
     predicted = {e.gpu: e.peak_gib for e in plan.memory}
     if gpu_memory_plot(run_dir / "gpu.jsonl", run_dir / "gpu_memory.png", predicted):

@@ -50,7 +50,7 @@ from entrypoint import plan as plan_mod
 from entrypoint import recipe as recipe_mod
 from entrypoint.console import Console
 from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE, BadInput, Problem, raise_if_fatal
-from entrypoint.facts import MANIFEST, WEIGHT_SYNC_PORT, run_dir_of
+from entrypoint.facts import MANIFEST, WEIGHT_SYNC_PORT, host_path, run_dir_of
 from entrypoint.inventory import Inventory
 from entrypoint.launch import (
     Child,
@@ -110,8 +110,7 @@ def make_plan(
     inventory = inventory_for(r)
     facts = host.gather(r, environ, now=now)
     built = plan_mod.build(r, inventory, facts, rollout_only=rollout_only)
-    if not built.placed:  # e.g. no GPU: one clear message, not a cascade of consequences
-        raise_if_fatal(built.problems)
+    # without a layout (no GPU) the checks that need none still run: every problem at once
     built.problems.extend(preflight.check(built, facts, for_train=for_train))
     raise_if_fatal(built.problems)
     return built
@@ -207,7 +206,8 @@ def _run(plan: Plan, printer: Printer, environ: Mapping[str, str], records: list
             export.release(reserve)
             written = _write_final(here, final, secrets, printer)
     printer.say(
-        f"run {final['status']}: {here}" + ("" if written else " (manifest.json could not be updated)")
+        f"run {final['status']}: {host_path(here, plan.facts)}"
+        + ("" if written else " (manifest.json could not be updated)")
     )
     for line in summary_lines(plan):
         printer.say(line)
@@ -257,11 +257,12 @@ def summary_lines(plan: Plan) -> list[str]:
     if plan.recipe.settings.NODE_RANK == 0:
         for name in ("adapter", "model", "merged", "training_curves.png", "README.md", "logs"):
             if (plan.run_dir / name).exists():
-                lines.append(f"{name}: {plan.run_dir / name}")
-        if (plan.run_dir / "adapter").is_dir():
-            py = "python" if plan.facts.in_container else sys.executable  # the host's is the venv's
-            lines.append(f"did it help? {py} -m entrypoint evaluate run={plan.run_name} OUTPUT_DIR={plan.recipe.settings.OUTPUT_DIR}"
-                         f"   (make eval RUN={plan.run_name})")  # fmt: skip
+                lines.append(f"{name}: {host_path(plan.run_dir / name, plan.facts)}")  # read on the host
+        if (plan.run_dir / "adapter").is_dir() and plan.facts.in_container:
+            lines.append(f"did it help? docker compose run --rm train evaluate run={plan.run_name}")
+        elif (plan.run_dir / "adapter").is_dir():
+            lines.append(f"did it help? {sys.executable} -m entrypoint evaluate run={plan.run_name} "
+                         f"OUTPUT_DIR={plan.recipe.settings.OUTPUT_DIR}   (make eval RUN={plan.run_name})")  # fmt: skip
     return lines
 
 
@@ -410,7 +411,8 @@ def supervise(
     Returns the outcome and the GPU peaks (None without NVML)."""
     s = plan.recipe.settings
     if printer.shown is None:
-        printer.shown = Console(show_all=s.CONSOLE == "all", events=here / "logs" / EVENTS_FILE)
+        printer.shown = Console(show_all=s.CONSOLE == "all", events=here / "logs" / EVENTS_FILE,
+                                total_steps=plan.recipe.trainer_args.max_steps)  # fmt: skip
         printer.say(f"the console shows one line per step; everything ms-swift prints is in {here / 'logs'}")
     children = [p for p in plan.processes if p.role in ("rollout", "trainer")]
     gpu_monitor = None
@@ -559,7 +561,7 @@ def finish_run(
         status, failure = "stopped", {"reason": f"{name} received during the merged export", "signal": name}
     if plan.recipe.settings.NODE_RANK == 0:
         try:
-            exported.update(report.write(plan, run_dir))
+            exported.update(report.write(plan, run_dir, outcome.status))  # the training's, not the export's
         except Exception as exc:  # a report is a convenience: never lose the run over it
             printer.say(f"warning: could not write the run report: {exc}")
     fields["exported"] = dict(sorted(exported.items()))

@@ -15,6 +15,8 @@ recipe does not set them, `choose` picks (AUTO_SHAPE=true, the default):
 - VLLM_GPU_MEMORY_UTILIZATION (colocate): the smallest share, in steps of 0.05, whose KV cache holds this
   process's whole generation round and one sequence of max_model_len; the rest of the card goes to
   training.
+- ROLLOUT_GPU_MEMORY_UTILIZATION (a rollout server on this node): the largest share that leaves 10 % of its
+  card free beside the CUDA context (0.82 on a 24 GiB card; ms-swift's default 0.9 leaves 8 %).
 - SLEEP_LEVEL (colocate): 0. In ms-swift 3.6.4 sleeping saves no peak memory unless the model or the
   optimizer is offloaded (memory.py, "vLLM side"): at micro-batch 8 on a 24 GiB card it peaked 3.5 GiB
   higher than without (18.9 against 15.4 GiB, docs/benchmarks/memory-calibration.json), and every step
@@ -33,7 +35,7 @@ import dataclasses
 from collections.abc import Callable
 
 from entrypoint import memory
-from entrypoint.budget import Budget
+from entrypoint.budget import Batch, Budget
 from entrypoint.layout import Layout
 from entrypoint.memory import GpuEstimate, Workload
 from entrypoint.recipe import Recipe
@@ -50,6 +52,14 @@ class Choice:
     key: str  # recipe key, e.g. PER_DEVICE_TRAIN_BATCH_SIZE
     value: str
     reason: str
+
+
+def step_completions(r: Recipe, b: Batch) -> tuple[int, int]:
+    """(completions per optimizer step, per training process; 0 when they do not divide): the work the
+    planner keeps while it cuts it into micro-batches. GENERATION_BATCH_SIZE when a layer sets it (one
+    generation round per step), else PER_DEVICE_TRAIN_BATCH_SIZE x processes x GRADIENT_ACCUMULATION_STEPS."""
+    total = b.generation_batch if r.is_set("GENERATION_BATCH_SIZE") else b.per_device * b.world * b.grad_accum
+    return total, (total // b.world if total % b.world == 0 else 0)
 
 
 def divisors(n: int) -> list[int]:
@@ -81,8 +91,7 @@ def choose(
         batch_open = False
     else:
         batch_open = True
-    total = b.generation_batch if "GENERATION_BATCH_SIZE" in user else b.per_device * b.world * b.grad_accum
-    per_process = total // b.world if total % b.world == 0 else 0
+    total, per_process = step_completions(r, b)
     if "PER_DEVICE_TRAIN_BATCH_SIZE" in user:
         candidates = [b.per_device]
     elif "GRADIENT_ACCUMULATION_STEPS" in user:
@@ -143,6 +152,91 @@ def choose(
     return accumulate(pd, why) + out
 
 
+def rollout_share(r: Recipe, layout: Layout, budget: Budget) -> list[Choice]:
+    """ROLLOUT_GPU_MEMORY_UTILIZATION for a local rollout server when no layer sets it: the largest share
+    that leaves the memory check's headroom on its smallest card (memory.rollout_share_with_headroom),
+    instead of ms-swift's 0.9, which the memory check warns about on a 24 GiB card (issue 27: an import
+    warned about its own default)."""
+    if not layout.local_rollout or not r.settings.AUTO_SHAPE or r.is_set("ROLLOUT_GPU_MEMORY_UTILIZATION"):
+        return []
+    card = min(budget.card(g) for g in layout.rollout_gpus)
+    share = memory.rollout_share_with_headroom(card)
+    return [Choice("ROLLOUT_GPU_MEMORY_UTILIZATION", f"{share:.2f}",
+                   f"the largest share that leaves {memory.HEADROOM_WARNING:.0%} of the {card:.1f} GiB card free beside "
+                   f"the CUDA context ({memory.CUDA_CONTEXT_GIB} GiB); ms-swift's default is 0.9")]  # fmt: skip
+
+
+def smallest_share(budget: Budget, layout: Layout, per_process: int) -> tuple[float, bool, float]:
+    """(vLLM's share, whether it holds, GiB it must hold): the smallest colocated share, in steps of
+    UTILIZATION_STEP, whose KV cache holds this process's generation round (`per_process` sequences) and one
+    sequence of max_model_len with KV_MARGIN, after the context and both copies of the weights on the
+    smallest training card; UTILIZATION_CEILING when none holds. Needs budget.workload and budget.colocate."""
+    w, current = budget.workload, budget.colocate
+    card = min(budget.card(g) for g in layout.train_gpus)
+    resident = memory.estimate_training(w).weights
+    tokens = w.prompt_tokens + w.completion_tokens
+    need = KV_MARGIN * memory.kv_gib(w.dims, w.dtype_bytes, max(current.max_model_len, per_process * tokens))
+    util = UTILIZATION_FLOOR
+    while (
+        util < UTILIZATION_CEILING - 1e-9
+        and memory.kv_budget(w.dims, w.dtype_bytes, card, util, resident) < need
+    ):
+        util = min(UTILIZATION_CEILING, _round_up(util + UTILIZATION_STEP, UTILIZATION_STEP))
+    return util, memory.kv_budget(w.dims, w.dtype_bytes, card, util, resident) >= need, need
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    """A shape that fits: the keys to write, the fullest training GPU there, the completions per step kept."""
+
+    values: dict[str, str]
+    worst: GpuEstimate
+    completions: int
+
+    def line(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.values.items())
+
+
+def largest_fit(r: Recipe, layout: Layout, budget: Budget) -> Fit | None:
+    """The largest micro-batch, with the accumulation that keeps the completions per optimizer step
+    (step_completions), whose predicted peak leaves HEADROOM free on every training card: at vLLM's current
+    share, then (a share a user set) at the smallest share that holds the round (smallest_share). The memory
+    check's fix for a plan that does not fit. None when none fits or the memory cannot be estimated."""
+    b, w = budget.batch, budget.workload
+    if b is None or w is None or layout.mode == "cpu" or not layout.train_gpus:
+        return None
+    total, per_process = step_completions(r, b)
+    if not per_process:
+        return None
+    shares = [budget.colocate]
+    if budget.colocate is not None and r.layer("VLLM_GPU_MEMORY_UTILIZATION") in (
+        1,
+        2,
+        3,
+    ):  # the user's value
+        util, holds, _ = smallest_share(budget, layout, per_process)
+        if holds and util < budget.colocate.utilization:
+            shares.append(dataclasses.replace(budget.colocate, utilization=util))
+    for colocate in shares:
+        for pd in sorted(divisors(per_process), reverse=True):
+            # a user's STEPS_PER_GENERATION keeps the rounds per step: the round grows with the micro-batch
+            round_size = pd * b.steps_per_generation if r.is_set("STEPS_PER_GENERATION") else per_process
+            trial = dataclasses.replace(w, per_device=pd, generation_per_device=round_size)
+            trainers = [
+                e for e in budget.estimates(layout, trial, colocate) if not e.role.startswith("rollout")
+            ]
+            worst = min(trainers, key=lambda e: e.headroom)
+            if worst.headroom >= HEADROOM:
+                values = {
+                    "PER_DEVICE_TRAIN_BATCH_SIZE": str(pd),
+                    "GRADIENT_ACCUMULATION_STEPS": str(per_process // pd),
+                }
+                if colocate is not budget.colocate:
+                    values["VLLM_GPU_MEMORY_UTILIZATION"] = f"{colocate.utilization:.2f}"
+                return Fit(values, worst, total)
+    return None
+
+
 def _vllm_share(
     r: Recipe, layout: Layout, budget: Budget, per_process: int, user: set[str]
 ) -> tuple[memory.Colocate, list[Choice]]:
@@ -153,17 +247,7 @@ def _vllm_share(
     util = current.utilization
     if "VLLM_GPU_MEMORY_UTILIZATION" not in user:
         card = min(budget.card(g) for g in layout.train_gpus)
-        resident = memory.estimate_training(w).weights
-        need = KV_MARGIN * memory.kv_gib(
-            w.dims, w.dtype_bytes, max(current.max_model_len, per_process * tokens)
-        )
-        util = UTILIZATION_FLOOR
-        while (
-            util < UTILIZATION_CEILING - 1e-9
-            and memory.kv_budget(w.dims, w.dtype_bytes, card, util, resident) < need
-        ):
-            util = min(UTILIZATION_CEILING, _round_up(util + UTILIZATION_STEP, UTILIZATION_STEP))
-        holds = memory.kv_budget(w.dims, w.dtype_bytes, card, util, resident) >= need
+        util, holds, need = smallest_share(budget, layout, per_process)
         what = (f"this process's generation round ({per_process} sequences of ~{tokens} tokens) and one sequence of "
                 f"{current.max_model_len} (with {KV_MARGIN}x margin: {need:.2f} GiB)")  # fmt: skip
         out.append(

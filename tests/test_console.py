@@ -5,7 +5,7 @@ heartbeat naming the phase."""
 
 from __future__ import annotations
 
-from entrypoint.console import Console
+from entrypoint.console import Console, Progress
 from tests.conftest import ROOT
 
 LOG = (ROOT / "tests" / "fixtures" / "smoke-trainer.log").read_text().splitlines()
@@ -25,7 +25,7 @@ def test_a_smoke_run_fits_on_a_screen_with_a_line_per_step():
         s.startswith("training finished") for s in out
     )
     assert [s.split(" |")[0] for s in steps] == ["step 1/4", "step 2/4", "step 3/4", "step 4/4"]
-    assert steps[0].startswith("step 1/4 | reward 0.281 (std 0.036) | ") and "ETA 2m 15s" in steps[0]
+    assert steps[0].startswith("step 1/4 | reward 0.281 (std 0.036) | ")
     assert "s/step" in steps[1] and "elapsed" in steps[1]
     assert any("Loading the model" in s for s in out) and any("Saving model checkpoint" in s for s in out)
     assert not any("lora_A" in s or "adam_beta1" in s or "it/s]" in s for s in out)
@@ -43,24 +43,49 @@ def test_failures_always_show_and_a_traceback_whole():
     assert Console(show_all=True).shown("trainer", "(q_proj): Linear") == "(q_proj): Linear"
 
 
-def test_the_heartbeat_says_what_the_trainer_is_doing():
+def test_the_eta_comes_from_the_steps_after_the_first():
+    """The recorded smoke run: step 1 took 45 s (the warm-up), steps 2-4 about 28 s each. ms-swift's ETA
+    after step 1 extrapolates from step 1 (2m 15s here; a new user read "13 min", issue 27). After step 1
+    the line says when an ETA comes; after that, the pace since step 1."""
+    out = shown(Console(), LOG)
+    etas = [s.rsplit(" | ", 1)[1] for s in out if s.startswith("step ")]
+    assert etas == ["ETA after step 2", "ETA 56s", "ETA 28s", "ETA 0s"]
+
+
+def test_the_heartbeat_says_what_the_trainer_is_doing(tmp_path):
+    events = tmp_path / "events.jsonl"
+    events.write_text("\n".join(EVENTS.read_text().splitlines()[:2]) + "\n")  # step 1's rollout
     now = [100.0]
-    console = Console(events=EVENTS, clock=lambda: now[0])
+    console = Console(events=events, clock=lambda: now[0], total_steps=4)
     now[0] = 160.0
-    # the fixture's last event is a finished training phase: the trainer is generating the next round
-    assert (
-        console.heartbeat()
-        == "step 1: generating completions, 60 s since the start (full output: logs/trainer.log)"
+    assert console.heartbeat() == (
+        "step 1/4: training on 8 completions (generated in 14 s), 60 s since the start "
+        "(full output: logs/trainer.log)"
     )
+    events.write_text(EVENTS.read_text())  # then step 1 trained and logged its line
     console.shown("trainer", next(ln for ln in LOG if "'global_step/max_steps': '1/4'" in ln))
     now[0] = 190.0
-    assert console.heartbeat().startswith("step 2 of 4: generating completions, 30 s into this step")
+    assert console.heartbeat().startswith("step 2/4: generating completions, 30 s into this step")
     assert "loading the model and the data" in Console(events=None).heartbeat()
+
+
+def test_steps_are_named_alike_on_step_lines_and_heartbeats(tmp_path):
+    """One spelling, step N/M, where there were three ("step 1: training ...", "step 2 of 4: ...", "step 1/4
+    | ..."; issue 27); the total from the plan's MAX_STEPS until the first step line gives it."""
+    events = tmp_path / "events.jsonl"
+    events.write_text('{"t": 1, "phase": "generate", "seconds": 12.7, "step": 0, "completions": 8}\n')
+    console = Console(events=events, clock=lambda: 0.0, total_steps=4)
+    said = [console.heartbeat()]
+    said += shown(console, [next(ln for ln in LOG if "'global_step/max_steps': '1/4'" in ln)])
+    said.append(console.heartbeat())
+    assert [s.split(" ")[1].rstrip(":") for s in said] == ["1/4", "1/4", "2/4"], said
+    # without MAX_STEPS (epochs) the total is known from the first step line on
+    assert Console(events=events, clock=lambda: 0.0).heartbeat().startswith("step 1: ")
 
 
 def test_before_the_first_step_the_heartbeat_follows_the_start_up_marks(tmp_path):
     """A new user's heartbeat said "loading the model and the data" for 5 minutes while the trainer was
-    generating its first batch: each start-up mark now moves it on."""
+    generating its first batch: each start-up mark now moves it on, the last one into step 1."""
     events = tmp_path / "events.jsonl"
     console = Console(events=events, clock=lambda: 42.0)
     said = []
@@ -71,7 +96,9 @@ def test_before_the_first_step_the_heartbeat_follows_the_start_up_marks(tmp_path
         with events.open("a") as f:
             f.write(row + "\n")
         said.append(console.heartbeat())
-    assert all(line.startswith("before the first step: ") for line in said), said
+    # once the trainer is ready, HF's training loop starts step 1 with the first batch's generation
+    assert all(line.startswith("before the first step: ") for line in said[:-1]), said
+    assert said[-1].startswith("step 1: ")
     assert [line.split(": ", 1)[1].split(",")[0] for line in said] == [
         "importing the libraries and loading the model",
         "loading the dataset and setting up the trainer",
@@ -97,7 +124,7 @@ def test_seconds_per_step_agree_with_elapsed_time():
     row = ("{'loss': 0.0, 'reward': 0.775, 'reward_std': 0.027, 'global_step/max_steps': '1/3', "
            "'elapsed_time': '5s', 'remaining_time': '10s', 'train_speed(iter/s)': 0.0097}")  # fmt: skip
     (line,) = shown(Console(), [row])
-    assert line == "step 1/3 | reward 0.775 (std 0.027) | 5.0 s/step | elapsed 5s | ETA 10s"
+    assert line == "step 1/3 | reward 0.775 (std 0.027) | 5.0 s/step | elapsed 5s | ETA after step 2"
     later = row.replace("'1/3'", "'2/3'").replace("'5s'", "'1m 4s'")
     assert "32.0 s/step | elapsed 1m 4s" in shown(Console(), [later])[0]  # no earlier line: the average
     # after step 1's line, step 2's own time: a slow step shows as slow (a new user read 124 s/step
@@ -105,3 +132,41 @@ def test_seconds_per_step_agree_with_elapsed_time():
     console = Console()
     shown(console, [row])
     assert "59.0 s/step | elapsed 1m 4s" in shown(console, [later])[0]
+
+
+def test_evaluate_progress_has_an_eta_and_a_heartbeat_between_batches():
+    """`evaluate` ran 16 minutes with four lines and no ETA (issue 27): a line per batch with the ETA of
+    both models' prompts (model loading not counted in the pace), a heartbeat while a batch runs."""
+    now = [0.0]
+    progress = Progress(24, clock=lambda: now[0])  # 12 prompts, base model then adapter
+    progress.now("base model: loading the model")
+    now[0] = 20.0
+    progress.now("base model: answering prompts 1-8 of 12", timed=True)
+    now[0] = 25.0
+    assert progress.due() is None  # quiet for less than HEARTBEAT_SECONDS
+    now[0] = 60.0
+    assert progress.due() == (
+        "base model: answering prompts 1-8 of 12, 40 s so far | elapsed 1m 0s | ETA after the first batch"
+    )
+    now[0] = 120.0  # 8 prompts in 100 s of generation: 12.5 s a prompt, 16 to go
+    assert progress.advance(8, "base model: 8 of 12 prompts answered") == (
+        "base model: 8 of 12 prompts answered | elapsed 2m 0s | ETA 3m 20s"
+    )
+    progress.now("adapter: loading the model")
+    now[0] = 300.0  # a slow load does not change the pace
+    progress.now("adapter: answering prompts 1-8 of 12", timed=True)
+    now[0] = 400.0  # 16 prompts in 200 s of generation, 8 to go
+    assert progress.advance(8, "adapter: 8 of 12 prompts answered").endswith("| ETA 1m 40s")
+
+
+def test_after_step_1_the_heartbeat_says_the_trainer_generates_and_milestones_show_once(tmp_path):
+    """The new-user walk of issue 27 saw "step 2/4: setting up the trainer" for a minute: the last event
+    was the "first step logged" mark, which the trainer writes after step 1's line. And ms-swift's "Loading
+    the model using model_dir" came twice."""
+    events = tmp_path / "events.jsonl"
+    events.write_text('{"t": 1, "phase": "startup", "mark": "first step logged", "seconds": 0.1}\n')
+    console = Console(events=events, clock=lambda: 0.0, total_steps=4)
+    shown(console, [next(ln for ln in LOG if "'global_step/max_steps': '1/4'" in ln)])
+    assert console.heartbeat().startswith("step 2/4: generating completions")
+    loading = "[INFO:swift] Loading the model using model_dir: /models/SmolLM2-135M-Instruct"
+    assert shown(Console(), [loading, loading]) == [loading.split("] ", 1)[1]]

@@ -31,10 +31,18 @@ def test_the_model_step_files_import_alone_with_the_standard_library(tmp_path):
     # -S -I: no site-packages and no PYTHONPATH, as in the step (it runs before the project is copied
     # and must not need a third-party import that happens to be installed here).
     proc = subprocess.run(
-        [sys.executable, "-I", "-S", "-c",
-         "import sys; sys.path.insert(0, sys.argv[1]); from entrypoint import models; "
-         "print(models.DEFAULT_MODEL, callable(models.prepare))", str(tmp_path)],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            "import sys; sys.path.insert(0, sys.argv[1]); from entrypoint import models; "
+            "print(models.DEFAULT_MODEL, callable(models.prepare))",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["HuggingFaceTB/SmolLM2-135M-Instruct", "True"]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from entrypoint import evaluate
+from entrypoint.console import Progress
 from tests.conftest import clean_env, run_cli
 
 
@@ -127,3 +128,30 @@ def test_a_run_that_did_not_finish_is_evaluated_saying_so_and_which_checkpoint(t
         {"status": "running"}
     )
     assert evaluate.unfinished({"status": "completed"}) == ""
+
+
+def test_the_heartbeat_speaks_while_a_batch_runs_and_stops_with_it():
+    now = [0.0]
+    progress = Progress(8, clock=lambda: now[0])
+    progress.now("base model: answering prompts 1-4 of 4", timed=True)
+    said: list[str] = []
+    with evaluate.heartbeat(progress, said.append, every=0.01):
+        now[0] = 31.0
+        deadline = time.monotonic() + 5
+        while not said and time.monotonic() < deadline:
+            time.sleep(0.01)
+    count = len(said)
+    now[0] = 100.0
+    time.sleep(0.05)
+    assert count == 1 and said[0].startswith("base model: answering prompts 1-4 of 4, 31 s so far")
+    assert len(said) == count  # the thread ended with the block
+
+
+def test_eval_png_labels_every_bar_with_its_value_zero_included():
+    """The countdown reward's bars were 0 for both models: nothing to see in eval.png (issue 27)."""
+    summary = {name: {model: {"mean": mean, "low": max(0.0, mean - 0.05), "high": mean + 0.05}
+                      for model, mean in (("base", base), ("adapter", tuned))}
+               for name, base, tuned in (("countdown", 0.0, 0.0), ("format_partial", 0.271, 0.833))}  # fmt: skip
+    fig = evaluate.figure({"run": "r", "prompts": {"count": 12}, "summary": summary})
+    labels = [t.get_text() for t in fig.axes[0].texts]
+    assert labels.count("0.000") == 2 and "0.271" in labels and "0.833" in labels

@@ -17,7 +17,7 @@ import pytest
 
 from entrypoint import importer, keys
 from entrypoint.recipe import read_env_file
-from tests.conftest import INVENTORIES, RECIPES, ROOT, SETUP, clean_env, run_cli
+from tests.conftest import INVENTORIES, RECIPES, ROOT, SETUP, clean_env, inventory_file, run_cli
 
 FIXTURES = ROOT / "tests" / "fixtures"
 IGNORED = {"output_dir", "run_name", "add_version", "logging_dir"}  # the run directory: per run
@@ -227,3 +227,61 @@ def test_the_server_timeout_becomes_the_entrypoints_startup_budget():
     assert "VLLM_SERVER_TIMEOUT" not in read(colocate) and "--vllm_server_timeout 600: dropped" in colocate
     assert keys.lookup("VLLM_SERVER_TIMEOUT").kind == "managed"
     assert "ROLLOUT_STARTUP_TIMEOUT" in keys.MANAGED["VLLM_SERVER_TIMEOUT"]
+
+
+def test_vllm_device_auto_on_two_visible_gpus_becomes_one_trainer_and_a_rollout_server(tmp_path):
+    """ms-swift <= 3.5's --vllm_device auto put vLLM on the GPU after the training processes: with
+    CUDA_VISIBLE_DEVICES=0,1 and NPROC_PER_NODE unset, GPU 1, the trainer on GPU 0. The import promised a
+    rollout server on its own GPU but wrote TRAIN_GPUS=0,1 (issue 27); where no GPU is left beside the
+    trainers, the comment says vLLM is colocated."""
+    base = "swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct --use_vllm true --vllm_device auto"
+    two = importer.to_recipe(f"CUDA_VISIBLE_DEVICES=0,1 {base}")
+    assert read(two)["TRAIN_GPUS"] == "0" and read(two)["ROLLOUT_GPUS"] == "1"
+    assert "a `swift rollout` server on GPU 1, beside the trainers on GPU 0" in two
+    four = read(importer.to_recipe(f"CUDA_VISIBLE_DEVICES=0,1,2,3 NPROC_PER_NODE=2 {base}"))
+    assert (four["TRAIN_GPUS"], four["ROLLOUT_GPUS"]) == ("0,1", "2,3")
+    for crowded in (f"CUDA_VISIBLE_DEVICES=0,1 NPROC_PER_NODE=2 {base}", f"CUDA_VISIBLE_DEVICES=0 {base}"):
+        text = importer.to_recipe(crowded)
+        assert "ROLLOUT_GPUS" not in read(text) and "vLLM runs colocated on the training GPUs" in text
+        assert "on its own GPU" not in text
+
+
+def test_a_two_gpu_import_gets_the_rollout_share_that_fits_its_card(tmp_path):
+    """Left at ms-swift's 0.9, the rollout GPU's share drew the memory check's own warning, "lower
+    ROLLOUT_GPU_MEMORY_UTILIZATION to 0.82" (issue 27): the planner chooses 0.82 on a 24 GiB card."""
+    script = tmp_path / "two.sh"
+    script.write_text("CUDA_VISIBLE_DEVICES=0,1 swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct "
+                      "--dataset examples/tcm/sample.jsonl --reward_funcs format --use_vllm true --vllm_device auto\n")  # fmt: skip
+    proc, out = import_to(tmp_path, script, f"INVENTORY={INVENTORIES / '2x4090-driver535.json'}")
+    assert proc.returncode == 0, proc.stderr
+    assert "ROLLOUT_GPU_MEMORY_UTILIZATION" not in proc.stderr and "memory:" not in proc.stderr
+    plan = plan_json(out, "2x4090-driver535")
+    rollout = next(p for p in plan["processes"] if p["role"] == "rollout")
+    assert swift_args(rollout["argv"])["gpu_memory_utilization"] == ["0.82"]
+    assert any(c["key"] == "ROLLOUT_GPU_MEMORY_UTILIZATION" for c in plan["shape"])
+    # a share the script sets is the user's: kept, and the warning names the value that fits
+    script.write_text(
+        script.read_text().replace(
+            "--vllm_device auto", "--vllm_device auto --vllm_gpu_memory_utilization 0.9"
+        )
+    )
+    proc, _ = import_to(tmp_path, script, f"INVENTORY={INVENTORIES / '2x4090-driver535.json'}")
+    assert "lower ROLLOUT_GPU_MEMORY_UTILIZATION to 0.82 or less" in proc.stderr
+
+
+def test_without_an_inventory_every_problem_comes_at_once(tmp_path):
+    """`import` without INVENTORY on a machine with no GPU reported only the missing GPU, hiding a key typo
+    and a missing dataset that `validate` showed once the machine was described (issue 27)."""
+    script = tmp_path / "typo.sh"
+    script.write_text(f"CUDA_VISIBLE_DEVICES=0 swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct "
+                      f"--dataset {tmp_path / 'missing.jsonl'} --reward_funcs format --use_vllm true "
+                      "--max_completion_lenght 256\n")  # fmt: skip
+    # this machine as NVML sees it without a GPU, so the test does not depend on the machine it runs on
+    no_gpu = inventory_file(tmp_path, "1x4090-driver535", gpus=[], p2p=[], driver_version=None,
+                            nvml_error="NVML Shared Library Not Found")  # fmt: skip
+    proc, _ = import_to(tmp_path, script, f"INVENTORY={no_gpu}")
+    assert proc.returncode == 2
+    for problem in ("error: GPU: No GPU is visible", "error: MAX_COMPLETION_LENGHT", "did you mean MAX_COMPLETION_LENGTH",
+                    f"error: DATASET {tmp_path / 'missing.jsonl'}: file not found"):  # fmt: skip
+        assert problem in proc.stderr, proc.stderr
+    assert "memory:" not in proc.stderr and "NCCL" not in proc.stderr  # nothing that needs the missing layout

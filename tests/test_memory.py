@@ -314,3 +314,49 @@ def test_a_model_whose_two_copies_fill_the_card_is_told_to_leave_colocate(tmp_pa
     assert "no share of this 24 GiB card holds both copies of the weights" in proc.stdout
     assert "raise VLLM_GPU_MEMORY_UTILIZATION" not in proc.stdout
     assert "VLLM_GPU_MEMORY_UTILIZATION=1.00" not in proc.stdout
+
+
+OOM_15B = ("recipe=countdown-1x4090", "MODEL=Qwen/Qwen2.5-1.5B-Instruct", "NUM_GENERATIONS=8",
+           "MAX_COMPLETION_LENGTH=1024", "GENERATION_BATCH_SIZE=")  # fmt: skip
+
+
+def test_an_oom_fix_names_the_largest_shape_that_fits_and_following_it_fits():
+    """Issue 27: the fix said "lower VLLM_GPU_MEMORY_UTILIZATION (e.g. 0.3-0.4 on 24 GB)" of a share that was
+    0.4 already, and named no micro-batch. It now writes the key line of the largest micro-batch the
+    planner predicts to fit (shape.largest_fit), and how to let the planner choose; both validate."""
+    closed = (
+        "VLLM_GPU_MEMORY_UTILIZATION=0.4",
+        "PER_DEVICE_TRAIN_BATCH_SIZE=8",
+        "GRADIENT_ACCUMULATION_STEPS=2",
+    )
+    plan = build_plan(*OOM_15B, *closed, inventory="1x4090-driver535")
+    (oom,) = memory_problems(plan)
+    assert "0.3-0.4" not in oom.fix and "VLLM_GPU_MEMORY_UTILIZATION=0.4" not in oom.fix
+    assert oom.fix.startswith(
+        "write PER_DEVICE_TRAIN_BATCH_SIZE=1 GRADIENT_ACCUMULATION_STEPS=16: the largest"
+    )
+    assert "the same 16 completions per optimizer step" in oom.fix
+    assert (
+        "set GENERATION_BATCH_SIZE=16, drop PER_DEVICE_TRAIN_BATCH_SIZE and GRADIENT_ACCUMULATION_STEPS"
+        in oom.fix
+    )
+    written = build_plan(*OOM_15B, "VLLM_GPU_MEMORY_UTILIZATION=0.4", "PER_DEVICE_TRAIN_BATCH_SIZE=1",
+                         "GRADIENT_ACCUMULATION_STEPS=16", inventory="1x4090-driver535")  # fmt: skip
+    chosen = build_plan(*OOM_15B, "VLLM_GPU_MEMORY_UTILIZATION=0.4", "GENERATION_BATCH_SIZE=16",
+                        inventory="1x4090-driver535")  # fmt: skip
+    for fits in (written, chosen):
+        assert not memory_problems(fits), [p.render() for p in memory_problems(fits)]
+    assert chosen.recipe.raw("PER_DEVICE_TRAIN_BATCH_SIZE") == "1"
+
+
+def test_an_oom_fix_lowers_a_users_vllm_share_only_to_a_value_that_holds_the_round():
+    """With the user's 0.9 no micro-batch fits beside vLLM: the fix names the planner's smallest share that
+    holds the generation round, with the micro-batch that fits beside it."""
+    plan = build_plan(*OOM_15B, "VLLM_GPU_MEMORY_UTILIZATION=0.9", "PER_DEVICE_TRAIN_BATCH_SIZE=8",
+                      "GRADIENT_ACCUMULATION_STEPS=2", inventory="1x4090-driver535")  # fmt: skip
+    (oom,) = memory_problems(plan)
+    line = oom.fix.removeprefix("write ").split(":")[0]
+    values = dict(word.split("=") for word in line.split())
+    assert float(values["VLLM_GPU_MEMORY_UTILIZATION"]) < 0.9
+    fits = build_plan(*OOM_15B, *line.split(), inventory="1x4090-driver535")
+    assert not memory_problems(fits), [p.render() for p in memory_problems(fits)]

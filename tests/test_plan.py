@@ -142,7 +142,27 @@ def test_a_generator_and_a_dataset_in_the_same_layer_are_refused():
         "DATASET=/data/x.jsonl",
         inventory="1x4090-driver535",
     )
-    assert any(x.fatal and x.where == "DATASET" and "same layer" in x.message for x in p.problems)
+    (both,) = [x for x in p.problems if x.where == "DATASET (command line)"]
+    assert both.fatal and "same layer" in both.message and "DATASET_GENERATOR= (empty)" in both.fix
+
+
+def test_a_dataset_named_in_a_later_layer_replaces_the_recipes_generator(tmp_path):
+    """`validate recipe=smoke DATASET=data/my.jsonl` was refused: "set together with
+    DATASET_GENERATOR=countdown in the same layer", though the generator is the recipe's and the file the
+    command line's (issue 27). A later layer wins, as for any key; a warning says the generator is unused."""
+    data = tmp_path / "my.jsonl"
+    row = {
+        "messages": [{"role": "user", "content": "Make 6 from [1, 2, 3]."}],
+        "nums": [1, 2, 3],
+        "target": 6,
+    }
+    data.write_text((json.dumps(row) + "\n") * 16)
+    p = build("recipe=smoke", f"DATASET={data}", f"OUTPUT_DIR={tmp_path}", "RUN_NAME=d")
+    assert flag(p.process("trainer").argv, "dataset") == [str(data)]
+    assert p.recipe.settings.DATASET_GENERATOR == "" and not any("generate" in step for step in p.steps)
+    (warning,) = [x for x in p.problems if x.where.startswith("DATASET_GENERATOR (recipes/smoke.env")]
+    assert not warning.fatal and f"DATASET={data} (command line) replaces" in warning.message
+    assert not [x for x in p.problems if x.fatal]
 
 
 def test_a_local_model_directory_is_planned_from_its_config(tmp_path):
@@ -158,3 +178,23 @@ def test_a_local_model_directory_is_planned_from_its_config(tmp_path):
         assert proc.returncode == 0, proc.stderr
         assert f"model dimensions from {model}/config.json" in proc.stdout
         assert f"--model {spec}" in proc.stdout
+
+
+def test_a_container_runs_closing_lines_are_for_the_host(tmp_path, monkeypatch):
+    """After `docker compose run ... train` the closing lines said `python -m entrypoint evaluate ...
+    OUTPUT_DIR=/output` and /output paths, which the host's shell has neither of (issue 27)."""
+    from entrypoint import facts as facts_mod
+    from entrypoint.run import summary_lines
+
+    mount = tmp_path / "output"  # /output in the image
+    monkeypatch.setattr(facts_mod, "CONTAINER_OUTPUT", mount)
+    environ = {"GRPO_RIG_VERSION": "0.1.0", "GRPO_RIG_HOST_OUTPUT": "./output"}
+    p = build_plan("recipe=smoke", f"OUTPUT_DIR={mount}", "RUN_NAME=r", environ=environ, in_container=True)
+    (p.run_dir / "adapter").mkdir(parents=True)
+    lines = summary_lines(p)
+    assert "adapter: ./output/r/adapter" in lines
+    assert "did it help? docker compose run --rm train evaluate run=r" in lines
+    assert not any("/output" in line.replace("./output", "") or "python -m" in line for line in lines), lines
+    on_host = build_plan("recipe=smoke", f"OUTPUT_DIR={mount}", "RUN_NAME=r", in_container=False)
+    assert f"adapter: {mount / 'r' / 'adapter'}" in summary_lines(on_host)
+    assert any("-m entrypoint evaluate run=r" in line for line in summary_lines(on_host))

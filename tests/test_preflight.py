@@ -335,8 +335,11 @@ def test_plugin_import_leaks_nothing_into_the_entrypoint(tmp_path):
 
 
 def test_missing_plugin_file(tmp_path):
-    err = refused(tmp_path, "recipe=smoke", "EXTERNAL_PLUGINS=/data/plugin.py", "REWARD_FUNCS=countdown")
+    err = refused(tmp_path, "recipe=smoke", "EXTERNAL_PLUGINS=/data/plugin.py", "REWARD_FUNCS=countdown",
+                  extra_env={"GRPO_RIG_VERSION": "test"})  # fmt: skip
     assert "/data/plugin.py: does not exist inside the container" in err
+    err = refused(tmp_path, "recipe=smoke", "EXTERNAL_PLUGINS=/data/plugin.py", "REWARD_FUNCS=countdown")
+    assert "/data/plugin.py: does not exist on this machine" in err  # on a clone: no container to look in
 
 
 # Environment -------------------------------------------------------------------------------------------------
@@ -762,3 +765,48 @@ def test_every_path_a_plan_writes_is_inside_its_run_directory(name):
         dataclasses.replace(plan, processes=[*plan.processes[:-1], outside])
     )
     assert f"the run would write outside {plan.run_dir}: /elsewhere" in problem.message
+
+
+# What a new user sees on the host (issue 27) ---------------------------------------------------------------
+
+
+def test_a_missing_plugin_file_is_named_for_where_the_command_runs():
+    """On a clone, "does not exist inside the container" sent a user looking for a container."""
+    from entrypoint.rewards import check as rewards_check
+
+    def missing(where: bool) -> str:
+        _, problems = rewards_check.check(
+            ["my_rewrds.py"], [], None, "", lambda f: "does not exist", in_container=where
+        )
+        return problems[0].render()
+
+    assert (
+        "does not exist on this machine" in missing(False)
+        and "container" not in missing(False).split("fix:")[0]
+    )
+    assert "does not exist inside the container" in missing(True) and "/data" in missing(True)
+
+
+def test_a_mistyped_reward_gets_a_did_you_mean():
+    from entrypoint.rewards import check as rewards_check
+
+    probe = {"registered": {n: {"class": n, "columns": []} for n in ("countdown", "format_partial", "accuracy")},
+             "shadowed": [], "errors": []}  # fmt: skip
+    _, problems = rewards_check.check([], ["countdwn", "format_partial", "zzz"], probe, "", lambda f: "")
+    fixes = {p.where: p.fix for p in problems}
+    assert fixes["REWARD_FUNCS countdwn"].startswith("did you mean countdown?")
+    assert "did you mean" not in fixes["REWARD_FUNCS zzz"]
+
+
+def test_the_refusal_counts_errors_and_warnings_apart(tmp_path):
+    """ "(1 problem(s))" stood over a warning and an error."""
+    from entrypoint.errors import Problem, tally
+
+    error, warning = Problem("A", "a"), Problem("B", "b", fatal=False)
+    assert tally([error, warning]) == "1 error and 1 warning"
+    assert (
+        tally([error, error]) == "2 errors" and tally([warning]) == "1 warning" and tally([]) == "no problems"
+    )
+    proc = run_cli("validate", "recipe=smoke", f"DATASET={tmp_path / 'missing.jsonl'}", env=clean_env())
+    assert proc.returncode == 2
+    assert "refused before any heavy work (1 error and 1 warning):" in proc.stderr, proc.stderr

@@ -29,7 +29,12 @@ HUB_MODEL_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def _plugin_files(plan: Plan) -> list[str]:
-    argv = (plan.process("trainer") or plan.process("rollout")).argv
+    process = plan.process("trainer") or plan.process("rollout")
+    if process is None:  # no layout, so no processes: the files the children would get
+        from entrypoint import plan as plan_mod
+
+        return plan_mod.plugin_files(plan.recipe, plan.facts)
+    argv = process.argv
     i = argv.index("--external_plugins") + 1
     files = []
     while i < len(argv) and not argv[i].startswith("--"):
@@ -56,13 +61,13 @@ def check_model(plan: Plan, facts: Facts) -> list[Problem]:
     if value.startswith(("/", "./", "../", "~")) or facts.path(Path(value)).exists:
         path = Path(value).expanduser()
         if not facts.path(path).is_dir or not facts.path(path / "config.json").is_file:
-            return [
-                Problem(
-                    where,
-                    f"{path} is not a model directory with a config.json inside the container",
-                    "mount the model directory and give its container path",
-                )  # fmt: skip
-            ]
+            here = "inside the container" if facts.in_container else "on this machine"
+            fix = (
+                "mount the model directory and give its container path"
+                if facts.in_container
+                else "give the path of a model directory here (with its config.json), or a hub id"
+            )
+            return [Problem(where, f"{path} is not a model directory with a config.json {here}", fix)]
         return []
     if not HUB_MODEL_RE.match(value):
         return [
@@ -80,7 +85,7 @@ def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
     r, s = plan.recipe, plan.recipe.settings
     infos, problems = rewards_check.check(
         _plugin_files(plan), r.args("reward_funcs"), facts.plugins, facts.plugin_error,
-        lambda f: facts.path(Path(f)).unusable_file(),
+        lambda f: facts.path(Path(f)).unusable_file(), facts.in_container,
     )  # fmt: skip
     needed: dict[str, list[str]] = {}
     for name, info in infos.items():
@@ -117,15 +122,12 @@ def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
 
 def check(plan: Plan, facts: Facts, for_train: bool) -> list[Problem]:
     """Every problem found in the plan's inputs; fatal ones stop `train`, `plan` and `validate`. The
-    problems of kind LOCAL come last, and `plan` (for_train False) only warns about them."""
+    problems of kind LOCAL come last, and `plan` (for_train False) only warns about them. A plan without a
+    layout (no GPU for a GPU recipe) still gets the checks of its values, model, rewards and data."""
     workers = plan.recipe.trainer_args.dataloader_num_workers
-    found = (
-        values.check(plan, facts)
-        + check_model(plan, facts)
-        + check_rewards_and_data(plan, facts)
-        + memory_check.check(plan)
-        + environment.check(plan, facts, workers)
-    )
+    found = values.check(plan, facts) + check_model(plan, facts) + check_rewards_and_data(plan, facts)
+    if plan.placed:  # without a layout (its problem says why) the checks of the machine would only echo it
+        found += memory_check.check(plan) + environment.check(plan, facts, workers)
     local = [p for p in found if p.kind == LOCAL]
     if not for_train:
         local = [dataclasses.replace(p, fatal=False) for p in local]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from entrypoint import memory
+from entrypoint import memory, shape
 from entrypoint.errors import Problem
 from entrypoint.memory import (
     CUDA_CONTEXT_GIB,
@@ -37,13 +37,26 @@ def check(plan: Plan) -> list[Problem]:
     )
 
 
+def _share_knob(plan: Plan, colocate: memory.Colocate) -> str:
+    """The colocated vLLM share as a knob: the value that still holds a generation round when it is lower
+    than the recipe's (shape.smallest_share), never a range that may be what the recipe already has."""
+    if plan.recipe.source("VLLM_GPU_MEMORY_UTILIZATION").startswith("planner:"):
+        # the planner already chose the smallest share that holds the generation round: lowering it is no knob
+        return ("fewer or shorter completions per generation round (vLLM's share, VLLM_GPU_MEMORY_UTILIZATION="
+                f"{colocate.utilization:.2f}, was chosen by the planner to hold them)")  # fmt: skip
+    b = plan.budget
+    per_process = shape.step_completions(plan.recipe, b.batch)[1] if b.batch else 0
+    util, holds, _ = shape.smallest_share(b, plan.layout, per_process) if per_process else (1.0, False, 0.0)
+    if holds and util < colocate.utilization:
+        return (f"VLLM_GPU_MEMORY_UTILIZATION={util:.2f} (now {colocate.utilization:.2f}; the smallest share whose KV "
+                "cache holds a generation round)")  # fmt: skip
+    return (f"fewer or shorter completions per generation round (a share below {colocate.utilization:.2f} would not "
+            "hold them)")  # fmt: skip
+
+
 def _knobs(plan: Plan, colocate: memory.Colocate | None) -> dict[str, str]:
     """Per layout mode, the settings that lower a training GPU's peak, as a fix names them."""
-    share = "lower VLLM_GPU_MEMORY_UTILIZATION (e.g. 0.3-0.4 on 24 GB)"
-    if colocate is not None and plan.recipe.source("VLLM_GPU_MEMORY_UTILIZATION").startswith("planner:"):
-        # the planner already chose the smallest share that holds the generation round: lowering it is no knob
-        share = ("fewer or shorter completions per generation round (vLLM's share, VLLM_GPU_MEMORY_UTILIZATION="
-                 f"{colocate.utilization:.2f}, was chosen by the planner to hold them)")  # fmt: skip
+    share = _share_knob(plan, colocate) if colocate is not None else ""
     return {
         "colocate": f"{share}, OFFLOAD_MODEL=true and OFFLOAD_OPTIMIZER=true with SLEEP_LEVEL=1, a shorter "
         "MAX_COMPLETION_LENGTH, a smaller PER_DEVICE_TRAIN_BATCH_SIZE (keep the generation batch with "
@@ -82,7 +95,7 @@ def _peak_problems(
                 problems.append(Problem("memory", f"under {HEADROOM_WARNING:.0%} headroom: {what}; anything else on the "
                                         "card (a display, another process) makes vLLM refuse to start",
                                         "lower ROLLOUT_GPU_MEMORY_UTILIZATION to "
-                                        f"{max(0.1, 0.9 - CUDA_CONTEXT_GIB / e.card_gib):.2f} or less on this "
+                                        f"{memory.rollout_share_with_headroom(e.card_gib):.2f} or less on this "
                                         f"{e.card_gib:.0f} GiB card", fatal=False))  # fmt: skip
         elif e.peak_gib > e.card_gib:
             sure = (
@@ -92,13 +105,34 @@ def _peak_problems(
             )
             past = (f" (extrapolated beyond the measured models, but {e.peak_gib / e.card_gib:.1f}x the card is past "
                     f"the planner's uncertainty, {memory.EXTRAPOLATED_REFUSE_RATIO:.2f}x)")  # fmt: skip
+            fit = _fit_text(plan)
             problems.append(Problem("memory", f"does not fit: {what}" + (beyond if not sure else past if extrapolated else ""),
-                                    f"turn these knobs: {knobs[mode]}" + ("; or MEMORY_CHECK=warn to try anyway" if sure else ""),
+                                    f"{fit}{'other knobs' if fit else 'turn these knobs'}: {knobs[mode]}"
+                                    + ("; or MEMORY_CHECK=warn to try anyway" if sure else ""),
                                     fatal=s.MEMORY_CHECK == "error" and sure))  # fmt: skip
         elif e.headroom < HEADROOM_WARNING:
             problems.append(Problem("memory", f"under {HEADROOM_WARNING:.0%} headroom: {what}",
                                     f"consider: {knobs[mode]}", fatal=False))  # fmt: skip
     return problems
+
+
+def _fit_text(plan: Plan) -> str:
+    """The fix's first words when a shape fits (shape.largest_fit): the line to write, what it is predicted
+    at, and, where the recipe closed the shape, how to let the planner choose; "" when none fits."""
+    r = plan.recipe
+    fit = shape.largest_fit(r, plan.layout, plan.budget)
+    if fit is None or all(r.raw(k) == v for k, v in fit.values.items()):
+        return ""
+    e = fit.worst
+    text = (f"write {fit.line()}: the largest micro-batch that fits, predicted {e.peak_gib:.1f} of {e.card_gib:.1f} "
+            f"GiB on GPU {e.gpu} ({e.headroom:.0%} free), the same {fit.completions} completions per optimizer step")  # fmt: skip
+    closed = [k for k in ("PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "STEPS_PER_GENERATION")
+              if r.layer(k) in (1, 2, 3)]  # fmt: skip
+    closed += ["VLLM_GPU_MEMORY_UTILIZATION"] if "VLLM_GPU_MEMORY_UTILIZATION" in fit.values else []
+    if closed and r.settings.AUTO_SHAPE:
+        keep = "" if r.is_set("GENERATION_BATCH_SIZE") else f"set GENERATION_BATCH_SIZE={fit.completions}, "
+        text += f"; or {keep}drop {' and '.join(closed)} and let the planner choose"
+    return text + "; "
 
 
 def certain_gib(w: Workload, train: memory.TrainingEstimate, e: GpuEstimate) -> float:

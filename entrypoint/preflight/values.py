@@ -123,7 +123,9 @@ def _check_system(plan: Plan, facts: Facts, where) -> list[Problem]:
             Problem(
                 where("SYSTEM"),
                 f"the system prompt file {system[0]} {facts.system_error or 'does not exist'}",
-                "give a UTF-8 text file inside the container (recipes/prompts/... or /data/...)",
+                "give a UTF-8 text file inside the container (recipes/prompts/... or /data/...)"
+                if facts.in_container
+                else "give a UTF-8 text file on this machine (recipes/prompts/..., relative to the checkout)",
             )
         )
     return problems
@@ -179,7 +181,7 @@ def _check_deepspeed(plan: Plan, facts: Facts, where) -> list[Problem]:
                         f"use one of {sorted(DEEPSPEED_NAMES)}",
                     )
                 )
-        if plan.layout.mode == "cpu":
+        if plan.placed and plan.layout.mode == "cpu":
             problems.append(
                 Problem(
                     where("DEEPSPEED"), "DeepSpeed needs GPUs; this run is on the CPU", "remove DEEPSPEED"

@@ -5,6 +5,7 @@ each of those functions reads."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 
 from entrypoint.errors import Problem
 
@@ -18,24 +19,37 @@ class RewardInfo:
     columns: list[str]  # dataset columns its __call__ requires
 
 
+def _unusable_plugin(f: str, why: str, in_container: bool) -> Problem:
+    """A plugin file that cannot be read: a missing one is named where it was looked for (the image or
+    the user's host), with the fix for that side."""
+    if why != "does not exist":
+        return Problem(f"EXTERNAL_PLUGINS {f}", why, "give a readable Python file (a .py plugin)")
+    if in_container:
+        return Problem(f"EXTERNAL_PLUGINS {f}", "does not exist inside the container",
+                       "mount it (e.g. under ./data, which compose mounts at /data) and give its container path")  # fmt: skip
+    return Problem(f"EXTERNAL_PLUGINS {f}", "does not exist on this machine",
+                   "check the path (a relative one is read from the checkout, else the current directory); "
+                   "in the image, files under ./data are at /data")  # fmt: skip
+
+
 def check(
-    plugin_files: list[str], reward_funcs: list[str], result: dict | None, error: str, unusable
+    plugin_files: list[str],
+    reward_funcs: list[str],
+    result: dict | None,
+    error: str,
+    unusable,
+    in_container: bool = True,
 ) -> tuple[dict[str, RewardInfo], list[Problem]]:
     """What the probe's `result` (rewards/probe.py; None with `error` when it failed) says of the plugin
     files and the rewards the recipe names. `unusable(path)` says why a file cannot be read ("" when it
-    can: facts.PathInfo.unusable_file). Returns (name -> RewardInfo for the requested rewards, problems)."""
+    can: facts.PathInfo.unusable_file); `in_container`: inside the grpo-rig image (facts.in_container),
+    else on a user's host, which the messages name. Returns (name -> RewardInfo for the requested rewards,
+    problems)."""
     problems: list[Problem] = []
     for f in plugin_files:
         why = unusable(f)
         if why:
-            problems.append(
-                Problem(
-                    f"EXTERNAL_PLUGINS {f}",
-                    f"{why} inside the container" if why == "does not exist" else why,
-                    "give the container path of a Python file (mount it, e.g. under ./data, which compose "
-                    "mounts at /data)",
-                )
-            )
+            problems.append(_unusable_plugin(f, why, in_container))
     if result is None:
         return {}, problems + [
             Problem(
@@ -82,11 +96,13 @@ def check(
             infos[name] = RewardInfo(name, registered[name]["class"], registered[name]["columns"])
         else:
             known = ", ".join(sorted(registered))
+            close = difflib.get_close_matches(name, list(registered), n=1, cutoff=0.6)
             problems.append(
                 Problem(
                     f"REWARD_FUNCS {name}",
                     f"no reward function is registered under {name!r} (registered: {known})",
-                    "use a registered name, or add a plugin file that sets orms[name] = YourORM to EXTERNAL_PLUGINS (docs/rewards.md)",
+                    (f"did you mean {close[0]}? " if close else "")
+                    + "use a registered name, or add a plugin file that sets orms[name] = YourORM to EXTERNAL_PLUGINS (docs/rewards.md)",
                 )
             )
     return infos, problems

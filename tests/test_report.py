@@ -1,0 +1,24 @@
+"""Run reports (entrypoint/report.py): a failed run's training curves say so (issue 27)."""
+
+from __future__ import annotations
+
+import json
+
+from entrypoint import report
+
+
+def rows(steps: int, planned: int) -> list[dict]:
+    return [{"reward": 0.1 * s, "rewards/Format/mean": 0.1 * s, "loss": 0.0, "global_step/max_steps": f"{s}/{planned}"}
+            for s in range(1, steps + 1)]  # fmt: skip
+
+
+def test_a_failed_runs_curves_are_marked_with_its_status_and_last_step(tmp_path):
+    """The curves of a run that failed at step 3 of 10 looked like those of a finished run."""
+    assert report.unfinished(rows(3, 10), "failed") == "FAILED after step 3 of 10: not a finished run"
+    assert report.unfinished(rows(2, 4), "stopped").startswith("STOPPED after step 2 of 4")
+    assert report.unfinished(rows(4, 4), "completed") == ""
+    log = tmp_path / "logging.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows(3, 10)))
+    assert report.training_curves(log, tmp_path / "failed.png", "run (smoke)", status="failed")
+    assert report.training_curves(log, tmp_path / "done.png", "run (smoke)")
+    assert (tmp_path / "failed.png").read_bytes() != (tmp_path / "done.png").read_bytes()
