@@ -62,7 +62,8 @@ def tally(problems: Iterable[Problem]) -> str:
 
 
 def raise_if_fatal(problems: Iterable[Problem]) -> None:
-    """Raise BadInput carrying all problems (warnings included, for context) if any is fatal."""
+    """Raise BadInput carrying all problems (warnings included, for context) if any is fatal; the errors
+    first, so the reason for the refusal is not read past under a warning (each group in found order)."""
     problems = list(problems)
     if any(p.fatal for p in problems):
-        raise BadInput(problems)
+        raise BadInput(sorted(problems, key=lambda p: not p.fatal))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -314,6 +315,21 @@ def test_a_model_whose_two_copies_fill_the_card_is_told_to_leave_colocate(tmp_pa
     assert "no share of this 24 GiB card holds both copies of the weights" in proc.stdout
     assert "raise VLLM_GPU_MEMORY_UTILIZATION" not in proc.stdout
     assert "VLLM_GPU_MEMORY_UTILIZATION=1.00" not in proc.stdout
+
+
+def test_a_model_no_vllm_share_can_hold_is_refused_even_beyond_the_calibration(tmp_path):
+    """Cases re-run: a 7B on a 24 GiB card was 'valid' with 'vLLM would refuse to start' as a warning, as
+    every model past the measured ones warns. But two copies of the weights larger than any share is
+    arithmetic on the parameter count, not a guess: refused at MEMORY_CHECK=error; with the trainer's copy
+    offloaded while vLLM starts, valid."""
+    args = ["recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
+            "MODEL=Qwen/Qwen2.5-7B-Instruct", f"OUTPUT_DIR={tmp_path}"]  # fmt: skip
+    proc = run_cli("validate", *args, env=clean_env())
+    assert proc.returncode == 2, proc.stdout
+    assert re.search(r"error: VLLM_GPU_MEMORY_UTILIZATION: .*\(vLLM would refuse to start\)", proc.stderr)
+    offloaded = run_cli("validate", *args, "OFFLOAD_MODEL=true", "OFFLOAD_OPTIMIZER=true", "SLEEP_LEVEL=1",
+                        env=clean_env())  # fmt: skip
+    assert offloaded.returncode == 0, offloaded.stderr
 
 
 OOM_15B = ("recipe=countdown-1x4090", "MODEL=Qwen/Qwen2.5-1.5B-Instruct", "NUM_GENERATIONS=8",

@@ -167,8 +167,8 @@ def _vllm_fits(
 ) -> list[Problem]:
     """vLLM refuses to start unless one sequence of max_model_len fits in its KV cache budget."""
     r, layout = plan.recipe, plan.layout
-    # MEMORY_CHECK=warn: the user tries anyway; a model beyond the measured ones only warns
-    fatal = r.settings.MEMORY_CHECK == "error" and w.dims.params <= memory.CALIBRATED_MAX_PARAMS
+    strict = r.settings.MEMORY_CHECK == "error"  # MEMORY_CHECK=warn: the user tries anyway
+    calibrated = w.dims.params <= memory.CALIBRATED_MAX_PARAMS
     out: list[Problem] = []
     if colocate is not None:
         tp = w.vllm_tp
@@ -194,6 +194,9 @@ def _vllm_fits(
                 "server on its own GPU (ROLLOUT_GPUS), VLLM_TENSOR_PARALLEL_SIZE over several GPUs, or a smaller MODEL"
             )
             if budget < need:
+                # beyond the measured models only warn, unless no share at all holds the weights: that is
+                # arithmetic on the parameter count, not a calibrated guess (a 7B on 24 GiB, cases C09)
+                fatal = strict and (calibrated or at_most < need)
                 out.append(
                     Problem(
                         "VLLM_GPU_MEMORY_UTILIZATION",
@@ -218,6 +221,8 @@ def _vllm_fits(
     need = memory.kv_gib(w.dims, w.dtype_bytes, length, tp)
     for gpu in layout.rollout_gpus:
         kv_budget = util * card(gpu) - weights - VLLM_NON_KV_GIB
+        at_most = memory.VLLM_UTILIZATION_CEILING * card(gpu) - weights - VLLM_NON_KV_GIB
+        fatal = strict and (calibrated or at_most < need)
         what = (f"{util} x {card(gpu):.1f} GiB leaves {kv_budget:.1f} GiB for vLLM's KV cache on GPU {gpu} after "
                 f"{weights:.1f} GiB of weights (1/{tp} of the model); one sequence of {length} tokens needs {need:.2f} GiB")  # fmt: skip
         if kv_budget < need:
