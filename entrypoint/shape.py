@@ -78,7 +78,8 @@ def choose(
 ) -> list[Choice]:
     """The values the planner sets for recipe `r` on `layout`, given its budget at the recipe's current
     shape (budget.workload None when the model's dimensions are unknown). `estimate(w, colocate)` predicts
-    the card peaks (default: the budget's, budget.per_gpu on the layout's cards)."""
+    the card peaks (default: the budget's, budget.per_gpu on the layout's cards). vLLM's colocated share
+    and sleep level are chosen whenever the recipe leaves them open, whether or not it fixes the batch."""
     b, w = budget.batch, budget.workload
     if b is None:
         return []
@@ -92,6 +93,11 @@ def choose(
     else:
         batch_open = True
     total, per_process = step_completions(r, b)
+    auto = r.settings.AUTO_SHAPE and layout.mode != "cpu" and w is not None
+    out: list[Choice] = []
+    colocate = None
+    if auto and layout.mode == "colocate" and per_process:  # sized even when the user fixed the batch
+        colocate, out = _vllm_share(r, layout, budget, per_process, user)
     if "PER_DEVICE_TRAIN_BATCH_SIZE" in user:
         candidates = [b.per_device]
     elif "GRADIENT_ACCUMULATION_STEPS" in user:
@@ -99,7 +105,7 @@ def choose(
     else:
         candidates = divisors(per_process) if per_process else []
     if not batch_open or not candidates:
-        return []
+        return out
 
     def accumulate(pd: int, why: str) -> list[Choice]:
         out = []
@@ -116,7 +122,6 @@ def choose(
             )
         return out
 
-    auto = r.settings.AUTO_SHAPE and layout.mode != "cpu" and w is not None
     if not auto:
         why = (
             "AUTO_SHAPE=false"
@@ -127,10 +132,6 @@ def choose(
         )
         return accumulate(min(candidates), f"ms-swift's default micro-batch ({why})")
 
-    out: list[Choice] = []
-    colocate = None
-    if layout.mode == "colocate":
-        colocate, out = _vllm_share(r, layout, budget, per_process, user)
     estimate = estimate or (lambda wl, co: budget.estimates(layout, wl, co))
     verdicts = []
     for pd in sorted(candidates, reverse=True):

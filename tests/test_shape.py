@@ -119,3 +119,17 @@ def test_plan_prints_each_choice_and_the_manifest_source_is_the_planner():
     assert plan.recipe.source("NUM_GENERATIONS").startswith(
         "recipes/countdown-1x4090.env:"
     )  # the recipe's, kept
+
+
+@pytest.mark.parametrize(
+    "fixed",
+    [("PER_DEVICE_TRAIN_BATCH_SIZE=4", "GRADIENT_ACCUMULATION_STEPS=8"), ("STEPS_PER_GENERATION=1",)],
+)
+def test_vllm_share_is_sized_when_the_recipe_fixes_the_batch(fixed):
+    """Cases re-run: with the micro-batch and accumulation both set, the planner returned before sizing
+    vLLM's share, which stayed at ms-swift's 0.9 on a 24 GiB card (the trainer left 2 GiB)."""
+    plan = build_plan("recipe=countdown-1x4090", *fixed, inventory="1x4090-driver535")
+    assert plan.recipe.source("VLLM_GPU_MEMORY_UTILIZATION").startswith("planner:")
+    assert plan.recipe.trainer_args.vllm_gpu_memory_utilization < 0.5
+    assert not plan.recipe.source("PER_DEVICE_TRAIN_BATCH_SIZE").startswith("planner:")  # the user's batch
+    assert not [p for p in plan.problems if p.fatal]
