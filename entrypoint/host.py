@@ -118,7 +118,9 @@ def read_previous(run_dir: Path) -> Previous:
 
 
 def _dataset_specs(r: Recipe) -> list[str]:
-    return [] if r.settings.DATASET_GENERATOR else r.args("dataset")
+    """The datasets the trainer reads: the training ones (none of them when a generator writes the data),
+    then VAL_DATASET's."""
+    return ([] if r.settings.DATASET_GENERATOR else r.args("dataset")) + r.args("val_dataset")
 
 
 def _model_path(r: Recipe) -> str:

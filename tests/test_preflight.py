@@ -810,3 +810,29 @@ def test_the_refusal_counts_errors_and_warnings_apart(tmp_path):
     proc = run_cli("validate", "recipe=smoke", f"DATASET={tmp_path / 'missing.jsonl'}", env=clean_env())
     assert proc.returncode == 2
     assert "refused before any heavy work (1 error and 1 warning):" in proc.stderr, proc.stderr
+
+
+def test_val_dataset_is_checked_as_the_training_data_is(tmp_path):
+    """Cases re-run: VAL_DATASET was never read before training, so a missing file, a line that is not
+    JSON or a column the rewards read surfaced minutes later inside ms-swift's evaluation."""
+    from entrypoint.rewards import tasks
+
+    good = tasks.write_jsonl(tasks.TASKS["countdown"], tmp_path / "val.jsonl", 4, seed=7)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(good.read_text().splitlines()[0] + "\n{not json\n")
+    renamed = tmp_path / "renamed.jsonl"
+    renamed.write_text(good.read_text().replace('"target"', '"goal"'))
+
+    def validate(value: str):
+        return run_cli("validate", "recipe=smoke", f"VAL_DATASET={value}", "PER_DEVICE_EVAL_BATCH_SIZE=4",
+                       f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
+
+    assert validate(str(good)).returncode == 0
+    missing = validate(str(tmp_path / "nope.jsonl"))
+    assert (
+        missing.returncode == 2 and f"VAL_DATASET {tmp_path / 'nope.jsonl'}: file not found" in missing.stderr
+    )
+    bad = validate(str(broken))
+    assert bad.returncode == 2 and "broken.jsonl line 2: is not JSON" in bad.stderr, bad.stderr
+    columns = validate(str(renamed))
+    assert columns.returncode == 2 and "reads the `target` column" in columns.stderr, columns.stderr

@@ -94,6 +94,10 @@ def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
     b = plan.budget.batch if plan.budget else None
     prompts_needed = b.prompts_per_generation if b and b.num_generations >= 2 else 0
     a = r.trainer_args
+    # held-out rows go through the same rewards: the same columns, no batch to fill
+    problems += dataset.check(
+        r.args("val_dataset"), needed, 0, 0.0, plan.offline, a.use_hf, facts, "VAL_DATASET"
+    )[0]
     if not s.DATASET_GENERATOR:
         found, _ = dataset.check(
             plan.dataset_paths, needed, prompts_needed, a.split_dataset_ratio, plan.offline, a.use_hf, facts

@@ -178,14 +178,16 @@ def check(
     offline: bool,
     use_hf: bool,
     facts: Facts,
+    key: str = "DATASET",
 ) -> tuple[list[Problem], int | None]:
-    """Check every dataset (as host.gather read it into `facts`). Returns (problems, number of training
-    prompts in local files or None if unknown). A file not there yet, or not readable, is of kind LOCAL."""
+    """Check every dataset (as host.gather read it into `facts`) of recipe key `key` (DATASET or
+    VAL_DATASET). Returns (problems, number of training prompts in local files or None if unknown). A file
+    not there yet, or not readable, is of kind LOCAL."""
     problems: list[Problem] = []
     total_prompts: int | None = 0
     for text in specs:
         spec = parse_spec(text)
-        found, prompts = _check_one(text, spec, needed, offline, use_hf, facts)
+        found, prompts = _check_one(text, spec, needed, offline, use_hf, facts, key)
         problems += found
         total_prompts = None if prompts is None or total_prompts is None else total_prompts + prompts
     if total_prompts is not None and prompts_needed:
@@ -203,10 +205,16 @@ def check(
 
 
 def _check_one(
-    text: str, spec: DatasetSpec, needed: dict[str, list[str]], offline: bool, use_hf: bool, facts: Facts
+    text: str,
+    spec: DatasetSpec,
+    needed: dict[str, list[str]],
+    offline: bool,
+    use_hf: bool,
+    facts: Facts,
+    key: str = "DATASET",
 ) -> tuple[list[Problem], int | None]:
-    """Problems of one dataset and its prompt count (None: unknown)."""
-    where = f"DATASET {text}"
+    """Problems of one dataset of recipe key `key` and its prompt count (None: unknown)."""
+    where = f"{key} {text}"
     if not is_local(spec.path):
         if not HUB_ID_RE.match(spec.path):
             return [Problem(where, "is neither an existing file nor a hub id (org/name[:subset][#rows])",
@@ -228,13 +236,13 @@ def _check_one(
             hint = " (compose mounts ./data at /data, read-only)" if str(path).startswith("/data") else ""
             what, fix = (
                 f"file not found inside the container{hint}",
-                "put the file there, or set DATASET to its container path",
+                f"put the file there, or set {key} to its container path",
             )
         else:  # on the host (plan/validate from a clone): the recipe's path is the container's
             sample = " (tcm-4x4090's sample: DATASET=examples/tcm/sample.jsonl)" if "tcm" in path.name else ""
             what, fix = (
                 "file not found on this machine",
-                f"set DATASET to a file here{sample}, or run inside the image",
+                f"set {key} to a file here{sample}, or run inside the image",
             )
         return [Problem(where, what, fix, kind=LOCAL)], None
     if not info.readable:
