@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from entrypoint import datasets
 from entrypoint import manifest as manifest_mod
 from entrypoint import recipe as recipe_mod
 from entrypoint import runlock
@@ -162,14 +163,19 @@ def held_out(
 
 
 def _read_rows(path: Path, limit: int, key: str) -> list[dict]:
+    """The first `limit` rows of a held-out JSONL (or JSON list) file, read as training data is
+    (datasets.read_rows: a byte-order mark, a JSON array; the line of a row that is not JSON). Raises
+    BadInput naming `key` for a file that is missing, a directory, binary, or holds a broken line."""
     text, why = recipe_mod.read_user_file(path)
-    try:
-        if text is None:
-            raise ValueError(why)
-        rows = [json.loads(line) for line in text.splitlines() if line.strip()][:limit]
-    except ValueError as exc:  # unreadable, binary, or a line that is not JSON
-        raise BadInput([Problem(f"{key} {path}", why or f"is not JSONL ({exc})",
-                                "give a JSONL file (one JSON object per line) inside the container")]) from None  # fmt: skip
+    fix = "give a JSONL file (one JSON object per line, as the training data)"
+    if text is None:
+        raise BadInput([Problem(f"{key} {path}", why, fix)])
+    numbered, _, problems = datasets.read_rows(path)
+    if any(p.fatal for p in problems):
+        raise BadInput(
+            [dataclasses.replace(p, where=p.where.replace("dataset ", f"{key} ", 1)) for p in problems]
+        )
+    rows = [row for _, row in numbered][:limit]
     if not rows or not all(isinstance(r, dict) and r.get("messages") for r in rows):
         raise BadInput(
             [

@@ -155,3 +155,15 @@ def test_eval_png_labels_every_bar_with_its_value_zero_included():
     fig = evaluate.figure({"run": "r", "prompts": {"count": 12}, "summary": summary})
     labels = [t.get_text() for t in fig.axes[0].texts]
     assert labels.count("0.000") == 2 and "0.271" in labels and "0.833" in labels
+
+
+def test_a_bad_eval_dataset_is_refused_naming_the_line_or_why(tmp_path):
+    """Cases re-run: a broken held-out file gave a traceback, then 'line 1 column 2' for the file's line 2."""
+    fake_run(tmp_path, "r", adapter=True, recipe={"DATASET": "/data/train.jsonl"})
+    broken = tmp_path / "held.jsonl"
+    broken.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{not json\n')
+    (tmp_path / "dir.jsonl").mkdir()
+    for path, says in ((broken, f"EVAL_DATASET {broken} line 2: is not JSON"),
+                       (tmp_path / "dir.jsonl", "is a directory"), (tmp_path / "no.jsonl", "does not exist")):  # fmt: skip
+        err = refused("run=r", f"EVAL_DATASET={path}", f"OUTPUT_DIR={tmp_path}")
+        assert says in err and "Traceback" not in err, err
