@@ -33,10 +33,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from entrypoint import datasets
+from entrypoint import datasets, runlock
 from entrypoint import manifest as manifest_mod
 from entrypoint import recipe as recipe_mod
-from entrypoint import runlock
 from entrypoint.args import TrainerArgs
 from entrypoint.console import Progress
 from entrypoint.errors import BadInput, Problem
