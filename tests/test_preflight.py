@@ -836,3 +836,33 @@ def test_val_dataset_is_checked_as_the_training_data_is(tmp_path):
     assert bad.returncode == 2 and "broken.jsonl line 2: is not JSON" in bad.stderr, bad.stderr
     columns = validate(str(renamed))
     assert columns.returncode == 2 and "reads the `target` column" in columns.stderr, columns.stderr
+
+
+@pytest.mark.parametrize(
+    "pairs, knob",
+    [
+        (
+            ("recipe=countdown-1x4090",),
+            "lower GENERATION_BATCH_SIZE (now 32 = 4 prompts x NUM_GENERATIONS 8)",
+        ),
+        (
+            (
+                "recipe=countdown-1x4090",
+                "GENERATION_BATCH_SIZE=",
+                "STEPS_PER_GENERATION=4",
+                "PER_DEVICE_TRAIN_BATCH_SIZE=8",
+            ),
+            "lower STEPS_PER_GENERATION or PER_DEVICE_TRAIN_BATCH_SIZE",
+        ),  # fmt: skip
+    ],
+)
+def test_too_few_prompts_names_the_knob_that_sets_this_recipes_generation_batch(tmp_path, pairs, knob):
+    """Cases re-run: with GENERATION_BATCH_SIZE set, the fix named the micro-batch and accumulation, which
+    do not change it."""
+    from entrypoint.rewards import tasks
+
+    data = tasks.write_jsonl(tasks.TASKS["countdown"], tmp_path / "tiny.jsonl", 2, seed=1)
+    proc = run_cli("validate", *pairs, f"DATASET={data}", "DATASET_GENERATOR=", f"OUTPUT_DIR={tmp_path}",
+                   f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}", env=clean_env())  # fmt: skip
+    assert proc.returncode == 2 and "fewer than one generation batch needs" in proc.stderr, proc.stderr
+    assert f"fix: add prompts, or {knob}" in proc.stderr, proc.stderr

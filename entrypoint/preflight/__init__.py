@@ -80,6 +80,24 @@ def check_model(plan: Plan, facts: Facts) -> list[Problem]:
     return []  # offline without a local snapshot: plan._offline_model
 
 
+def batch_fix(plan: Plan) -> str:
+    """The knobs that shrink one generation batch, as this recipe sets it: GENERATION_BATCH_SIZE or
+    STEPS_PER_GENERATION when a layer sets them (then the micro-batch does not change it), else the micro-batch
+    and accumulation (ms-swift: generation batch = per-device x processes x steps_per_generation, which
+    defaults to gradient_accumulation_steps; v3.6.4:swift/trainers/rlhf_arguments.py)."""
+    r, b = plan.recipe, plan.budget.batch if plan.budget else None
+    g = (
+        f" (now {b.generation_batch} = {b.prompts_per_generation} prompts x NUM_GENERATIONS {b.num_generations})"
+        if b
+        else ""
+    )
+    if r.is_set("GENERATION_BATCH_SIZE"):
+        return f"lower GENERATION_BATCH_SIZE{g}"
+    if r.is_set("STEPS_PER_GENERATION"):
+        return f"lower STEPS_PER_GENERATION or PER_DEVICE_TRAIN_BATCH_SIZE{g}"
+    return f"lower PER_DEVICE_TRAIN_BATCH_SIZE / GRADIENT_ACCUMULATION_STEPS{g}"
+
+
 def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
     """The reward plugins, and the dataset against the columns the rewards read."""
     r, s = plan.recipe, plan.recipe.settings
@@ -100,8 +118,9 @@ def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
     )[0]
     if not s.DATASET_GENERATOR:
         found, _ = dataset.check(
-            plan.dataset_paths, needed, prompts_needed, a.split_dataset_ratio, plan.offline, a.use_hf, facts
-        )
+            plan.dataset_paths, needed, prompts_needed, a.split_dataset_ratio, plan.offline, a.use_hf, facts,
+            batch_fix=batch_fix(plan),
+        )  # fmt: skip
         return problems + found
     generated = set(tasks.TASKS[s.DATASET_GENERATOR].columns)
     for column, readers in needed.items():

@@ -179,10 +179,12 @@ def check(
     use_hf: bool,
     facts: Facts,
     key: str = "DATASET",
+    batch_fix: str = "lower PER_DEVICE_TRAIN_BATCH_SIZE / GRADIENT_ACCUMULATION_STEPS",
 ) -> tuple[list[Problem], int | None]:
     """Check every dataset (as host.gather read it into `facts`) of recipe key `key` (DATASET or
     VAL_DATASET). Returns (problems, number of training prompts in local files or None if unknown). A file
-    not there yet, or not readable, is of kind LOCAL."""
+    not there yet, or not readable, is of kind LOCAL. `batch_fix`: the knobs that shrink a generation
+    batch in this recipe (preflight.batch_fix)."""
     problems: list[Problem] = []
     total_prompts: int | None = 0
     for text in specs:
@@ -198,7 +200,7 @@ def check(
                     "DATASET",
                     f"{train_prompts} training prompts, fewer than one generation batch needs ({prompts_needed}); ms-swift's "
                     "dataloader would be empty and crash inside accelerate",
-                    f"add prompts, or lower PER_DEVICE_TRAIN_BATCH_SIZE / GRADIENT_ACCUMULATION_STEPS so a generation batch needs <= {train_prompts}",
+                    f"add prompts, or {batch_fix} so a generation batch needs <= {train_prompts} prompts",
                 )
             )
     return problems, total_prompts
@@ -212,6 +214,7 @@ def _check_one(
     use_hf: bool,
     facts: Facts,
     key: str = "DATASET",
+    batch_fix: str = "lower PER_DEVICE_TRAIN_BATCH_SIZE / GRADIENT_ACCUMULATION_STEPS",
 ) -> tuple[list[Problem], int | None]:
     """Problems of one dataset of recipe key `key` and its prompt count (None: unknown)."""
     where = f"{key} {text}"
