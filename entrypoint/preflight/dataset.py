@@ -200,7 +200,7 @@ def check(
                     "DATASET",
                     f"{train_prompts} training prompts, fewer than one generation batch needs ({prompts_needed}); ms-swift's "
                     "dataloader would be empty and crash inside accelerate",
-                    f"add prompts, or {batch_fix} so a generation batch needs <= {train_prompts} prompts",
+                    f"add prompts, or {batch_fix} so a generation batch needs <= {train_prompts} prompt(s)",
                 )
             )
     return problems, total_prompts
