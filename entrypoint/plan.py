@@ -419,7 +419,7 @@ def _dataset(d: Draft) -> None:
             f"generate {s.DATASET_ROWS} {s.DATASET_GENERATOR} tasks (seed {seed}) into {generated}"
         )
         d.dataset_paths = [str(generated)]
-    elif not paths:
+    elif not paths and "DATASET_GENERATOR" not in r.dropped:  # a refused generator's own error says it
         d.problems.append(
             Problem("DATASET", "no dataset named", "set DATASET=/data/train.jsonl (or a hub id)")
         )

@@ -12,10 +12,12 @@ the types below, and a value that does not fit is reported with the key's name.
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from entrypoint.rewards.tasks import TASKS
 
@@ -167,8 +169,12 @@ class Settings(BaseModel):
     @classmethod
     def _generator(cls, value: str) -> str:
         if value and value not in TASKS:
-            raise ValueError(
-                f"{value!r} is not a task generator; generators: {', '.join(TASKS)} (rewards/tasks.py)"
+            close = difflib.get_close_matches(value, list(TASKS), n=1)
+            raise Refused(
+                f"{value!r} is not a task generator; generators: {', '.join(TASKS)} (rewards/tasks.py)",
+                f"did you mean DATASET_GENERATOR={close[0]}?"
+                if close
+                else f"use one of {', '.join(TASKS)}, or DATASET_GENERATOR= (empty) with DATASET=<your file>",
             )
         return value
 
@@ -187,12 +193,21 @@ class Settings(BaseModel):
 
     @field_validator("ROLLOUT_HOST", "ROLLOUT_BIND", "MASTER_ADDR", mode="before")
     @classmethod
-    def _address(cls, value: str) -> str:
-        """A bare host name or IP: no scheme, port or path (ms-swift takes the port separately)."""
+    def _address(cls, value: str, info: ValidationInfo) -> str:
+        """A bare host name or IP: no scheme, port or path (ms-swift takes the port separately). A URL or
+        host:port is refused with the key line that splits it."""
         value = str(value).strip()
         if "://" in value or "/" in value or (value.count(":") == 1):
-            raise ValueError(
-                f"{value!r} is not a bare address: write the host or IP only (the port has its own key)"
+            url = urlsplit(value if "://" in value else f"//{value}")
+            try:
+                host, port = url.hostname, url.port
+            except ValueError:  # a port that is not a number
+                host, port = url.hostname, None
+            port_key = "MASTER_PORT" if info.field_name == "MASTER_ADDR" else "ROLLOUT_PORT"
+            line = f"{info.field_name}={host}" + (f" {port_key}={port}" if port else "") if host else ""
+            raise Refused(
+                f"{value!r} is not a bare address: write the host or IP only (the port has its own key, {port_key})",
+                f"write {line}" if line else f"set {info.field_name} to a host name or IP address",
             )
         return value
 

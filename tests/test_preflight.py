@@ -866,3 +866,25 @@ def test_too_few_prompts_names_the_knob_that_sets_this_recipes_generation_batch(
                    f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}", env=clean_env())  # fmt: skip
     assert proc.returncode == 2 and "fewer than one generation batch needs" in proc.stderr, proc.stderr
     assert f"fix: add prompts, or {knob}" in proc.stderr, proc.stderr
+
+
+def test_a_mistyped_generator_is_one_error_with_a_did_you_mean():
+    """Cases re-run: 'countdwn' gave three errors, two of them false ('no dataset named', 'fewer than one
+    generation batch needs (2)'), and 'set a valid DATASET_GENERATOR'."""
+    proc = run_cli("validate", "recipe=smoke", "DATASET_GENERATOR=countdwn", env=clean_env())
+    assert proc.returncode == 2 and "(1 error)" in proc.stderr, proc.stderr
+    assert "fix: did you mean DATASET_GENERATOR=countdown?" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "key, value, line",
+    [
+        ("ROLLOUT_HOST", "http://10.0.0.2:8000/", "ROLLOUT_HOST=10.0.0.2 ROLLOUT_PORT=8000"),
+        ("ROLLOUT_HOST", "node1:8000", "ROLLOUT_HOST=node1 ROLLOUT_PORT=8000"),
+        ("MASTER_ADDR", "tcp://10.0.0.1:29500", "MASTER_ADDR=10.0.0.1 MASTER_PORT=29500"),
+    ],
+)
+def test_an_address_written_as_a_url_is_refused_with_the_keys_that_split_it(key, value, line):
+    proc = run_cli("validate", "recipe=smoke", f"{key}={value}", env=clean_env())
+    assert proc.returncode == 2 and "(1 error" in proc.stderr, proc.stderr
+    assert f"fix: write {line}" in proc.stderr

@@ -111,6 +111,8 @@ def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
             needed.setdefault(column, []).append(name)
     b = plan.budget.batch if plan.budget else None
     prompts_needed = b.prompts_per_generation if b and b.num_generations >= 2 else 0
+    if "DATASET_GENERATOR" in r.dropped:  # no data is known until the generator is: its refusal says why
+        prompts_needed = 0
     a = r.trainer_args
     # held-out rows go through the same rewards: the same columns, no batch to fill
     problems += dataset.check(
