@@ -13,11 +13,13 @@ importer translates, it does not decide whether the run fits.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from entrypoint import keys, swift_schema
 from entrypoint.recipe import DEFAULTS_FILE, RECIPES_DIR, read_env_file
@@ -29,6 +31,8 @@ DROPPED = {
     "vllm_mode": "the mode follows the layout: ROLLOUT_GPUS / ROLLOUT_HOST set -> server, else colocate",
     "vllm_server_host": "composed from ROLLOUT_GPUS (local) or ROLLOUT_HOST",
     "vllm_server_port": "composed from ROLLOUT_PORT (a free port when unset)",
+    "vllm_server_base_url": "its host and port became ROLLOUT_HOST / ROLLOUT_PORT (a base URL alone does not "
+    "enable server mode in ms-swift 3.6.4)",
     "add_version": "the run directory is OUTPUT_DIR/RUN_NAME",
     "logging_dir": "logs go under the run directory",
 }
@@ -226,6 +230,12 @@ def _layout(d: _Draft, rlhf: Command, rollout: Command | None, env: dict[str, st
     mode = (flags.get("vllm_mode") or [""])[0]
     host = (flags.get("vllm_server_host") or [""])[0]
     port = (flags.get("vllm_server_port") or [""])[0]
+    base_url = (flags.get("vllm_server_base_url") or [""])[0]
+    if base_url:  # http://10.0.0.5:8000: the same server as host + port
+        url = urlsplit(base_url if "://" in base_url else f"//{base_url}")
+        host = host or url.hostname or ""
+        with contextlib.suppress(ValueError):  # a port that is not a number: ROLLOUT_PORT stays unset
+            port = port or str(url.port or "")
     device = (flags.get("vllm_device") or [""])[0]
     timeout = (flags.get("vllm_server_timeout") or [""])[0]
     train = visible or (list(range(nproc)) if nproc else [])

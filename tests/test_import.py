@@ -229,6 +229,19 @@ def test_the_server_timeout_becomes_the_entrypoints_startup_budget():
     assert "ROLLOUT_STARTUP_TIMEOUT" in keys.MANAGED["VLLM_SERVER_TIMEOUT"]
 
 
+def test_a_server_base_url_becomes_the_rollout_host_and_port_without_a_guessed_gpu():
+    """Cases re-run: --vllm_server_base_url stayed a refused key and a local rollout GPU was guessed for a
+    server on another node."""
+    base = "swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct --dataset d.jsonl --use_vllm true"
+    text = importer.to_recipe(
+        f"CUDA_VISIBLE_DEVICES=0,1 NPROC_PER_NODE=2 {base} --vllm_mode server --vllm_server_base_url http://10.0.0.5:8000"
+    )
+    values = read(text)
+    assert values["ROLLOUT_HOST"] == "10.0.0.5" and values["ROLLOUT_PORT"] == "8000"
+    assert "ROLLOUT_GPUS" not in values and "guessed" not in text and "VLLM_SERVER_BASE_URL" not in values
+    assert values["TRAIN_GPUS"] == "0,1"
+
+
 def test_vllm_device_auto_on_two_visible_gpus_becomes_one_trainer_and_a_rollout_server(tmp_path):
     """ms-swift <= 3.5's --vllm_device auto put vLLM on the GPU after the training processes: with
     CUDA_VISIBLE_DEVICES=0,1 and NPROC_PER_NODE unset, GPU 1, the trainer on GPU 0. The import promised a
