@@ -54,6 +54,16 @@ def test_c02_small_shm_with_p2p_disabled_multi_gpu_run_is_refused(tmp_path):
     assert "ipc: host" in err and "shm_size" in err
 
 
+def test_c02_small_shm_with_nccl_shm_disabled_is_a_warning_that_says_so(tmp_path):
+    """Cases re-run: NCCL_SHM_DISABLE=1 keeps NCCL off /dev/shm (sockets instead), yet the refusal said the
+    GPU processes exchange data through it."""
+    inv = inventory_file(tmp_path, "5x4090-driver535", shm_bytes=64 * 1024**2)
+    proc = run_cli("validate", f"recipe={SERVER}", f"INVENTORY={inv}", "TRAIN_GPUS=0-3", "ROLLOUT_GPUS=4",
+                   "DATALOADER_NUM_WORKERS=4", "NCCL_SHM_DISABLE=1", f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: /dev/shm: /dev/shm is 64 MiB; NCCL_SHM_DISABLE=1 keeps NCCL off it" in proc.stdout
+
+
 def test_c02_shipped_compose_file_sets_ipc_or_shm_size():
     text = (ROOT / "compose.yaml").read_text()
     assert "ipc: host" in text or "shm_size" in text

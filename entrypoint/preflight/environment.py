@@ -73,7 +73,26 @@ def check_shm(plan: Plan, env: Mapping[str, str], dataloader_workers: int) -> li
     p2p_off = nccl.nccl_true(plan.nccl.env.get("NCCL_P2P_DISABLE") or env.get("NCCL_P2P_DISABLE"))
     fix = "give the container shared memory: compose `ipc: host` (the shipped compose.yaml) or `shm_size: 16gb`; `docker run --ipc=host` or `--shm-size=16g`"
     have = f"/dev/shm is {shm / MIB:.0f} MiB"
-    if len(plan.layout.used_gpus) > 1 and processes > 1 and p2p_off and shm < SHM_MIN_MULTI_GPU:
+    # NCCL_SHM_DISABLE=1: NCCL's intra-node traffic goes over sockets instead (slower, but no /dev/shm)
+    shm_off = nccl.nccl_true(plan.nccl.env.get("NCCL_SHM_DISABLE") or env.get("NCCL_SHM_DISABLE"))
+    if len(plan.layout.used_gpus) > 1 and processes > 1 and p2p_off and shm_off and shm < SHM_MIN_WORKERS:
+        return [
+            Problem(
+                "/dev/shm",
+                f"{have}; NCCL_SHM_DISABLE=1 keeps NCCL off it (its traffic between the {processes} GPU processes "
+                "goes over sockets, slower), but dataloader workers pass batches through it and may die with a "
+                "bus error",
+                fix,
+                fatal=False,
+            )
+        ]
+    if (
+        len(plan.layout.used_gpus) > 1
+        and processes > 1
+        and p2p_off
+        and not shm_off
+        and shm < SHM_MIN_MULTI_GPU
+    ):
         return [
             Problem(
                 "/dev/shm",
