@@ -103,22 +103,40 @@ def connect_address(bind: str) -> str:
     return "127.0.0.1" if bind in ("", "0.0.0.0", "::") else bind
 
 
+def _ordinal(part: str) -> int:
+    """One GPU ordinal; the spellings users bring from other tools are named (cuda:1, a UUID, -1)."""
+    if part.isdigit():
+        return int(part)
+    if part.lower().startswith("cuda:") and part[5:].isdigit():
+        raise ValueError(f"{part} is torch's device name: write the ordinal alone ({part[5:]})")
+    if part.upper().startswith(("GPU-", "MIG-")):
+        raise ValueError(
+            f"{part} is a UUID: write the GPU's ordinal (`python -m entrypoint doctor` lists them)"
+        )
+    if part.lstrip("-").isdigit():
+        raise ValueError(
+            f"{part}: ordinals start at 0 (no GPU to train on: TRAIN_GPUS=none; no rollout GPU: leave ROLLOUT_GPUS empty)"
+        )
+    raise ValueError(f"{part} is not a GPU ordinal")
+
+
 def parse_ordinals(text: str) -> list[int]:
-    """'0,1', '0-3', '2' -> ordinals. Raises ValueError on anything else."""
+    """'0,1', '0-3', '2' -> ordinals. Raises ValueError (naming the part and its fix) on anything else."""
     out: list[int] = []
     for part in text.replace(" ", "").split(","):
         if not part:
             continue
-        if "-" in part:
-            lo, hi = part.split("-", 1)
+        lo, dash, hi = part.partition("-")
+        if dash and lo.isdigit() and hi.isdigit():
             start, end = int(lo), int(hi)
             if end < start:
                 raise ValueError(f"range {part} runs backwards")
             out.extend(range(start, end + 1))
         else:
-            out.append(int(part))
-    if len(set(out)) != len(out):
-        raise ValueError("an ordinal is listed twice")
+            out.append(_ordinal(part))
+    twice = sorted({o for o in out if out.count(o) > 1})
+    if twice:
+        raise ValueError(f"GPU {', '.join(map(str, twice))} is listed twice")
     return out
 
 
@@ -242,7 +260,12 @@ def _ordinals(
         problems.append(
             Problem(
                 f"{key} ({recipe.source(key)})",
-                f"GPU {', '.join(map(str, unknown))} does not exist in this container. Visible:\n    "
+                (
+                    f"GPU {unknown[0]} does not exist"
+                    if len(unknown) == 1
+                    else f"GPUs {', '.join(map(str, unknown[:-1]))} and {unknown[-1]} do not exist"
+                )
+                + " in this container. Visible:\n    "
                 + inventory.table().replace("\n", "\n    ")
                 + f"\n  {DOCKER_RENUMBERING}",
                 f"use ordinals from the list above (0..{len(visible) - 1})"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from entrypoint import layout
@@ -168,3 +170,20 @@ def test_a_maintainer_style_server_mode_recipe_with_the_colocate_keys_validates_
     assert "fix: set ROLLOUT_GPU_MEMORY_UTILIZATION=0.5 instead" in proc.stdout
     assert "fix: set ROLLOUT_MAX_MODEL_LEN=4096 instead" in proc.stdout
     assert "recipe tcm-4x4090: valid (" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("cuda:1", "cuda:1 is torch's device name: write the ordinal alone (1)"),
+        ("GPU-36f675cc-81e7", "is a UUID: write the GPU's ordinal"),
+        ("-1", "ordinals start at 0"),
+        ("0,1,0", "GPU 0 is listed twice"),
+        ("3-1", "range 3-1 runs backwards"),
+    ],
+)
+def test_gpu_lists_other_tools_write_are_refused_naming_the_ordinal_spelling(text, says):
+    """Cases re-run: 'cuda:1' and '-1' were answered with Python's "invalid literal for int()"."""
+    with pytest.raises(ValueError, match=re.escape(says)):
+        layout.parse_ordinals(text)
+    assert layout.parse_ordinals("0-2,4") == [0, 1, 2, 4]

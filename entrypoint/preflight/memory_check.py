@@ -28,6 +28,8 @@ def check(plan: Plan) -> list[Problem]:
     if not plan.placed or layout.mode == "cpu" or s.MEMORY_CHECK == "off" or b is None:
         return []
     w = b.workload
+    if b.batch is None:  # the batch's own values are refused: their errors say what to change
+        return []
     if w is None:
         return [Problem("memory", f"not estimated: {b.note}", "set MEMORY_CHECK=off to silence, or mount the model",
                         fatal=False)]  # fmt: skip
