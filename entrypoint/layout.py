@@ -230,10 +230,18 @@ def _gpus_there(
     if inventory.gpus or not wants_gpu:
         return True
     why = "USE_VLLM=true" if use_vllm else "the recipe names GPUs"
-    text = no_gpu_text(inventory, in_container)
-    fix = (
-        "fix the GPU exposure above" if in_container else "add INVENTORY=examples/inventories/<machine>.json"
-    )
+    if inventory.source.startswith("file:"):  # INVENTORY=: the machine it describes, not this one
+        text = f"The inventory {inventory.source.removeprefix('file:')} lists no GPU."
+        fix = (
+            "give an inventory of the GPU machine (`python -m entrypoint doctor --save-inventory FILE` there)"
+        )
+    else:
+        text = no_gpu_text(inventory, in_container)
+        fix = (
+            "fix the GPU exposure above"
+            if in_container
+            else "add INVENTORY=examples/inventories/<machine>.json"
+        )
     problems.append(
         Problem(
             "GPU",

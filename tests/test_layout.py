@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -187,3 +188,13 @@ def test_gpu_lists_other_tools_write_are_refused_naming_the_ordinal_spelling(tex
     with pytest.raises(ValueError, match=re.escape(says)):
         layout.parse_ordinals(text)
     assert layout.parse_ordinals("0-2,4") == [0, 1, 2, 4]
+
+
+def test_an_inventory_without_gpus_is_named_not_answered_with_add_inventory(tmp_path):
+    """Cases re-run: INVENTORY= a file with no GPU got 'No GPU is visible on this machine ... add INVENTORY='."""
+    data = json.loads((INVENTORIES / "1x4090-driver535.json").read_text())
+    (tmp_path / "none.json").write_text(json.dumps({**data, "gpus": []}))
+    proc = run_cli("validate", "recipe=smoke-gpu", f"INVENTORY={tmp_path / 'none.json'}", env=clean_env())
+    assert proc.returncode == 2
+    assert f"The inventory {tmp_path / 'none.json'} lists no GPU" in proc.stderr
+    assert "add INVENTORY=" not in proc.stderr
