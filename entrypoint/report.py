@@ -126,8 +126,12 @@ def training_curves(
     for key in per_function:
         logged = key.split("/")[1]
         axes[0].plot(steps, [r.get(key) for r in rows], marker=".", label=(names or {}).get(logged, logged))
-    axes[0].set_title("reward per function (mean)")
-    axes[0].legend(fontsize=8)
+    if per_function:  # an empty legend warns (a log without per-function means: the total only)
+        axes[0].set_title("reward per function (mean)")
+        axes[0].legend(fontsize=8)
+    else:
+        axes[0].plot(steps, [r.get("reward") for r in rows], marker=".")
+        axes[0].set_title("reward (mean)")
     for ax, (key, panel) in zip(axes[1:], panels, strict=True):
         ax.plot(steps, [r.get(key) for r in rows], marker=".")
         ax.set_title(panel)

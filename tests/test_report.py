@@ -22,3 +22,14 @@ def test_a_failed_runs_curves_are_marked_with_its_status_and_last_step(tmp_path)
     assert report.training_curves(log, tmp_path / "failed.png", "run (smoke)", status="failed")
     assert report.training_curves(log, tmp_path / "done.png", "run (smoke)")
     assert (tmp_path / "failed.png").read_bytes() != (tmp_path / "done.png").read_bytes()
+
+
+def test_one_step_without_per_function_rewards_draws_the_total_without_warnings(tmp_path):
+    """Cases re-run: a run cut after step 1 printed matplotlib's 'No artists with labels' UserWarning."""
+    import warnings
+
+    log = tmp_path / "logging.jsonl"
+    log.write_text(json.dumps({"reward": 0.5, "loss": 0.1, "global_step/max_steps": "1/4"}) + "\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert report.training_curves(log, tmp_path / "one.png", status="failed")
