@@ -332,11 +332,14 @@ trainer = GRPOTrainer.__new__(GRPOTrainer)  # what _score_completions reads of a
 trainer.reward_funcs, trainer.reward_func_names, trainer.reward_model_plugins = [accuracy], ["accuracy"], [None]
 trainer.accelerator, trainer.reward_weights = types.SimpleNamespace(device="cpu"), torch.ones(1)
 trainer.state, trainer.args = TrainerState(), types.SimpleNamespace(report_to=[])
-if sys.argv[1] == "checked":
-    import sitecustomize
-    sitecustomize._guard_rewards(trainer)
 rows = [{"messages": [{"role": "user", "content": "1+0?"}, {"role": "assistant", "content": c}], "solution": "1"}
         for c in ("1", "?", "0")]
+try:  # ms-swift alone
+    print("plain:", trainer._score_completions(rows))
+except Exception as exc:
+    print(f"plain: {type(exc).__name__}: {exc}")
+import sitecustomize  # then with the check (one process: importing the trainer is the minute this costs)
+sitecustomize._guard_rewards(trainer)
 print(trainer._score_completions(rows))
 """
 
@@ -348,11 +351,8 @@ def test_ms_swift_s_own_scoring_of_a_nan_row_fails_unrelated_and_the_check_names
     script = tmp_path / "score.py"
     script.write_text(REAL_SCORING)
     env = clean_env(PYTHONPATH=str(SITE))
-    plain = subprocess.run([sys.executable, str(script), "plain"], env=env, capture_output=True, text=True)
-    assert plain.returncode == 1 and "TypeError: 'TrainerState' object is not subscriptable" in plain.stderr
-    checked = subprocess.run(
-        [sys.executable, str(script), "checked"], env=env, capture_output=True, text=True
-    )
+    checked = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
+    assert "plain: TypeError: 'TrainerState' object is not subscriptable" in checked.stdout, checked.stderr
     assert checked.returncode == 1 and "TypeError" not in checked.stderr
     assert ("grpo-rig reward check: every reward function returned None or NaN for row 1 of the batch "
             "(completion '?'; solution='1') (accuracy: nan)") in checked.stderr  # fmt: skip
