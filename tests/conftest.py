@@ -72,7 +72,7 @@ def load_recipe(*pairs: str, environ: dict[str, str] | None = None) -> recipe.Re
 # shared by the smoke, lifecycle and evaluate tests: started, stopped by SIGTERM after its first complete
 # checkpoint, then started again to completion with the merged export. Each real training costs minutes
 # on CI's 2 cores, so the tests that need one share it.
-SMOKE_STEPS = 4
+SMOKE_STEPS = 3
 SMOKE = [
     "recipe=smoke",
     f"MAX_STEPS={SMOKE_STEPS}",
