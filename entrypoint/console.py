@@ -7,8 +7,10 @@ Every line of every child goes to `<run>/logs/<role>.log` (launch.Supervisor); t
   holds the warm-up);
 - ms-swift's milestones (loading the model, where it logs, saving a checkpoint, the end of training) and
   the rollout server's start-up;
-- anything that looks like a failure: warnings are not, tracebacks and errors are; from the first
-  `Traceback` line on, everything (the supervisor also prints a failed child's last lines);
+- anything that looks like a failure: warnings are not, errors are; a traceback is folded to its
+  exception line, with one line saying the whole of it is in the role's log (a run that fails explains
+  itself at the end: deaths.explain; seen on the cases re-run: 60 lines of torch's save traceback above
+  the one-line "disk full" summary);
 - a heartbeat when the console has been quiet for HEARTBEAT_SECONDS, saying what the trainer is doing
   (loading, generating N completions, training), from the phase events the trainer's site hook writes
   (entrypoint/site/sitecustomize.py, GRPO_RIG_EVENTS), naming the step as the step lines do ("step 2/4").
@@ -34,6 +36,7 @@ MILESTONES = (
     "Saving model checkpoint", "End time of running main", "last_model_checkpoint", "Downloading the model",
     "Uvicorn running", "Application startup complete", "Successfully imported external_plugins",
 )  # fmt: skip
+RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")  # torchrun's prefix on a rank's lines
 FAILURE = re.compile(
     r"Traceback|\b\w*(Error|Exception)\b:|out of memory|OutOfMemory|Killed|Segmentation fault|"
     r"ChildFailedError|\bFATAL\b|\bERROR\b|exitcode\s*:",
@@ -52,7 +55,8 @@ class Console:
     ):
         self.show_all, self.events, self.clock = show_all, events, clock
         self.started = clock()
-        self.failing: set[str] = set()  # roles past a Traceback: everything is shown
+        self.folding: set[str] = set()  # roles inside a traceback: its frames stay in the log
+        self.folded: set[str] = set()  # roles whose console already said where their tracebacks are
         self.milestone: dict[str, str] = {}  # the last milestone shown, per role
         self.step: tuple[int, int] | None = None  # (done, total)
         # MAX_STEPS when the plan knows it; the step lines say it otherwise
@@ -66,13 +70,20 @@ class Console:
         if self.show_all:
             return line
         line = line.rsplit("\r", 1)[-1]  # tqdm redraws with \r: its last frame
-        if role in self.failing:
+        if role in self.folding:
+            body = RANK_PREFIX.sub("", line)
+            if not body.strip() or body.startswith((" ", "\t")):  # a frame, its code, the ^^^^ marks
+                return None
+            self.folding.discard(role)  # the first unindented line: the exception itself
             return line
         if "'global_step/max_steps'" in line and "{'" in line:  # may follow a tqdm frame on the same line
             return self._step_line(line[line.index("{'") :])
         if "Traceback (most recent call last)" in line:
-            self.failing.add(role)
-            return line
+            self.folding.add(role)
+            if role in self.folded:
+                return None
+            self.folded.add(role)
+            return f"a traceback (the whole of it is in logs/{role}.log; CONSOLE=all shows it here):"
         if FAILURE.search(line) and "FutureWarning" not in line and "UserWarning" not in line:
             return line
         if any(m in line for m in MILESTONES):

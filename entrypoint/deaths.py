@@ -207,7 +207,14 @@ def explain(role: str, returncode: int | None, reason: str, tail: Sequence[str],
     for cut in ctx.cut_short if ctx.disk else ():
         lines.append(f"{cut} was cut short by the full disk: delete it to free that space (an incomplete "
                      "checkpoint is never resumed from)")  # fmt: skip
-    fix = "free space on that volume, then run" if ctx.disk else "run"
+    # the same command alone would fail the same way where the cause is in the input, not the machine
+    fix = (
+        "free space on that volume, then run"
+        if ctx.disk
+        else "fix the reward function named above, then run"
+        if reward_failure(tail)
+        else "run"
+    )
     if ctx.checkpoint:
         to = f", exported to {ctx.exported}" if ctx.exported else ""
         lines.append(f"it left {ctx.checkpoint} (the newest complete checkpoint{to})")

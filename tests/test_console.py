@@ -31,11 +31,19 @@ def test_a_smoke_run_fits_on_a_screen_with_a_line_per_step():
     assert not any("lora_A" in s or "adam_beta1" in s or "it/s]" in s for s in out)
 
 
-def test_failures_always_show_and_a_traceback_whole():
+def test_failures_always_show_and_a_traceback_folds_to_its_exception():
+    """The cases re-run saw 60 lines of torch's save traceback above the run's one-line 'disk full'
+    summary: the frames stay in the log, the exception line shows, the log is named once per role."""
     console = Console()
     lines = ["(q_proj): Linear(in_features=576)", "Traceback (most recent call last):", '  File "x.py", line 1',
-             "    raise RuntimeError('boom')", "RuntimeError: boom"]  # fmt: skip
-    assert shown(console, lines) == lines[1:]
+             "    raise RuntimeError('boom')", "RuntimeError: boom", "", "During handling of the above exception, "
+             "another exception occurred:", "", "[rank0]: Traceback (most recent call last):",
+             '[rank0]:   File "y.py", line 2', "[rank0]: OSError: [Errno 28] No space left on device"]  # fmt: skip
+    assert shown(console, lines) == [
+        "a traceback (the whole of it is in logs/trainer.log; CONSOLE=all shows it here):",
+        "RuntimeError: boom",
+        "[rank0]: OSError: [Errno 28] No space left on device",
+    ]
     assert Console().shown(
         "rollout", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     )

@@ -84,5 +84,6 @@ def test_a_reward_failure_is_the_summary_of_the_run():
     lines = deaths.explain("trainer", 1, "exited with status 1", tail, deaths.Context(step=0, checkpoint=""))
     assert lines == [
         "trainer stopped by the reward check: reward function f raised (before its first step)",
-        "no complete checkpoint yet: run the same command again to start over",
+        "no complete checkpoint yet: fix the reward function named above, then run the same command again "
+        "to start over",  # the same command alone fails the same way (cases re-run)
     ]
