@@ -3,7 +3,9 @@ GPU memory plots (PNG) drawn from ms-swift's logging.jsonl and the monitor's gpu
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -144,7 +146,8 @@ def training_curves(
     fig.tight_layout(
         rect=(0, 0, 1, top) if title or warning else None
     )  # room for the title above the first panel
-    fig.savefig(out, dpi=80)
+    with _atomic(out) as tmp:
+        fig.savefig(tmp, dpi=80, format="png")
     plt.close(fig)
     return True
 
@@ -180,9 +183,22 @@ def gpu_memory_plot(gpu_jsonl: Path, out: Path, predicted: dict[int, float]) -> 
     ax.set_ylabel("GiB used (NVML)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out, dpi=80)
+    with _atomic(out) as tmp:
+        fig.savefig(tmp, dpi=80, format="png")
     plt.close(fig)
     return True
+
+
+@contextlib.contextmanager
+def _atomic(path: Path) -> Iterator[Path]:
+    """A temporary path beside `path`, renamed onto it when the block succeeds and removed when it does not:
+    a full disk leaves the previous file or none, never a truncated one (cases re-run: a 0-byte README.md)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        yield tmp
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def write(plan: Plan, run_dir: Path, status: str = "completed") -> dict[str, str]:
@@ -195,17 +211,19 @@ def write(plan: Plan, run_dir: Path, status: str = "completed") -> dict[str, str
         if f"--{k}" in trainer
     )
     if not ((run_dir / "adapter").is_dir() or (run_dir / "model").is_dir()):
-        (run_dir / "README.md").write_text(README_NOTHING_EXPORTED.format(run=plan.run_name))
+        with _atomic(run_dir / "README.md") as tmp:
+            tmp.write_text(README_NOTHING_EXPORTED.format(run=plan.run_name))
         return {"README.md": sha256_file(run_dir / "README.md")}
-    (run_dir / "README.md").write_text(
-        README.format(
-            run=plan.run_name,
-            recipe=plan.recipe.name,
-            model=plan.recipe.raw("MODEL"),
-            base_path=plan.model_path,
-            swift_extra=swift_extra,
+    with _atomic(run_dir / "README.md") as tmp:
+        tmp.write_text(
+            README.format(
+                run=plan.run_name,
+                recipe=plan.recipe.name,
+                model=plan.recipe.raw("MODEL"),
+                base_path=plan.model_path,
+                swift_extra=swift_extra,
+            )
         )
-    )
     written = ["README.md"]
     names = reward_names(plan.facts.plugins, plan.recipe.args("reward_funcs"))
     title = f"{plan.run_name} ({plan.recipe.name}, {plan.recipe.raw('MODEL')})"

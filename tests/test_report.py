@@ -33,3 +33,16 @@ def test_one_step_without_per_function_rewards_draws_the_total_without_warnings(
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert report.training_curves(log, tmp_path / "one.png", status="failed")
+
+
+def test_a_write_that_fails_leaves_the_previous_file_and_no_temporary(tmp_path):
+    """Cases re-run: the run report on a full disk left a 0-byte README.md."""
+    target = tmp_path / "README.md"
+    target.write_text("previous")
+    try:
+        with report._atomic(target) as tmp:
+            tmp.write_text("half")
+            raise OSError(28, "No space left on device")
+    except OSError:
+        pass
+    assert target.read_text() == "previous" and sorted(p.name for p in tmp_path.iterdir()) == ["README.md"]
