@@ -25,6 +25,7 @@ import difflib
 import functools
 import io
 import os
+import stat
 from collections import ChainMap
 from collections.abc import Mapping
 from pathlib import Path
@@ -191,9 +192,12 @@ def read_user_file(path: Path) -> tuple[str | None, str]:
     large), a phrase to follow the path. A UTF-8 byte-order mark (Windows editors) is dropped. Issue 26:
     such files ended in UnicodeDecodeError / IsADirectoryError tracebacks."""
     try:
+        mode = path.expanduser().stat().st_mode
+        if stat.S_ISDIR(mode):
+            return None, "is a directory, not a file"
+        if not stat.S_ISREG(mode):  # asked before opening: opening a FIFO blocks until a writer comes
+            return None, "is not a regular file (a pipe, socket or device)"
         with path.expanduser().open("rb") as f:
-            if not os.path.isfile(f.name):  # a pipe or device would block or never end
-                return None, "is not a regular file"
             data = f.read(TEXT_FILE_LIMIT + 1)
     except FileNotFoundError:
         return None, "does not exist"

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import psutil
+from pydantic import ValidationError
 
 from entrypoint import (
     deaths,
@@ -80,16 +81,23 @@ def inventory_for(r: recipe_mod.Recipe) -> Inventory:
         if why:
             raise ValueError(f"{path} {why}")
         return hardware.load(path)
+    except ValidationError as exc:  # pydantic's own text is a screen with a link: the fields, one line
+        fields = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'the file'}: {e['msg']}" for e in exc.errors()[:3]
+        )
+        more = f" (and {exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
+        why = f"{path} is not an inventory: {fields}{more}"
     except (OSError, ValueError) as exc:
-        raise BadInput(
-            [
-                Problem(
-                    f"INVENTORY ({r.source('INVENTORY')})",
-                    str(exc) if why else f"cannot read {path}: {exc}",
-                    "pass a file written by `doctor --save-inventory`",
-                )
-            ]  # fmt: skip
-        ) from None
+        why = str(exc) if why else f"cannot read {path}: {exc}"
+    raise BadInput(
+        [
+            Problem(
+                f"INVENTORY ({r.source('INVENTORY')})",
+                why,
+                "pass a file written by `doctor --save-inventory`",
+            )
+        ]
+    )
 
 
 def make_plan(

@@ -18,6 +18,8 @@ KINDS = {
     "binary": ("is a binary file, not text", lambda p: p.write_bytes(BINARY)),
     "directory": ("is a directory, not a file", lambda p: p.mkdir()),
     "missing": ("does not exist", lambda p: None),
+    # cases re-run: opening a FIFO blocks until a writer comes; import, recipe= and INVENTORY= hung
+    "fifo": ("is not a regular file", os.mkfifo),
 }
 
 
@@ -96,4 +98,4 @@ def test_text_files_are_read_whole_with_a_byte_order_mark_dropped(tmp_path):
     path = tmp_path / "r.env"
     path.write_bytes("\ufeffMODEL=m\n# é\n".encode())
     assert recipe.read_user_file(path) == ("MODEL=m\n# é\n", "")
-    assert recipe.read_user_file(Path("/dev/null"))[1] == "is not a regular file"
+    assert recipe.read_user_file(Path("/dev/null"))[1].startswith("is not a regular file")
