@@ -75,6 +75,9 @@ class Previous:
     manifest: dict[str, Any] | None = None
     error: str = ""  # manifest.json exists but cannot be read
     newest_checkpoint: str = ""  # newest complete checkpoint-N, "" when none
+    # checkpoints a save never finished (a full disk, a kill) and those set aside as incomplete-checkpoint-N:
+    # (path relative to the run directory, GiB); never resumed from, so deleting them frees space
+    incomplete: tuple[tuple[str, float], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -898,3 +898,24 @@ def test_an_address_written_as_a_url_is_refused_with_the_keys_that_split_it(key,
     proc = run_cli("validate", "recipe=smoke", f"{key}={value}", env=clean_env())
     assert proc.returncode == 2 and "(1 error" in proc.stderr, proc.stderr
     assert f"fix: write {line}" in proc.stderr
+
+
+def test_a_disk_too_small_names_the_incomplete_checkpoints_to_delete_and_no_knob_that_is_off():
+    """Cases re-run: after a full disk the refusal said 'or set EXPORT_MERGED=false' (it was off) and not
+    the checkpoint the full disk had cut short, whose deletion made the run fit."""
+    import dataclasses
+
+    from entrypoint.facts import PathInfo, Previous
+    from entrypoint.preflight import environment
+
+    plan = build_plan("recipe=smoke", inventory="1x4090-driver535")
+    plan = dataclasses.replace(plan, inventory=plan.inventory.model_copy(update={"source": "nvml"}))
+    out = str(Path(plan.recipe.settings.OUTPUT_DIR).expanduser())
+    tight = PathInfo(exists=True, is_dir=True, readable=True, writable=True, nearest=out, disk_free_gib=0.01)
+    previous = Previous({"status": "failed"}, "", "", (("train/checkpoint-1", 15 / 1024),))
+    facts = dataclasses.replace(plan.facts, paths={**plan.facts.paths, out: tight}, previous=previous)
+    (disk,) = [p for p in environment.check(plan, facts, 0) if p.where.startswith("disk under")]
+    assert disk.fatal and disk.fix.startswith(
+        f"delete {plan.run_dir / 'train/checkpoint-1'} (15 MiB): incomplete"
+    )
+    assert "EXPORT_MERGED" not in disk.fix

@@ -376,12 +376,24 @@ def _check_disk(plan: Plan, facts: Facts, info) -> list[Problem]:
         here = plan.inventory.source == "nvml"
         elsewhere = "" if here else " (planned for another machine, INVENTORY: its output volume needs this)"
         return [Problem(where, f"{_size(free)} free; {need.text}; one checkpoint and the export alone need "
-                        f"{_size(need.surely)}{elsewhere}",
-                        "free space on the output volume, or set EXPORT_MERGED=false", fatal=here)]  # fmt: skip
+                        f"{_size(need.surely)}{elsewhere}", _disk_fix(plan, facts), fatal=here)]  # fmt: skip
     fits = int((free - need.surely + need.checkpoint) // need.checkpoint) if need.checkpoint else 1
     return [Problem(where, f"{_size(free)} free; {need.text}: the disk fills after about {fits} checkpoint(s)",
                     f"set SAVE_TOTAL_LIMIT={max(1, fits - 1)} (the newest checkpoints are kept), or free space; a full "
                     "disk stops the run cleanly and the same command resumes it", fatal=False)]  # fmt: skip
+
+
+def _disk_fix(plan: Plan, facts: Facts) -> str:
+    """How to make room: the incomplete checkpoints this run left (never resumed from), the merged export
+    when it is on, else free space (cases re-run: 'set EXPORT_MERGED=false' was named when it was off, and
+    the 15 MiB checkpoint a full disk had cut short was not)."""
+    cut = facts.previous.incomplete
+    fixes = [f"delete {', '.join(f'{plan.run_dir / path} ({_size(gib)})' for path, gib in cut)}: "
+             "incomplete checkpoints, never resumed from"] if cut else []  # fmt: skip
+    fixes.append("free space on the output volume")
+    if plan.recipe.settings.EXPORT_MERGED:
+        fixes.append("set EXPORT_MERGED=false (no merged copy of the model)")
+    return "; or ".join(fixes)
 
 
 def _size(gib: float) -> str:
