@@ -1,5 +1,7 @@
 """`evaluate run=NAME`: did training help? The base model and the run's adapter answer the same held-out
-prompts with the same sampling, and the run's own reward functions score both.
+prompts with the same sampling, and the run's own reward functions score both. `run=` is a RUN_NAME under
+OUTPUT_DIR, `latest`, or the path of a run directory (one holding manifest.json, wherever it is: a run
+copied off a GPU box is evaluated where it lies; eval.* are written beside its manifest).
 
     python -m entrypoint evaluate run=smoke-20261201-120000 [EVAL_PROMPTS=32] [EVAL_GENERATIONS=4]
                                   [EVAL_SEED=1234] [EVAL_DATASET=/data/heldout.jsonl] [OUTPUT_DIR=output]
