@@ -230,7 +230,7 @@ def _gpus_there(
     if inventory.gpus or not wants_gpu:
         return True
     why = "USE_VLLM=true" if use_vllm else "the recipe names GPUs"
-    if inventory.source.startswith("file:"):  # INVENTORY=: the machine it describes, not this one
+    if inventory.source.startswith("file:") and not inventory.nvml_error:  # the machine it describes
         text = f"The inventory {inventory.source.removeprefix('file:')} lists no GPU."
         fix = (
             "give an inventory of the GPU machine (`python -m entrypoint doctor --save-inventory FILE` there)"
