@@ -38,11 +38,12 @@ NO_GPU_HELP = (
 )
 NO_GPU_HERE = (
     "No GPU is visible on this machine ({error}), and this is not the grpo-rig image. To plan or validate for a "
-    "GPU machine from here, describe it: INVENTORY=examples/inventories/1x4090-driver535.json (1 GPU; "
-    "5x4090-driver535.json for tcm-4x4090, 2x4090-driver535.json for smoke-server; or `python -m entrypoint "
-    "doctor --save-inventory FILE` on that machine). To train, run inside "
+    "GPU machine from here, describe it: INVENTORY=examples/inventories/{example} ({others}; or `python -m "
+    "entrypoint doctor --save-inventory FILE` on that machine). To train, run inside "
     "the image on the GPU host (`docker compose run train recipe=...`)."
 )
+# The example machines, by the GPUs a recipe names (examples/inventories/)
+EXAMPLE_INVENTORIES = {1: "1x4090-driver535.json", 2: "2x4090-driver535.json", 5: "5x4090-driver535.json"}
 
 
 # cpu: no GPU; hf: GPUs, HF generation in the trainer; colocate: vLLM on the training GPUs; server: a
@@ -213,11 +214,28 @@ def _warn_visible_devices(env: Mapping[str, str], problems: list[Problem]) -> No
         )
 
 
-def no_gpu_text(inventory: Inventory, in_container: bool) -> str:
-    """What to do when NVML lists no GPU: expose them to the container, or describe the GPU machine."""
-    return (NO_GPU_HELP if in_container else NO_GPU_HERE).format(
-        error=inventory.nvml_error or "NVML lists no device"
+def no_gpu_text(inventory: Inventory, in_container: bool, gpus: int = 1) -> str:
+    """What to do when NVML lists no GPU: expose them to the container, or describe the GPU machine; the
+    example inventory offered has at least the `gpus` the recipe names (new-user walk: a 2-GPU import was
+    offered the 1-GPU file, then told GPU 1 does not exist)."""
+    size = min((n for n in EXAMPLE_INVENTORIES if n >= gpus), default=max(EXAMPLE_INVENTORIES))
+    others = ", ".join(
+        f"{f} for {n} GPU{'s' if n > 1 else ''}" for n, f in EXAMPLE_INVENTORIES.items() if n != size
     )
+    return (NO_GPU_HELP if in_container else NO_GPU_HERE).format(
+        error=inventory.nvml_error or "NVML lists no device", example=EXAMPLE_INVENTORIES[size], others=others
+    )
+
+
+def named_gpus(recipe: Recipe) -> int:
+    """How many GPUs TRAIN_GPUS and ROLLOUT_GPUS name together (1 when they name none, or `all`)."""
+    named: set[int] = set()
+    for key in ("TRAIN_GPUS", "ROLLOUT_GPUS"):
+        try:
+            named |= set(parse_ordinals(getattr(recipe.settings, key)))
+        except ValueError:  # `all`, `none`, or a refused value (its own problem)
+            continue
+    return max(1, len(named))
 
 
 def _gpus_there(
@@ -236,7 +254,7 @@ def _gpus_there(
             "give an inventory of the GPU machine (`python -m entrypoint doctor --save-inventory FILE` there)"
         )
     else:
-        text = no_gpu_text(inventory, in_container)
+        text = no_gpu_text(inventory, in_container, named_gpus(recipe))
         fix = (
             "fix the GPU exposure above"
             if in_container

@@ -417,12 +417,14 @@ def _file_layers(name: str, recipes_dir: Path, problems: list[Problem]) -> list[
     path = recipe_path(name, recipes_dir)
     _, why = read_user_file(path) if path.exists() else (None, "")
     if why or not path.exists():  # nothing else can be checked without the recipe
-        names = ", ".join(available_recipes(recipes_dir))
+        shipped = available_recipes(recipes_dir)
+        close = difflib.get_close_matches(name, shipped, n=1) if not why else []
         problems.append(
             Problem(
                 "RECIPE",
                 f"the recipe file {path} {why}" if why else f"no recipe file {path}",
-                f"use one of: {names}, or a path to an .env text file",
+                (f"did you mean recipe={close[0]}? " if close else "")
+                + f"use one of: {', '.join(shipped)}, or a path to an .env text file",
             )
         )
         raise BadInput(problems)

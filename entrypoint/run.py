@@ -266,11 +266,21 @@ def summary_lines(plan: Plan) -> list[str]:
         for name in ("adapter", "model", "merged", "training_curves.png", "README.md", "logs"):
             if (plan.run_dir / name).exists():
                 lines.append(f"{name}: {host_path(plan.run_dir / name, plan.facts)}")  # read on the host
+        # what the command costs, and that it replaces an evaluation `make smoke` already wrote (new-user walk)
+        what = (
+            "(the base model and the adapter on 32 held-out prompts, EVAL_PROMPTS; writes eval.* in the run)"
+        )
+        output = (
+            ""
+            if plan.recipe.source("OUTPUT_DIR") == "default"
+            else f" OUTPUT_DIR={plan.recipe.settings.OUTPUT_DIR}"
+        )
         if (plan.run_dir / "adapter").is_dir() and plan.facts.in_container:
-            lines.append(f"did it help? docker compose run --rm train evaluate run={plan.run_name}")
+            lines.append(f"did it help? docker compose run --rm train evaluate run={plan.run_name}  {what}")
         elif (plan.run_dir / "adapter").is_dir():
-            lines.append(f"did it help? {sys.executable} -m entrypoint evaluate run={plan.run_name} "
-                         f"OUTPUT_DIR={plan.recipe.settings.OUTPUT_DIR}   (make eval RUN={plan.run_name})")  # fmt: skip
+            make_args = f' ARGS="{output.strip()}"' if output else ""
+            lines.append(f"did it help? make eval RUN={plan.run_name}{make_args}  {what}; or {sys.executable} -m "
+                         f"entrypoint evaluate run={plan.run_name}{output}")  # fmt: skip
     return lines
 
 

@@ -198,3 +198,14 @@ def test_an_inventory_without_gpus_is_named_not_answered_with_add_inventory(tmp_
     assert proc.returncode == 2
     assert f"The inventory {tmp_path / 'none.json'} lists no GPU" in proc.stderr
     assert "add INVENTORY=" not in proc.stderr
+
+
+def test_without_a_gpu_the_example_inventory_offered_has_the_gpus_the_recipe_names():
+    """New-user walk: a 2-GPU import was offered the 1-GPU example, then told 'GPU 1 does not exist'."""
+    proc = run_cli("validate", "recipe=smoke-server", env=clean_env())  # TRAIN_GPUS=0 ROLLOUT_GPUS=1
+    assert proc.returncode == 2 and "INVENTORY=examples/inventories/2x4090-driver535.json (" in proc.stderr
+
+
+def test_a_mistyped_recipe_name_gets_a_did_you_mean():
+    proc = run_cli("validate", "recipe=smok", env=clean_env())
+    assert proc.returncode == 2 and "fix: did you mean recipe=smoke? use one of:" in proc.stderr

@@ -193,8 +193,15 @@ def test_a_container_runs_closing_lines_are_for_the_host(tmp_path, monkeypatch):
     (p.run_dir / "adapter").mkdir(parents=True)
     lines = summary_lines(p)
     assert "adapter: ./output/r/adapter" in lines
-    assert "did it help? docker compose run --rm train evaluate run=r" in lines
+    assert any(
+        line.startswith("did it help? docker compose run --rm train evaluate run=r  (") for line in lines
+    )
     assert not any("/output" in line.replace("./output", "") or "python -m" in line for line in lines), lines
     on_host = build_plan("recipe=smoke", f"OUTPUT_DIR={mount}", "RUN_NAME=r", in_container=False)
     assert f"adapter: {mount / 'r' / 'adapter'}" in summary_lines(on_host)
-    assert any("-m entrypoint evaluate run=r" in line for line in summary_lines(on_host))
+    (hint,) = [line for line in summary_lines(on_host) if line.startswith("did it help?")]
+    # the command's cost, and both spellings with the run's OUTPUT_DIR (new-user walk)
+    assert (
+        f'make eval RUN=r ARGS="OUTPUT_DIR={mount}"  (the base model and the adapter on 32 held-out' in hint
+    )
+    assert hint.endswith(f"-m entrypoint evaluate run=r OUTPUT_DIR={mount}")
