@@ -62,8 +62,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["help"]:  # `help` and `help train` as `--help` and `train --help` (new-user walk)
+        argv = [*argv[1:2], "--help"]
     try:
-        argv = bare_words(list(sys.argv[1:] if argv is None else argv), os.environ)
+        argv = bare_words(argv, os.environ)
     except BadInput as exc:
         return _refused(exc)
     if argv[0] in ("prepare-model", "evaluate"):  # before any library is imported: tqdm reads TQDM_* then

@@ -114,3 +114,12 @@ def test_the_quiet_settings_come_before_any_library_is_imported():
     )
     assert proc.returncode == 0, proc.stderr
     assert "GGUF" not in proc.stderr and proc.stdout.startswith("embedded model"), proc.stdout + proc.stderr
+
+
+def test_help_is_a_command_too():
+    """New-user walk: `python -m entrypoint help` was refused as 'not a command'."""
+    assert "usage: python -m entrypoint" in run_cli("help", env=clean_env(), timeout=60).stdout
+    assert (
+        "usage: python -m entrypoint evaluate"
+        in run_cli("help", "evaluate", env=clean_env(), timeout=60).stdout
+    )
