@@ -224,6 +224,10 @@ def test_a_full_disk_fails_cleanly_keeps_the_adapter_and_resumes_once_space_is_f
             in full.stdout
         )
         assert "Its last lines:" not in full.stdout
+        # the trainer's own traceback stays in its log: one line says where (cases re-run)
+        assert "Traceback (most recent call last)" not in full.stdout
+        assert "a traceback (the whole of it is in logs/trainer.log" in full.stdout
+        assert "Traceback (most recent call last)" in (run_dir / "logs" / "trainer.log").read_text()
         data = manifest(run_dir)
         assert data["status"] == "failed"
         summary = data["failure"]["summary"]
