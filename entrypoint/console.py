@@ -83,7 +83,7 @@ class Console:
             if role in self.folded:
                 return None
             self.folded.add(role)
-            return f"a traceback (the whole of it is in logs/{role}.log; CONSOLE=all shows it here):"
+            return f"a traceback (its frames go to logs/{role}.log; CONSOLE=all shows them here):"
         if FAILURE.search(line) and "FutureWarning" not in line and "UserWarning" not in line:
             return line
         if any(m in line for m in MILESTONES):

@@ -37,14 +37,20 @@ def _balance(line: str) -> int:
     return sum(_BRACKETS.get(c, 0) for c in line)
 
 
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")  # torchrun's prefix on a rank's lines
+
+
 class Tail:
     """The last `size` lines worth showing of a child's output. A line that ends by opening a bracket it
     does not close (ms-swift's `[INFO:swift] model: PeftModelForCausalLM(`, `args: RLHFArguments(`) starts a
-    dump; the dump, up to the line that closes it, is kept as one line naming its length."""
+    dump; the dump, up to the line that closes it, is kept as one line naming its length. A traceback keeps
+    its exception line only, after one line saying its frames are in the log (the console folds them alike:
+    console.Console; the cases re-run saw torch's save traceback twice in a failed run's last lines)."""
 
     def __init__(self, size: int):
         self.lines: collections.deque[str] = collections.deque(maxlen=size)
         self._depth, self._head, self._count = 0, "", 0
+        self._traceback = False  # inside a traceback's frames
 
     def __iter__(self) -> Iterator[str]:
         return iter([*self.lines, *([self._folded()] if self._depth else [])])
@@ -56,6 +62,18 @@ class Tail:
         return f"{self._head} ... ({self._count} lines of start-up output, left out here; the log has them)"
 
     def append(self, line: str) -> None:
+        if self._traceback:
+            body = _RANK_PREFIX.sub("", line)
+            if not body.strip() or body.startswith((" ", "\t")):  # a frame, its code, the ^^^^ marks
+                return
+            self._traceback = False  # the first unindented line: the exception itself
+        elif "Traceback (most recent call last)" in line:
+            self._traceback = True
+            if self._depth > 0:
+                self.lines.append(self._folded())
+                self._depth = 0
+            self.lines.append("a traceback (its frames are in the log):")
+            return
         if self._depth > 0 and not _OUTPUT_AGAIN.match(line):
             self._depth += _balance(line)
             self._count += 1
@@ -165,6 +183,7 @@ class Context:
     predicted: str = ""  # "21.3 of 24.0 GiB on GPU 0" (plan.memory), "" without a memory plan
     oom_knobs: str = ""  # what to lower after a CUDA out-of-memory error, for the failed role
     disk: str = ""  # "/out/r has 0.0 MiB free of 64.0 MiB" when the disk filled up
+    disk_need: str = ""  # "88 MiB": the free space validate asks of this run before it starts again
     cut_short: tuple[
         str, ...
     ] = ()  # incomplete checkpoints with their sizes ("train/checkpoint-2 (75.0 MiB)")
@@ -209,7 +228,7 @@ def explain(role: str, returncode: int | None, reason: str, tail: Sequence[str],
                      "checkpoint is never resumed from)")  # fmt: skip
     # the same command alone would fail the same way where the cause is in the input, not the machine
     fix = (
-        "free space on that volume, then run"
+        f"free space on that volume{f' (at least {ctx.disk_need} free: one checkpoint, the export and a margin)' if ctx.disk_need else ''}, then run"
         if ctx.disk
         else "fix the reward function named above, then run"
         if reward_failure(tail)

@@ -66,6 +66,7 @@ from entrypoint.launch import (
     supervised,
 )
 from entrypoint.plan import EVENTS_FILE, Plan
+from entrypoint.preflight import environment
 from entrypoint.rewards import tasks
 
 END_OF_MAIN = "End time of running main"  # ms-swift's last log line (v3.6.4:swift/llm/base.py:50)
@@ -650,12 +651,19 @@ def _explained(plan: Plan, failure: dict[str, Any], fields: dict[str, Any], oom_
         step=monitor.latest_step(plan.train_dir / "logging.jsonl"), planned=wanted if wanted > 0 else None,
         checkpoint=fields.get("checkpoint", ""), exported=exported, oom_kills=(oom_before, monitor.oom_kills()),
         predicted=_predicted(plan, role, deaths.cuda_oom(tail)), oom_knobs=_oom_knobs(plan, role), disk=disk,
+        disk_need=_disk_need(plan) if disk else "",
         cut_short=tuple(f"{c.relative_to(plan.run_dir)} ({_tree_mib(c):.1f} MiB)"
                         for c in export.checkpoints(plan.train_dir) if not export.is_complete(c)),
     )  # fmt: skip
     reason = failure.get("reason") or failure.get("error") or "failed"
     lines = deaths.explain(role, failure.get("returncode"), reason, tail, ctx, failure.get("signal"))
     return {**failure, "summary": lines[0], "explanation": lines}
+
+
+def _disk_need(plan: Plan) -> str:
+    """The free space the disk check asks of this run before it starts (preflight.environment.disk_need), so
+    that 'free space, then run the same command again' says how much (cases re-run: 71 MiB freed, refused)."""
+    return environment.size_text(environment.disk_need(plan, plan.facts).surely)
 
 
 def _tree_mib(root: Path) -> float:

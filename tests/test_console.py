@@ -40,7 +40,7 @@ def test_failures_always_show_and_a_traceback_folds_to_its_exception():
              "another exception occurred:", "", "[rank0]: Traceback (most recent call last):",
              '[rank0]:   File "y.py", line 2', "[rank0]: OSError: [Errno 28] No space left on device"]  # fmt: skip
     assert shown(console, lines) == [
-        "a traceback (the whole of it is in logs/trainer.log; CONSOLE=all shows it here):",
+        "a traceback (its frames go to logs/trainer.log; CONSOLE=all shows them here):",
         "RuntimeError: boom",
         "[rank0]: OSError: [Errno 28] No space left on device",
     ]

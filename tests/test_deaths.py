@@ -67,6 +67,29 @@ def test_a_dump_cut_short_by_the_death_does_not_hide_what_followed():
     ]
 
 
+def test_a_traceback_in_the_last_lines_keeps_its_exception_only():
+    """Cases re-run: a full disk's last lines held torch's save traceback twice, its frames labelled as
+    'lines of start-up output' (a frame ending in '(' looked like a dump)."""
+    tail = deaths.Tail(20)
+    lines = ["step 2", "Traceback (most recent call last):", '  File "trainer.py", line 3, in _save', "    _save(",
+             "RuntimeError: [enforce fail at inline_container.cc:815] . PytorchStreamWriter failed writing file",
+             "", "During handling of the above exception, another exception occurred:", "",
+             "[rank0]: Traceback (most recent call last):", '[rank0]:   File "x.py", line 1, in inner_training_loop(',
+             "[rank0]: RuntimeError: unexpected pos 64 vs 0"]  # fmt: skip
+    for line in lines:
+        tail.append(line)
+    assert list(tail) == [
+        "step 2",
+        "a traceback (its frames are in the log):",
+        "RuntimeError: [enforce fail at inline_container.cc:815] . PytorchStreamWriter failed writing file",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "",
+        "a traceback (its frames are in the log):",
+        "[rank0]: RuntimeError: unexpected pos 64 vs 0",
+    ]
+
+
 def test_the_line_that_says_what_happened():
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 23.5 GiB"
     assert deaths.cuda_oom(["x", oom]) == {"gpu": 1, "tried": "2.00 GiB"}

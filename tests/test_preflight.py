@@ -694,7 +694,34 @@ def test_a_reward_returning_a_string_is_refused(tmp_path):
     )
     err = refused(tmp_path, "recipe=smoke", f"EXTERNAL_PLUGINS={plugin}", "REWARD_FUNCS=stringy")
     assert "REWARD_FUNCS stringy: returned 'good' for 4 completions" in err
-    assert "one finite number (or None) per completion" in err
+    assert "one number (or None where the reward does not apply) per completion" in err
+
+
+@pytest.mark.parametrize(
+    "returns, funcs, valid",
+    [
+        ("[float('nan')] * len(completions)", "countdown nanny", True),  # countdown scores every completion
+        ("[float('nan')] * len(completions)", "nanny", False),  # nothing scores them: ms-swift fails
+        ("[None] * len(completions)", "nanny", False),
+        ("[float('nan') if i % 2 else 1.0 for i, _ in enumerate(completions)]", "nanny", False),
+        ("[float('inf')] * len(completions)", "countdown nanny", False),  # inf breaks the mean
+    ],
+)
+def test_nan_is_none_to_ms_swift_and_a_completion_no_reward_scores_is_refused(
+    tmp_path, returns, funcs, valid
+):
+    """Cases re-run: an all-NaN reward was refused as 'return a list of floats' (NaN is a float), while NaN
+    where another reward scores the completion is what ms-swift accepts (None becomes NaN there)."""
+    plugin = tmp_path / "my_nan_rewards.py"
+    plugin.write_text(
+        "from swift.plugin import ORM, orms\nclass R(ORM):\n    def __call__(self, completions, **kw):\n"
+        f"        return {returns}\norms['nanny'] = R\n"
+    )
+    proc = run_cli("validate", "recipe=smoke", f"EXTERNAL_PLUGINS={plugin}", f"REWARD_FUNCS={funcs}",
+                   f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
+    assert (proc.returncode == 0) == valid, proc.stderr
+    if "nan" in returns and not valid:
+        assert "every reward returned None or NaN for" in proc.stderr and "return 0.0 where" in proc.stderr
 
 
 def test_a_reward_returning_numbers_and_none_is_accepted(tmp_path):
@@ -703,8 +730,13 @@ def test_a_reward_returning_numbers_and_none_is_accepted(tmp_path):
         "from swift.plugin import ORM, orms\nclass R(ORM):\n    def __call__(self, completions, target, **kw):\n"
         "        return [None if i == 0 else 1.0 for i, _ in enumerate(completions)]\norms['fine'] = R\n"
     )
+    # beside a reward that scores every completion: alone, its None row is one ms-swift cannot score (below)
     proc = run_cli(
-        "validate", "recipe=smoke", f"EXTERNAL_PLUGINS={plugin}", "REWARD_FUNCS=fine", env=clean_env()
+        "validate",
+        "recipe=smoke",
+        f"EXTERNAL_PLUGINS={plugin}",
+        "REWARD_FUNCS=countdown fine",
+        env=clean_env(),
     )
     assert proc.returncode == 0, proc.stderr
 

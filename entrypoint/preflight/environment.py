@@ -342,7 +342,7 @@ def disk_need(plan: Plan, facts: Facts) -> DiskNeed:
         states = weights * 2
     checkpoint = (weights + (0 if a.save_only_model else states)) / memory.GIB
     kept = checkpoints_kept(a)
-    parts = [f"{kept if kept is not None else 'at least 1'} checkpoint(s) of {_size(checkpoint)}"]
+    parts = [f"{kept if kept is not None else 'at least 1'} checkpoint(s) of {size_text(checkpoint)}"]
     surely = min(1, kept if kept is not None else 1) * checkpoint + weights / memory.GIB + DISK_MARGIN_GIB
     merged = _merged_gib(plan, facts)
     if merged is not None:  # the merged export writes a full copy of the model beside the checkpoints
@@ -354,13 +354,13 @@ def disk_need(plan: Plan, facts: Facts) -> DiskNeed:
         logged = a.max_steps * b.generation_batch * a.max_completion_length * COMPLETION_BYTES_PER_TOKEN
         peak += logged / memory.GIB
         parts += (
-            [f"{_size(logged / memory.GIB)} of logged completions"] if logged >= memory.GIB / 1024 else []
+            [f"{size_text(logged / memory.GIB)} of logged completions"] if logged >= memory.GIB / 1024 else []
         )
     return DiskNeed(
         surely,
         peak,
         checkpoint,
-        f"this run writes about {_size(peak)} ({', '.join(parts)}, the export and logs)",
+        f"this run writes about {size_text(peak)} ({', '.join(parts)}, the export and logs)",
     )
 
 
@@ -375,10 +375,10 @@ def _check_disk(plan: Plan, facts: Facts, info) -> list[Problem]:
     if free < need.surely:
         here = plan.inventory.source == "nvml"
         elsewhere = "" if here else " (planned for another machine, INVENTORY: its output volume needs this)"
-        return [Problem(where, f"{_size(free)} free; {need.text}; one checkpoint and the export alone need "
-                        f"{_size(need.surely)}{elsewhere}", _disk_fix(plan, facts), fatal=here)]  # fmt: skip
+        return [Problem(where, f"{size_text(free)} free; {need.text}; one checkpoint and the export alone need "
+                        f"{size_text(need.surely)}{elsewhere}", _disk_fix(plan, facts), fatal=here)]  # fmt: skip
     fits = int((free - need.surely + need.checkpoint) // need.checkpoint) if need.checkpoint else 1
-    return [Problem(where, f"{_size(free)} free; {need.text}: the disk fills after about {fits} checkpoint(s)",
+    return [Problem(where, f"{size_text(free)} free; {need.text}: the disk fills after about {fits} checkpoint(s)",
                     f"set SAVE_TOTAL_LIMIT={max(1, fits - 1)} (the newest checkpoints are kept), or free space; a full "
                     "disk stops the run cleanly and the same command resumes it", fatal=False)]  # fmt: skip
 
@@ -388,7 +388,7 @@ def _disk_fix(plan: Plan, facts: Facts) -> str:
     when it is on, else free space (cases re-run: 'set EXPORT_MERGED=false' was named when it was off, and
     the 15 MiB checkpoint a full disk had cut short was not)."""
     cut = facts.previous.incomplete
-    fixes = [f"delete {', '.join(f'{plan.run_dir / path} ({_size(gib)})' for path, gib in cut)}: "
+    fixes = [f"delete {', '.join(f'{plan.run_dir / path} ({size_text(gib)})' for path, gib in cut)}: "
              "incomplete checkpoints, never resumed from"] if cut else []  # fmt: skip
     fixes.append("free space on the output volume")
     if plan.recipe.settings.EXPORT_MERGED:
@@ -396,7 +396,8 @@ def _disk_fix(plan: Plan, facts: Facts) -> str:
     return "; or ".join(fixes)
 
 
-def _size(gib: float) -> str:
+def size_text(gib: float) -> str:
+    """ "88 MiB", "1.2 GiB"."""
     return f"{gib:.1f} GiB" if gib >= 1 else f"{gib * 1024:.0f} MiB"
 
 

@@ -19,6 +19,24 @@ class RewardInfo:
     columns: list[str]  # dataset columns its __call__ requires
 
 
+def _unscored(calls: dict, reward_funcs: list[str]) -> list[Problem]:
+    """A probe completion that every reward left at None/NaN: ms-swift 3.6.4 cannot score it (its warning
+    about such a row fails with "'TrainerState' object is not subscriptable"; tests/test_site_hooks.py).
+    Only when every reward was called (a built-in's answer is not probed)."""
+    answered = [calls[n] for n in reward_funcs if n in calls and calls[n].get("scored")]
+    if not reward_funcs or len(answered) != len(reward_funcs):
+        return []
+    count = len(answered[0]["scored"])
+    unscored = [i for i in range(count) if not any(c["scored"][i] for c in answered)]
+    if not unscored:
+        return []
+    return [Problem(f"REWARD_FUNCS {' '.join(reward_funcs)}",
+                    f"every reward returned None or NaN for {len(unscored)} of the {count} probe completions "
+                    "(a right and a wrong answer per dataset row): ms-swift 3.6.4 cannot score such a completion "
+                    "and fails after the first rollout",
+                    "return 0.0 where a reward does not apply, or add a reward that scores every completion")]  # fmt: skip
+
+
 def _unusable_plugin(f: str, why: str, in_container: bool) -> Problem:
     """A plugin file that cannot be read: a missing one is named where it was looked for (the image or
     the user's host), with the fix for that side."""
@@ -85,10 +103,11 @@ def check(
         elif not call["ok"]:
             problems.append(
                 Problem(f"REWARD_FUNCS {name}",
-                        f"returned {call['returned']} for {call.get('count', '?')} completions; ms-swift needs one finite "
-                        "number (or None) per completion and would fail after the first rollout",
-                        "return a list of floats, one per completion, in the order given")
+                        f"returned {call['returned']} for {call.get('count', '?')} completions; ms-swift needs one number "
+                        "(or None where the reward does not apply) per completion and would fail after the first rollout",
+                        "return a list of floats, one per completion, in the order given (not inf, not a string)")
             )  # fmt: skip
+    problems += _unscored(result.get("calls") or {}, reward_funcs)
     registered = result["registered"]
     infos: dict[str, RewardInfo] = {}
     for name in reward_funcs:

@@ -9,7 +9,8 @@ Run as `python -m entrypoint.rewards.probe [--real] FILE ...`; prints one JSON o
 With `--call NAME,... --rows FILE` (a JSON list of a few dataset rows), each named plugin reward is also
 called once the way ms-swift calls it (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:920-940: the
 completions first, then the rows' columns as lists, messages and trainer_state), on two completions per
-row; `ok` says whether it returned one finite number or None per completion.
+row; `ok` says whether it returned one number (NaN included: ms-swift turns None into NaN and skips both)
+or None per completion, `scored` which completions got a finite number.
 
 ms-swift imports a plugin by putting its folder first on sys.path and calling
 `importlib.import_module(<file stem>)` (v3.6.4:swift/utils/utils.py:318-323). A stem that names an
@@ -134,7 +135,17 @@ def _number(value) -> bool:
     if isinstance(value, str | bytes) or not hasattr(value, "__float__"):
         return False
     try:
-        return math.isfinite(float(value))
+        number = float(value)
+    except (TypeError, ValueError):
+        return False
+    return math.isfinite(number) or math.isnan(number)  # NaN is None to ms-swift; inf breaks the mean
+
+
+def _finite(value) -> bool:
+    import math
+
+    try:
+        return value is not None and not isinstance(value, str | bytes) and math.isfinite(float(value))
     except (TypeError, ValueError):
         return False
 
@@ -171,7 +182,8 @@ def call_rewards(names: list[str], rows: list[dict]) -> dict:
         except TypeError:
             values = None
         ok = values is not None and len(values) == len(completions) and all(_number(v) for v in values)
-        out[name] = {"ok": ok, "returned": repr(returned)[:200], "raised": "", "count": len(completions)}
+        out[name] = {"ok": ok, "returned": repr(returned)[:200], "raised": "", "count": len(completions),
+                     "scored": [_finite(v) for v in values] if ok else []}  # fmt: skip
     return out
 
 
