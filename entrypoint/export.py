@@ -11,12 +11,14 @@ of the volume sees either the previous export or the new one, never a partial fi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
@@ -118,35 +120,36 @@ def export_checkpoint(checkpoint: Path, run_dir: Path, base_model: str) -> dict[
     return hash_tree(target, run_dir)
 
 
-def write_json_atomic(path: Path, data: object) -> None:
-    """Write JSON to `path` through a temporary file and os.replace (atomic on one filesystem)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, ensure_ascii=False, default=str)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def copy_atomic(src: Path, dst: Path) -> None:
-    """Copy `src` to `dst` through a temporary file beside it; the temporary file never outlives a failure
-    (issue 26: a full disk left a 0-byte one behind). Raises OSError."""
+@contextlib.contextmanager
+def atomic_path(dst: Path) -> Iterator[Path]:
+    """A temporary path beside `dst` to write; on success it becomes `dst` (mode 0644, os.replace: atomic on
+    one filesystem), on any failure it is removed: a full disk leaves the previous file or none, never a
+    truncated one or a temporary behind (issue 26: a 0-byte file stayed). Raises what the block raises."""
     fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", dir=dst.parent)
     os.close(fd)
     try:
-        shutil.copyfile(src, tmp)
+        yield Path(tmp)
         os.chmod(tmp, 0o644)
         os.replace(tmp, dst)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, data: object) -> None:
+    """Write JSON to `path` through a temporary file (atomic_path), synced before it replaces `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, ensure_ascii=False, default=str)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def copy_atomic(src: Path, dst: Path) -> None:
+    """Copy `src` to `dst` through a temporary file beside it (atomic_path). Raises OSError."""
+    with atomic_path(dst) as tmp:
+        shutil.copyfile(src, tmp)
 
 
 def reserve(path: Path, nbytes: int) -> Path:

@@ -3,13 +3,11 @@ GPU memory plots (PNG) drawn from ms-swift's logging.jsonl and the monitor's gpu
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from entrypoint.export import sha256_file
+from entrypoint.export import atomic_path, sha256_file
 
 if TYPE_CHECKING:
     from entrypoint.plan import Plan
@@ -146,7 +144,7 @@ def training_curves(
     fig.tight_layout(
         rect=(0, 0, 1, top) if title or warning else None
     )  # room for the title above the first panel
-    with _atomic(out) as tmp:
+    with atomic_path(out) as tmp:
         fig.savefig(tmp, dpi=80, format="png")
     plt.close(fig)
     return True
@@ -183,22 +181,10 @@ def gpu_memory_plot(gpu_jsonl: Path, out: Path, predicted: dict[int, float]) -> 
     ax.set_ylabel("GiB used (NVML)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    with _atomic(out) as tmp:
+    with atomic_path(out) as tmp:
         fig.savefig(tmp, dpi=80, format="png")
     plt.close(fig)
     return True
-
-
-@contextlib.contextmanager
-def _atomic(path: Path) -> Iterator[Path]:
-    """A temporary path beside `path`, renamed onto it when the block succeeds and removed when it does not:
-    a full disk leaves the previous file or none, never a truncated one (cases re-run: a 0-byte README.md)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        yield tmp
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def write(plan: Plan, run_dir: Path, status: str = "completed") -> dict[str, str]:
@@ -211,10 +197,10 @@ def write(plan: Plan, run_dir: Path, status: str = "completed") -> dict[str, str
         if f"--{k}" in trainer
     )
     if not ((run_dir / "adapter").is_dir() or (run_dir / "model").is_dir()):
-        with _atomic(run_dir / "README.md") as tmp:
+        with atomic_path(run_dir / "README.md") as tmp:
             tmp.write_text(README_NOTHING_EXPORTED.format(run=plan.run_name))
         return {"README.md": sha256_file(run_dir / "README.md")}
-    with _atomic(run_dir / "README.md") as tmp:
+    with atomic_path(run_dir / "README.md") as tmp:
         tmp.write_text(
             README.format(
                 run=plan.run_name,

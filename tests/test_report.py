@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from entrypoint import report
+from entrypoint import export, report
 
 
 def rows(steps: int, planned: int) -> list[dict]:
@@ -40,7 +40,7 @@ def test_a_write_that_fails_leaves_the_previous_file_and_no_temporary(tmp_path):
     target = tmp_path / "README.md"
     target.write_text("previous")
     try:
-        with report._atomic(target) as tmp:
+        with export.atomic_path(target) as tmp:
             tmp.write_text("half")
             raise OSError(28, "No space left on device")
     except OSError:

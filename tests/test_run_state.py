@@ -52,6 +52,12 @@ def train(tmp_path: Path, out: Path, *pairs: str, **fake: str) -> subprocess.Com
                           text=True, timeout=180)  # fmt: skip
 
 
+def train_here(tmp_path: Path, console: io.StringIO | None = None, **fake: str) -> int:
+    """`train` of the fake recipe into tmp_path/out/r in this process (for tests that patch a stage)."""
+    argv = [f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path / 'out'}", "RUN_NAME=r"]
+    return run.train(argv, env_for(tmp_path, **fake), console=console or io.StringIO())
+
+
 def start(tmp_path: Path, out: Path, *pairs: str, **fake: str) -> subprocess.Popen:
     return subprocess.Popen(argv(out, *pairs), cwd=ROOT, env=env_for(tmp_path, **fake), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
@@ -259,12 +265,7 @@ def test_an_os_error_in_export_ends_the_run_failed_not_running(tmp_path, monkeyp
         raise OSError(errno.ENOSPC, "No space left on device", str(dst))
 
     monkeypatch.setattr(export, "copy_atomic", full)
-    env = env_for(tmp_path, FAKE_TRAINER="ok")
-    code = run.train(
-        [f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path / 'out'}", "RUN_NAME=r"],
-        env,
-        console=io.StringIO(),
-    )
+    code = train_here(tmp_path, FAKE_TRAINER="ok")
     assert code == 1
     failure = manifest(tmp_path / "out" / "r")["failure"]
     assert manifest(tmp_path / "out" / "r")["status"] == "failed"
@@ -284,9 +285,7 @@ def test_a_volume_gone_read_only_while_preparing_ends_the_run_failed_saying_so(t
 
     monkeypatch.setattr(run, "prepare", read_only)
     console = io.StringIO()
-    code = run.train(
-        [f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path / 'out'}", "RUN_NAME=r"], env_for(tmp_path), console
-    )
+    code = train_here(tmp_path, console)
     assert code == 1 and pids(tmp_path, "trainer") == []
     data = manifest(tmp_path / "out" / "r")
     summary = f"the entrypoint could not write {tmp_path / 'out' / 'r' / 'data'} while preparing the run: Read-only file system"
@@ -301,13 +300,8 @@ def test_a_bug_in_the_entrypoint_after_the_start_is_recorded_then_shown(tmp_path
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(startup, "read_events", broken)
-    env = env_for(tmp_path, FAKE_TRAINER="ok")
     with pytest.raises(RuntimeError, match="a bug"):
-        run.train(
-            [f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path / 'out'}", "RUN_NAME=r"],
-            env,
-            console=io.StringIO(),
-        )
+        train_here(tmp_path, FAKE_TRAINER="ok")
     data = manifest(tmp_path / "out" / "r")
     assert (
         data["status"] == "failed"
@@ -341,12 +335,7 @@ def test_a_signal_while_preparing_is_recorded_as_stopped(tmp_path, monkeypatch):
         raise launch.Interrupted(signal.SIGTERM)  # what the handler raises when SIGTERM lands here
 
     monkeypatch.setattr(run, "prepare", interrupted)
-    env = env_for(tmp_path, FAKE_TRAINER="ok")
-    code = run.train(
-        [f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path / 'out'}", "RUN_NAME=r"],
-        env,
-        console=io.StringIO(),
-    )
+    code = train_here(tmp_path, FAKE_TRAINER="ok")
     assert code == 143 and manifest(tmp_path / "out" / "r")["status"] == "stopped"
     assert pids(tmp_path, "trainer") == []
 
