@@ -30,13 +30,14 @@ import re
 import time
 from pathlib import Path
 
+from entrypoint.deaths import TRACEBACK_START, in_traceback
+
 HEARTBEAT_SECONDS = 30.0
 MILESTONES = (
     "Loading the model using model_dir", "model_parameter_info", "The logging file will be saved",
     "Saving model checkpoint", "End time of running main", "last_model_checkpoint", "Downloading the model",
     "Uvicorn running", "Application startup complete", "Successfully imported external_plugins",
 )  # fmt: skip
-RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")  # torchrun's prefix on a rank's lines
 FAILURE = re.compile(
     r"Traceback|\b\w*(Error|Exception)\b:|out of memory|OutOfMemory|Killed|Segmentation fault|"
     r"ChildFailedError|\bFATAL\b|\bERROR\b|exitcode\s*:",
@@ -71,14 +72,13 @@ class Console:
             return line
         line = line.rsplit("\r", 1)[-1]  # tqdm redraws with \r: its last frame
         if role in self.folding:
-            body = RANK_PREFIX.sub("", line)
-            if not body.strip() or body.startswith((" ", "\t")):  # a frame, its code, the ^^^^ marks
+            if in_traceback(line):
                 return None
             self.folding.discard(role)  # the first unindented line: the exception itself
             return line
         if "'global_step/max_steps'" in line and "{'" in line:  # may follow a tqdm frame on the same line
             return self._step_line(line[line.index("{'") :])
-        if "Traceback (most recent call last)" in line:
+        if TRACEBACK_START in line:
             self.folding.add(role)
             if role in self.folded:
                 return None

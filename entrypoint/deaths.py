@@ -38,6 +38,14 @@ def _balance(line: str) -> int:
 
 
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")  # torchrun's prefix on a rank's lines
+TRACEBACK_START = "Traceback (most recent call last)"
+
+
+def in_traceback(line: str) -> bool:
+    """Whether a line inside a traceback is one of its frames (a frame, its code, the ^^^^ marks, a blank):
+    the first line that is not is the exception itself. Shared by Tail and console.Console."""
+    body = _RANK_PREFIX.sub("", line)
+    return not body.strip() or body.startswith((" ", "\t"))
 
 
 class Tail:
@@ -63,11 +71,10 @@ class Tail:
 
     def append(self, line: str) -> None:
         if self._traceback:
-            body = _RANK_PREFIX.sub("", line)
-            if not body.strip() or body.startswith((" ", "\t")):  # a frame, its code, the ^^^^ marks
+            if in_traceback(line):
                 return
             self._traceback = False  # the first unindented line: the exception itself
-        elif "Traceback (most recent call last)" in line:
+        elif TRACEBACK_START in line:
             self._traceback = True
             if self._depth > 0:
                 self.lines.append(self._folded())
