@@ -13,16 +13,15 @@ importer translates, it does not decide whether the run fits.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import re
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from entrypoint import keys, swift_schema
 from entrypoint.recipe import DEFAULTS_FILE, RECIPES_DIR, read_env_file
+from entrypoint.settings import split_address
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0", "::1")
 DROPPED = {
@@ -232,10 +231,8 @@ def _layout(d: _Draft, rlhf: Command, rollout: Command | None, env: dict[str, st
     port = (flags.get("vllm_server_port") or [""])[0]
     base_url = (flags.get("vllm_server_base_url") or [""])[0]
     if base_url:  # http://10.0.0.5:8000: the same server as host + port
-        url = urlsplit(base_url if "://" in base_url else f"//{base_url}")
-        host = host or url.hostname or ""
-        with contextlib.suppress(ValueError):  # a port that is not a number: ROLLOUT_PORT stays unset
-            port = port or str(url.port or "")
+        url_host, url_port = split_address(base_url)
+        host, port = host or url_host, port or str(url_port or "")
     device = (flags.get("vllm_device") or [""])[0]
     timeout = (flags.get("vllm_server_timeout") or [""])[0]
     train = visible or (list(range(nproc)) if nproc else [])

@@ -34,6 +34,16 @@ class Refused(ValueError):
         self.fix = fix
 
 
+def split_address(text: str) -> tuple[str, int | None]:
+    """(host, port) of 'http://10.0.0.5:8000/', '10.0.0.5:8000' or a bare host; ("", None) for no host, a
+    port None when absent or not a number. ROLLOUT_HOST's refusal and `import --vllm_server_base_url` use it."""
+    url = urlsplit(text if "://" in text else f"//{text}")
+    try:
+        return url.hostname or "", url.port
+    except ValueError:  # a port that is not a number
+        return url.hostname or "", None
+
+
 def run_name_problem(value: str) -> tuple[str, str] | None:
     """(what is wrong, the fix) for a RUN_NAME that is not one plain path component, None when it is.
     Source of the rule: issue 26 (names that stay inside OUTPUT_DIR)."""
@@ -198,11 +208,7 @@ class Settings(BaseModel):
         host:port is refused with the key line that splits it."""
         value = str(value).strip()
         if "://" in value or "/" in value or (value.count(":") == 1):
-            url = urlsplit(value if "://" in value else f"//{value}")
-            try:
-                host, port = url.hostname, url.port
-            except ValueError:  # a port that is not a number
-                host, port = url.hostname, None
+            host, port = split_address(value)
             port_key = "MASTER_PORT" if info.field_name == "MASTER_ADDR" else "ROLLOUT_PORT"
             line = f"{info.field_name}={host}" + (f" {port_key}={port}" if port else "") if host else ""
             raise Refused(
