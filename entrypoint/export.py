@@ -67,6 +67,16 @@ def checkpoints(train_dir: Path) -> list[Path]:
     return sorted(found, key=checkpoint_step)
 
 
+def incomplete(train_dir: Path) -> list[Path]:
+    """checkpoint-<step> directories whose save never finished (a full disk, a kill), oldest first."""
+    return [c for c in checkpoints(train_dir) if not is_complete(c)]
+
+
+def tree_bytes(root: Path) -> int:
+    """The bytes of every file under `root`."""
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
 def newest_complete(train_dir: Path) -> Path | None:
     return next((c for c in reversed(checkpoints(train_dir)) if is_complete(c)), None)
 

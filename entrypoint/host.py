@@ -115,14 +115,9 @@ def read_previous(run_dir: Path) -> Previous:
         return Previous(error=str(exc))
     newest = export.newest_complete(run_dir / "train") if data is not None else None
     train = run_dir / "train"
-    cut = [c for c in export.checkpoints(train) if not export.is_complete(c)]
-    cut += sorted(train.glob("incomplete-checkpoint-*")) if train.is_dir() else []
-    incomplete = tuple((str(c.relative_to(run_dir)), _tree_gib(c)) for c in cut)
+    cut = export.incomplete(train) + (sorted(train.glob("incomplete-checkpoint-*")) if train.is_dir() else [])
+    incomplete = tuple((str(c.relative_to(run_dir)), export.tree_bytes(c) / 1024**3) for c in cut)
     return Previous(data, "", str(newest) if newest else "", incomplete)
-
-
-def _tree_gib(root: Path) -> float:
-    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) / 1024**3
 
 
 def _dataset_specs(r: Recipe) -> list[str]:

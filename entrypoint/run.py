@@ -530,15 +530,14 @@ def quarantine_incomplete(train_dir: Path) -> list[str]:
     """Rename incomplete checkpoint-N dirs to incomplete-checkpoint-N so HF's rotation (save_total_limit)
     never counts them as the newest and deletes the complete one a resume needs. Nothing is deleted."""
     moved = []
-    for ckpt in export.checkpoints(train_dir):
-        if not export.is_complete(ckpt):
-            target = ckpt.with_name(f"incomplete-{ckpt.name}")
-            n = 1
-            while target.exists():
-                target = ckpt.with_name(f"incomplete-{ckpt.name}.{n}")
-                n += 1
-            ckpt.rename(target)
-            moved.append(str(target))
+    for ckpt in export.incomplete(train_dir):
+        target = ckpt.with_name(f"incomplete-{ckpt.name}")
+        n = 1
+        while target.exists():
+            target = ckpt.with_name(f"incomplete-{ckpt.name}.{n}")
+            n += 1
+        ckpt.rename(target)
+        moved.append(str(target))
     return moved
 
 
@@ -652,8 +651,8 @@ def _explained(plan: Plan, failure: dict[str, Any], fields: dict[str, Any], oom_
         checkpoint=fields.get("checkpoint", ""), exported=exported, oom_kills=(oom_before, monitor.oom_kills()),
         predicted=_predicted(plan, role, deaths.cuda_oom(tail)), oom_knobs=_oom_knobs(plan, role), disk=disk,
         disk_need=_disk_need(plan) if disk else "",
-        cut_short=tuple(f"{c.relative_to(plan.run_dir)} ({_tree_mib(c):.1f} MiB)"
-                        for c in export.checkpoints(plan.train_dir) if not export.is_complete(c)),
+        cut_short=tuple(f"{c.relative_to(plan.run_dir)} ({export.tree_bytes(c) / 1024**2:.1f} MiB)"
+                        for c in export.incomplete(plan.train_dir)),
     )  # fmt: skip
     reason = failure.get("reason") or failure.get("error") or "failed"
     lines = deaths.explain(role, failure.get("returncode"), reason, tail, ctx, failure.get("signal"))
@@ -664,10 +663,6 @@ def _disk_need(plan: Plan) -> str:
     """The free space the disk check asks of this run before it starts (preflight.environment.disk_need), so
     that 'free space, then run the same command again' says how much (cases re-run: 71 MiB freed, refused)."""
     return environment.size_text(environment.disk_need(plan, plan.facts).surely)
-
-
-def _tree_mib(root: Path) -> float:
-    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) / 1024**2
 
 
 def _predicted(plan: Plan, role: str, oom: dict | None) -> str:
