@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from entrypoint import catalog
+from entrypoint import plan as plan_mod
 from entrypoint.errors import LOCAL, Problem
 from entrypoint.preflight import dataset, environment, memory_check, values
 from entrypoint.rewards import check as rewards_check
@@ -29,18 +30,8 @@ HUB_MODEL_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def _plugin_files(plan: Plan) -> list[str]:
-    process = plan.process("trainer") or plan.process("rollout")
-    if process is None:  # no layout, so no processes: the files the children would get
-        from entrypoint import plan as plan_mod
-
-        return plan_mod.plugin_files(plan.recipe, plan.facts)
-    argv = process.argv
-    i = argv.index("--external_plugins") + 1
-    files = []
-    while i < len(argv) and not argv[i].startswith("--"):
-        files.append(argv[i])
-        i += 1
-    return files
+    """The --external_plugins every child gets (plan.plugin_files composes them, with or without a layout)."""
+    return plan_mod.plugin_files(plan.recipe, plan.facts)
 
 
 def check_model(plan: Plan, facts: Facts) -> list[Problem]:
