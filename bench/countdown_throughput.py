@@ -41,6 +41,11 @@ BEFORE = {
     "PER_DEVICE_TRAIN_BATCH_SIZE": "1", "GRADIENT_ACCUMULATION_STEPS": "32", "GENERATION_BATCH_SIZE": "",
     "VLLM_GPU_MEMORY_UTILIZATION": "0.4", "SLEEP_LEVEL": "1",
 }  # fmt: skip
+# The shape the planner chose for the shipped recipe on the emulated 24 GiB card (plan-shipped.txt, 2026-12-02).
+SHIPPED_SHAPE = {
+    "PER_DEVICE_TRAIN_BATCH_SIZE": "8", "GRADIENT_ACCUMULATION_STEPS": "4", "VLLM_GPU_MEMORY_UTILIZATION": "0.25",
+    "SLEEP_LEVEL": "0", "MEMORY_CHECK": "warn",
+}  # fmt: skip
 # name: (recipe, overrides); the shipped recipe as it is has no overrides.
 CONFIGS = {
     "seed 001 settings": ("bench/recipes/random-qwen-hf.env", SEED),
@@ -49,6 +54,18 @@ CONFIGS = {
     "countdown-1x4090 (shipped)": ("countdown-1x4090", {}),
     "lever: shipped + SLEEP_LEVEL=1": ("countdown-1x4090", {"SLEEP_LEVEL": "1"}),
     "lever: shipped, prefix caching off": ("countdown-1x4090", {"VLLM_ENABLE_PREFIX_CACHING": "false"}),
+    # issue 28's levers at the shipped card shape (vLLM 0.25, no sleep, 32 sequences per generation), each
+    # fixed so that only the lever changes (the planner is told to warn, not to pick another shape)
+    "lever: gradient checkpointing off": ("countdown-1x4090", {**SHIPPED_SHAPE, "GRADIENT_CHECKPOINTING": "false"}),
+    "lever: liger fused loss at micro-batch 16": (
+        "countdown-1x4090",
+        {**SHIPPED_SHAPE, "USE_LIGER_KERNEL": "true", "PER_DEVICE_TRAIN_BATCH_SIZE": "16", "GRADIENT_ACCUMULATION_STEPS": "2"},
+    ),
+    "lever: liger at micro-batch 16 without gradient checkpointing": (
+        "countdown-1x4090",
+        {**SHIPPED_SHAPE, "USE_LIGER_KERNEL": "true", "PER_DEVICE_TRAIN_BATCH_SIZE": "16", "GRADIENT_ACCUMULATION_STEPS": "2",
+         "GRADIENT_CHECKPOINTING": "false"},
+    ),
     "lever: liger fused loss, micro-batch 32": (
         "countdown-1x4090",
         {

@@ -115,6 +115,7 @@ class Facts:
     embedded_ready: bool = True  # the embedded model is converted, by this version's conversion
     previous: Previous = Previous()
     secret_values: tuple[str, ...] = ()  # values of the environment's secret variables (redact.py)
+    swift_worker: tuple[str, ...] = ()  # (python, swift/cli/rlhf.py) when the worker can start directly
 
     def path(self, text: str | Path) -> PathInfo:
         return self.paths.get(str(text), PathInfo())

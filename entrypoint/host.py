@@ -11,6 +11,7 @@ facts)` and the preflight checks are functions of these values, so tests hand th
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 import json
 import os
 import shutil
@@ -57,6 +58,25 @@ def swift_executable(env: Mapping[str, str]) -> str:
         return env["GRPO_RIG_SWIFT"]
     beside = Path(sys.executable).parent / "swift"
     return str(beside) if beside.exists() else (shutil.which("swift") or "swift")
+
+
+def swift_worker(env: Mapping[str, str]) -> tuple[str, ...]:
+    """(this interpreter, ms-swift's swift/cli/rlhf.py): the command ms-swift's CLI itself runs for `swift
+    rlhf` when neither NPROC_PER_NODE nor NNODES is set (v3.6.4:swift/cli/main.py:55-66), so a one-process
+    run can start it without the CLI's own interpreter (plan._trainer_command says why). () where the CLI
+    must be used: GRPO_RIG_SWIFT names one (a fake in tests, another install), or this interpreter has no
+    ms-swift. Looks the package up without importing it (no torch here)."""
+    if env.get("GRPO_RIG_SWIFT"):
+        return ()
+    try:
+        spec = importlib.util.find_spec("swift")
+    except (ImportError, ValueError):
+        return ()
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        rlhf = Path(folder) / "cli" / "rlhf.py"
+        if rlhf.is_file() and (Path(folder) / "llm").is_dir():  # ms-swift, not another package named swift
+            return (sys.executable, str(rlhf))
+    return ()
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -278,6 +298,7 @@ def gather(
         uid=os.getuid(),
         gid=os.getgid(),
         swift=swift_executable(environ),
+        swift_worker=swift_worker(environ),
         paths=MappingProxyType(paths),
         datasets=MappingProxyType(datasets),
         model_config=(config, source),

@@ -49,7 +49,7 @@ EVENTS_FILE = "events.jsonl"  # the trainer's phase timings (entrypoint/site/sit
 SITE_DIR = Path(__file__).resolve().parent / "site"
 SITE_HOOK_VARIABLES = (
     "GRPO_RIG_EMULATE_VRAM_GB", "GRPO_RIG_VLLM_KEEP_POOLS", "GRPO_RIG_EVENTS", "GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS",
-    "GRPO_RIG_REWARD_CHECK",
+    "GRPO_RIG_VLLM_INSPECT_HERE", "GRPO_RIG_REWARD_CHECK",
 )  # fmt: skip
 CHECKPOINT = "<newest complete checkpoint>"  # the export's --adapters, known once training ends
 
@@ -567,9 +567,11 @@ def _trainer_env(d: Draft) -> dict[str, str]:
         env["GRPO_RIG_VLLM_KEEP_POOLS"] = "1"
     if layout.mode == "colocate":
         env.update(_vllm_env(a.vllm_enforce_eager))
+        env["GRPO_RIG_VLLM_INSPECT_HERE"] = "1"  # the engine starts in this process, after CUDA did
     if layout.train_gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, layout.train_gpus))
-        env["NPROC_PER_NODE"] = str(layout.nproc_per_node)
+        if not _worker_directly(d):
+            env["NPROC_PER_NODE"] = str(layout.nproc_per_node)
     else:
         env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU run must not initialise a GPU it was not given
     if s.NNODES > 1:
@@ -582,8 +584,21 @@ def _trainer_env(d: Draft) -> dict[str, str]:
     return env
 
 
+def _worker_directly(d: Draft) -> bool:
+    """One training process on one node starts ms-swift's worker file itself, not through `swift rlhf`.
+
+    ms-swift's CLI only re-executes swift/cli/rlhf.py in a new interpreter, through torchrun when
+    NPROC_PER_NODE or NNODES is set (v3.6.4:swift/cli/main.py:28-66); a lone process needs no torchrun, as
+    ms-swift sets RANK=0 and WORLD_SIZE=1 itself (v3.6.4:swift/utils/torch_utils.py:373-383, "It runs
+    normally with Python as well"). The two extra interpreters cost 5.8 s of the 74 s warm start-up on the
+    lent H200: the CLI's imports 3.9 s, torchrun's 1.9 s (docs/benchmarks/raw/h200-2026-12-02/, events).
+    Where the worker file cannot be found in this interpreter, or GRPO_RIG_SWIFT names a CLI, the CLI runs."""
+    return bool(d.facts.swift_worker) and d.layout.nproc_per_node == 1 and d.recipe.settings.NNODES == 1
+
+
 def _trainer(d: Draft) -> None:
-    argv = [d.facts.swift, "rlhf", "--rlhf_type", "grpo", "--model", d.model_path]
+    command = list(d.facts.swift_worker) if _worker_directly(d) else [d.facts.swift, "rlhf"]
+    argv = [*command, "--rlhf_type", "grpo", "--model", d.model_path]
     argv += ["--dataset", *d.dataset_paths] if d.dataset_paths else []
     argv += _args(d.trainer_args) + d.server_flags + ["--external_plugins", *d.plugins]
     argv += [

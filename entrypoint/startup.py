@@ -19,9 +19,9 @@ from pathlib import Path
 MARKS = (
     (
         "trainer started",
-        "the entrypoint: recipe, preflight, reward probe, dataset generation; ms-swift's CLI",
+        "the entrypoint: recipe, preflight, reward probe, dataset generation",
     ),
-    ("worker started", "torchrun's launcher (multi-process runs) or ms-swift's CLI starting the worker"),
+    ("worker started", "ms-swift's CLI and torchrun's launcher starting the worker (none for one process)"),
     ("arguments parsed", "imports (torch, transformers, ms-swift), ms-swift's arguments"),
     ("model loaded", "the model's weights and tokenizer"),
     ("dataset ready", "the template, loading and encoding the dataset"),
@@ -54,14 +54,17 @@ def marks(events: Iterable[Mapping], command_start: float | None = None) -> dict
     out: dict[str, float] = {}
     for e in events:
         name = None
+        names = []
         if e.get("phase") == "start" and e.get("process") != "entrypoint":
-            name = "worker started" if e.get("process") == "worker" else "trainer started"
+            # the first process of the trainer's tree; a one-process run starts the worker itself
+            names = ["trainer started", *(["worker started"] if e.get("process") == "worker" else [])]
         elif e.get("phase") == "startup":
-            name = e.get("mark")
+            names = [e.get("mark")]
         elif e.get("phase") == "import":
-            name = f"import {e.get('module')}"
-        if name and name not in out and isinstance(e.get("t"), int | float):
-            out[name] = round(e["t"] - command_start, 1)
+            names = [f"import {e.get('module')}"]
+        for name in names:
+            if name and name not in out and isinstance(e.get("t"), int | float):
+                out[name] = round(e["t"] - command_start, 1)
     return out
 
 

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
+
+import swift
 
 from tests.conftest import ROOT, build_plan, clean_env, flag, run_cli
 
@@ -15,7 +19,8 @@ def test_smoke_plan_is_one_cpu_trainer(tmp_path):
     p = build("recipe=smoke", f"OUTPUT_DIR={tmp_path}", "RUN_NAME=s", inventory="1x4090-driver535")
     assert [x.role for x in p.processes] == ["trainer"]
     argv = p.processes[0].argv
-    assert argv[1:4] == ["rlhf", "--rlhf_type", "grpo"]
+    assert argv[0] == sys.executable and argv[1].endswith("swift/cli/rlhf.py")  # plan._worker_directly
+    assert argv[2:4] == ["--rlhf_type", "grpo"]
     assert flag(argv, "model") == [str(p.model_path)] and p.model_path.endswith("SmolLM2-135M-Instruct")
     assert flag(argv, "model_type") == ["llama"] and flag(argv, "template") == ["chatml"]
     assert flag(argv, "use_vllm") == ["false"]
@@ -32,8 +37,9 @@ def test_countdown_1x4090_plan_colocates_vllm_on_gpu0():
     p = build("recipe=countdown-1x4090", "RUN_NAME=c", inventory="1x4090-driver535")
     assert p.layout.mode == "colocate"
     (trainer,) = p.processes
-    assert trainer.env["CUDA_VISIBLE_DEVICES"] == "0" and trainer.env["NPROC_PER_NODE"] == "1"
+    assert trainer.env["CUDA_VISIBLE_DEVICES"] == "0" and "NPROC_PER_NODE" not in trainer.env
     argv = trainer.argv
+    assert argv[1].endswith("swift/cli/rlhf.py") and trainer.env["MASTER_PORT"] == "29999"
     assert flag(argv, "model") == ["Qwen/Qwen2.5-0.5B-Instruct"]
     assert flag(argv, "use_vllm") == ["true"] and flag(argv, "vllm_mode") == ["colocate"]
     assert flag(argv, "num_generations") == ["8"] and flag(argv, "max_completion_length") == ["256"]
@@ -48,6 +54,39 @@ def test_countdown_1x4090_plan_colocates_vllm_on_gpu0():
     ]
     assert flag(argv, "learning_rate") == ["5e-7"] and flag(argv, "beta") == ["0.001"]
     assert "--vllm_server_host" not in argv
+
+
+def test_one_process_starts_ms_swift_s_worker_without_its_cli_and_torchrun():
+    """Issue 24's start-up cut (plan._worker_directly): the command ms-swift's CLI would run, minus two
+    interpreters. More than one process, more than one node, or a CLI named by GRPO_RIG_SWIFT keep
+    `swift rlhf`, with torchrun's NPROC_PER_NODE where there is more than one process."""
+    (one,) = build("recipe=countdown-1x4090", "RUN_NAME=c", inventory="1x4090-driver535").processes
+    assert one.argv[:2] == [sys.executable, str(Path(swift.__file__).parent / "cli" / "rlhf.py")]
+    assert "NPROC_PER_NODE" not in one.env
+    named = build("recipe=countdown-1x4090", "RUN_NAME=c", inventory="1x4090-driver535",
+                  environ={"GRPO_RIG_SWIFT": "/opt/other/bin/swift"}).processes[0]  # fmt: skip
+    assert named.argv[:2] == ["/opt/other/bin/swift", "rlhf"] and named.env["NPROC_PER_NODE"] == "1"
+    two = build("recipe=smoke-gpu", "RUN_NAME=g", "TRAIN_GPUS=0,1", inventory="2x4090-driver535").processes[0]
+    assert two.argv[1] == "rlhf" and two.env["NPROC_PER_NODE"] == "2"
+    node = build("recipe=smoke-gpu", "RUN_NAME=n", "NNODES=2", "NODE_RANK=0", "MASTER_ADDR=10.0.0.1",
+                 "TRAIN_GPUS=0", inventory="1x4090-driver535").processes[0]  # fmt: skip
+    assert node.argv[1] == "rlhf" and node.env["NPROC_PER_NODE"] == "1" and node.env["NNODES"] == "2"
+
+
+def test_the_worker_file_is_ms_swift_s_only(tmp_path, monkeypatch):
+    """host.swift_worker: OpenStack's `swift` client (no swift/llm) or a named CLI means `swift rlhf`."""
+    from entrypoint import host
+
+    other = tmp_path / "swift"
+    (other / "cli").mkdir(parents=True)
+    (other / "__init__.py").write_text("")
+    (other / "cli" / "rlhf.py").write_text("")
+    assert host.swift_worker({})[1].endswith("swift/cli/rlhf.py")
+    assert host.swift_worker({"GRPO_RIG_SWIFT": "/x/swift"}) == ()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [n for n in sys.modules if n == "swift" or n.startswith("swift.")]:
+        monkeypatch.delitem(sys.modules, name)  # find_spec answers from sys.modules first
+    assert host.swift_worker({}) == ()
 
 
 def test_every_vllm_engine_captures_cuda_graphs_only_up_to_its_batch():
@@ -119,7 +158,7 @@ def test_plan_json_cli_has_processes_with_role_env_argv():
 def test_plan_works_without_gpu_and_without_the_embedded_model(tmp_path):
     proc = run_cli("plan", "recipe=smoke", f"EMBEDDED_MODEL_DIR={tmp_path}", env=clean_env())
     assert proc.returncode == 0, proc.stderr
-    assert "rlhf --rlhf_type grpo" in proc.stdout and "not converted yet" in proc.stdout
+    assert "rlhf.py --rlhf_type grpo" in proc.stdout and "not converted yet" in proc.stdout
 
 
 def test_a_generator_named_in_a_later_layer_replaces_the_recipes_dataset(tmp_path):

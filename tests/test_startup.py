@@ -35,6 +35,18 @@ def test_marks_count_from_the_command_and_keep_the_last_attempt():
     assert startup.marks([{"t": 1.0, "phase": "train"}]) == {}  # no start known: no table
 
 
+def test_a_worker_started_without_ms_swift_s_cli_is_the_trainer_s_start_too():
+    """One process on one node starts the worker file directly (plan._worker_directly): no `swift` or
+    launcher event, and a subprocess started later (vLLM's, torch's compile workers) moves no mark."""
+    events = [
+        {"t": 100.0, "phase": "start", "process": "entrypoint"},
+        {"t": 101.2, "phase": "start", "process": "worker"},
+        {"t": 110.0, "phase": "startup", "mark": "arguments parsed", "seconds": 0.6},
+        {"t": 125.0, "phase": "start", "process": "worker"},
+    ]
+    assert startup.marks(events) == {"trainer started": 1.2, "worker started": 1.2, "arguments parsed": 10.0}
+
+
 def test_vllm_parts_from_the_engine_log_of_the_lent_h200():
     """The shipped recipe's first GPU run: 39 of the engine's 61 s were CUDA graph capture (67 sizes)."""
     text = gzip.decompress((LEASE / "trainer.log.gz").read_bytes()).decode("utf-8", "replace")

@@ -26,7 +26,8 @@ W=/tmp/work
 mkdir -p "$W" && rm -rf /tmp/grpo-rig && mkdir /tmp/grpo-rig \
   && tar -C "$src" --exclude=./.device/parts --exclude=./.device/stack --exclude=./.device/c -cf - . | tar -C /tmp/grpo-rig -xf - \
   && cd /tmp/grpo-rig || exit 1
-export PYTHONPATH=/tmp/devsite:$PWD PATH=/tmp/devsite/bin:$PATH GRPO_RIG_SWIFT=/tmp/devsite/bin/swift
+# no GRPO_RIG_SWIFT: it would make every run go through ms-swift's CLI (host.swift_worker says why)
+export PYTHONPATH=/tmp/devsite:$PWD PATH=/tmp/devsite/bin:$PATH
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export HF_HUB_OFFLINE=1 MODELSCOPE_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 step() { echo "$(date -u +%T) $*" | tee -a "$W/progress.log"; }
@@ -82,6 +83,17 @@ if [ "${GPU_WORK:-all}" = learn ]; then
     --only "${BENCH_ONLY:-countdown-1x4090 (shipped) cold caches,countdown-1x4090 (shipped),seed 001 settings,countdown-1x4090 before}" \
     > "$W/bench.log" 2>&1
   step "benchmark: $(grep -c '^' "$W/bench.log") configurations"
+  touch "$W/DONE"; step "done"; exit 0
+fi
+
+if [ "${GPU_WORK:-all}" = startup ]; then
+  # issue 24's start-up and issue 28's levers: every configuration alone on the GPU, the cold one first; the
+  # levers reuse the shipped recipe's compile caches, so they run before `before` empties them
+  step "start-up, throughput and levers, alone on the GPU"
+  python3 bench/countdown_throughput.py --models "$W/models" --out "$W/bench" --steps 5 --warmup 2 \
+    --only "${BENCH_ONLY:-countdown-1x4090 (shipped) cold caches,countdown-1x4090 (shipped),lever: gradient checkpointing off,lever: liger fused loss at micro-batch 16,lever: liger at micro-batch 16 without gradient checkpointing,seed 001 settings,countdown-1x4090 before}" \
+    > "$W/bench.log" 2>&1
+  step "benchmark: $(grep -c '^' "$W/bench.log") lines"
   touch "$W/DONE"; step "done"; exit 0
 fi
 

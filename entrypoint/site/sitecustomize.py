@@ -48,6 +48,15 @@ GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS=1: vLLM captures CUDA graphs only for batch 
     whose capture took 39 of the engine's 61 s on the lent H200 (docs/benchmarks/raw/h200-2026-12-01/).
     A decode step of more sequences than max_num_seqs never happens, so no step loses its graph. A recipe
     that sets its own capture sizes (compilation_config) keeps them.
+GRPO_RIG_VLLM_INSPECT_HERE=1: vLLM inspects the model's class in this process once CUDA is initialised here.
+    vLLM 0.8.5 imports a lazily registered model class in a fresh Python process to read its interfaces, "to
+    avoid initializing CUDA" in a process that may fork workers later (vllm/model_executor/models/registry.py
+    _LazyRegisteredModel.inspect_model_cls, _run_in_subprocess). A colocated engine starts inside the
+    trainer, which initialised CUDA long before and forks no engine process (ms-swift 3.6.4 uses vLLM's
+    external launcher, which disables V1 multiprocessing): there the subprocess protects nothing and costs
+    its whole start-up, torch, transformers and vLLM imported again (14 s of the 74 s warm start-up on the
+    lent H200, docs/benchmarks/raw/h200-2026-12-02/). A process that has not initialised CUDA (the rollout
+    server, `evaluate`) keeps vLLM's subprocess.
 GRPO_RIG_REWARD_CHECK=1: every reward function's answer is checked as ms-swift receives it (ms-swift 3.6.4
     GRPOTrainer._score_completions). A function that raises, returns a list of the wrong length, or a value
     that is not a number (a string, a list) or is infinite ends the run with a line naming the function, the
@@ -78,6 +87,7 @@ _EMULATE_GIB = float(os.environ.get("GRPO_RIG_EMULATE_VRAM_GB") or 0)
 _KEEP_POOLS = os.environ.get("GRPO_RIG_VLLM_KEEP_POOLS") == "1"
 _EVENTS = os.environ.get("GRPO_RIG_EVENTS", "")
 _GRAPHS_UP_TO_MAX_SEQS = os.environ.get("GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS") == "1"
+_INSPECT_HERE = os.environ.get("GRPO_RIG_VLLM_INSPECT_HERE") == "1"
 _SYNC_PROBE = os.environ.get("GRPO_RIG_SYNC_PROBE", "")
 _REWARD_CHECK = os.environ.get("GRPO_RIG_REWARD_CHECK") == "1"
 _STARTED = time.time()
@@ -205,10 +215,10 @@ def _event(row):
 def _process_label():
     """Which process of the trainer's tree this is: ms-swift's CLI, torchrun, or the training worker."""
     argv = getattr(sys, "orig_argv", sys.argv)
-    if "LOCAL_RANK" in os.environ or any(a.endswith(os.path.join("cli", "rlhf.py")) for a in argv):
-        return "worker"
-    if "torch.distributed.run" in argv:
+    if "torch.distributed.run" in argv:  # its argv names rlhf.py too
         return "launcher"
+    if any(a.endswith(os.path.join("cli", "rlhf.py")) for a in argv):  # torchrun's ranks and a lone worker
+        return "worker"
     return os.path.basename(argv[1]) if len(argv) > 1 else os.path.basename(argv[0])
 
 
@@ -327,6 +337,20 @@ def _graphs_up_to_max_seqs(config):
         original(self)
 
     cls._set_cudagraph_sizes = _set_cudagraph_sizes
+
+
+def _inspect_here_once_cuda_is_up(registry):
+    lazy = registry._LazyRegisteredModel
+    original = lazy.inspect_model_cls
+
+    @functools.wraps(original)
+    def inspect_model_cls(self):
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            return registry._ModelInfo.from_model_cls(self.load_model_cls())
+        return original(self)
+
+    lazy.inspect_model_cls = inspect_model_cls
 
 
 # --- the weight-sync probe -------------------------------------------------------------------------
@@ -506,6 +530,8 @@ if _KEEP_POOLS:
     _after("vllm.device_allocator.cumem", _keep_vllm_pools)
 if _GRAPHS_UP_TO_MAX_SEQS:
     _after("vllm.config", _graphs_up_to_max_seqs)
+if _INSPECT_HERE:
+    _after("vllm.model_executor.models.registry", _inspect_here_once_cuda_is_up)
 if _SYNC_PROBE:  # before the phase timers, so the probe's seconds are not counted as the sync's
     _after("swift.trainers.rlhf_trainer.grpo_trainer", _install_sync_probe)
 if _REWARD_CHECK:
