@@ -97,6 +97,9 @@ def test_every_vllm_engine_captures_cuda_graphs_only_up_to_its_batch():
     assert trainer.env[hook] == "1" and trainer.env["PYTHONPATH"].split(":")[0].endswith("entrypoint/site")
     server = build("recipe=smoke-server", "RUN_NAME=s", inventory="2x4090-driver535")
     assert server.process("rollout").env[hook] == "1" and hook not in server.process("trainer").env
+    # the model-class inspection in place: only where the engine starts inside the trainer (colocate)
+    here = "GRPO_RIG_VLLM_INSPECT_HERE"
+    assert trainer.env[here] == "1" and all(here not in p.env for p in server.processes)
     eager = build(
         "recipe=countdown-1x4090", "RUN_NAME=c", "VLLM_ENFORCE_EAGER=true", inventory="1x4090-driver535"
     )

@@ -356,3 +356,33 @@ def test_ms_swift_s_own_scoring_of_a_nan_row_fails_unrelated_and_the_check_names
     assert checked.returncode == 1 and "TypeError" not in checked.stderr
     assert ("grpo-rig reward check: every reward function returned None or NaN for row 1 of the batch "
             "(completion '?'; solution='1') (accuracy: nan)") in checked.stderr  # fmt: skip
+
+
+def test_vllm_inspects_the_model_class_in_place_only_once_cuda_is_up(site, monkeypatch):
+    """GRPO_RIG_VLLM_INSPECT_HERE: the colocated trainer (CUDA initialised) reads the class's interfaces
+    itself; a process without CUDA (the rollout server, `evaluate`) keeps vLLM's subprocess."""
+    spawned = []
+
+    class _ModelInfo:
+        @staticmethod
+        def from_model_cls(cls):
+            return f"info of {cls.__name__}"
+
+    class Qwen2ForCausalLM:
+        pass
+
+    class _LazyRegisteredModel:
+        def load_model_cls(self):
+            return Qwen2ForCausalLM
+
+        def inspect_model_cls(self):  # vLLM's: a fresh interpreter (registry._run_in_subprocess)
+            spawned.append(True)
+            return "info from a subprocess"
+
+    registry = types.SimpleNamespace(_LazyRegisteredModel=_LazyRegisteredModel, _ModelInfo=_ModelInfo)
+    site._inspect_here_once_cuda_is_up(registry)
+    cuda = types.SimpleNamespace(is_initialized=lambda: False)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    assert _LazyRegisteredModel().inspect_model_cls() == "info from a subprocess" and spawned == [True]
+    cuda.is_initialized = lambda: True
+    assert _LazyRegisteredModel().inspect_model_cls() == "info of Qwen2ForCausalLM" and spawned == [True]

@@ -19,6 +19,8 @@
 #   side by side: the GPU learning benchmark (bench/learning.py, recipe arithmetic-gpu, vLLM colocated, then
 #   evaluate with vLLM) and the weight-sync GPU test (tests/gpu/test_weight_sync.py); then alone on the GPU
 #   the start-up and throughput benchmark (BENCH_ONLY configurations of bench/countdown_throughput.py).
+# GPU_WORK=startup (issues 24 and 28): steps 1-2, then alone on the GPU the start-up and throughput benchmark
+#   with issue 28's levers (BENCH_ONLY overrides the list).
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
 W=/tmp/work
