@@ -53,7 +53,7 @@ CONFIGS = {
     "countdown-1x4090 (shipped) cold caches": ("countdown-1x4090", {}),
     "countdown-1x4090 (shipped)": ("countdown-1x4090", {}),
     "lever: shipped + SLEEP_LEVEL=1": ("countdown-1x4090", {"SLEEP_LEVEL": "1"}),
-    "lever: shipped, prefix caching off": ("countdown-1x4090", {"VLLM_ENABLE_PREFIX_CACHING": "false"}),
+    "lever: shipped without prefix caching": ("countdown-1x4090", {"VLLM_ENABLE_PREFIX_CACHING": "false"}),
     # issue 28's levers at the shipped card shape (vLLM 0.25, no sleep, 32 sequences per generation), each
     # fixed so that only the lever changes (the planner is told to warn, not to pick another shape)
     "lever: gradient checkpointing off": ("countdown-1x4090", {**SHIPPED_SHAPE, "GRADIENT_CHECKPOINTING": "false"}),
@@ -66,7 +66,7 @@ CONFIGS = {
         {**SHIPPED_SHAPE, "USE_LIGER_KERNEL": "true", "PER_DEVICE_TRAIN_BATCH_SIZE": "16", "GRADIENT_ACCUMULATION_STEPS": "2",
          "GRADIENT_CHECKPOINTING": "false"},
     ),
-    "lever: liger fused loss, micro-batch 32": (
+    "lever: liger fused loss at micro-batch 32": (
         "countdown-1x4090",
         {
             "USE_LIGER_KERNEL": "true",
@@ -76,6 +76,7 @@ CONFIGS = {
         },
     ),  # fmt: skip
 }
+assert not any("," in name for name in CONFIGS), "--only splits on commas"
 SHIPPED, OLD, SEED_NAME = "countdown-1x4090 (shipped)", "countdown-1x4090 before", "seed 001 settings"
 # configurations that start with empty compile caches (torch.compile, inductor, Triton): the rest reuse
 # what the runs before them compiled, as a user's second run does with the image's /cache volume
