@@ -56,15 +56,28 @@ CONFIGS = {
     "lever: shipped without prefix caching": ("countdown-1x4090", {"VLLM_ENABLE_PREFIX_CACHING": "false"}),
     # issue 28's levers at the shipped card shape (vLLM 0.25, no sleep, 32 sequences per generation), each
     # fixed so that only the lever changes (the planner is told to warn, not to pick another shape)
-    "lever: gradient checkpointing off": ("countdown-1x4090", {**SHIPPED_SHAPE, "GRADIENT_CHECKPOINTING": "false"}),
+    "lever: gradient checkpointing off": (
+        "countdown-1x4090",
+        {**SHIPPED_SHAPE, "GRADIENT_CHECKPOINTING": "false"},
+    ),
     "lever: liger fused loss at micro-batch 16": (
         "countdown-1x4090",
-        {**SHIPPED_SHAPE, "USE_LIGER_KERNEL": "true", "PER_DEVICE_TRAIN_BATCH_SIZE": "16", "GRADIENT_ACCUMULATION_STEPS": "2"},
+        {
+            **SHIPPED_SHAPE,
+            "USE_LIGER_KERNEL": "true",
+            "PER_DEVICE_TRAIN_BATCH_SIZE": "16",
+            "GRADIENT_ACCUMULATION_STEPS": "2",
+        },
     ),
     "lever: liger at micro-batch 16 without gradient checkpointing": (
         "countdown-1x4090",
-        {**SHIPPED_SHAPE, "USE_LIGER_KERNEL": "true", "PER_DEVICE_TRAIN_BATCH_SIZE": "16", "GRADIENT_ACCUMULATION_STEPS": "2",
-         "GRADIENT_CHECKPOINTING": "false"},
+        {
+            **SHIPPED_SHAPE,
+            "USE_LIGER_KERNEL": "true",
+            "PER_DEVICE_TRAIN_BATCH_SIZE": "16",
+            "GRADIENT_ACCUMULATION_STEPS": "2",
+            "GRADIENT_CHECKPOINTING": "false",
+        },
     ),
     "lever: liger fused loss at micro-batch 32": (
         "countdown-1x4090",
