@@ -133,10 +133,17 @@ def parse(text: str) -> list[Command]:
         while words and words[0] in ("nohup", "env", "exec"):
             words.pop(0)
         torchrun: dict[str, str] = {}
-        if words[:1] == ["torchrun"] or words[:3] == ["python", "-m", "torch.distributed.run"]:
+        if len(words) > 1 and _is_python(words[0]) and words[1].endswith(_WORKER_FILES):
+            # what ms-swift's CLI runs (its "run sh:" line) and what `plan` shows for one process
+            words = ["swift", Path(words[1]).stem, *words[2:]]
+        if words[:1] == ["torchrun"] or (
+            words[:1] and _is_python(words[0]) and words[1:3] == ["-m", "torch.distributed.run"]
+        ):
             words = words[1:] if words[0] == "torchrun" else words[3:]
             while words and words[0].startswith("--"):
-                name, _, value = words.pop(0)[2:].partition("=")
+                name, eq, value = words.pop(0)[2:].partition("=")
+                if not eq and words and not words[0].startswith("--") and not words[0].endswith(".py"):
+                    value = words.pop(0)  # `--nproc_per_node 2`, as ms-swift's CLI writes it
                 torchrun[name] = value
             if not words or not words[0].endswith(("rlhf.py", "rollout.py")):
                 continue
@@ -152,6 +159,14 @@ def parse(text: str) -> list[Command]:
                 flags[-1][1].append(word)
         commands.append(Command(words[1], {**exported, **env}, flags, commented, torchrun))
     return commands
+
+
+_WORKER_FILES = ("cli/rlhf.py", "cli/rollout.py")  # ms-swift's swift/cli/<command>.py
+
+
+def _is_python(word: str) -> bool:
+    """python, python3, python3.10, /opt/venv/bin/python: an interpreter's name, wherever it lives."""
+    return re.fullmatch(r"python(\d+(\.\d+)?)?", Path(word).name) is not None
 
 
 def _gpus(text: str) -> list[int]:

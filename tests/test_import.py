@@ -193,7 +193,12 @@ def test_every_corpus_recipe_survives_the_round_trip(recipe, modelscope_cache, t
                                                      "MASTER_ADDR", "MASTER_PORT")
                   or (keys.lookup(k) is not None and keys.lookup(k).kind == "env")]  # fmt: skip
         prefix = " ".join(f"{k}={shlex.quote(process['env'][k])}" for k in wanted if process["env"][k])
-        script.append(f"{prefix} swift {shlex.join(process['argv'][1:])}")
+        argv = process[
+            "argv"
+        ]  # `swift rlhf ...`, or for one process the worker file itself (python .../rlhf.py)
+        script.append(
+            f"{prefix} {shlex.join(['swift', *argv[1:]] if argv[1] in ('rlhf', 'rollout') else argv)}"
+        )
     source = tmp_path / "planned.sh"
     source.write_text("\n".join(script) + "\n")
     out = tmp_path / "again.env"
@@ -298,3 +303,24 @@ def test_without_an_inventory_every_problem_comes_at_once(tmp_path):
                     f"error: DATASET {tmp_path / 'missing.jsonl'}: file not found"):  # fmt: skip
         assert problem in proc.stderr, proc.stderr
     assert "memory:" not in proc.stderr and "NCCL" not in proc.stderr  # nothing that needs the missing layout
+
+
+def test_ms_swift_s_own_worker_lines_import_like_swift_rlhf():
+    """The line ms-swift's CLI prints before starting its worker (`run sh: ...`), with or without torchrun,
+    and the one-process command `plan` shows (plan._worker_directly), are `swift rlhf` commands."""
+    rlhf = "/opt/venv/lib/python3.10/site-packages/swift/cli/rlhf.py"
+    args = "--rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct --dataset d.jsonl --lora_rank 16"
+    direct = read(importer.to_recipe(f"CUDA_VISIBLE_DEVICES=0 /opt/venv/bin/python3 {rlhf} {args}"))
+    launched = read(
+        importer.to_recipe(
+            f"CUDA_VISIBLE_DEVICES=0,1 /usr/bin/python3.10 -m torch.distributed.run --nproc_per_node 2 "
+            f"--master_port 29501 {rlhf} {args}"
+        )  # fmt: skip
+    )
+    assert (
+        direct["LORA_RANK"] == launched["LORA_RANK"] == "16"
+        and direct["MODEL"] == "Qwen/Qwen2.5-0.5B-Instruct"
+    )
+    assert direct["TRAIN_GPUS"] == "0" and launched["TRAIN_GPUS"] == "0,1"
+    with pytest.raises(ValueError, match="no `swift rlhf` command"):  # not an interpreter's name
+        importer.to_recipe(f"/opt/venv/bin/pythonista {rlhf} {args}")
