@@ -71,7 +71,11 @@ def test_manifest_hashes_match_files(smoke_run):
     assert manifest.verify(smoke_run) == []
     # what ran is recorded exactly
     trainer = next(p for p in data["processes"] if p["role"] == "trainer")
-    assert trainer["argv"][1:4] == ["rlhf", "--rlhf_type", "grpo"]
+    # one process: ms-swift's worker file itself, as its CLI would run it (plan._worker_directly)
+    assert trainer["argv"][1].endswith("swift/cli/rlhf.py") and trainer["argv"][2:4] == [
+        "--rlhf_type",
+        "grpo",
+    ]
     line = next(
         i
         for i, text in enumerate((ROOT / "recipes" / "smoke.env").read_text().splitlines(), 1)
