@@ -63,7 +63,7 @@ def swift_executable(env: Mapping[str, str]) -> str:
 def swift_worker(env: Mapping[str, str]) -> tuple[str, ...]:
     """(this interpreter, ms-swift's swift/cli/rlhf.py): the command ms-swift's CLI itself runs for `swift
     rlhf` when neither NPROC_PER_NODE nor NNODES is set (v3.6.4:swift/cli/main.py:55-66), so a one-process
-    run can start it without the CLI's own interpreter (plan._trainer_command says why). () where the CLI
+    run can start it without the CLI's own interpreter (plan._worker_directly says why). () where the CLI
     must be used: GRPO_RIG_SWIFT names one (a fake in tests, another install), or this interpreter has no
     ms-swift. Looks the package up without importing it (no torch here)."""
     if env.get("GRPO_RIG_SWIFT"):

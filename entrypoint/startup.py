@@ -53,7 +53,6 @@ def marks(events: Iterable[Mapping], command_start: float | None = None) -> dict
         return {}
     out: dict[str, float] = {}
     for e in events:
-        name = None
         names = []
         if e.get("phase") == "start" and e.get("process") != "entrypoint":
             # the first process of the trainer's tree; a one-process run starts the worker itself

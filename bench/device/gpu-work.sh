@@ -33,6 +33,15 @@ export PYTHONPATH=/tmp/devsite:$PWD PATH=/tmp/devsite/bin:$PATH
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export HF_HUB_OFFLINE=1 MODELSCOPE_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 step() { echo "$(date -u +%T) $*" | tee -a "$W/progress.log"; }
+# the throughput benchmark alone on the GPU, 5 steps (2 not measured), configurations $2 unless BENCH_ONLY
+# names others; then the work is done
+bench_alone_then_done() {
+  step "$1"
+  python3 bench/countdown_throughput.py --models "$W/models" --out "$W/bench" --steps 5 --warmup 2 \
+    --only "${BENCH_ONLY:-$2}" > "$W/bench.log" 2>&1
+  step "benchmark: $(grep -c '^' "$W/bench.log") configurations"
+  touch "$W/DONE"; step "done"; exit 0
+}
 
 # bytecode for the unpacked stack now, as the image's build does (uv --compile-bytecode): the start-up
 # measured below is then an installed image's, not a first import's
@@ -80,23 +89,15 @@ if [ "${GPU_WORK:-all}" = learn ]; then
   wait $learn $learn2
   step "learning: $(grep -m1 '^Verdict' "$W/learning.log" || tail -1 "$W/learning.log")"
   step "learning, lr 3e-4: $(grep -m1 '^Verdict' "$W/learning-lr3e-4.log" || tail -1 "$W/learning-lr3e-4.log")"
-  step "start-up and throughput, alone on the GPU"
-  python3 bench/countdown_throughput.py --models "$W/models" --out "$W/bench" --steps 5 --warmup 2 \
-    --only "${BENCH_ONLY:-countdown-1x4090 (shipped) cold caches,countdown-1x4090 (shipped),seed 001 settings,countdown-1x4090 before}" \
-    > "$W/bench.log" 2>&1
-  step "benchmark: $(grep -c '^' "$W/bench.log") configurations"
-  touch "$W/DONE"; step "done"; exit 0
+  bench_alone_then_done "start-up and throughput, alone on the GPU" \
+    "countdown-1x4090 (shipped) cold caches,countdown-1x4090 (shipped),seed 001 settings,countdown-1x4090 before"
 fi
 
 if [ "${GPU_WORK:-all}" = startup ]; then
   # issue 24's start-up and issue 28's levers: every configuration alone on the GPU, the cold one first; the
   # levers reuse the shipped recipe's compile caches, so they run before `before` empties them
-  step "start-up, throughput and levers, alone on the GPU"
-  python3 bench/countdown_throughput.py --models "$W/models" --out "$W/bench" --steps 5 --warmup 2 \
-    --only "${BENCH_ONLY:-countdown-1x4090 (shipped) cold caches,countdown-1x4090 (shipped),lever: gradient checkpointing off,lever: liger fused loss at micro-batch 16,lever: liger at micro-batch 16 without gradient checkpointing,seed 001 settings,countdown-1x4090 before}" \
-    > "$W/bench.log" 2>&1
-  step "benchmark: $(grep -c '^' "$W/bench.log") lines"
-  touch "$W/DONE"; step "done"; exit 0
+  bench_alone_then_done "start-up, throughput and levers, alone on the GPU" \
+    "countdown-1x4090 (shipped) cold caches,countdown-1x4090 (shipped),lever: gradient checkpointing off,lever: liger fused loss at micro-batch 16,lever: liger at micro-batch 16 without gradient checkpointing,seed 001 settings,countdown-1x4090 before"
 fi
 
 if [ "${GPU_WORK:-all}" = tests ]; then

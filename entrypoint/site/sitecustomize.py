@@ -339,6 +339,9 @@ def _graphs_up_to_max_seqs(config):
     cls._set_cudagraph_sizes = _set_cudagraph_sizes
 
 
+# --- vLLM's model inspection ----------------------------------------------------------------------
+
+
 def _inspect_here_once_cuda_is_up(registry):
     lazy = registry._LazyRegisteredModel
     original = lazy.inspect_model_cls
