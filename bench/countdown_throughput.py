@@ -53,42 +53,38 @@ CONFIGS = {
     "countdown-1x4090 (shipped) cold caches": ("countdown-1x4090", {}),
     "countdown-1x4090 (shipped)": ("countdown-1x4090", {}),
     "lever: shipped + SLEEP_LEVEL=1": ("countdown-1x4090", {"SLEEP_LEVEL": "1"}),
-    "lever: shipped without prefix caching": ("countdown-1x4090", {"VLLM_ENABLE_PREFIX_CACHING": "false"}),
-    # issue 28's levers at the shipped card shape (vLLM 0.25, no sleep, 32 sequences per generation), each
-    # fixed so that only the lever changes (the planner is told to warn, not to pick another shape)
-    "lever: gradient checkpointing off": (
-        "countdown-1x4090",
-        {**SHIPPED_SHAPE, "GRADIENT_CHECKPOINTING": "false"},
-    ),
-    "lever: liger fused loss at micro-batch 16": (
-        "countdown-1x4090",
-        {
-            **SHIPPED_SHAPE,
-            "USE_LIGER_KERNEL": "true",
-            "PER_DEVICE_TRAIN_BATCH_SIZE": "16",
-            "GRADIENT_ACCUMULATION_STEPS": "2",
-        },
-    ),
-    "lever: liger at micro-batch 16 without gradient checkpointing": (
-        "countdown-1x4090",
-        {
-            **SHIPPED_SHAPE,
-            "USE_LIGER_KERNEL": "true",
-            "PER_DEVICE_TRAIN_BATCH_SIZE": "16",
-            "GRADIENT_ACCUMULATION_STEPS": "2",
-            "GRADIENT_CHECKPOINTING": "false",
-        },
-    ),
-    "lever: liger fused loss at micro-batch 32": (
-        "countdown-1x4090",
-        {
-            "USE_LIGER_KERNEL": "true",
-            "PER_DEVICE_TRAIN_BATCH_SIZE": "32",
-            "GRADIENT_ACCUMULATION_STEPS": "1",
-            "MEMORY_CHECK": "warn",
-        },
-    ),  # fmt: skip
 }
+
+
+def lever(**values: str) -> tuple[str, dict[str, str]]:
+    """Issue 28's levers at the shipped card shape (vLLM 0.25, no sleep, 32 sequences per generation round),
+    each fixed so that only the named values change: the planner is told to warn, not to pick another shape."""
+    return "countdown-1x4090", {**SHIPPED_SHAPE, **{k.upper(): v for k, v in values.items()}}
+
+
+def micro(n: int) -> dict[str, str]:
+    return {"per_device_train_batch_size": str(n), "gradient_accumulation_steps": str(32 // n)}
+
+
+CONFIGS.update({
+    "lever: shipped without prefix caching": lever(vllm_enable_prefix_caching="false"),
+    "lever: vLLM share 0.35": lever(vllm_gpu_memory_utilization="0.35"),
+    "lever: micro-batch 4": lever(**micro(4)),
+    "lever: micro-batch 16": lever(**micro(16)),
+    "lever: gradient checkpointing off": lever(gradient_checkpointing="false"),
+    "lever: gradient checkpointing off at micro-batch 4": lever(gradient_checkpointing="false", **micro(4)),
+    "lever: expandable segments without gradient checkpointing": lever(
+        gradient_checkpointing="false", pytorch_cuda_alloc_conf="expandable_segments:True"
+    ),
+    "lever: liger fused loss at micro-batch 16": lever(use_liger_kernel="true", **micro(16)),
+    "lever: liger fused loss at micro-batch 32": lever(use_liger_kernel="true", **micro(32)),
+    "lever: liger at micro-batch 8 without gradient checkpointing": lever(
+        use_liger_kernel="true", gradient_checkpointing="false", **micro(8)
+    ),
+    "lever: liger at micro-batch 16 without gradient checkpointing": lever(
+        use_liger_kernel="true", gradient_checkpointing="false", **micro(16)
+    ),
+})  # fmt: skip
 assert not any("," in name for name in CONFIGS), "--only splits on commas"
 SHIPPED, OLD, SEED_NAME = "countdown-1x4090 (shipped)", "countdown-1x4090 before", "seed 001 settings"
 # configurations that start with empty compile caches (torch.compile, inductor, Triton): the rest reuse
@@ -115,10 +111,12 @@ def phase_shares(evs: list[dict], warmup: int) -> dict | None:
         p: sum(e["seconds"] for e in window if e["phase"] == p)
         for p in ("sync", "generate", "rollout", "train")
     }
+    generate_gc = sum(e.get("gc_seconds", 0.0) for e in window if e["phase"] == "generate")
     steps = len(rollouts) - warmup
     shares = {
         "generating": total["generate"] / span,
         "of which weight sync": total["sync"] / span,
+        "of which garbage collection": generate_gc / span,
         "scoring and log-probs": (total["rollout"] - total["generate"]) / span,
         # a round's rollout runs inside its first micro-batch's training_step (HF Trainer -> _prepare_inputs)
         "training": (total["train"] - total["rollout"]) / span,

@@ -49,7 +49,7 @@ EVENTS_FILE = "events.jsonl"  # the trainer's phase timings (entrypoint/site/sit
 SITE_DIR = Path(__file__).resolve().parent / "site"
 SITE_HOOK_VARIABLES = (
     "GRPO_RIG_EMULATE_VRAM_GB", "GRPO_RIG_VLLM_KEEP_POOLS", "GRPO_RIG_EVENTS", "GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS",
-    "GRPO_RIG_VLLM_INSPECT_HERE", "GRPO_RIG_REWARD_CHECK",
+    "GRPO_RIG_VLLM_INSPECT_HERE", "GRPO_RIG_REWARD_CHECK", "GRPO_RIG_VLLM_LEAN",
 )  # fmt: skip
 CHECKPOINT = "<newest complete checkpoint>"  # the export's --adapters, known once training ends
 
@@ -568,6 +568,7 @@ def _trainer_env(d: Draft) -> dict[str, str]:
     if layout.mode == "colocate":
         env.update(_vllm_env(a.vllm_enforce_eager))
         env["GRPO_RIG_VLLM_INSPECT_HERE"] = "1"  # the engine starts in this process, after CUDA did
+        env["GRPO_RIG_VLLM_LEAN"] = "1"  # ms-swift reads only each request's final output (issue 28)
     if layout.train_gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, layout.train_gpus))
         if not _worker_directly(d):

@@ -100,6 +100,8 @@ def test_every_vllm_engine_captures_cuda_graphs_only_up_to_its_batch():
     # the model-class inspection in place: only where the engine starts inside the trainer (colocate)
     here = "GRPO_RIG_VLLM_INSPECT_HERE"
     assert trainer.env[here] == "1" and all(here not in p.env for p in server.processes)
+    lean = "GRPO_RIG_VLLM_LEAN"  # ms-swift reads only finished outputs of a colocated engine
+    assert trainer.env[lean] == "1" and all(lean not in p.env for p in server.processes)
     eager = build(
         "recipe=countdown-1x4090", "RUN_NAME=c", "VLLM_ENFORCE_EAGER=true", inventory="1x4090-driver535"
     )

@@ -386,3 +386,55 @@ def test_vllm_inspects_the_model_class_in_place_only_once_cuda_is_up(site, monke
     assert _LazyRegisteredModel().inspect_model_cls() == "info from a subprocess" and spawned == [True]
     cuda.is_initialized = lambda: True
     assert _LazyRegisteredModel().inspect_model_cls() == "info of Qwen2ForCausalLM" and spawned == [True]
+
+
+def test_a_colocated_engine_builds_only_the_final_output_of_a_plain_request(site, monkeypatch):
+    """GRPO_RIG_VLLM_LEAN: ms-swift's colocate generation reads only finished outputs, so a request with n=1
+    and no logprobs asks vLLM for FINAL_ONLY; one that streams deltas, samples n>1 or wants logprobs keeps
+    what it asked for."""
+    import enum
+
+    class RequestOutputKind(enum.Enum):
+        CUMULATIVE = 0
+        DELTA = 1
+        FINAL_ONLY = 2
+
+    class SamplingParams:
+        def __init__(self, n=1, logprobs=None, kind=RequestOutputKind.CUMULATIVE):
+            self.n, self.logprobs, self.prompt_logprobs, self.output_kind = n, logprobs, None, kind
+
+    fake = types.ModuleType("vllm.sampling_params")
+    fake.RequestOutputKind, fake.SamplingParams = RequestOutputKind, SamplingParams
+    monkeypatch.setitem(sys.modules, "vllm.sampling_params", fake)
+    seen = []
+
+    class LLMEngine:
+        def add_request(self, request_id, prompt, params, arrival_time=None):
+            seen.append((request_id, params.output_kind))
+
+    site._final_outputs_only(types.SimpleNamespace(LLMEngine=LLMEngine))
+    engine = LLMEngine()
+    engine.add_request("plain", "p", SamplingParams())
+    engine.add_request("n2", "p", SamplingParams(n=2))
+    engine.add_request("logprobs", "p", SamplingParams(logprobs=1))
+    engine.add_request("stream", "p", SamplingParams(kind=RequestOutputKind.DELTA))
+    assert seen == [("plain", RequestOutputKind.FINAL_ONLY), ("n2", RequestOutputKind.CUMULATIVE),
+                    ("logprobs", RequestOutputKind.CUMULATIVE), ("stream", RequestOutputKind.DELTA)]  # fmt: skip
+
+
+def test_the_trainer_s_start_up_heap_is_frozen_once_it_is_built(site, monkeypatch):
+    """GRPO_RIG_VLLM_LEAN: once GRPOTrainer.__init__ returns, its objects leave the collector's generations
+    (gc.freeze), so the oldest generation's collections stop walking them during generation."""
+    import gc
+
+    class GRPOTrainer:
+        def __init__(self):
+            self.heap = [[i] for i in range(1000)]
+
+    site._freeze_startup_heap(types.SimpleNamespace(GRPOTrainer=GRPOTrainer))
+    try:
+        before = gc.get_freeze_count()
+        GRPOTrainer()
+        assert gc.get_freeze_count() >= before + 1000
+    finally:
+        gc.unfreeze()

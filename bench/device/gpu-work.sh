@@ -19,6 +19,9 @@
 #   side by side: the GPU learning benchmark (bench/learning.py, recipe arithmetic-gpu, vLLM colocated, then
 #   evaluate with vLLM) and the weight-sync GPU test (tests/gpu/test_weight_sync.py); then alone on the GPU
 #   the start-up and throughput benchmark (BENCH_ONLY configurations of bench/countdown_throughput.py).
+# GPU_WORK=sampler (issue 28): steps 1-2, then bench/generation_sampler.py (vLLM alone: a decode step's parts).
+# GPU_WORK=sweep (issue 28): steps 1-2, then alone on the GPU every lever of bench/countdown_throughput.py at
+#   the shipped card shape, NVML sampled every 0.25 s, py-spy on the shipped run's trainer.
 # GPU_WORK=startup (issues 24 and 28): steps 1-2, then alone on the GPU the start-up and throughput benchmark
 #   with issue 28's levers (BENCH_ONLY overrides the list).
 set -u
@@ -38,7 +41,7 @@ step() { echo "$(date -u +%T) $*" | tee -a "$W/progress.log"; }
 bench_alone_then_done() {
   step "$1"
   python3 bench/countdown_throughput.py --models "$W/models" --out "$W/bench" --steps 5 --warmup 2 \
-    --only "${BENCH_ONLY:-$2}" > "$W/bench.log" 2>&1
+    --only "${BENCH_ONLY:-$2}" ${BENCH_SET:+--set "$BENCH_SET"} > "$W/bench.log" 2>&1
   step "benchmark: $(grep -c '^' "$W/bench.log") configurations"
   touch "$W/DONE"; step "done"; exit 0
 }
@@ -98,6 +101,33 @@ if [ "${GPU_WORK:-all}" = startup ]; then
   # levers reuse the shipped recipe's compile caches, so they run before `before` empties them
   bench_alone_then_done "start-up, throughput and levers, alone on the GPU" \
     "countdown-1x4090 (shipped) cold caches,countdown-1x4090 (shipped),lever: gradient checkpointing off,lever: liger fused loss at micro-batch 16,lever: liger at micro-batch 16 without gradient checkpointing,seed 001 settings,countdown-1x4090 before"
+fi
+
+# py-spy (its wheel in .device/kit) samples the trainer of bench run $1 for 8 s once it has logged 2 steps:
+# where a decode step's seconds go, Python side (raw collapsed stacks, idle frames included)
+profile_trainer() {
+  python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); n = [f for f in z.namelist() if f.endswith("/py-spy")][0]; open("/tmp/py-spy", "wb").write(z.read(n))' .device/kit/py_spy-*.whl && chmod +x /tmp/py-spy || return
+  for _ in $(seq 200); do
+    [ "$(grep -c '"loss"' "$W/bench/runs/$1/train/logging.jsonl" 2>/dev/null)" -ge 2 ] 2>/dev/null && break; sleep 2
+  done
+  pid=$(pgrep -n -f 'swift/cli/rlhf.py') || return
+  /tmp/py-spy record -p "$pid" -d 8 -r 200 --idle --nonblocking -f raw -o "$W/pyspy-$1.txt" > "$W/pyspy-$1.log" 2>&1
+  step "py-spy on $1 (pid $pid): $(tail -1 "$W/pyspy-$1.log")"
+}
+
+if [ "${GPU_WORK:-all}" = sampler ]; then
+  step "where a decode step goes: vLLM alone, in-process (bench/generation_sampler.py)"
+  python3 bench/generation_sampler.py --model "$W/models/q05" --out "$W/generation-sampler.json" > "$W/generation-sampler.log" 2>&1
+  step "sampler: $(tail -1 "$W/generation-sampler.log")"
+  touch "$W/DONE"; step "done"; exit 0
+fi
+
+if [ "${GPU_WORK:-all}" = sweep ]; then
+  # issue 28's calibration: every lever alone on the GPU, NVML sampled every 0.25 s (a training phase's peak
+  # lasts about a second); the most informative first, should the lease end early
+  profile_trainer countdown-1x4090-shipped &
+  BENCH_SET=${BENCH_SET:-GPU_MONITOR_INTERVAL=0.25} bench_alone_then_done "issue 28's levers, alone on the GPU" \
+    "countdown-1x4090 (shipped),lever: liger at micro-batch 16 without gradient checkpointing,lever: gradient checkpointing off,lever: liger fused loss at micro-batch 32,lever: liger at micro-batch 8 without gradient checkpointing,lever: expandable segments without gradient checkpointing,lever: gradient checkpointing off at micro-batch 4,lever: micro-batch 4,lever: micro-batch 16,lever: vLLM share 0.35,lever: shipped without prefix caching,lever: liger fused loss at micro-batch 16"
 fi
 
 if [ "${GPU_WORK:-all}" = tests ]; then

@@ -57,6 +57,17 @@ GRPO_RIG_VLLM_INSPECT_HERE=1: vLLM inspects the model's class in this process on
     its whole start-up, torch, transformers and vLLM imported again (14 s of the 74 s warm start-up on the
     lent H200, docs/benchmarks/raw/h200-2026-12-02/). A process that has not initialised CUDA (the rollout
     server, `evaluate`) keeps vLLM's subprocess.
+GRPO_RIG_VLLM_LEAN=1: a colocated engine builds only the outputs ms-swift reads, and the trainer's start-up
+    heap leaves the garbage collector's view. ms-swift 3.6.4's colocate generation (VllmEngine.infer without
+    streaming, vllm_engine.py:486-500) keeps each request's finished RequestOutput and decodes its token ids
+    itself (template.decode(output.token_ids), :387); vLLM 0.8.5's V1 engine builds a RequestOutput for every
+    request at every decode step unless the request asks for FINAL_ONLY (v1/engine/output_processor.py:144-
+    160). A request with n=1 and no logprobs asks for FINAL_ONLY here: the same tokens, text and finish
+    reason reach ms-swift, once. Then, once GRPOTrainer is built (model, reference, vLLM engine loaded), the
+    heap is collected once and frozen (gc.freeze, as later vLLM versions do after their engine starts):
+    the oldest generation's collections no longer walk the millions of objects torch, transformers and
+    vLLM left at start-up, pauses that land inside a decode loop. Each phase event records the collector's
+    seconds inside it (`gc_seconds`).
 GRPO_RIG_REWARD_CHECK=1: every reward function's answer is checked as ms-swift receives it (ms-swift 3.6.4
     GRPOTrainer._score_completions). A function that raises, returns a list of the wrong length, or a value
     that is not a number (a string, a list) or is infinite ends the run with a line naming the function, the
@@ -90,6 +101,7 @@ _GRAPHS_UP_TO_MAX_SEQS = os.environ.get("GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS") =
 _INSPECT_HERE = os.environ.get("GRPO_RIG_VLLM_INSPECT_HERE") == "1"
 _SYNC_PROBE = os.environ.get("GRPO_RIG_SYNC_PROBE", "")
 _REWARD_CHECK = os.environ.get("GRPO_RIG_REWARD_CHECK") == "1"
+_LEAN = os.environ.get("GRPO_RIG_VLLM_LEAN") == "1"
 _STARTED = time.time()
 GIB = 1024**3
 CONTEXT_BYTES = (
@@ -230,16 +242,35 @@ def _timed(cls, name, make_row):
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
-        start = time.time()
+        start, collected = time.time(), _GC_SECONDS[0]
         try:
             return method(self, *args, **kwargs)
         finally:
             with contextlib.suppress(Exception):
                 row = make_row(self, args, round(time.time() - start, 3))
                 if row:
+                    if row.get("phase") in ("sync", "generate", "rollout", "train"):
+                        row["gc_seconds"] = round(_GC_SECONDS[0] - collected, 3)
                     _event(row)
 
     setattr(cls, name, wrapper)
+
+
+_GC_SECONDS = [0.0]  # the garbage collector's seconds in this process since _count_gc
+
+
+def _count_gc():
+    import gc
+
+    began = [0.0]
+
+    def callback(stage, info):
+        if stage == "start":
+            began[0] = time.perf_counter()
+        else:
+            _GC_SECONDS[0] += time.perf_counter() - began[0]
+
+    gc.callbacks.append(callback)
 
 
 def _phase(phase, count=None):
@@ -354,6 +385,45 @@ def _inspect_here_once_cuda_is_up(registry):
         return original(self)
 
     lazy.inspect_model_cls = inspect_model_cls
+
+
+# --- a colocated engine's per-step work ----------------------------------------------------------
+
+
+def _final_outputs_only(v1_llm_engine):
+    from vllm.sampling_params import RequestOutputKind, SamplingParams
+
+    cls = v1_llm_engine.LLMEngine
+    original = cls.add_request
+
+    @functools.wraps(original)
+    def add_request(self, request_id, prompt, params, *args, **kwargs):
+        if (
+            isinstance(params, SamplingParams)
+            and params.n == 1
+            and params.output_kind == RequestOutputKind.CUMULATIVE
+            and params.logprobs is None
+            and params.prompt_logprobs is None
+        ):
+            params.output_kind = RequestOutputKind.FINAL_ONLY
+        return original(self, request_id, prompt, params, *args, **kwargs)
+
+    cls.add_request = add_request
+
+
+def _freeze_startup_heap(grpo):
+    import gc
+
+    cls = grpo.GRPOTrainer
+    original = cls.__init__
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        gc.collect()
+        gc.freeze()
+
+    cls.__init__ = __init__
 
 
 # --- the weight-sync probe -------------------------------------------------------------------------
@@ -535,11 +605,15 @@ if _GRAPHS_UP_TO_MAX_SEQS:
     _after("vllm.config", _graphs_up_to_max_seqs)
 if _INSPECT_HERE:
     _after("vllm.model_executor.models.registry", _inspect_here_once_cuda_is_up)
+if _LEAN:  # before the phase timers, so "trainer ready" includes the one collection
+    _after("vllm.v1.engine.llm_engine", _final_outputs_only)
+    _after("swift.trainers.rlhf_trainer.grpo_trainer", _freeze_startup_heap)
 if _SYNC_PROBE:  # before the phase timers, so the probe's seconds are not counted as the sync's
     _after("swift.trainers.rlhf_trainer.grpo_trainer", _install_sync_probe)
 if _REWARD_CHECK:
     _after("swift.trainers.rlhf_trainer.grpo_trainer", _check_rewards)
 if _EVENTS:
+    _count_gc()
     _after("swift.trainers.rlhf_trainer.grpo_trainer", _record_phases)
     _after("swift.llm.base", _record_arguments)
     _after("swift.llm.train.rlhf", _record_model_load)
