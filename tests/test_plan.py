@@ -106,6 +106,10 @@ def test_every_vllm_engine_captures_cuda_graphs_only_up_to_its_batch():
         "recipe=countdown-1x4090", "RUN_NAME=c", "VLLM_ENFORCE_EAGER=true", inventory="1x4090-driver535"
     )
     assert hook not in eager.processes[0].env
+    # the sort-free top-k/top-p wherever a vLLM engine samples, eager or not
+    topk = "GRPO_RIG_VLLM_TOP_K_FIRST"
+    assert trainer.env[topk] == server.process("rollout").env[topk] == eager.processes[0].env[topk] == "1"
+    assert topk not in server.process("trainer").env
     assert hook not in build("recipe=smoke", "RUN_NAME=s").processes[0].env
 
 

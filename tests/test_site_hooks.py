@@ -438,3 +438,38 @@ def test_the_trainer_s_start_up_heap_is_frozen_once_it_is_built(site, monkeypatc
         assert gc.get_freeze_count() >= before + 1000
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.slow  # imports vLLM (about 15 s on 2 cores)
+def test_top_k_first_masks_the_logits_exactly_as_vllm_s_sort_does(site):
+    """GRPO_RIG_VLLM_TOP_K_FIRST: vLLM 0.8.5's own apply_top_k_top_p and the top-k-first path give the same
+    masked logits (so the same samples): random rows, ties at the k-th value, per-row k and p. A batch with a
+    row whose ties run past the top k, or a row without top-k, goes to vLLM's sort."""
+    import torch
+    from vllm.v1.sample.ops import topk_topp_sampler as ops
+
+    sorted_calls = []
+
+    def vllm_sort(logits, k, p):
+        sorted_calls.append(len(logits))
+        return ops.apply_top_k_top_p(logits, k, p)
+
+    fast = site.top_k_first(vllm_sort)
+    torch.manual_seed(0)
+    vocab = 5000
+    logits = torch.randn(5, vocab) * 3
+    logits[1, :8] = logits[1].max() + 1  # 8 equal logits at the top: ties with the k-th (k 5) are kept
+    k = torch.tensor([50, 5, 1, 20, 50], dtype=torch.int32)
+    p = torch.tensor([0.9, 0.9, 0.5, 0.3, 1.0])
+    got = fast(logits.clone(), k.clone(), p.clone())
+    assert sorted_calls == []  # the top-k path
+    assert torch.equal(got, ops.apply_top_k_top_p(logits.clone(), k.clone(), p.clone()))
+    kept = (got > -float("inf")).sum(1).tolist()
+    assert kept[1] == 8 and kept[2] == 1 and kept[4] == 50 and 1 < kept[0] < 50, kept
+    ties = logits.clone()
+    ties[3, :100] = ties[3].max() + 1  # ties past the top k: vLLM's sort
+    assert torch.equal(fast(ties.clone(), k.clone(), p.clone()), ops.apply_top_k_top_p(ties.clone(), k, p))
+    everything = k.clone()
+    everything[0] = vocab  # a row without top-k
+    assert torch.equal(fast(logits.clone(), everything, p), ops.apply_top_k_top_p(logits.clone(), everything, p))
+    assert sorted_calls == [5, 5]

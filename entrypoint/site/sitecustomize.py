@@ -57,6 +57,18 @@ GRPO_RIG_VLLM_INSPECT_HERE=1: vLLM inspects the model's class in this process on
     its whole start-up, torch, transformers and vLLM imported again (14 s of the 74 s warm start-up on the
     lent H200, docs/benchmarks/raw/h200-2026-12-02/). A process that has not initialised CUDA (the rollout
     server, `evaluate`) keeps vLLM's subprocess.
+GRPO_RIG_VLLM_TOP_K_FIRST=1: vLLM's top-k/top-p sampling without sorting the vocabulary. Without FlashInfer
+    (not in the image's stack), vLLM 0.8.5's V1 sampler sorts every row of the logits over the whole
+    vocabulary when a request sets top_p (v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p): 0.95 ms of
+    a 4.5 ms decode step for 32 sequences over Qwen2.5's 151,936 tokens on the lent H200, where a top-50
+    costs 0.13 ms (docs/benchmarks/raw/h200-2026-12-02-lease5/generation-sampler.json; ms-swift's GRPO
+    samples with top_k 50 and top_p 0.9). When every row has a top-k of at most 1024, the same mask comes
+    from the top k: the k-th largest logit is the threshold (ties with it kept, as vLLM keeps them), and
+    top-p is applied to the survivors in vLLM's ascending order (softmax, cumulative sum, masked where it
+    stays <= 1 - p, the largest always kept). The masked logits are vLLM's, so the same tokens are sampled
+    from the same random draws; rows whose ties run past the top k, rows without top-k and larger k take
+    vLLM's own path. Only the order among equal logits at the top-p boundary may differ, which vLLM leaves
+    to an unstable sort.
 GRPO_RIG_VLLM_LEAN=1: a colocated engine builds only the outputs ms-swift reads, and the trainer's start-up
     heap leaves the garbage collector's view. ms-swift 3.6.4's colocate generation (VllmEngine.infer without
     streaming, vllm_engine.py:486-500) keeps each request's finished RequestOutput and decodes its token ids
@@ -102,6 +114,7 @@ _INSPECT_HERE = os.environ.get("GRPO_RIG_VLLM_INSPECT_HERE") == "1"
 _SYNC_PROBE = os.environ.get("GRPO_RIG_SYNC_PROBE", "")
 _REWARD_CHECK = os.environ.get("GRPO_RIG_REWARD_CHECK") == "1"
 _LEAN = os.environ.get("GRPO_RIG_VLLM_LEAN") == "1"
+_TOP_K_FIRST = os.environ.get("GRPO_RIG_VLLM_TOP_K_FIRST") == "1"
 _STARTED = time.time()
 GIB = 1024**3
 CONTEXT_BYTES = (
@@ -387,6 +400,41 @@ def _inspect_here_once_cuda_is_up(registry):
     lazy.inspect_model_cls = inspect_model_cls
 
 
+# --- vLLM's top-k/top-p sampling ------------------------------------------------------------------
+
+TOP_K_FIRST_LIMIT = 1024  # the largest top-k taken this way; beyond it a sort is no slower
+
+
+def top_k_first(original):
+    """vLLM's apply_top_k_top_p(logits [rows, vocab] float, k [rows] int | None, p [rows] float | None) ->
+    masked logits, computed from the top k instead of a sort over the vocabulary (GRPO_RIG_VLLM_TOP_K_FIRST
+    above); `original` (vLLM's) where that cannot give the same mask."""
+    import torch
+
+    def apply_top_k_top_p(logits, k, p):
+        if k is None or p is None:
+            return original(logits, k, p)
+        k_max = int(k.max())
+        if k_max > TOP_K_FIRST_LIMIT or k_max >= logits.shape[1]:
+            return original(logits, k, p)
+        values, index = logits.topk(k_max, dim=1)  # descending
+        threshold = values.gather(1, k.long().sub(1).unsqueeze(1))
+        if bool(((logits >= threshold).sum(1) > k_max).any()):  # ties with the k-th run past the top k_max
+            return original(logits, k, p)
+        ascending = values.masked_fill(values < threshold, -float("inf")).flip(1)
+        cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
+        outside = cumulative <= 1 - p.unsqueeze(1)
+        outside[:, -1] = False  # the most likely token always stays
+        masked = torch.full_like(logits, -float("inf"))
+        return masked.scatter_(1, index.flip(1), ascending.masked_fill(outside, -float("inf")))
+
+    return apply_top_k_top_p
+
+
+def _sample_top_k_first(sampler_ops):
+    sampler_ops.apply_top_k_top_p = top_k_first(sampler_ops.apply_top_k_top_p)
+
+
 # --- a colocated engine's per-step work ----------------------------------------------------------
 
 
@@ -605,6 +653,8 @@ if _GRAPHS_UP_TO_MAX_SEQS:
     _after("vllm.config", _graphs_up_to_max_seqs)
 if _INSPECT_HERE:
     _after("vllm.model_executor.models.registry", _inspect_here_once_cuda_is_up)
+if _TOP_K_FIRST:
+    _after("vllm.v1.sample.ops.topk_topp_sampler", _sample_top_k_first)
 if _LEAN:  # before the phase timers, so "trainer ready" includes the one collection
     _after("vllm.v1.engine.llm_engine", _final_outputs_only)
     _after("swift.trainers.rlhf_trainer.grpo_trainer", _freeze_startup_heap)
