@@ -16,7 +16,9 @@ configuration's prediction against its measurement.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -42,8 +44,27 @@ COEFFICIENTS = ROOT / "entrypoint" / "data" / "memory_coefficients.json"
 # (DEFAULT_COEFFICIENTS in entrypoint/memory.py).
 FITTED = ("act_hidden", "logit_bytes", "overhead", "constant_gib")
 BOUNDS = ([0, 2, 1.0, 0.0], [80, 40, 1.6, 3.0])
-COLOCATE_FITTED = ("vllm_util_scale", "vllm_train_scale", "vllm_constant_gib", "vllm_sleep_gib")
-COLOCATE_BOUNDS = ([0.8, 0.5, -8.0, -3.0], [1.5, 3.0, 8.0, 3.0])
+# colocate_expandable_factor stays 1.0 (memory.py) until runs with expandable segments measure every lever
+COLOCATE_FITTED = (
+    "colocate_logit_bytes",
+    "colocate_liger_logit_bytes",
+    "colocate_constant_gib",
+    "colocate_sleep_gib",
+)
+COLOCATE_BOUNDS = ([2.0, 1.0, -2.0, -3.0], [40.0, 30.0, 8.0, 4.0])
+# what a lever run's manifest says, and its value when the recipe leaves it to ms-swift
+RUN_KEYS = {
+    "PER_DEVICE_TRAIN_BATCH_SIZE": ("per_device_train_batch_size", int, 1),
+    "GRADIENT_ACCUMULATION_STEPS": ("gradient_accumulation_steps", int, 1),
+    "NUM_GENERATIONS": ("num_generations", int, 8),
+    "MAX_COMPLETION_LENGTH": ("max_completion_length", int, 512),
+    "VLLM_GPU_MEMORY_UTILIZATION": ("vllm_gpu_memory_utilization", float, 0.9),
+    "SLEEP_LEVEL": ("sleep_level", int, 0),
+    "GRADIENT_CHECKPOINTING": ("gradient_checkpointing", lambda v: v == "true", True),
+    "USE_LIGER_KERNEL": ("use_liger_kernel", lambda v: v == "true", False),
+    "VLLM_ENABLE_PREFIX_CACHING": ("vllm_enable_prefix_caching", lambda v: v == "true", True),
+    "EMULATE_VRAM_GB": ("emulate_vram_gib", float, 0),
+}
 
 
 def h200s(world: int) -> inventory.Inventory:
@@ -86,6 +107,38 @@ def workload(m: dict) -> memory.Workload:
     return planned.budget.workload
 
 
+def run_measurement(run: Path, name: str, model: str = "Qwen/Qwen2.5-0.5B-Instruct") -> dict | None:
+    """A colocate measurement from a bench/countdown_throughput.py run directory (its manifest.json and
+    logging.jsonl): the resolved shape and levers, NVML's peak of the run's processes and torch's peak
+    reserved memory (ms-swift's memory(GiB)). None for a run without vLLM colocated or without a peak."""
+    manifest = json.loads((run / "manifest.json").read_text())
+    values = {k: v["value"] for k, v in manifest.get("resolved_recipe", {}).items()}
+    peak = next(iter((manifest.get("gpu_memory_peak") or {}).values()), {})
+    if values.get("USE_VLLM") == "false" or not peak.get("measured_gib"):
+        return None
+    m = {"name": name, "kind": "colocate", "model": model, "train_type": "lora"}
+    for key, (field, kind, default) in RUN_KEYS.items():
+        m[field] = kind(values[key]) if values.get(key) not in (None, "") else default
+    trainer = next((p for p in manifest.get("processes", []) if p.get("role") == "trainer"), {})
+    m["pytorch_cuda_alloc_conf"] = trainer.get("env", {}).get(
+        "PYTORCH_CUDA_ALLOC_CONF", ""
+    )  # "": torch's default
+    if (run / "logging.jsonl").exists():
+        rows = [
+            json.loads(line) for line in (run / "logging.jsonl").read_text().splitlines() if '"loss"' in line
+        ]
+        reserved = [r.get("memory(GiB)", 0.0) for r in rows]
+    else:  # raw files kept only the trainer's log: ms-swift prints the same rows there
+        with gzip.open(run / "trainer.log.gz", "rt", errors="replace") as f:
+            log = f.read()
+        reserved = [float(v) for v in re.findall(r"'memory\(GiB\)': ([0-9.]+)", log)]
+    m.update({"steps": len(reserved), "status": manifest["status"], "measured_nvml_gib": peak["measured_gib"],
+              "measured_reserved_gib": max(reserved, default=None),
+              "predicted_at_run_gib": peak.get("predicted_gib"),
+              "source": str(run.relative_to(ROOT)) if run.is_relative_to(ROOT) else str(run)})  # fmt: skip
+    return m
+
+
 def colocate_prediction(m: dict, coef: dict | None = None) -> float:
     """The planner's card-level peak (GiB) for a measured colocate configuration: countdown-1x4090 with
     the measurement's explicit shape, on an H200 capped at the measurement's card size."""
@@ -100,6 +153,9 @@ def colocate_prediction(m: dict, coef: dict | None = None) -> float:
         f"MAX_COMPLETION_LENGTH={m['max_completion_length']}",
         f"VLLM_GPU_MEMORY_UTILIZATION={m['vllm_gpu_memory_utilization']}",
         f"SLEEP_LEVEL={m['sleep_level']}",
+        f"GRADIENT_CHECKPOINTING={str(m.get('gradient_checkpointing', True)).lower()}",
+        f"USE_LIGER_KERNEL={str(m.get('use_liger_kernel', False)).lower()}",
+        f"PYTORCH_CUDA_ALLOC_CONF={m.get('pytorch_cuda_alloc_conf') or 'expandable_segments:False'}",
     ]
     planned = _planned("countdown-1x4090", pairs, 1)
     b = planned.budget
@@ -122,8 +178,19 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("calibration", nargs="?", type=Path, default=CALIBRATION)
     p.add_argument("--colocate", type=Path, help="colocate-measurements.json to merge in first")
+    p.add_argument("--runs", type=Path, nargs="+", default=[],
+                   help="bench run directories (bench/countdown_throughput.py) whose manifests replace the colocate measurements")  # fmt: skip
     args = p.parse_args()
     data = json.loads(args.calibration.read_text())
+    if args.runs:
+        found = [run_measurement(d.resolve(), d.name) for d in args.runs if (d / "manifest.json").exists()]
+        data["colocate_measurements"] = [m for m in found if m]
+        data["colocate_workload"] = (
+            "bench/countdown_throughput.py lever runs (recipes/countdown-1x4090.env with the shape and levers named, "
+            "random-weight Qwen2.5-0.5B with the real tokenizer, generated countdown tasks, EMULATE_VRAM_GB=24, "
+            "5 steps alone on the GPU, NVML every 0.25 s)"
+        )
+        args.calibration.write_text(json.dumps(data, indent=2) + "\n")
     if args.colocate:
         new = json.loads(args.colocate.read_text())
         data["colocate_environment"] = new["environment"]

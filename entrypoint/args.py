@@ -76,6 +76,7 @@ class TrainerArgs:
     beta: float
     deepspeed: str
     gradient_checkpointing: bool
+    use_liger_kernel: bool
     use_vllm: bool
     vllm_gpu_memory_utilization: float
     vllm_tensor_parallel_size: int

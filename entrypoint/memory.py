@@ -21,21 +21,36 @@ The coefficients of activations, logits, OVERHEAD and CONSTANT are fitted to mea
 ms-swift 3.6.4 GRPO runs on an H200 (docs/benchmarks/memory-calibration.json, fitted by
 bench/fit_memory.py); tests/test_memory.py checks every measurement is within 15 %.
 
-vLLM side, colocated (what NVML sees on the card, fitted to real vLLM 0.8.5.post1 colocate runs on a
-24 GiB-capped H200: docs/benchmarks/memory-calibration.json, "colocate" measurements):
+vLLM side, colocated (what NVML sees on the card, sleep level 0 unless said), three parts with a meaning:
 
-    card peak = vllm_util_scale x VLLM_GPU_MEMORY_UTILIZATION x card
-                + vllm_train_scale x training peak (the trainer side above, without HF generation)
-                + vllm_constant_gib [+ vllm_sleep_gib with SLEEP_LEVEL >= 1]
+    card peak = VLLM_GPU_MEMORY_UTILIZATION x card                                    "vLLM"
+                + [colocate_expandable_factor x] (optimizer + activations
+                  + colocate_[liger_]logit_bytes x micro-batch x completion x vocabulary)   "training"
+                + colocate_constant_gib [+ colocate_sleep_gib, SLEEP_LEVEL >= 1]           "graphs, sampler"
 
-vLLM's V1 engine (the default in 0.8.5 for these models) sizes itself so that the whole process holds
-utilization x card once its KV cache is allocated: the trainer's weights and the CUDA context already
-there count against that share (vllm 0.8.5.post1 v1/worker/gpu_worker.py:170-215). With sleep mode,
-ms-swift 3.6.4 empties torch's cache after vLLM sleeps but not before it wakes up
-(grpo_trainer.py:799-851), so the trainer's cached training memory and vLLM's pool meet on the card at
-the next wake-up: SLEEP_LEVEL=1 saves no peak memory without OFFLOAD_MODEL / OFFLOAD_OPTIMIZER, only
-time (the calibration measures both levels). vLLM refuses to start when its share leaves no room for one
-sequence of max_model_len in the KV cache (`kv_budget`).
+- "vLLM": vLLM's V1 engine sizes itself so that the whole process holds utilization x card once its KV
+  cache is allocated: the CUDA context and the trainer's weights, already there, count against that share,
+  beside vLLM's own copy of the weights, its profiling peak and the KV cache (vllm 0.8.5.post1
+  v1/worker/gpu_worker.py:170-215). Measured: share 0.25 -> 0.35 of a 24 GiB card moved the peak from 19.32
+  to 21.80 GiB, 1.03 GiB per GiB of share (docs/benchmarks/raw/h200-2026-12-02-lease5/).
+- "training": what a training step adds on top: gradients and optimizer states, activations (the trainer
+  side above, whose weights vLLM's share already counts) and the logits as they land on the card, with
+  their own bytes per entry: the policy's logits, the reference model's beside them and the allocator's
+  second working set (23 bytes fitted; 10 with liger's fused loss, whose reference logits remain). The same
+  process holds vLLM's KV cache and the trainer's tensors, and torch's caching
+  allocator keeps a freed block for a same-size request: when a longer batch of completions arrives, the
+  working set is allocated again beside the old one (the peak of countdown-1x4090 went 15.15 -> 19.32 GiB
+  at its fourth step, the second working set of logits; with PYTORCH_CUDA_ALLOC_CONF=expandable_segments
+  it stays flat, 17.26 -> 17.42 GiB, without gradient checkpointing). Fitted over 5-step runs.
+- "graphs, sampler": what vLLM allocates outside its budget (CUDA graphs: 0.09 GiB captured for 7 sizes)
+  and the rest of the fit: over the 2026-12-02 lever runs the fit puts 3.8 GiB here, far more than the
+  graphs, the intercept of one linear model over peaks that grow by whole working sets (16 % its largest
+  error, tests/test_memory.py); runs with expandable segments are to tell the parts apart. With sleep mode,
+  ms-swift 3.6.4 empties torch's cache after vLLM sleeps but not before it wakes up (grpo_trainer.py:799-
+  851), so the trainer's cached memory and vLLM's pool meet on the card at the next wake-up: SLEEP_LEVEL=1
+  saves no peak memory without OFFLOAD_MODEL / OFFLOAD_OPTIMIZER, only time.
+vLLM refuses to start when its share leaves no room for one sequence of max_model_len in the KV cache
+(`kv_budget`).
 
 A dedicated rollout GPU holds ROLLOUT_GPU_MEMORY_UTILIZATION x the card (vLLM's own process there).
 Every GPU also carries the CUDA context (CUDA_CONTEXT_GIB).
@@ -76,15 +91,17 @@ DEFAULT_COEFFICIENTS = {
     "act_inter": 5.0,  # same, per MLP intermediate unit
     "gc_layer_input": 1.0,  # with checkpointing: stored layer inputs, x hidden x dtype per token per layer
     "logit_bytes": 10.0,  # bytes per completion token per vocabulary entry (bf16 logits, fp32 log-softmax, grad)
+    "liger_logit_bytes": 4.0,  # the same with liger's fused loss: the reference model's bf16 logits / temperature
     "overhead": 1.10,  # allocator fragmentation / caching
     "constant_gib": 0.15,
-    # vLLM colocate, card level (data/memory_coefficients.json holds the fitted values). These defaults are
-    # solved from the first two colocate runs (micro-batch 1 and 8, 0.069 x 139.8 GiB for vLLM: 11.92 and
-    # 20.86 GiB NVML peak, 2026-12-01).
-    "vllm_util_scale": 1.0,
-    "vllm_train_scale": 2.38,
-    "vllm_constant_gib": -5.25,
-    "vllm_sleep_gib": 0.0,
+    # vLLM colocate, card level (data/memory_coefficients.json holds the fitted values; "vLLM side" above)
+    "colocate_logit_bytes": 20.0,  # on the card, per completion token x vocabulary entry, a second working set included
+    "colocate_liger_logit_bytes": 8.0,  # the same with liger's fused loss (the reference model's logits)
+    # the training part with expandable segments (no second working set): 0.64 on the one run measured so
+    # far (lever-expandable-segments-without-gradient-checkpointing); 1.0, no saving, until every lever is
+    "colocate_expandable_factor": 1.0,
+    "colocate_constant_gib": 0.5,
+    "colocate_sleep_gib": 0.0,
 }
 
 
@@ -179,6 +196,7 @@ class Workload:
     offload_optimizer: bool = False  # zero2_offload / zero3_offload: optimizer states in CPU memory
     offload_params: bool = False  # zero3_offload: parameters in CPU memory, gathered layer by layer
     vllm_tp: int = 1  # colocated vLLM's tensor parallel size (VLLM_TENSOR_PARALLEL_SIZE)
+    liger: bool = False  # USE_LIGER_KERNEL: ms-swift's GRPO loss through liger's fused linear + loss
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +208,7 @@ class TrainingEstimate:
     kv_cache: float
     resident: float  # held between phases (weights, reference, optimizer states)
     peak: float  # torch max reserved, GiB
+    logit_entries: float = 0.0  # completion tokens x vocabulary of one micro-batch, in units of 2**30
 
     def components(self) -> dict[str, float]:
         return {k: round(v, 2) for k, v in dataclasses.asdict(self).items()}
@@ -230,7 +249,11 @@ def estimate_training(w: Workload, coef: Mapping[str, float] | None = None) -> T
         activations = layers * tokens * h * d * c["gc_layer_input"] + one_layer
     else:
         activations = layers * one_layer
-    logits = w.per_device * w.completion_tokens * w.dims.vocab * c["logit_bytes"]
+    # liger's fused loss never holds the micro-batch's logits (it runs lm_head and the loss a chunk at a time,
+    # liger_kernel/chunked_loss); with BETA > 0 ms-swift still computes the reference log-probs from full
+    # logits, without gradients, in the same training step (v3.6.4 grpo_trainer.py:1344-1360)
+    logit_bytes = c["liger_logit_bytes"] if w.liger else c["logit_bytes"]
+    logits = w.per_device * w.completion_tokens * w.dims.vocab * logit_bytes
     train = weights + grads_states + activations + logits
     kv = 0.0
     if w.hf_generation:
@@ -245,6 +268,7 @@ def estimate_training(w: Workload, coef: Mapping[str, float] | None = None) -> T
         kv_cache=kv / GIB,
         resident=(weights + states) / GIB,
         peak=peak,
+        logit_entries=w.per_device * w.completion_tokens * w.dims.vocab / GIB,
     )
 
 
@@ -256,25 +280,27 @@ class Colocate:
     sleep_level: int  # SLEEP_LEVEL
     max_model_len: int  # tokens of the longest sequence vLLM must be able to hold
     round_tokens: int  # tokens this process generates in one round: its sequences x (prompt + completion)
+    expandable: bool = False  # the trainer's allocator grows expandable segments (budget.allocator)
+    liger: bool = False  # USE_LIGER_KERNEL (the trainer's logits)
 
 
 def colocate_peak(
     train: TrainingEstimate, card_gib: float, v: Colocate, coef=None, calibrated: bool = True
 ) -> dict[str, float]:
-    """Card-level peak (GiB, what NVML sees) of a training GPU with vLLM colocated, by part:
-    {"vLLM": its share, "trainer": scaled training peak, "calibration": the fitted rest}; their sum is the
-    peak."""
+    """Card-level peak (GiB, what NVML sees) of a training GPU with vLLM colocated, by part ("vLLM side"
+    above): {"vLLM": its share of the card, "training": what a step adds, fragmentation included, "graphs,
+    sampler": vLLM beyond its budget [+ sleep-mode pools]}; their sum is the peak."""
     c = coef or coefficients()
     share = v.utilization * card_gib
-    if not calibrated:  # a model larger than any measured one: no fitted terms. vLLM's share already holds
-        # the trainer's weights (it budgets the whole process: vllm 0.8.5.post1 v1/worker/gpu_worker.py:194-210)
-        return {"vLLM": share, "trainer": train.peak - train.weights, "calibration": 0.0}
+    if not calibrated:  # a model larger than any measured one: no fitted terms
+        return {"vLLM": share, "training": train.peak - train.weights, "graphs, sampler": 0.0}
+    logits = train.logit_entries * c["colocate_liger_logit_bytes" if v.liger else "colocate_logit_bytes"]
+    working = train.optimizer + train.activations + logits
     return {
-        "vLLM": share,  # what vLLM's engine takes
-        "trainer": c["vllm_train_scale"] * train.peak,
-        "calibration": (c["vllm_util_scale"] - 1) * share
-        + c["vllm_constant_gib"]
-        + (c["vllm_sleep_gib"] if v.sleep_level >= 1 else 0.0),
+        "vLLM": share,
+        "training": (c["colocate_expandable_factor"] if v.expandable else 1.0) * working,
+        "graphs, sampler": c["colocate_constant_gib"]
+        + (c["colocate_sleep_gib"] if v.sleep_level >= 1 else 0.0),
     }
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from entrypoint import memory
+from entrypoint import memory, speed
 from entrypoint.budget import Batch, Budget
 from entrypoint.layout import Layout
 from entrypoint.memory import GpuEstimate, Workload
@@ -133,6 +133,29 @@ def choose(
         return accumulate(min(candidates), f"ms-swift's default micro-batch ({why})")
 
     estimate = estimate or (lambda wl, co: budget.estimates(layout, wl, co))
+    levers = lever_options(r, layout, w)
+    if len(levers) > 1:
+        fastest = _fastest(w, colocate, per_process, candidates, levers, estimate)
+        if fastest is not None:
+            pd, ckpt, liger, why = fastest
+            chosen = accumulate(pd, why)
+            if ckpt != w.gradient_checkpointing:
+                chosen.append(
+                    Choice(
+                        "GRADIENT_CHECKPOINTING",
+                        str(ckpt).lower(),
+                        f"the fastest shape that fits ({why.split(';')[0]})",
+                    )
+                )
+            if liger != w.liger:
+                chosen.append(
+                    Choice(
+                        "USE_LIGER_KERNEL",
+                        str(liger).lower(),
+                        f"the fastest shape that fits ({why.split(';')[0]})",
+                    )
+                )
+            return chosen + out
     verdicts = []
     for pd in sorted(candidates, reverse=True):
         trial = dataclasses.replace(w, per_device=pd, generation_per_device=per_process)
@@ -151,6 +174,64 @@ def choose(
     pd, worst = verdicts[-1]
     why = f"no micro-batch leaves {HEADROOM:.0%} free; even {pd} is predicted at {worst.peak_gib:.1f} of {worst.card_gib:.1f} GiB"
     return accumulate(pd, why) + out
+
+
+def lever_options(r: Recipe, layout: Layout, w: Workload) -> list[tuple[bool, bool]]:
+    """(gradient checkpointing, liger's fused loss) pairs the planner may choose among: those the recipe
+    leaves open, for a colocated LoRA or full run without DeepSpeed (where the memory and time models were
+    measured: docs/benchmarks/memory-calibration.json, speed-calibration.json). Neither changes what is
+    learned: checkpointing recomputes activations, liger computes ms-swift's same GRPO loss (its loss_type,
+    beta, epsilon, temperature) from the hidden states a chunk at a time (v3.6.4 grpo_trainer.py:212-224)."""
+    ckpt = [w.gradient_checkpointing] if r.is_set("GRADIENT_CHECKPOINTING") else [True, False]
+    liger = [w.liger] if r.is_set("USE_LIGER_KERNEL") or not _liger_same_loss(r) else [False, True]
+    if layout.mode != "colocate" or w.zero_stage or w.dims.params > memory.CALIBRATED_MAX_PARAMS:
+        return [(w.gradient_checkpointing, w.liger)]
+    return [(c, lg) for c in ckpt for lg in liger]
+
+
+def _liger_same_loss(r: Recipe) -> bool:
+    """Whether ms-swift 3.6.4 computes the recipe's own loss through liger: it refuses liger with DELTA,
+    SEQUENCE_PARALLEL_SIZE > 1 and PADDING_FREE (swift/llm/argument/rlhf_args.py:260-267), and its liger path
+    skips OVERLONG_FILTER's mask (grpo_trainer.py:1136-1145 against :1344-1372)."""
+    on = lambda key: (r.raw(key) or "").lower() in ("true", "1")  # noqa: E731
+    return not (r.is_set("DELTA") or on("PADDING_FREE") or on("OVERLONG_FILTER")
+                or int(r.raw("SEQUENCE_PARALLEL_SIZE") or 1) > 1)  # fmt: skip
+
+
+def _fastest(
+    w: Workload,
+    colocate: memory.Colocate | None,
+    per_process: int,
+    candidates: list[int],
+    levers: list[tuple[bool, bool]],
+    estimate: Callable[[Workload, memory.Colocate | None], list[GpuEstimate]],
+) -> tuple[int, bool, bool, str] | None:
+    """(micro-batch, checkpointing, liger, why): the shape with the least predicted training time per step
+    (speed.training_time) whose predicted peak leaves HEADROOM free on every training card; on a tie the
+    recipe's own levers, then the larger micro-batch. None when nothing fits."""
+    fits = []
+    for pd in candidates:
+        for ckpt, liger in levers:
+            trial = dataclasses.replace(w, per_device=pd, generation_per_device=per_process,
+                                        gradient_checkpointing=ckpt, liger=liger)  # fmt: skip
+            co = dataclasses.replace(colocate, liger=liger) if colocate is not None else None
+            worst = min(
+                (e for e in estimate(trial, co) if not e.role.startswith("rollout")), key=lambda e: e.headroom
+            )
+            if worst.headroom >= HEADROOM:
+                t = speed.training_time(trial, per_process)
+                changed = (ckpt != w.gradient_checkpointing) + (liger != w.liger)
+                fits.append((round(t.seconds, 2), changed, -pd, pd, ckpt, liger, worst, t))
+    if not fits:
+        return None
+    fits.sort(key=lambda f: f[:3])
+    _, _, _, pd, ckpt, liger, worst, t = fits[0]
+    why = (f"the least predicted training time per step, {t.seconds:.1f} s ({t.render()}), of the shapes whose "
+           f"predicted peak leaves at least {HEADROOM:.0%} free: {worst.peak_gib:.1f} of {worst.card_gib:.1f} GiB")  # fmt: skip
+    own = [f for f in fits if f[1] == 0]
+    if own and own[0] is not fits[0]:
+        why += f"; with the recipe's own levers, micro-batch {own[0][3]}: {own[0][7].seconds:.1f} s ({own[0][7].render()})"
+    return pd, ckpt, liger, why
 
 
 def rollout_share(r: Recipe, layout: Layout, budget: Budget) -> list[Choice]:

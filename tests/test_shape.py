@@ -9,6 +9,7 @@ from entrypoint import budget, memory, shape
 from tests.conftest import INVENTORIES, build_plan, clean_env, draft_plan, run_cli
 
 COUNTDOWN = ("recipe=countdown-1x4090",)
+PINNED = ("GRADIENT_CHECKPOINTING=true", "USE_LIGER_KERNEL=false")
 
 
 def linear(per_completion: float, base: float):
@@ -56,13 +57,76 @@ def test_batch_shape(pairs, expected):
     assert {k: v for k, v in got.items() if k in expected or k.endswith(("_SIZE", "_STEPS"))} == expected
 
 
+def levers(base: float, per_completion: float, no_checkpointing: float, liger: float):
+    """A stand-in memory model with levers: each completion of a micro-batch costs `per_completion` GiB,
+    plus `no_checkpointing` without gradient checkpointing, minus `liger` with liger's fused loss."""
+
+    def estimate(w: memory.Workload, colocate) -> list[memory.GpuEstimate]:
+        each = (
+            per_completion + (0 if w.gradient_checkpointing else no_checkpointing) - (liger if w.liger else 0)
+        )
+        return [memory.GpuEstimate(0, "trainer", 24.0, base + each * w.per_device, {})]
+
+    return estimate
+
+
+def levers_chosen(*pairs: str, estimate) -> dict[str, str]:
+    return {k: v for k, v in chosen(*pairs, estimate=estimate).items()
+            if k in ("PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_CHECKPOINTING", "USE_LIGER_KERNEL")}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("pairs", "memory_model", "expected"),
+    [
+        # 0.5 GiB a completion: everything fits; one micro-batch of 32 without checkpointing (1 x 0.27 s)
+        ((), levers(4.0, 0.5, 0.0, 0.0), {"PER_DEVICE_TRAIN_BATCH_SIZE": "32", "GRADIENT_CHECKPOINTING": "false"}),
+        # checkpointing off costs 0.8 GiB a completion more: it fits at 8 (4 x 0.27 s), faster than the
+        # recipe's checkpointing, whose 16 does not fit (8: 4 x 0.50 s)
+        ((), levers(4.0, 1.2, 0.8, 0.0), {"PER_DEVICE_TRAIN_BATCH_SIZE": "8", "GRADIENT_CHECKPOINTING": "false"}),
+        # liger saves 0.8 GiB a completion: liger with checkpointing fits one micro-batch of 32 (1 x 0.67 s)
+        ((), levers(4.0, 1.2, 0.8, 0.8), {"PER_DEVICE_TRAIN_BATCH_SIZE": "32", "USE_LIGER_KERNEL": "true"}),
+        # what the recipe sets stays: checkpointing on, liger off; the largest micro-batch that fits
+        (PINNED, levers(4.0, 1.2, 0.8, 0.8), {"PER_DEVICE_TRAIN_BATCH_SIZE": "8"}),
+        # OVERLONG_FILTER: ms-swift's liger path skips its mask, a different loss: never liger
+        (("OVERLONG_FILTER=true",), levers(4.0, 1.2, 0.8, 0.8),
+         {"PER_DEVICE_TRAIN_BATCH_SIZE": "8", "GRADIENT_CHECKPOINTING": "false"}),
+    ],
+)  # fmt: skip
+def test_the_planner_turns_the_lever_with_the_least_predicted_time_that_fits(pairs, memory_model, expected):
+    """Issue 28: micro-batch, gradient checkpointing and liger's fused loss, chosen together by predicted
+    training time per step (entrypoint/speed.py) among the shapes that leave 10 % of the card free."""
+    assert levers_chosen(*pairs, estimate=memory_model) == expected
+
+
+def test_levers_are_chosen_only_where_they_were_measured():
+    """Outside colocate (vLLM on its own GPU here) the planner keeps the recipe's levers."""
+    d, _ = draft_plan("recipe=smoke-server", inventory="2x4090-driver535")
+    keys = {c.key for c in shape.choose(d.recipe, d.layout, budget_of(d), levers(4.0, 1.0, 1.0, 0.5))}
+    assert not keys & {"GRADIENT_CHECKPOINTING", "USE_LIGER_KERNEL"}
+
+
+def test_a_lever_s_reason_names_the_predicted_time_against_the_recipe_s_own_levers():
+    d, _ = draft_plan(*COUNTDOWN, inventory="1x4090-driver535")
+    reasons = {
+        c.key: c.reason for c in shape.choose(d.recipe, d.layout, budget_of(d), levers(4.0, 1.2, 0.8, 0.0))
+    }
+    why = reasons["PER_DEVICE_TRAIN_BATCH_SIZE"]
+    assert why.startswith("the least predicted training time per step, 1.1 s (4 x 0.27 s (plain))")
+    assert "20.0 of 24.0 GiB" in why
+    assert why.endswith(
+        "with the recipe's own levers, micro-batch 8: 2.0 s (4 x 0.50 s (plain, checkpointing))"
+    )
+    assert reasons["GRADIENT_CHECKPOINTING"].startswith("the fastest shape that fits")
+
+
 def test_nothing_fits_gives_the_smallest_micro_batch():
     got = chosen(estimate=linear(2.0, 30.0))
     assert got["PER_DEVICE_TRAIN_BATCH_SIZE"] == "1" and got["GRADIENT_ACCUMULATION_STEPS"] == "32"
 
 
 def test_reasons_name_the_peak_and_the_next_size_up():
-    d, _ = draft_plan(*COUNTDOWN, inventory="1x4090-driver535")
+    # the recipe's levers fixed: the largest micro-batch that fits (lever choice: the tests below)
+    d, _ = draft_plan(*COUNTDOWN, *PINNED, inventory="1x4090-driver535")
     reasons = {c.key: c.reason for c in shape.choose(d.recipe, d.layout, budget_of(d), linear(2.0, 4.0))}
     assert "20.0 of 24.0 GiB" in reasons["PER_DEVICE_TRAIN_BATCH_SIZE"]
     assert "16 would need 36.0 GiB" in reasons["PER_DEVICE_TRAIN_BATCH_SIZE"]
@@ -115,7 +179,9 @@ def test_plan_prints_each_choice_and_the_manifest_source_is_the_planner():
     ):
         assert f"  {key}=" in out
     plan = build_plan(*COUNTDOWN, inventory="1x4090-driver535")
-    assert plan.recipe.source("PER_DEVICE_TRAIN_BATCH_SIZE").startswith("planner: the largest micro-batch")
+    assert plan.recipe.source("PER_DEVICE_TRAIN_BATCH_SIZE").startswith(
+        "planner: the least predicted training time"
+    )
     assert plan.recipe.source("NUM_GENERATIONS").startswith(
         "recipes/countdown-1x4090.env:"
     )  # the recipe's, kept

@@ -471,5 +471,7 @@ def test_top_k_first_masks_the_logits_exactly_as_vllm_s_sort_does(site):
     assert torch.equal(fast(ties.clone(), k.clone(), p.clone()), ops.apply_top_k_top_p(ties.clone(), k, p))
     everything = k.clone()
     everything[0] = vocab  # a row without top-k
-    assert torch.equal(fast(logits.clone(), everything, p), ops.apply_top_k_top_p(logits.clone(), everything, p))
+    assert torch.equal(
+        fast(logits.clone(), everything, p), ops.apply_top_k_top_p(logits.clone(), everything, p)
+    )
     assert sorted_calls == [5, 5]
