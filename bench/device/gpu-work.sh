@@ -19,6 +19,9 @@
 #   side by side: the GPU learning benchmark (bench/learning.py, recipe arithmetic-gpu, vLLM colocated, then
 #   evaluate with vLLM) and the weight-sync GPU test (tests/gpu/test_weight_sync.py); then alone on the GPU
 #   the start-up and throughput benchmark (BENCH_ONLY configurations of bench/countdown_throughput.py).
+# GPU_WORK=final (issue 28): steps 1-2, the levers alone on the GPU under the current defaults, the memory and
+#   step-time models refitted there from them (bench/fit_memory.py --runs, bench/fit_speed.py), then the
+#   benchmark (shipped, seed, before, two levers) with the refitted planner; py-spy on the shipped trainer.
 # GPU_WORK=sampler (issue 28): steps 1-2, then bench/generation_sampler.py (vLLM alone: a decode step's parts).
 # GPU_WORK=sweep (issue 28): steps 1-2, then alone on the GPU every lever of bench/countdown_throughput.py at
 #   the shipped card shape, NVML sampled every 0.25 s, py-spy on the shipped run's trainer.
@@ -110,7 +113,7 @@ profile_trainer() {
   for _ in $(seq 200); do
     [ "$(grep -c '"loss"' "$W/bench/runs/$1/train/logging.jsonl" 2>/dev/null)" -ge 2 ] 2>/dev/null && break; sleep 2
   done
-  pid=$(pgrep -n -f 'swift/cli/rlhf.py') || return
+  pid=$(pgrep -o -f 'swift/cli/rlhf.py') || return  # the oldest: the trainer, not its dataloader workers
   /tmp/py-spy record -p "$pid" -d 8 -r 200 --idle --nonblocking -f raw -o "$W/pyspy-$1.txt" > "$W/pyspy-$1.log" 2>&1
   step "py-spy on $1 (pid $pid): $(tail -1 "$W/pyspy-$1.log")"
 }
@@ -120,6 +123,24 @@ if [ "${GPU_WORK:-all}" = sampler ]; then
   python3 bench/generation_sampler.py --model "$W/models/q05" --out "$W/generation-sampler.json" > "$W/generation-sampler.log" 2>&1
   step "sampler: $(tail -1 "$W/generation-sampler.log")"
   touch "$W/DONE"; step "done"; exit 0
+fi
+
+if [ "${GPU_WORK:-all}" = final ]; then
+  # issue 28 in one lease: the levers measured under the current defaults (expandable segments, top-k
+  # first), both models refitted here from them, then the benchmark whose planner uses the refit
+  step "levers, alone on the GPU, NVML every 0.25 s"
+  python3 bench/countdown_throughput.py --models "$W/models" --out "$W/sweep" --steps 5 --warmup 2 \
+    --set GPU_MONITOR_INTERVAL=0.25 --only "${SWEEP_ONLY:-lever: micro-batch 4,lever: micro-batch 16,lever: gradient checkpointing off,lever: gradient checkpointing off at micro-batch 4,lever: liger fused loss at micro-batch 16,lever: liger fused loss at micro-batch 32,lever: liger at micro-batch 8 without gradient checkpointing,lever: liger at micro-batch 16 without gradient checkpointing,lever: vLLM share 0.35}" \
+    > "$W/sweep.log" 2>&1
+  step "sweep: $(grep -c '^' "$W/sweep.log") configurations; refit"
+  python3 bench/fit_memory.py --runs "$W"/sweep/runs/*/ > "$W/fit-memory.log" 2>&1
+  python3 bench/fit_speed.py "$W"/sweep/runs/*/ > "$W/fit-speed.log" 2>&1
+  tail -2 "$W/fit-memory.log" "$W/fit-speed.log" | tee -a "$W/progress.log"
+  cp entrypoint/data/memory_coefficients.json entrypoint/data/speed_coefficients.json docs/benchmarks/memory-calibration.json \
+    docs/benchmarks/speed-calibration.json "$W/"
+  profile_trainer countdown-1x4090-shipped &
+  BENCH_SET=GPU_MONITOR_INTERVAL=0.25 bench_alone_then_done "the benchmark with the refitted planner, alone on the GPU" \
+    "countdown-1x4090 (shipped),seed 001 settings,countdown-1x4090 before,lever: gradient checkpointing off,lever: liger fused loss at micro-batch 32"
 fi
 
 if [ "${GPU_WORK:-all}" = sweep ]; then
