@@ -77,6 +77,10 @@ class TrainerArgs:
     deepspeed: str
     gradient_checkpointing: bool
     use_liger_kernel: bool
+    delta: float | None
+    padding_free: bool
+    overlong_filter: bool
+    sequence_parallel_size: int
     use_vllm: bool
     vllm_gpu_memory_utilization: float
     vllm_tensor_parallel_size: int

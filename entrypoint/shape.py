@@ -193,9 +193,8 @@ def _liger_same_loss(r: Recipe) -> bool:
     """Whether ms-swift 3.6.4 computes the recipe's own loss through liger: it refuses liger with DELTA,
     SEQUENCE_PARALLEL_SIZE > 1 and PADDING_FREE (swift/llm/argument/rlhf_args.py:260-267), and its liger path
     skips OVERLONG_FILTER's mask (grpo_trainer.py:1136-1145 against :1344-1372)."""
-    on = lambda key: (r.raw(key) or "").lower() in ("true", "1")  # noqa: E731
-    return not (r.is_set("DELTA") or on("PADDING_FREE") or on("OVERLONG_FILTER")
-                or int(r.raw("SEQUENCE_PARALLEL_SIZE") or 1) > 1)  # fmt: skip
+    a = r.trainer_args
+    return a.delta is None and not a.padding_free and not a.overlong_filter and a.sequence_parallel_size <= 1
 
 
 def _fastest(

@@ -90,6 +90,9 @@ def levers_chosen(*pairs: str, estimate) -> dict[str, str]:
         # OVERLONG_FILTER: ms-swift's liger path skips its mask, a different loss: never liger
         (("OVERLONG_FILTER=true",), levers(4.0, 1.2, 0.8, 0.8),
          {"PER_DEVICE_TRAIN_BATCH_SIZE": "8", "GRADIENT_CHECKPOINTING": "false"}),
+        # DELTA (two-sided clipping): ms-swift refuses it with liger
+        (("DELTA=2.0",), levers(4.0, 1.2, 0.8, 0.8),
+         {"PER_DEVICE_TRAIN_BATCH_SIZE": "8", "GRADIENT_CHECKPOINTING": "false"}),
     ],
 )  # fmt: skip
 def test_the_planner_turns_the_lever_with_the_least_predicted_time_that_fits(pairs, memory_model, expected):
