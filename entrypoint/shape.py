@@ -139,22 +139,11 @@ def choose(
         if fastest is not None:
             pd, ckpt, liger, why = fastest
             chosen = accumulate(pd, why)
-            if ckpt != w.gradient_checkpointing:
-                chosen.append(
-                    Choice(
-                        "GRADIENT_CHECKPOINTING",
-                        str(ckpt).lower(),
-                        f"the fastest shape that fits ({why.split(';')[0]})",
-                    )
-                )
-            if liger != w.liger:
-                chosen.append(
-                    Choice(
-                        "USE_LIGER_KERNEL",
-                        str(liger).lower(),
-                        f"the fastest shape that fits ({why.split(';')[0]})",
-                    )
-                )
+            lever_why = f"the fastest shape that fits ({why.split(';')[0]})"
+            if not r.is_set("GRADIENT_CHECKPOINTING"):
+                chosen.append(Choice("GRADIENT_CHECKPOINTING", str(ckpt).lower(), lever_why))
+            if not r.is_set("USE_LIGER_KERNEL"):
+                chosen.append(Choice("USE_LIGER_KERNEL", str(liger).lower(), lever_why))
             return chosen + out
     verdicts = []
     for pd in sorted(candidates, reverse=True):
@@ -229,7 +218,8 @@ def _fastest(
            f"predicted peak leaves at least {HEADROOM:.0%} free: {worst.peak_gib:.1f} of {worst.card_gib:.1f} GiB")  # fmt: skip
     own = [f for f in fits if f[1] == 0]
     if own and own[0] is not fits[0]:
-        why += f"; with the recipe's own levers, micro-batch {own[0][3]}: {own[0][7].seconds:.1f} s ({own[0][7].render()})"
+        why += (f"; without turning a lever (checkpointing and liger as the recipe or ms-swift has them), micro-batch "
+                f"{own[0][3]}: {own[0][7].seconds:.1f} s ({own[0][7].render()})")  # fmt: skip
     return pd, ckpt, liger, why
 
 

@@ -71,8 +71,10 @@ def levers(base: float, per_completion: float, no_checkpointing: float, liger: f
 
 
 def levers_chosen(*pairs: str, estimate) -> dict[str, str]:
+    """The micro-batch and the levers the planner turned (a lever it writes at its default is left out)."""
+    defaults = {"GRADIENT_CHECKPOINTING": "true", "USE_LIGER_KERNEL": "false"}
     return {k: v for k, v in chosen(*pairs, estimate=estimate).items()
-            if k in ("PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_CHECKPOINTING", "USE_LIGER_KERNEL")}  # fmt: skip
+            if k == "PER_DEVICE_TRAIN_BATCH_SIZE" or defaults.get(k, v) != v}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -108,7 +110,7 @@ def test_levers_are_chosen_only_where_they_were_measured():
     assert not keys & {"GRADIENT_CHECKPOINTING", "USE_LIGER_KERNEL"}
 
 
-def test_a_lever_s_reason_names_the_predicted_time_against_the_recipe_s_own_levers():
+def test_a_lever_s_reason_names_the_predicted_time_against_the_levers_left_alone():
     d, _ = draft_plan(*COUNTDOWN, inventory="1x4090-driver535")
     reasons = {
         c.key: c.reason for c in shape.choose(d.recipe, d.layout, budget_of(d), levers(4.0, 1.2, 0.8, 0.0))
@@ -117,9 +119,12 @@ def test_a_lever_s_reason_names_the_predicted_time_against_the_recipe_s_own_leve
     assert why.startswith("the least predicted training time per step, 1.1 s (4 x 0.27 s (plain))")
     assert "20.0 of 24.0 GiB" in why
     assert why.endswith(
-        "with the recipe's own levers, micro-batch 8: 2.0 s (4 x 0.50 s (plain, checkpointing))"
+        "without turning a lever (checkpointing and liger as the recipe or ms-swift has them), micro-batch 8: "
+        "2.0 s (4 x 0.50 s (plain, checkpointing))"
     )
     assert reasons["GRADIENT_CHECKPOINTING"].startswith("the fastest shape that fits")
+    # the lever it keeps is written and explained too
+    assert reasons["USE_LIGER_KERNEL"].startswith("the fastest shape that fits")
 
 
 def test_nothing_fits_gives_the_smallest_micro_batch():
