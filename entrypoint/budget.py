@@ -170,9 +170,10 @@ def deepspeed_stage(value: str, file_config: dict | None) -> tuple[int, bool, bo
 EXPANDABLE_SEGMENTS = "expandable_segments:True"
 
 
-def allocator(recipe: Recipe, layout: Layout) -> str | None:
-    """PYTORCH_CUDA_ALLOC_CONF the plan gives the trainer, None for torch's default: expandable segments for a
-    colocated trainer without sleep mode, unless a layer sets the variable. There one process holds vLLM's KV
+def allocator(recipe: Recipe, layout: Layout, sleep_level: int | None = None) -> str | None:
+    """PYTORCH_CUDA_ALLOC_CONF the planner gives the run (shape.choose), None for torch's default: expandable
+    segments for a colocated trainer without sleep mode (`sleep_level`, default the recipe's), unless a layer
+    sets the variable or AUTO_SHAPE=false. There one process holds vLLM's KV
     cache and the trainer's tensors, and torch's caching allocator keeps each freed block for a request of
     the same size: a longer batch of completions allocates the whole working set again beside the old one, a
     peak that grows in steps during a run (countdown-1x4090 on a 24 GiB card: 15.15 -> 19.32 GiB at its fourth

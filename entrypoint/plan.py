@@ -568,9 +568,6 @@ def _trainer_env(d: Draft) -> dict[str, str]:
     a = d.recipe.trainer_args
     if layout.mode == "colocate" and a.sleep_level >= 1:
         env["GRPO_RIG_VLLM_KEEP_POOLS"] = "1"
-    alloc = budget_mod.allocator(d.recipe, layout)
-    if alloc:  # one process, vLLM's cache and the trainer's tensors: budget.allocator says why
-        env["PYTORCH_CUDA_ALLOC_CONF"] = alloc
     if layout.mode == "colocate":
         env.update(_vllm_env(a.vllm_enforce_eager))
         env["GRPO_RIG_VLLM_INSPECT_HERE"] = "1"  # the engine starts in this process, after CUDA did

@@ -207,3 +207,22 @@ def test_vllm_share_is_sized_when_the_recipe_fixes_the_batch(fixed):
     assert plan.recipe.trainer_args.vllm_gpu_memory_utilization < 0.5
     assert not plan.recipe.source("PER_DEVICE_TRAIN_BATCH_SIZE").startswith("planner:")  # the user's batch
     assert not [p for p in plan.problems if p.fatal]
+
+
+def test_a_colocated_trainer_without_sleep_mode_gets_expandable_segments_with_the_reason():
+    """Issue 28: torch's caching allocator grew the colocated peak by whole working sets during a run; the
+    planner writes expandable segments where vLLM's sleep-mode pool does not forbid them, and keeps a value
+    any layer sets (budget.allocator)."""
+    key = "PYTORCH_CUDA_ALLOC_CONF"
+    plan = build_plan(*COUNTDOWN, inventory="1x4090-driver535")
+    (trainer,) = plan.processes
+    assert trainer.env[key] == "expandable_segments:True"
+    assert plan.recipe.source(key).startswith(
+        "planner: vLLM's KV cache and the trainer's tensors share one process"
+    )
+    for pairs in (("SLEEP_LEVEL=1",), ("AUTO_SHAPE=false",)):
+        assert key not in build_plan(*COUNTDOWN, *pairs, inventory="1x4090-driver535").processes[0].env, pairs
+    mine = build_plan(*COUNTDOWN, f"{key}=garbage_collection_threshold:0.6", inventory="1x4090-driver535")
+    assert mine.processes[0].env[key] == "garbage_collection_threshold:0.6"
+    server = build_plan("recipe=smoke-server", inventory="2x4090-driver535")
+    assert all(key not in p.env for p in server.processes)
