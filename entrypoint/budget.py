@@ -181,11 +181,10 @@ def allocator(recipe: Recipe, layout: Layout, sleep_level: int | None = None) ->
     PYTORCH_CUDA_ALLOC_CONF"): the same run without gradient checkpointing peaked flat at 17.26 -> 17.42 GiB
     instead of 21.11 (docs/benchmarks/raw/h200-2026-12-02-lease5/). vLLM's sleep mode allocates through its
     own memory pool, which refuses expandable segments (vllm 0.8.5.post1 device_allocator/cumem.py:146)."""
-    if (
-        recipe.is_set("PYTORCH_CUDA_ALLOC_CONF")
-        or layout.mode != "colocate"
-        or recipe.trainer_args.sleep_level >= 1
-    ):
+    sleep = recipe.trainer_args.sleep_level if sleep_level is None else sleep_level
+    if not recipe.settings.AUTO_SHAPE or recipe.is_set("PYTORCH_CUDA_ALLOC_CONF"):
+        return None
+    if layout.mode != "colocate" or sleep >= 1:
         return None
     return EXPANDABLE_SEGMENTS
 

@@ -220,7 +220,8 @@ def test_a_colocated_trainer_without_sleep_mode_gets_expandable_segments_with_th
     assert plan.recipe.source(key).startswith(
         "planner: vLLM's KV cache and the trainer's tensors share one process"
     )
-    for pairs in (("SLEEP_LEVEL=1",), ("AUTO_SHAPE=false",)):
+    # OFFLOAD_MODEL: the planner itself chooses SLEEP_LEVEL=1, whose memory pool refuses expandable segments
+    for pairs in (("SLEEP_LEVEL=1",), ("AUTO_SHAPE=false",), ("OFFLOAD_MODEL=true",)):
         assert key not in build_plan(*COUNTDOWN, *pairs, inventory="1x4090-driver535").processes[0].env, pairs
     mine = build_plan(*COUNTDOWN, f"{key}=garbage_collection_threshold:0.6", inventory="1x4090-driver535")
     assert mine.processes[0].env[key] == "garbage_collection_threshold:0.6"
