@@ -286,6 +286,22 @@ def _count_gc():
     gc.callbacks.append(callback)
 
 
+def _once_built(cls, then, what):
+    """Wrap cls.__init__ so that `then(self)` runs once the object is built; a failure of `then` is said as
+    "`what` not installed", never raised (a hook must never take the trainer down)."""
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        try:
+            then(self)
+        except Exception as exc:
+            _say(f"{what} not installed: {exc!r}")
+
+    cls.__init__ = __init__
+
+
 def _phase(phase, count=None):
     def make_row(self, args, seconds):
         state = getattr(self, "state", None)
@@ -462,16 +478,11 @@ def _final_outputs_only(v1_llm_engine):
 def _freeze_startup_heap(grpo):
     import gc
 
-    cls = grpo.GRPOTrainer
-    original = cls.__init__
-
-    @functools.wraps(original)
-    def __init__(self, *args, **kwargs):
-        original(self, *args, **kwargs)
+    def freeze(trainer):
         gc.collect()
         gc.freeze()
 
-    cls.__init__ = __init__
+    _once_built(grpo.GRPOTrainer, freeze, "start-up heap freeze")
 
 
 # --- the weight-sync probe -------------------------------------------------------------------------
@@ -617,18 +628,7 @@ def _guard_rewards(trainer):
 
 
 def _check_rewards(grpo):
-    cls = grpo.GRPOTrainer
-    init = cls.__init__
-
-    @functools.wraps(init)
-    def __init__(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        try:
-            _guard_rewards(self)
-        except Exception as exc:  # the check must never take the trainer down
-            _say(f"reward check not installed: {exc!r}")
-
-    cls.__init__ = __init__
+    _once_built(grpo.GRPOTrainer, _guard_rewards, "reward check")
 
 
 # --- import hooks ----------------------------------------------------------------------------------
