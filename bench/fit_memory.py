@@ -139,9 +139,9 @@ def run_measurement(run: Path, name: str, model: str = "Qwen/Qwen2.5-0.5B-Instru
     return m
 
 
-def colocate_prediction(m: dict, coef: dict | None = None) -> float:
-    """The planner's card-level peak (GiB) for a measured colocate configuration: countdown-1x4090 with
-    the measurement's explicit shape, on an H200 capped at the measurement's card size."""
+def planned_run(m: dict) -> plan.Plan:
+    """The planner's plan of a measured colocate configuration: countdown-1x4090 with the measurement's
+    explicit shape and levers, on an H200 capped at the measurement's card size."""
     pairs = [
         f"MODEL={m['model']}",
         "DATASET_GENERATOR=countdown",
@@ -157,7 +157,12 @@ def colocate_prediction(m: dict, coef: dict | None = None) -> float:
         f"USE_LIGER_KERNEL={str(m.get('use_liger_kernel', False)).lower()}",
         f"PYTORCH_CUDA_ALLOC_CONF={m.get('pytorch_cuda_alloc_conf') or 'expandable_segments:False'}",
     ]
-    planned = _planned("countdown-1x4090", pairs, 1)
+    return _planned("countdown-1x4090", pairs, 1)
+
+
+def colocate_prediction(m: dict, coef: dict | None = None) -> float:
+    """The planner's card-level peak (GiB) for a measured colocate configuration (planned_run)."""
+    planned = planned_run(m)
     b = planned.budget
     (gpu0,) = budget.per_gpu(planned.layout, b.card, b.workload, b.colocate, 0.9, coef=coef)
     return gpu0.peak_gib

@@ -24,7 +24,7 @@ from scipy.optimize import lsq_linear
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from fit_memory import _planned, run_measurement  # noqa: E402
+from fit_memory import planned_run, run_measurement  # noqa: E402
 
 from entrypoint import speed  # noqa: E402
 
@@ -58,12 +58,7 @@ def point(run: Path) -> dict | None:
     seconds = micro_batch_seconds(events)
     if len(seconds) < 2:
         return None
-    pairs = [f"MODEL={m['model']}", "DATASET_GENERATOR=countdown", f"EMULATE_VRAM_GB={m['emulate_vram_gib']}",
-             f"PER_DEVICE_TRAIN_BATCH_SIZE={m['per_device_train_batch_size']}",
-             f"GRADIENT_ACCUMULATION_STEPS={m['gradient_accumulation_steps']}", "GENERATION_BATCH_SIZE=",
-             f"GRADIENT_CHECKPOINTING={str(m['gradient_checkpointing']).lower()}",
-             f"USE_LIGER_KERNEL={str(m['use_liger_kernel']).lower()}"]  # fmt: skip
-    w = _planned("countdown-1x4090", pairs, 1).budget.workload
+    w = planned_run(m).budget.workload
     return {
         "name": m["name"],
         "lever": speed.lever(w),
