@@ -4,7 +4,7 @@
 
 Each RUN_DIR is a bench/countdown_throughput.py run (manifest.json, events.jsonl; the raw copies under
 docs/benchmarks/raw/ will do). From the trainer's phase events (entrypoint/site/sitecustomize.py), after
-the first 2 rounds: every micro-batch's training seconds (a round's first micro-batch less the rollout it
+the first 2 rounds, for runs without sleep mode on one allocator (--allocator): every micro-batch's training seconds (a round's first micro-batch less the rollout it
 holds), their median per run. Per lever (speed.LEVERS) a base and a per-1000-token slope, least squares
 with the slope >= 0. Writes docs/benchmarks/speed-calibration.json (the points, each with the fitted
 prediction) and entrypoint/data/speed_coefficients.json; prints each point.
@@ -50,10 +50,12 @@ def micro_batch_seconds(events: list[dict]) -> list[float]:
     return out
 
 
-def point(run: Path) -> dict | None:
+def point(run: Path, allocator: str = "") -> dict | None:
+    """A run's median micro-batch seconds and what they were measured at; None for a run with sleep mode (it
+    adds its own seconds) or another allocator than `allocator` (its PYTORCH_CUDA_ALLOC_CONF, "": torch's)."""
     m = run_measurement(run.resolve(), run.name)
-    if m is None or m["sleep_level"] != 0 or m.get("pytorch_cuda_alloc_conf"):
-        return None  # sleep mode adds its own seconds; the allocator lever is measured, not modelled
+    if m is None or m["sleep_level"] != 0 or m.get("pytorch_cuda_alloc_conf", "") != allocator:
+        return None
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if line.strip()]
     seconds = micro_batch_seconds(events)
     if len(seconds) < 2:
@@ -73,8 +75,12 @@ def point(run: Path) -> dict | None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs", type=Path, nargs="+")
+    p.add_argument("--allocator", default="", metavar="CONF",
+                   help="fit the runs with this PYTORCH_CUDA_ALLOC_CONF (default: none, torch's own allocator)")  # fmt: skip
     args = p.parse_args()
-    points = [pt for pt in (point(r) for r in args.runs if (r / "events.jsonl").exists()) if pt]
+    points = [
+        pt for pt in (point(r, args.allocator) for r in args.runs if (r / "events.jsonl").exists()) if pt
+    ]
     coef = {}
     for name in speed.LEVERS:
         mine = [pt for pt in points if pt["lever"] == name]

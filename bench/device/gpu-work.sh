@@ -134,7 +134,7 @@ if [ "${GPU_WORK:-all}" = final ]; then
     > "$W/sweep.log" 2>&1
   step "sweep: $(grep -c '^' "$W/sweep.log") configurations; refit"
   python3 bench/fit_memory.py --runs "$W"/sweep/runs/*/ > "$W/fit-memory.log" 2>&1
-  python3 bench/fit_speed.py "$W"/sweep/runs/*/ > "$W/fit-speed.log" 2>&1
+  python3 bench/fit_speed.py --allocator expandable_segments:True "$W"/sweep/runs/*/ > "$W/fit-speed.log" 2>&1
   tail -2 "$W/fit-memory.log" "$W/fit-speed.log" | tee -a "$W/progress.log"
   cp entrypoint/data/memory_coefficients.json entrypoint/data/speed_coefficients.json docs/benchmarks/memory-calibration.json \
     docs/benchmarks/speed-calibration.json "$W/"
