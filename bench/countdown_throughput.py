@@ -76,6 +76,10 @@ CONFIGS.update({
     "lever: expandable segments without gradient checkpointing": lever(
         gradient_checkpointing="false", pytorch_cuda_alloc_conf="expandable_segments:True"
     ),
+    # the planner's allocator choice undone (budget.allocator leaves a set PYTORCH_CUDA_ALLOC_CONF alone)
+    "lever: torch's allocator without gradient checkpointing": lever(
+        gradient_checkpointing="false", pytorch_cuda_alloc_conf="expandable_segments:False"
+    ),
     "lever: liger fused loss at micro-batch 16": lever(use_liger_kernel="true", **micro(16)),
     "lever: liger fused loss at micro-batch 32": lever(use_liger_kernel="true", **micro(32)),
     "lever: liger at micro-batch 8 without gradient checkpointing": lever(

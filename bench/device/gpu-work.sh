@@ -43,7 +43,7 @@ step() { echo "$(date -u +%T) $*" | tee -a "$W/progress.log"; }
 # names others; then the work is done
 bench_alone_then_done() {
   step "$1"
-  python3 bench/countdown_throughput.py --models "$W/models" --out "$W/bench" --steps 5 --warmup 2 \
+  python3 bench/countdown_throughput.py --models "$W/models" --out "$W/bench" --steps "${BENCH_STEPS:-5}" --warmup 2 \
     --only "${BENCH_ONLY:-$2}" ${BENCH_SET:+--set "$BENCH_SET"} > "$W/bench.log" 2>&1
   step "benchmark: $(grep -c '^' "$W/bench.log") configurations"
   touch "$W/DONE"; step "done"; exit 0
@@ -106,12 +106,13 @@ if [ "${GPU_WORK:-all}" = startup ]; then
     "countdown-1x4090 (shipped) cold caches,countdown-1x4090 (shipped),lever: gradient checkpointing off,lever: liger fused loss at micro-batch 16,lever: liger at micro-batch 16 without gradient checkpointing,seed 001 settings,countdown-1x4090 before"
 fi
 
-# py-spy (its wheel in .device/kit) samples the trainer of bench run $1 for 8 s once it has logged 2 steps:
+# py-spy (its wheel in .device/kit) samples the trainer of run $1 (under $W/$2, default bench) for 8 s once it
+# has logged 2 steps (--nonblocking: the trainer is never stopped):
 # where a decode step's seconds go, Python side (raw collapsed stacks, idle frames included)
 profile_trainer() {
   python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); n = [f for f in z.namelist() if f.endswith("/py-spy")][0]; open("/tmp/py-spy", "wb").write(z.read(n))' .device/kit/py_spy-*.whl && chmod +x /tmp/py-spy || return
   for _ in $(seq 200); do
-    [ "$(grep -c '"loss"' "$W/bench/runs/$1/train/logging.jsonl" 2>/dev/null)" -ge 2 ] 2>/dev/null && break; sleep 2
+    [ "$(grep -c '"loss"' "$W/${2:-bench}/runs/$1/train/logging.jsonl" 2>/dev/null)" -ge 2 ] 2>/dev/null && break; sleep 2
   done
   pid=$(pgrep -o -f 'swift/cli/rlhf.py') || return  # the oldest: the trainer, not its dataloader workers
   /tmp/py-spy record -p "$pid" -d 8 -r 200 --idle --nonblocking -f raw -o "$W/pyspy-$1.txt" > "$W/pyspy-$1.log" 2>&1
@@ -127,20 +128,26 @@ fi
 
 if [ "${GPU_WORK:-all}" = final ]; then
   # issue 28 in one lease: the levers measured under the current defaults (expandable segments, top-k
-  # first), both models refitted here from them, then the benchmark whose planner uses the refit
+  # first), both models refitted here from them (with the fourth lease's two sleep-mode runs: sleep mode has
+  # no lever of its own), then the benchmark whose planner uses the refit: shipped, seed, old shape, and the
+  # shipped checkpointing-off shape on torch's allocator last (what expandable segments cost in time, if
+  # anything). py-spy samples a sweep run, never the benchmark's.
   step "levers, alone on the GPU, NVML every 0.25 s"
+  profile_trainer lever-gradient-checkpointing-off sweep &
   python3 bench/countdown_throughput.py --models "$W/models" --out "$W/sweep" --steps 5 --warmup 2 \
     --set GPU_MONITOR_INTERVAL=0.25 --only "${SWEEP_ONLY:-lever: micro-batch 4,lever: micro-batch 16,lever: gradient checkpointing off,lever: gradient checkpointing off at micro-batch 4,lever: liger fused loss at micro-batch 16,lever: liger fused loss at micro-batch 32,lever: liger at micro-batch 8 without gradient checkpointing,lever: liger at micro-batch 16 without gradient checkpointing,lever: vLLM share 0.35}" \
     > "$W/sweep.log" 2>&1
   step "sweep: $(grep -c '^' "$W/sweep.log") configurations; refit"
-  python3 bench/fit_memory.py --runs "$W"/sweep/runs/*/ > "$W/fit-memory.log" 2>&1
+  lease4=docs/benchmarks/raw/h200-2026-12-02-lease4
+  python3 bench/fit_memory.py --runs "$W"/sweep/runs/*/ "$lease4/countdown-1x4090-before" "$lease4/lever-shipped--SLEEP-LEVEL-1-bench2" \
+    > "$W/fit-memory.log" 2>&1
   python3 bench/fit_speed.py --allocator expandable_segments:True "$W"/sweep/runs/*/ > "$W/fit-speed.log" 2>&1
   tail -2 "$W/fit-memory.log" "$W/fit-speed.log" | tee -a "$W/progress.log"
   cp entrypoint/data/memory_coefficients.json entrypoint/data/speed_coefficients.json docs/benchmarks/memory-calibration.json \
     docs/benchmarks/speed-calibration.json "$W/"
-  profile_trainer countdown-1x4090-shipped &
-  BENCH_SET=GPU_MONITOR_INTERVAL=0.25 bench_alone_then_done "the benchmark with the refitted planner, alone on the GPU" \
-    "countdown-1x4090 (shipped),seed 001 settings,countdown-1x4090 before,lever: gradient checkpointing off,lever: liger fused loss at micro-batch 32"
+  python3 -m entrypoint plan recipe=countdown-1x4090 "MODEL=$W/models/q05" DATASET_GENERATOR=countdown EMULATE_VRAM_GB=24 > "$W/plan-shipped.txt" 2>&1
+  BENCH_STEPS=6 BENCH_SET=GPU_MONITOR_INTERVAL=0.25 bench_alone_then_done "the benchmark with the refitted planner, alone on the GPU" \
+    "countdown-1x4090 (shipped),seed 001 settings,countdown-1x4090 before,lever: torch's allocator without gradient checkpointing"
 fi
 
 if [ "${GPU_WORK:-all}" = sweep ]; then
