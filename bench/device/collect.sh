@@ -4,6 +4,10 @@
 # weights) and print the progress log.
 set -u
 W=/tmp/work
+# a machine without gpu-work.sh's progress log 30 s on is a fresh one (the last was given back): say so
+# then instead of waiting out the deadline
+for _ in $(seq 30); do [ -e "$W/progress.log" ] && break; sleep 1; done
+[ -e "$W/progress.log" ] || { echo "no GPU work on this machine (a fresh one: the last was given back)"; exit 3; }
 deadline=$((SECONDS + ${1:-500}))
 until [ -e "$W/DONE" ] || { [ -n "${2:-}" ] && [ -e "$W/$2" ]; } || [ $SECONDS -ge $deadline ]; do sleep 5; done
 cat "$W/progress.log" 2>/dev/null

@@ -19,12 +19,11 @@
 #   side by side: the GPU learning benchmark (bench/learning.py, recipe arithmetic-gpu, vLLM colocated, then
 #   evaluate with vLLM) and the weight-sync GPU test (tests/gpu/test_weight_sync.py); then alone on the GPU
 #   the start-up and throughput benchmark (BENCH_ONLY configurations of bench/countdown_throughput.py).
-# GPU_WORK=final (issue 28): steps 1-2, the levers alone on the GPU under the current defaults, the memory and
-#   step-time models refitted there from them (bench/fit_memory.py --runs, bench/fit_speed.py), then the
-#   benchmark (shipped, seed, before, two levers) with the refitted planner; py-spy on the shipped trainer.
+# GPU_WORK=final (issue 28): steps 1-2, then the benchmark alone on the GPU with the committed planner: shipped,
+#   seed, before (6 steps each), then vLLM share 0.35; fits one call after the stack is unpacked (~8 minutes).
 # GPU_WORK=sampler (issue 28): steps 1-2, then bench/generation_sampler.py (vLLM alone: a decode step's parts).
-# GPU_WORK=sweep (issue 28): steps 1-2, then alone on the GPU every lever of bench/countdown_throughput.py at
-#   the shipped card shape, NVML sampled every 0.25 s, py-spy on the shipped run's trainer.
+# GPU_WORK=sweep (issue 28): steps 1-2, then alone on the GPU the levers the planner models, at the shipped
+#   card shape, NVML sampled every 0.25 s, py-spy on one lever's trainer (the calibration's runs).
 # GPU_WORK=startup (issues 24 and 28): steps 1-2, then alone on the GPU the start-up and throughput benchmark
 #   with issue 28's levers (BENCH_ONLY overrides the list).
 set -u
@@ -127,35 +126,21 @@ if [ "${GPU_WORK:-all}" = sampler ]; then
 fi
 
 if [ "${GPU_WORK:-all}" = final ]; then
-  # issue 28 in one lease: the levers measured under the current defaults (expandable segments, top-k
-  # first), both models refitted here from them (with the fourth lease's two sleep-mode runs: sleep mode has
-  # no lever of its own), then the benchmark whose planner uses the refit: shipped, seed, old shape, and the
-  # shipped checkpointing-off shape on torch's allocator last (what expandable segments cost in time, if
-  # anything). py-spy samples a sweep run, never the benchmark's.
-  step "levers, alone on the GPU, NVML every 0.25 s"
-  profile_trainer lever-gradient-checkpointing-off sweep &
-  python3 bench/countdown_throughput.py --models "$W/models" --out "$W/sweep" --steps 5 --warmup 2 \
-    --set GPU_MONITOR_INTERVAL=0.25 --only "${SWEEP_ONLY:-lever: micro-batch 4,lever: micro-batch 16,lever: gradient checkpointing off,lever: gradient checkpointing off at micro-batch 4,lever: liger fused loss at micro-batch 16,lever: liger fused loss at micro-batch 32,lever: liger at micro-batch 8 without gradient checkpointing,lever: liger at micro-batch 16 without gradient checkpointing,lever: vLLM share 0.35}" \
-    > "$W/sweep.log" 2>&1
-  step "sweep: $(grep -c '^' "$W/sweep.log") configurations; refit"
-  lease4=docs/benchmarks/raw/h200-2026-12-02-lease4
-  python3 bench/fit_memory.py --runs "$W"/sweep/runs/*/ "$lease4/countdown-1x4090-before" "$lease4/lever-shipped--SLEEP-LEVEL-1-bench2" \
-    > "$W/fit-memory.log" 2>&1
-  python3 bench/fit_speed.py --allocator expandable_segments:True "$W"/sweep/runs/*/ > "$W/fit-speed.log" 2>&1
-  tail -2 "$W/fit-memory.log" "$W/fit-speed.log" | tee -a "$W/progress.log"
-  cp entrypoint/data/memory_coefficients.json entrypoint/data/speed_coefficients.json docs/benchmarks/memory-calibration.json \
-    docs/benchmarks/speed-calibration.json "$W/"
+  # issue 28's benchmark in one call: the planner as committed (its memory and step-time models fitted to
+  # GPU_WORK=sweep's runs, docs/benchmarks/raw/h200-2026-12-02-lease6), the three runs the issue compares
+  # first, then vLLM's share (the one lever the sixth lease did not reach) should time remain
   python3 -m entrypoint plan recipe=countdown-1x4090 "MODEL=$W/models/q05" DATASET_GENERATOR=countdown EMULATE_VRAM_GB=24 > "$W/plan-shipped.txt" 2>&1
-  BENCH_STEPS=6 BENCH_SET=GPU_MONITOR_INTERVAL=0.25 bench_alone_then_done "the benchmark with the refitted planner, alone on the GPU" \
-    "countdown-1x4090 (shipped),seed 001 settings,countdown-1x4090 before,lever: torch's allocator without gradient checkpointing"
+  BENCH_STEPS=6 BENCH_SET=GPU_MONITOR_INTERVAL=0.25 bench_alone_then_done "issue 28's benchmark, alone on the GPU" \
+    "countdown-1x4090 (shipped),seed 001 settings,countdown-1x4090 before,lever: vLLM share 0.35"
 fi
 
 if [ "${GPU_WORK:-all}" = sweep ]; then
-  # issue 28's calibration: every lever alone on the GPU, NVML sampled every 0.25 s (a training phase's peak
-  # lasts about a second); the most informative first, should the lease end early
-  profile_trainer countdown-1x4090-shipped &
+  # issue 28's calibration: every lever alone on the GPU under the planner's defaults (expandable segments,
+  # top-k first), NVML every 0.25 s (a training phase's peak lasts about a second); py-spy samples one
+  # lever's trainer. Refit here with bench/fit_memory.py --runs and bench/fit_speed.py --allocator (README).
+  profile_trainer lever-gradient-checkpointing-off &
   BENCH_SET=${BENCH_SET:-GPU_MONITOR_INTERVAL=0.25} bench_alone_then_done "issue 28's levers, alone on the GPU" \
-    "countdown-1x4090 (shipped),lever: liger at micro-batch 16 without gradient checkpointing,lever: gradient checkpointing off,lever: liger fused loss at micro-batch 32,lever: liger at micro-batch 8 without gradient checkpointing,lever: expandable segments without gradient checkpointing,lever: gradient checkpointing off at micro-batch 4,lever: micro-batch 4,lever: micro-batch 16,lever: vLLM share 0.35,lever: shipped without prefix caching,lever: liger fused loss at micro-batch 16"
+    "lever: micro-batch 4,lever: micro-batch 16,lever: gradient checkpointing off,lever: gradient checkpointing off at micro-batch 4,lever: liger fused loss at micro-batch 16,lever: liger fused loss at micro-batch 32,lever: liger at micro-batch 8 without gradient checkpointing,lever: liger at micro-batch 16 without gradient checkpointing,lever: vLLM share 0.35"
 fi
 
 if [ "${GPU_WORK:-all}" = tests ]; then
