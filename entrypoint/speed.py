@@ -9,12 +9,12 @@ was measured on,
 with `lever` one of "plain", "plain, checkpointing", "liger", "liger, checkpointing" (liger's fused loss,
 gradient checkpointing). The coefficients are fitted by bench/fit_speed.py to the phase events of the
 throughput benchmark's lever runs (docs/benchmarks/speed-calibration.json; tests/test_speed.py checks every
-point): Qwen2.5-0.5B, countdown-1x4090's 32 completions per step, on the lent H200 capped at 24 GiB. There
-a micro-batch's time hardly depends on its size (the small model leaves the GPU waiting on kernel launches:
-0.42 s at micro-batch 1, 0.56 s at 8, 0.53 s at 16 with checkpointing), so fewer, larger micro-batches win;
-checkpointing recomputes each layer's forward (0.27 s instead of 0.53 s without it, at micro-batch 8);
-liger's fused loss computes the reference log-probs inside the training step and the loss a chunk at a
-time. On a slower card the per-token term grows; the ranking it gives (fewer micro-batches, no recompute
+point): Qwen2.5-0.5B, countdown-1x4090's 32 completions per step, on the lent H200 capped at 24 GiB, with
+the planner's expandable segments (sixth lease, docs/gpu-evidence.md). There a micro-batch's time hardly
+depends on its size (the small model leaves the GPU waiting on kernel launches: 0.37 s at micro-batch 4,
+0.41 s at 16 with checkpointing), so fewer, larger micro-batches win; checkpointing recomputes each
+layer's forward (0.22 s without it at micro-batch 8, 0.23 s with liger at 16); liger's fused loss computes
+the loss a chunk at a time. On a slower card the per-token term grows; the ranking it gives (fewer micro-batches, no recompute
 when memory allows) is the same. Generation (the vLLM round) is the same for every candidate and is not
 part of the choice.
 """
