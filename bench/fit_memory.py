@@ -44,14 +44,27 @@ COEFFICIENTS = ROOT / "entrypoint" / "data" / "memory_coefficients.json"
 # (DEFAULT_COEFFICIENTS in entrypoint/memory.py).
 FITTED = ("act_hidden", "logit_bytes", "overhead", "constant_gib")
 BOUNDS = ([0, 2, 1.0, 0.0], [80, 40, 1.6, 3.0])
-# colocate_expandable_factor stays 1.0 (memory.py) until runs with expandable segments measure every lever
-COLOCATE_FITTED = (
+# Two allocators, two sets of colocate coefficients, each fitted to its own runs (memory.py, "vLLM side"):
+# expandable segments (the planner's choice without sleep mode) and torch's default allocator (sleep mode,
+# or a recipe's own PYTORCH_CUDA_ALLOC_CONF), with the sleep-mode term; on torch's allocator the sleep-mode
+# runs, which the planner itself may choose, weigh twice the sleep-0 ones, a user's opt-out whose peaks
+# jump by whole working sets at steps that vary from run to run.
+EXPANDABLE_FITTED = (
     "colocate_logit_bytes",
     "colocate_liger_logit_bytes",
+    "colocate_activation_factor",
     "colocate_constant_gib",
+)
+TORCH_FITTED = (
+    "colocate_torch_logit_bytes",
+    "colocate_torch_liger_logit_bytes",
+    "colocate_torch_activation_factor",
+    "colocate_torch_constant_gib",
     "colocate_sleep_gib",
 )
-COLOCATE_BOUNDS = ([2.0, 1.0, -2.0, -3.0], [40.0, 30.0, 8.0, 4.0])
+REGIME_BOUNDS = ([1.0, 1.0, 0.5, -2.0], [80.0, 80.0, 5.0, 8.0])
+SLEEP_BOUNDS = (-3.0, 6.0)
+SLEEP_WEIGHT = 2.0
 # what a lever run's manifest says, and its value when the recipe leaves it to ms-swift
 RUN_KEYS = {
     "PER_DEVICE_TRAIN_BATCH_SIZE": ("per_device_train_batch_size", int, 1),
@@ -139,6 +152,11 @@ def run_measurement(run: Path, name: str, model: str = "Qwen/Qwen2.5-0.5B-Instru
     return m
 
 
+def expandable(m: dict) -> bool:
+    """Whether a measured run's trainer had expandable segments."""
+    return "expandable_segments:True" in (m.get("pytorch_cuda_alloc_conf") or "")
+
+
 def planned_run(m: dict) -> plan.Plan:
     """The planner's plan of a measured colocate configuration: countdown-1x4090 with the measurement's
     explicit shape and levers, on an H200 capped at the measurement's card size."""
@@ -221,23 +239,35 @@ def main() -> None:
     }
 
     colocated = [m for m in data.get("colocate_measurements", []) if m.get("measured_nvml_gib")]
-    if len(colocated) >= len(COLOCATE_FITTED):
+    out["colocate_max_abs_error"] = {}
+    for regime, names, bounds in (
+        ("expandable segments", EXPANDABLE_FITTED, REGIME_BOUNDS),
+        ("torch's allocator", TORCH_FITTED, ([*REGIME_BOUNDS[0], SLEEP_BOUNDS[0]], [*REGIME_BOUNDS[1], SLEEP_BOUNDS[1]])),
+    ):  # fmt: skip
+        runs = [m for m in colocated if expandable(m) == (regime == "expandable segments")]
+        if len(runs) < len(names):
+            print(
+                f"{regime}: {len(runs)} measurements, fewer than the {len(names)} needed; kept the defaults"
+            )
+            continue
+        weights = [SLEEP_WEIGHT if m["sleep_level"] >= 1 else 1.0 for m in runs]
 
-        def colocate_residuals(x):
-            c = {**coef, **dict(zip(COLOCATE_FITTED, x, strict=True))}
-            return [colocate_prediction(m, c) / m["measured_nvml_gib"] - 1 for m in colocated]
+        def colocate_residuals(x, runs=runs, names=names):
+            c = {**coef, **dict(zip(names, x, strict=True))}
+            return [colocate_prediction(m, c) / m["measured_nvml_gib"] - 1 for m in runs]
 
-        x = _fit(colocate_residuals, [coef[k] for k in COLOCATE_FITTED], COLOCATE_BOUNDS)
-        coef.update({k: round(float(v), 4) for k, v in zip(COLOCATE_FITTED, x, strict=True)})
-        errors = colocate_residuals([coef[k] for k in COLOCATE_FITTED])
-        for m, e in zip(colocated, errors, strict=True):
-            print(f"{m['name']:44s} NVML {m['measured_nvml_gib']:6.2f} GiB  error {e:+.1%}")
-        out["colocate_max_abs_error"] = round(float(np.max(np.abs(errors))), 4)
-    else:
-        print(
-            f"colocate: {len(colocated)} measurements, fewer than the {len(COLOCATE_FITTED)} needed; kept the defaults"
-        )
-    out["coefficients"] = {k: coef[k] for k in (*FITTED, *COLOCATE_FITTED)}
+        def weighted(x, weights=weights, residuals=colocate_residuals):
+            return [w * r for w, r in zip(weights, residuals(x), strict=True)]
+
+        x = _fit(weighted, [coef[k] for k in names], bounds)
+        coef.update({k: round(float(v), 4) for k, v in zip(names, x, strict=True)})
+        errors = colocate_residuals([coef[k] for k in names])
+        for m, e in zip(runs, errors, strict=True):
+            print(
+                f"{regime:20s} {m.get('source', m['name']).removeprefix('docs/benchmarks/raw/h200-2026-12-02-'):72s} NVML {m['measured_nvml_gib']:6.2f} GiB  error {e:+.1%}"
+            )
+        out["colocate_max_abs_error"][regime] = round(float(np.max(np.abs(errors))), 4)
+    out["coefficients"] = {k: coef[k] for k in (*FITTED, *EXPANDABLE_FITTED, *TORCH_FITTED)}
     COEFFICIENTS.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out))
     print(f"wrote {COEFFICIENTS}")

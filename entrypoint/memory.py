@@ -21,12 +21,13 @@ The coefficients of activations, logits, OVERHEAD and CONSTANT are fitted to mea
 ms-swift 3.6.4 GRPO runs on an H200 (docs/benchmarks/memory-calibration.json, fitted by
 bench/fit_memory.py); tests/test_memory.py checks every measurement is within 15 %.
 
-vLLM side, colocated (what NVML sees on the card, sleep level 0 unless said), three parts with a meaning:
+vLLM side, colocated (what NVML sees on the card, sleep level 0 unless said), three parts with a meaning,
+with one set of coefficients per allocator (colocate_* with expandable segments, colocate_torch_* without):
 
     card peak = VLLM_GPU_MEMORY_UTILIZATION x card                                    "vLLM"
-                + [colocate_expandable_factor x] (optimizer + activations
-                  + colocate_[liger_]logit_bytes x micro-batch x completion x vocabulary)   "training"
-                + colocate_constant_gib [+ colocate_sleep_gib, SLEEP_LEVEL >= 1]           "graphs, sampler"
+                + optimizer + activations [x activation_factor, without checkpointing]
+                  + [liger_]logit_bytes x micro-batch x completion x vocabulary             "training"
+                + constant_gib [+ colocate_sleep_gib, SLEEP_LEVEL >= 1]                     "graphs, sampler"
 
 - "vLLM": vLLM's V1 engine sizes itself so that the whole process holds utilization x card once its KV
   cache is allocated: the CUDA context and the trainer's weights, already there, count against that share,
@@ -35,20 +36,26 @@ vLLM side, colocated (what NVML sees on the card, sleep level 0 unless said), th
   to 21.80 GiB, 1.03 GiB per GiB of share (docs/benchmarks/raw/h200-2026-12-02-lease5/).
 - "training": what a training step adds on top: gradients and optimizer states, activations (the trainer
   side above, whose weights vLLM's share already counts) and the logits as they land on the card, with
-  their own bytes per entry: the policy's logits, the reference model's beside them and the allocator's
-  second working set (23 bytes fitted; 10 with liger's fused loss, whose reference logits remain). The same
-  process holds vLLM's KV cache and the trainer's tensors, and torch's caching
-  allocator keeps a freed block for a same-size request: when a longer batch of completions arrives, the
-  working set is allocated again beside the old one (the peak of countdown-1x4090 went 15.15 -> 19.32 GiB
-  at its fourth step, the second working set of logits; with PYTORCH_CUDA_ALLOC_CONF=expandable_segments
-  it stays flat, 17.26 -> 17.42 GiB, without gradient checkpointing). Fitted over 5-step runs.
-- "graphs, sampler": what vLLM allocates outside its budget (CUDA graphs: 0.09 GiB captured for 7 sizes)
-  and the rest of the fit: over the 2026-12-02 lever runs the fit puts 3.8 GiB here, far more than the
-  graphs, the intercept of one linear model over peaks that grow by whole working sets (16 % its largest
-  error, tests/test_memory.py); runs with expandable segments are to tell the parts apart. With sleep mode,
-  ms-swift 3.6.4 empties torch's cache after vLLM sleeps but not before it wakes up (grpo_trainer.py:799-
-  851), so the trainer's cached memory and vLLM's pool meet on the card at the next wake-up: SLEEP_LEVEL=1
-  saves no peak memory without OFFLOAD_MODEL / OFFLOAD_OPTIMIZER, only time.
+  their own bytes per entry: the policy's logits and the reference model's beside them (liger's fused loss
+  drops the policy's, not the reference's). The same process holds vLLM's KV cache and the trainer's
+  tensors, and torch's default caching allocator keeps a freed block for a same-size request: when a longer
+  batch of completions arrives, the working set is allocated again beside the old one (countdown-1x4090
+  went 15.15 -> 19.32 GiB at its fourth step, lease5), at steps that vary from run to run. Fitted: 32 bytes
+  per entry on torch's allocator, 18 with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which the
+  planner sets without sleep mode (budget.allocator), and whose peak stays flat; 11 and 10 with liger.
+  Without gradient checkpointing a colocated step keeps 1.35x (1.14x) the activations the trainer-side
+  model, fitted on HF-generation runs, predicts.
+- "graphs, sampler": what vLLM allocates outside its budget (CUDA graphs: 0.09 GiB captured for 7 sizes;
+  the sampler's logits of a decode step): 0.19 GiB fitted with expandable segments; 3.1 GiB on torch's
+  allocator, whose cached blocks sit here too. With sleep mode, ms-swift 3.6.4 empties torch's cache after
+  vLLM sleeps but not before it wakes up (grpo_trainer.py:799-851), so the trainer's cached memory and
+  vLLM's pool meet on the card at the next wake-up: -1.5 GiB fitted against torch's allocator awake, so
+  SLEEP_LEVEL=1 saves little peak memory without OFFLOAD_MODEL / OFFLOAD_OPTIMIZER, and its pool refuses
+  expandable segments (vllm 0.8.5.post1 device_allocator/cumem.py:146).
+Fitted by bench/fit_memory.py (data/memory_coefficients.json) to docs/benchmarks/memory-calibration.json:
+the runs the planner's own choices make (expandable segments; sleep mode) within 7 %, torch's allocator
+without sleep mode (a recipe's opt-out) within 16 % (tests/test_memory.py); run directories under
+docs/benchmarks/raw/ (lease4, lease5, lease6).
 vLLM refuses to start when its share leaves no room for one sequence of max_model_len in the KV cache
 (`kv_budget`).
 
@@ -94,13 +101,17 @@ DEFAULT_COEFFICIENTS = {
     "liger_logit_bytes": 4.0,  # the same with liger's fused loss: the reference model's bf16 logits / temperature
     "overhead": 1.10,  # allocator fragmentation / caching
     "constant_gib": 0.15,
-    # vLLM colocate, card level (data/memory_coefficients.json holds the fitted values; "vLLM side" above)
-    "colocate_logit_bytes": 20.0,  # on the card, per completion token x vocabulary entry, a second working set included
+    # vLLM colocate, card level (data/memory_coefficients.json holds the fitted values; "vLLM side" above),
+    # with expandable segments (the planner's choice without sleep mode) ...
+    "colocate_logit_bytes": 20.0,  # on the card, per completion token x vocabulary entry
     "colocate_liger_logit_bytes": 8.0,  # the same with liger's fused loss (the reference model's logits)
-    # the training part with expandable segments (no second working set): 0.64 on the one run measured so
-    # far (lever-expandable-segments-without-gradient-checkpointing); 1.0, no saving, until every lever is
-    "colocate_expandable_factor": 1.0,
+    "colocate_activation_factor": 1.0,  # activations without checkpointing, against the trainer-side model
     "colocate_constant_gib": 0.5,
+    # ... and with torch's default allocator (sleep mode, or the recipe's own PYTORCH_CUDA_ALLOC_CONF)
+    "colocate_torch_logit_bytes": 20.0,
+    "colocate_torch_liger_logit_bytes": 8.0,
+    "colocate_torch_activation_factor": 1.0,
+    "colocate_torch_constant_gib": 0.5,
     "colocate_sleep_gib": 0.0,
 }
 
@@ -209,6 +220,7 @@ class TrainingEstimate:
     resident: float  # held between phases (weights, reference, optimizer states)
     peak: float  # torch max reserved, GiB
     logit_entries: float = 0.0  # completion tokens x vocabulary of one micro-batch, in units of 2**30
+    checkpointed: bool = True  # gradient checkpointing: `activations` are the stored layer inputs
 
     def components(self) -> dict[str, float]:
         return {k: round(v, 2) for k, v in dataclasses.asdict(self).items()}
@@ -269,6 +281,7 @@ def estimate_training(w: Workload, coef: Mapping[str, float] | None = None) -> T
         resident=(weights + states) / GIB,
         peak=peak,
         logit_entries=w.per_device * w.completion_tokens * w.dims.vocab / GIB,
+        checkpointed=w.gradient_checkpointing,
     )
 
 
@@ -294,13 +307,13 @@ def colocate_peak(
     share = v.utilization * card_gib
     if not calibrated:  # a model larger than any measured one: no fitted terms
         return {"vLLM": share, "training": train.peak - train.weights, "graphs, sampler": 0.0}
-    logits = train.logit_entries * c["colocate_liger_logit_bytes" if v.liger else "colocate_logit_bytes"]
-    working = train.optimizer + train.activations + logits
+    k = "colocate_" if v.expandable else "colocate_torch_"  # the allocator's own coefficients
+    logits = train.logit_entries * c[f"{k}liger_logit_bytes" if v.liger else f"{k}logit_bytes"]
+    activations = train.activations * (1.0 if train.checkpointed else c[f"{k}activation_factor"])
     return {
         "vLLM": share,
-        "training": (c["colocate_expandable_factor"] if v.expandable else 1.0) * working,
-        "graphs, sampler": c["colocate_constant_gib"]
-        + (c["colocate_sleep_gib"] if v.sleep_level >= 1 else 0.0),
+        "training": train.optimizer + activations + logits,
+        "graphs, sampler": c[f"{k}constant_gib"] + (c["colocate_sleep_gib"] if v.sleep_level >= 1 else 0.0),
     }
 
 

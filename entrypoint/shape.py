@@ -17,10 +17,10 @@ recipe does not set them, `choose` picks (AUTO_SHAPE=true, the default):
   training.
 - ROLLOUT_GPU_MEMORY_UTILIZATION (a rollout server on this node): the largest share that leaves 10 % of its
   card free beside the CUDA context (0.82 on a 24 GiB card; ms-swift's default 0.9 leaves 8 %).
-- SLEEP_LEVEL (colocate): 0. In ms-swift 3.6.4 sleeping saves no peak memory unless the model or the
-  optimizer is offloaded (memory.py, "vLLM side"): at micro-batch 8 on a 24 GiB card it peaked 3.5 GiB
-  higher than without (18.9 against 15.4 GiB, docs/benchmarks/memory-calibration.json), and every step
-  pays for the offload and the reload.
+- SLEEP_LEVEL (colocate): 0. In ms-swift 3.6.4 sleeping saves little peak memory unless the model or the
+  optimizer is offloaded (memory.py, "vLLM side"): at micro-batch 8 on a 24 GiB card, torch's allocator,
+  18.7 GiB asleep against 19.4 awake (docs/benchmarks/raw/h200-2026-12-02-lease4); it rules out expandable
+  segments, which hold the logits at about half the bytes, and every step pays for the offload and the reload.
   With OFFLOAD_MODEL or OFFLOAD_OPTIMIZER set, 1.
 
 Values the recipe sets (in any layer) are never changed. With AUTO_SHAPE=false, or when the memory
@@ -343,9 +343,10 @@ def _vllm_share(
                 str(sleep),
                 "offload is on: vLLM sleeps while the model and optimizer are away"
                 if offload
-                else "sleeping saves no peak memory without offload in ms-swift 3.6.4 (torch's cache and vLLM's "
-                "pool meet at the next wake-up; measured: +1.9 GiB, docs/benchmarks/memory-calibration.json) and "
-                "costs the offload and reload of vLLM every step",
+                else "sleeping saves little peak memory without offload in ms-swift 3.6.4 (torch's cache and "
+                "vLLM's pool meet at the next wake-up; measured at 8 x 4 on torch's allocator: 18.7 GiB asleep, "
+                "19.4 awake, docs/benchmarks/raw/h200-2026-12-02-lease4), rules out expandable segments (vLLM's "
+                "sleep-mode pool refuses them) and costs the offload and reload of vLLM every step",
             )
         )
     alloc = budget_allocator(r, layout, sleep)
@@ -353,8 +354,10 @@ def _vllm_share(
         out.append(Choice("PYTORCH_CUDA_ALLOC_CONF", alloc,
                           "vLLM's KV cache and the trainer's tensors share one process: torch's caching allocator "
                           "would grow the peak by whole working sets as longer batches arrive (measured: 15.2 -> 19.3 "
-                          "GiB at the fourth step of countdown-1x4090), expandable segments grow one mapping "
-                          "(budget.allocator)"))  # fmt: skip
+                          "GiB at the fourth step of countdown-1x4090), expandable segments grow one mapping ("
+                          f"{memory.coefficients()['colocate_logit_bytes']:.0f} bytes per logit entry on the card "
+                          f"against {memory.coefficients()['colocate_torch_logit_bytes']:.0f}, fitted: "
+                          "docs/benchmarks/memory-calibration.json; budget.allocator)"))  # fmt: skip
     return dataclasses.replace(
         current, utilization=util, sleep_level=sleep, expandable=bool(alloc) or current.expandable
     ), out

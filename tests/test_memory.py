@@ -184,30 +184,48 @@ def test_calibration_measurements_are_committed_and_the_planner_is_within_15_per
         assert predicted == pytest.approx(m["measured_reserved_gib"], rel=0.15), m["name"]
 
 
-def test_vllm_colocate_lever_calibration_card_peaks_within_16_percent():
+def test_vllm_colocate_lever_calibration_card_peaks_within_10_percent_where_the_planner_chooses():
     """Real vLLM 0.8.5.post1 colocate runs on a 24 GiB-capped H200 (NVML every 0.25 s, the run's own
     processes), issue 28's levers: micro-batch 4 to 32, gradient checkpointing on and off, liger's fused loss,
-    vLLM's share, sleep mode. With torch's default allocator the peak grows by whole working sets at steps
-    that depend on the batch (memory.py, "vLLM side"): 16 % is what one linear model reaches over them (issue
-    28 asks 10 %; expandable segments, now the default, are measured next). A run with expandable segments
-    is predicted as if it had none: never under."""
+    vLLM's share, sleep mode. Issue 28 asks 10 %: every run on what the planner itself chooses (expandable
+    segments without sleep mode; torch's allocator, which sleep mode requires) is within it. On torch's
+    allocator without sleep mode, a recipe's own opt-out, the peak grows by whole working sets at steps
+    that vary from run to run (memory.py, "vLLM side"): 16 %."""
     sys.path.insert(0, str(ROOT))
-    from bench.fit_memory import colocate_prediction
+    from bench.fit_memory import colocate_prediction, expandable
 
     data = json.loads(CALIBRATION.read_text())
     measured = [m for m in data["colocate_measurements"] if m.get("measured_nvml_gib")]
-    assert len(measured) >= 12
-    assert {m["sleep_level"] for m in measured} == {0, 1}
-    assert {m["per_device_train_batch_size"] for m in measured} >= {4, 8, 16, 32}
-    assert {(m["gradient_checkpointing"], m["use_liger_kernel"]) for m in measured} == {
-        (True, False), (False, False), (True, True), (False, True)}  # fmt: skip
+    chosen = [m for m in measured if expandable(m) or m["sleep_level"] >= 1]
+    assert len(chosen) >= 10 and len(measured) - len(chosen) >= 10
+    assert {m["sleep_level"] for m in chosen} == {0, 1}
+    for runs in (chosen, [m for m in measured if not expandable(m)]):
+        assert {m["per_device_train_batch_size"] for m in runs} >= {4, 8, 16, 32}
+        assert {(m["gradient_checkpointing"], m["use_liger_kernel"]) for m in runs if m["sleep_level"] == 0} == {
+            (True, False), (False, False), (True, True), (False, True)}  # fmt: skip
     assert len({m["vllm_gpu_memory_utilization"] for m in measured}) >= 2
     for m in measured:
-        predicted = colocate_prediction(m)
-        if "expandable_segments:True" in m["pytorch_cuda_alloc_conf"]:
-            assert predicted >= m["measured_nvml_gib"], m["name"]
-        else:
-            assert predicted == pytest.approx(m["measured_nvml_gib"], rel=0.16), m["name"]
+        bound = 0.10 if m in chosen else 0.16
+        assert colocate_prediction(m) == pytest.approx(m["measured_nvml_gib"], rel=bound), m["source"]
+
+
+def test_expandable_segments_shrink_the_predicted_training_part():
+    """What the fit says the planner's allocator choice buys: fewer bytes per logit entry on the card (no
+    second working set), and the same measured workload (checkpointing off, 8 x 4, 24 GiB card) predicted
+    over 2 GiB lower with expandable segments than on torch's allocator."""
+    sys.path.insert(0, str(ROOT))
+    from bench.fit_memory import colocate_prediction, expandable
+
+    c = memory.coefficients()
+    assert c["colocate_logit_bytes"] < 0.8 * c["colocate_torch_logit_bytes"]
+    data = json.loads(CALIBRATION.read_text())
+    m = next(
+        m
+        for m in data["colocate_measurements"]
+        if m["source"].endswith("lease6/lever-gradient-checkpointing-off")
+    )
+    assert expandable(m)
+    assert colocate_prediction(m) < colocate_prediction({**m, "pytorch_cuda_alloc_conf": ""}) - 2.0
 
 
 def test_emulate_vram_hook_caps_torch_when_cuda_initialises():
@@ -362,16 +380,22 @@ def test_an_oom_fix_names_the_largest_shape_that_fits_and_following_it_fits():
     plan = build_plan(*OOM_15B, *closed, inventory="1x4090-driver535")
     (oom,) = memory_problems(plan)
     assert "0.3-0.4" not in oom.fix and "VLLM_GPU_MEMORY_UTILIZATION=0.4" not in oom.fix
-    assert oom.fix.startswith(
-        "write PER_DEVICE_TRAIN_BATCH_SIZE=2 GRADIENT_ACCUMULATION_STEPS=8: the largest"
+    named = re.match(
+        r"write PER_DEVICE_TRAIN_BATCH_SIZE=(\d+) GRADIENT_ACCUMULATION_STEPS=(\d+): the largest", oom.fix
     )
+    assert named, oom.fix
+    micro, accumulation = int(named[1]), int(named[2])
+    assert micro * accumulation == 16 and micro < 8  # 8 is what did not fit
     assert "the same 16 completions per optimizer step" in oom.fix
     assert (
         "set GENERATION_BATCH_SIZE=16, drop PER_DEVICE_TRAIN_BATCH_SIZE and GRADIENT_ACCUMULATION_STEPS"
         in oom.fix
     )
-    written = build_plan(*OOM_15B, "VLLM_GPU_MEMORY_UTILIZATION=0.4", "PER_DEVICE_TRAIN_BATCH_SIZE=2",
-                         "GRADIENT_ACCUMULATION_STEPS=8", inventory="1x4090-driver535")  # fmt: skip
+    written = build_plan(*OOM_15B, "VLLM_GPU_MEMORY_UTILIZATION=0.4", f"PER_DEVICE_TRAIN_BATCH_SIZE={micro}",
+                         f"GRADIENT_ACCUMULATION_STEPS={accumulation}", inventory="1x4090-driver535")  # fmt: skip
+    larger = build_plan(*OOM_15B, "VLLM_GPU_MEMORY_UTILIZATION=0.4", f"PER_DEVICE_TRAIN_BATCH_SIZE={micro * 2}",
+                        f"GRADIENT_ACCUMULATION_STEPS={accumulation // 2}", inventory="1x4090-driver535")  # fmt: skip
+    assert memory_problems(larger), "the fix named a micro-batch smaller than the largest that fits"
     chosen = build_plan(*OOM_15B, "VLLM_GPU_MEMORY_UTILIZATION=0.4", "GENERATION_BATCH_SIZE=16",
                         inventory="1x4090-driver535")  # fmt: skip
     for fits in (written, chosen):

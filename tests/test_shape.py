@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from entrypoint import budget, memory, shape
+from entrypoint import budget, memory, shape, speed
 from tests.conftest import INVENTORIES, build_plan, clean_env, draft_plan, run_cli
 
 COUNTDOWN = ("recipe=countdown-1x4090",)
@@ -77,6 +77,18 @@ def levers_chosen(*pairs: str, estimate) -> dict[str, str]:
             if k == "PER_DEVICE_TRAIN_BATCH_SIZE" or defaults.get(k, v) != v}  # fmt: skip
 
 
+# The step-time model these cases are written against (the fifth lease's fit, in speed.py's form), so that a
+# refit of data/speed_coefficients.json moves the planner's choices, not these cases.
+STEP_TIMES = {"plain": (0.2695, 0.0), "plain, checkpointing": (0.4864, 0.0026), "liger": (0.372, 0.0),
+              "liger, checkpointing": (0.599, 0.0029)}  # fmt: skip
+
+
+@pytest.fixture
+def step_times(monkeypatch):
+    monkeypatch.setattr(speed, "coefficients", lambda: STEP_TIMES)
+
+
+@pytest.mark.usefixtures("step_times")
 @pytest.mark.parametrize(
     ("pairs", "memory_model", "expected"),
     [
@@ -110,6 +122,7 @@ def test_levers_are_chosen_only_where_they_were_measured():
     assert not keys & {"GRADIENT_CHECKPOINTING", "USE_LIGER_KERNEL"}
 
 
+@pytest.mark.usefixtures("step_times")
 def test_a_lever_s_reason_names_the_predicted_time_against_the_levers_left_alone():
     d, _ = draft_plan(*COUNTDOWN, inventory="1x4090-driver535")
     reasons = {
