@@ -441,7 +441,7 @@ def test_the_trainer_s_start_up_heap_is_frozen_once_it_is_built(site, monkeypatc
 
 
 @pytest.mark.slow  # imports vLLM (about 15 s on 2 cores)
-def test_top_k_first_masks_the_logits_exactly_as_vllm_s_sort_does(site):
+def test_top_k_first_masks_the_logits_exactly_as_vllm_s_sort_does(site, monkeypatch):
     """GRPO_RIG_VLLM_TOP_K_FIRST: vLLM 0.8.5's own apply_top_k_top_p and the top-k-first path give the same
     masked logits (so the same samples): random rows, ties at the k-th value, per-row k and p. A batch with a
     row whose ties run past the top k, or a row without top-k, goes to vLLM's sort."""
@@ -475,3 +475,17 @@ def test_top_k_first_masks_the_logits_exactly_as_vllm_s_sort_does(site):
         fast(logits.clone(), everything, p), ops.apply_top_k_top_p(logits.clone(), everything, p)
     )
     assert sorted_calls == [5, 5]
+    # the GPU's case: logits computed in bf16 tie often at the k-th value (a Qwen2.5-sized vocabulary)
+    bf16 = (torch.randn(32, 151936) * 3).to(torch.bfloat16).float()
+    k32, p32 = torch.full((32,), 50, dtype=torch.int32), torch.full((32,), 0.9)
+    threshold = bf16.sort(dim=1, descending=True).values[:, 49:50]
+    assert int(((bf16 >= threshold).sum(1) > 50).sum()) > 0  # rows whose ties run past the top 50
+    got = fast(bf16.clone(), k32.clone(), p32.clone())
+    assert sorted_calls == [5, 5]  # the top-k path still
+    # which of two tied tokens top-p drops at its boundary follows the sort's order of ties, which vLLM
+    # leaves to torch.sort (CPU: unstable); with a stable sort vLLM's result is defined, and is ours
+    unstable = torch.Tensor.sort
+    monkeypatch.setattr(
+        torch.Tensor, "sort", lambda self, *a, **kw: unstable(self, *a, **{**kw, "stable": True})
+    )
+    assert torch.equal(got, ops.apply_top_k_top_p(bf16.clone(), k32, p32))

@@ -66,9 +66,11 @@ GRPO_RIG_VLLM_TOP_K_FIRST=1: vLLM's top-k/top-p sampling without sorting the voc
     from the top k: the k-th largest logit is the threshold (ties with it kept, as vLLM keeps them), and
     top-p is applied to the survivors in vLLM's ascending order (softmax, cumulative sum, masked where it
     stays <= 1 - p, the largest always kept). The masked logits are vLLM's, so the same tokens are sampled
-    from the same random draws; rows whose ties run past the top k, rows without top-k and larger k take
-    vLLM's own path. Only the order among equal logits at the top-p boundary may differ, which vLLM leaves
-    to an unstable sort.
+    from the same random draws. It looks at twice the top k: logits computed in bf16 tie often at the k-th
+    value (with exactly k, the sixth lease's py-spy found nearly every GPU step sent back to the sort).
+    Rows whose ties run past that window, rows without top-k and larger k take vLLM's own path. Equal
+    logits at the top-p boundary are dropped in a stable sort's order (ascending token id), where vLLM
+    leaves the order to torch.sort (tests/test_site_hooks.py).
 GRPO_RIG_VLLM_LEAN=1: a colocated engine builds only the outputs ms-swift reads, and the trainer's start-up
     heap leaves the garbage collector's view. ms-swift 3.6.4's colocate generation (VllmEngine.infer without
     streaming, vllm_engine.py:486-500) keeps each request's finished RequestOutput and decodes its token ids
@@ -431,18 +433,26 @@ def top_k_first(original):
         if k is None or p is None:
             return original(logits, k, p)
         k_max = int(k.max())
-        if k_max > TOP_K_FIRST_LIMIT or k_max >= logits.shape[1]:
+        # twice the top k: logits computed in bf16 often tie with the k-th, and vLLM keeps every tie (on the
+        # GPU, taking exactly k_max sent nearly every step back to the sort: sixth lease's py-spy)
+        window = 2 * k_max
+        if k_max > TOP_K_FIRST_LIMIT or window >= logits.shape[1]:
             return original(logits, k, p)
-        values, index = logits.topk(k_max, dim=1)  # descending
+        values, index = logits.topk(window, dim=1)  # descending
         threshold = values.gather(1, k.long().sub(1).unsqueeze(1))
-        if bool(((logits >= threshold).sum(1) > k_max).any()):  # ties with the k-th run past the top k_max
+        if bool((values[:, -1:] >= threshold).any()):  # ties with the k-th may run past the window
             return original(logits, k, p)
-        ascending = values.masked_fill(values < threshold, -float("inf")).flip(1)
+        # ascending value, ties by ascending token id (a stable sort's order): top-p drops tied tokens at
+        # its boundary in that order
+        by_id = index.argsort(dim=1)
+        ascending, position = values.gather(1, by_id).sort(dim=1, stable=True)
+        ids = index.gather(1, by_id).gather(1, position)
+        ascending = ascending.masked_fill(ascending < threshold, -float("inf"))
         cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
         outside = cumulative <= 1 - p.unsqueeze(1)
         outside[:, -1] = False  # the most likely token always stays
         masked = torch.full_like(logits, -float("inf"))
-        return masked.scatter_(1, index.flip(1), ascending.masked_fill(outside, -float("inf")))
+        return masked.scatter_(1, ids, ascending.masked_fill(outside, -float("inf")))
 
     return apply_top_k_top_p
 
