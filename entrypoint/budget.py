@@ -31,6 +31,11 @@ from entrypoint.rewards import tasks
 
 DEFAULT_PROMPT_TOKENS = 512
 PROMPT_SAMPLE_ROWS = 2000  # rows of each dataset the prompt-length estimate reads
+# Longest prompt of a hub dataset a shipped recipe names, which the planner cannot read before ms-swift
+# downloads it. zouxuhong/Countdown-Tasks-3to4: ms-swift 3.6.4's fixed countdown question (v3.6.4
+# swift/llm/dataset/dataset/llm.py:491-501, 324 characters with four two-digit numbers and a three-digit
+# target) under Qwen2.5's default system prompt is 127 by memory.estimate_prompt_tokens; 160 with margin.
+HUB_PROMPT_TOKENS = {"zouxuhong/Countdown-Tasks-3to4": 160}
 SLEEPING_VLLM_GIB = 0.3  # what a sleeping colocated vLLM keeps (allocator pools, NCCL)
 # The keys the batch arithmetic reads: while one of them is refused, the arithmetic would judge a default.
 BATCH_KEYS = {
@@ -96,18 +101,26 @@ def prompt_tokens(recipe: Recipe, dataset_paths: list[str], facts: Facts) -> tup
         rows = list(tasks.TASKS[s.DATASET_GENERATOR].generate(50, 0))
         return memory.estimate_prompt_tokens(rows), "estimated from generated tasks"
     rows: list[dict] = []
+    known: list[int] = []  # hub datasets whose prompts are known (HUB_PROMPT_TOKENS)
     for spec in dataset_paths:
         path = Path(dataset.parse_spec(spec).path)
+        if str(path).split(":")[0] in HUB_PROMPT_TOKENS:
+            known.append(HUB_PROMPT_TOKENS[str(path).split(":")[0]])
+            continue
         found = facts.datasets.get(dataset_key(path)) if path.suffix == ".jsonl" else None
         if found is not None:
             rows += [row for _, row in found.rows[:PROMPT_SAMPLE_ROWS]]
-    if rows:
+    if rows or known:
         system = recipe.trainer_args.system
         extra = 0
         if system:
             text = facts.system_text if system.endswith(".txt") and facts.system_text is not None else system
             extra = memory.estimate_prompt_tokens([{"messages": [{"content": text}]}])
-        return memory.estimate_prompt_tokens(rows) + extra, "estimated from the dataset"
+        longest = max(([memory.estimate_prompt_tokens(rows)] if rows else []) + known)
+        return (
+            longest + extra,
+            "estimated from the dataset" if rows else "ms-swift's prompt of this hub dataset",
+        )
     return DEFAULT_PROMPT_TOKENS, "assumed; set PROMPT_TOKENS for a better estimate"
 
 

@@ -140,12 +140,16 @@ class Settings(BaseModel):
         description="what a predicted out-of-memory does: error refuses the run, warn prints it, off skips the check",
     )
     PROMPT_TOKENS: int = Field(
-        0, ge=0, description="longest prompt in tokens, for the memory plan; 0: estimate from the dataset"
+        0,
+        ge=0,
+        description="longest prompt in tokens, for the memory plan; 0: estimate it from a local JSONL dataset "
+        "or generated tasks, take a known hub dataset's (budget.HUB_PROMPT_TOKENS), else assume 512",
     )
     AUTO_SHAPE: bool = Field(
         True,
         description="let the planner choose PER_DEVICE_TRAIN_BATCH_SIZE, GRADIENT_ACCUMULATION_STEPS, "
-        "VLLM_GPU_MEMORY_UTILIZATION and SLEEP_LEVEL where the recipe leaves them unset (entrypoint/shape.py)",
+        "GRADIENT_CHECKPOINTING, USE_LIGER_KERNEL, VLLM_GPU_MEMORY_UTILIZATION, SLEEP_LEVEL and "
+        "PYTORCH_CUDA_ALLOC_CONF where the recipe leaves them unset (entrypoint/shape.py)",
     )
     EMULATE_VRAM_GB: float = Field(0.0, ge=0, description="cap each process's CUDA memory (GiB); 0: off")
     GPU_MONITOR_INTERVAL: float = Field(2.0, gt=0, description="seconds between NVML samples into gpu.jsonl")

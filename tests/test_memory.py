@@ -415,3 +415,21 @@ def test_an_oom_fix_lowers_a_users_vllm_share_only_to_a_value_that_holds_the_rou
     assert float(values["VLLM_GPU_MEMORY_UTILIZATION"]) < 0.9
     fits = build_plan(*OOM_15B, *line.split(), inventory="1x4090-driver535")
     assert not memory_problems(fits), [p.render() for p in memory_problems(fits)]
+
+
+def test_the_shipped_hub_dataset_plans_with_its_known_prompt_and_an_unknown_one_assumes_512(tmp_path):
+    """A hub dataset cannot be read before ms-swift downloads it. countdown-1x4090's is ms-swift's fixed
+    countdown question (budget.HUB_PROMPT_TOKENS): a `make train-single` plans with it, as the benchmark's
+    generated tasks do, instead of assuming 512 tokens and a slower shape. Any other hub dataset still
+    assumes 512, and a local JSONL is read."""
+    shipped = build_plan("recipe=countdown-1x4090", inventory="1x4090-driver535")
+    assert shipped.budget.workload.prompt_tokens == 160
+    assert "prompt 160 tokens, ms-swift's prompt of this hub dataset" in shipped.budget.note
+    other = build_plan(
+        "recipe=countdown-1x4090", "DATASET=someone/other-dataset#2000", inventory="1x4090-driver535"
+    )
+    assert other.budget.workload.prompt_tokens == 512
+    rows = tmp_path / "long.jsonl"
+    rows.write_text(json.dumps({"messages": [{"role": "user", "content": "word " * 700}]}) + "\n")
+    local = build_plan("recipe=countdown-1x4090", f"DATASET={rows}", inventory="1x4090-driver535")
+    assert local.budget.workload.prompt_tokens > 512
