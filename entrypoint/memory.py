@@ -307,7 +307,8 @@ def colocate_peak(
     share = v.utilization * card_gib
     if not calibrated:  # a model larger than any measured one: no fitted terms
         return {"vLLM": share, "training": train.peak - train.weights, "graphs, sampler": 0.0}
-    k = "colocate_" if v.expandable else "colocate_torch_"  # the allocator's own coefficients
+    # the allocator's own coefficients; sleep mode runs on torch's (its pool refuses expandable segments)
+    k = "colocate_" if v.expandable and v.sleep_level == 0 else "colocate_torch_"
     logits = train.logit_entries * c[f"{k}liger_logit_bytes" if v.liger else f"{k}logit_bytes"]
     activations = train.activations * (1.0 if train.checkpointed else c[f"{k}activation_factor"])
     return {

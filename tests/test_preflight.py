@@ -951,3 +951,18 @@ def test_a_disk_too_small_names_the_incomplete_checkpoints_to_delete_and_no_knob
         f"delete {plan.run_dir / 'train/checkpoint-1'} (15 MiB): incomplete"
     )
     assert "EXPORT_MERGED" not in disk.fix
+
+
+@pytest.mark.parametrize("sleep", ["SLEEP_LEVEL=1", "OFFLOAD_MODEL=true OFFLOAD_OPTIMIZER=true"])
+def test_expandable_segments_with_sleep_mode_are_refused_before_vllm_stops_on_them(tmp_path, sleep):
+    """vLLM's sleep-mode pool asserts that expandable segments are off (vllm 0.8.5.post1
+    device_allocator/cumem.py:146), after the model has loaded: refused in seconds, whether the recipe or the
+    planner (offload: sleep level 1) chose sleep mode; without sleep mode the same allocator is valid."""
+    base = ["recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", f"OUTPUT_DIR={tmp_path}"]  # fmt: skip
+    refused = run_cli("validate", *base, *sleep.split(), env=clean_env())
+    assert refused.returncode == 2, refused.stdout
+    assert "refuses expandable segments" in refused.stderr
+    assert "fix: set SLEEP_LEVEL=0 (expandable segments, no sleeping)" in refused.stderr
+    awake = run_cli("validate", *base, "SLEEP_LEVEL=0", env=clean_env())
+    assert awake.returncode == 0, awake.stderr

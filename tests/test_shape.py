@@ -175,9 +175,11 @@ def test_vllm_share_is_the_smallest_whose_kv_cache_holds_the_round():
 
 
 def test_a_bigger_card_gets_a_bigger_micro_batch():
-    """With the real memory model: 24 GB against an 80 GB A100 (EMULATE_VRAM_GB caps a card)."""
-    small = build_plan(*COUNTDOWN, "EMULATE_VRAM_GB=24", inventory="2xA100-nvlink-ib")
-    big = build_plan(*COUNTDOWN, inventory="2xA100-nvlink-ib")
+    """With the real memory model: 24 GB against an 80 GB A100 (EMULATE_VRAM_GB caps a card), for a round
+    that does not fit one micro-batch on 24 GB (the recipe's levers, 512-token prompts)."""
+    heavy = (*COUNTDOWN, *PINNED, "PROMPT_TOKENS=512")
+    small = build_plan(*heavy, "EMULATE_VRAM_GB=24", inventory="2xA100-nvlink-ib")
+    big = build_plan(*heavy, inventory="2xA100-nvlink-ib")
     pd = lambda p: int(p.recipe.raw("PER_DEVICE_TRAIN_BATCH_SIZE"))  # noqa: E731
     assert pd(small) < pd(big)
 

@@ -145,6 +145,22 @@ def _check_vllm(plan: Plan, facts: Facts, where) -> list[Problem]:
                 "remove DEVICE_MAP; one process per training GPU (TRAIN_GPUS) does the placement",
             )
         )
+    conf = (r.raw("PYTORCH_CUDA_ALLOC_CONF") or "").replace(" ", "").lower()
+    if (
+        plan.layout.mode == "colocate"
+        and r.trainer_args.sleep_level >= 1
+        and "expandable_segments:true" in conf
+    ):
+        problems.append(
+            Problem(
+                f"{where('PYTORCH_CUDA_ALLOC_CONF')} with SLEEP_LEVEL={r.trainer_args.sleep_level}",
+                "vLLM's sleep mode allocates through its own memory pool, which refuses expandable segments: "
+                "the engine would stop at start-up, after the model has loaded (vllm 0.8.5.post1 "
+                "device_allocator/cumem.py:146)",
+                "set SLEEP_LEVEL=0 (expandable segments, no sleeping), or remove "
+                "expandable_segments from PYTORCH_CUDA_ALLOC_CONF",
+            )
+        )
     if not use_vllm:
         ignored = [
             k
