@@ -215,7 +215,8 @@ def _fastest(
         return None
     fits.sort(key=lambda f: f[:3])
     _, _, _, pd, ckpt, liger, worst, t = fits[0]
-    why = (f"the least predicted training time per step, {t.seconds:.1f} s ({t.render()}), of the shapes whose "
+    why = (f"the least predicted training time per step (forward and backward; the generation round, the same "
+           f"for every shape, aside), {t.seconds:.1f} s ({t.render()}), of the shapes whose "
            f"predicted peak leaves at least {HEADROOM:.0%} free: {worst.peak_gib:.1f} of {worst.card_gib:.1f} GiB")  # fmt: skip
     own = [f for f in fits if f[1] == 0]
     if own and own[0] is not fits[0]:

@@ -129,7 +129,10 @@ def test_a_lever_s_reason_names_the_predicted_time_against_the_levers_left_alone
         c.key: c.reason for c in shape.choose(d.recipe, d.layout, budget_of(d), levers(4.0, 1.2, 0.8, 0.0))
     }
     why = reasons["PER_DEVICE_TRAIN_BATCH_SIZE"]
-    assert why.startswith("the least predicted training time per step, 1.1 s (4 x 0.27 s (plain))")
+    assert why.startswith(
+        "the least predicted training time per step (forward and backward; the generation round, the same for "
+        "every shape, aside), 1.1 s (4 x 0.27 s (plain))"
+    )
     assert "20.0 of 24.0 GiB" in why
     assert why.endswith(
         "without turning a lever (checkpointing and liger as the recipe or ms-swift has them), micro-batch 8: "
