@@ -104,8 +104,9 @@ def prompt_tokens(recipe: Recipe, dataset_paths: list[str], facts: Facts) -> tup
     known: list[int] = []  # hub datasets whose prompts are known (HUB_PROMPT_TOKENS)
     for spec in dataset_paths:
         path = Path(dataset.parse_spec(spec).path)
-        if str(path).split(":")[0] in HUB_PROMPT_TOKENS:
-            known.append(HUB_PROMPT_TOKENS[str(path).split(":")[0]])
+        hub_id = str(path).split(":")[0]  # without ms-swift's :subset
+        if hub_id in HUB_PROMPT_TOKENS:
+            known.append(HUB_PROMPT_TOKENS[hub_id])
             continue
         found = facts.datasets.get(dataset_key(path)) if path.suffix == ".jsonl" else None
         if found is not None:
@@ -205,10 +206,8 @@ def allocator(recipe: Recipe, layout: Layout, sleep_level: int | None = None) ->
 def expandable(recipe: Recipe, layout: Layout) -> bool:
     """Whether the trainer's allocator grows expandable segments (the recipe's PYTORCH_CUDA_ALLOC_CONF, else
     `allocator`)."""
-    return (
-        "expandable_segments:true"
-        in (recipe.raw("PYTORCH_CUDA_ALLOC_CONF") or allocator(recipe, layout) or "").lower()
-    )
+    conf = recipe.raw("PYTORCH_CUDA_ALLOC_CONF") or allocator(recipe, layout) or ""
+    return "expandable_segments:true" in conf.replace(" ", "").lower()
 
 
 def colocate_settings(a: TrainerArgs, b: Batch, w: Workload, expandable: bool = False) -> memory.Colocate:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from entrypoint import budget
 from entrypoint.errors import Problem
 
 if TYPE_CHECKING:
@@ -145,11 +146,11 @@ def _check_vllm(plan: Plan, facts: Facts, where) -> list[Problem]:
                 "remove DEVICE_MAP; one process per training GPU (TRAIN_GPUS) does the placement",
             )
         )
-    conf = (r.raw("PYTORCH_CUDA_ALLOC_CONF") or "").replace(" ", "").lower()
+    # the planner never gives sleep mode expandable segments (budget.allocator): only a recipe's own value
     if (
         plan.layout.mode == "colocate"
         and r.trainer_args.sleep_level >= 1
-        and "expandable_segments:true" in conf
+        and budget.expandable(r, plan.layout)
     ):
         problems.append(
             Problem(
