@@ -130,6 +130,9 @@ if [ "${GPU_WORK:-all}" = final ]; then
   # GPU_WORK=sweep's runs, docs/benchmarks/raw/h200-2026-12-02-lease6), the three runs the issue compares
   # first, then vLLM's share (the one lever the sixth lease did not reach) should time remain
   python3 -m entrypoint plan recipe=countdown-1x4090 "MODEL=$W/models/q05" DATASET_GENERATOR=countdown EMULATE_VRAM_GB=24 > "$W/plan-shipped.txt" 2>&1
+  # where the generation round's seconds go (the same round of 32 completions as shipped), sampled on the
+  # last run so that the three compared runs are not perturbed
+  profile_trainer lever-vLLM-share-0-35 &
   BENCH_STEPS=6 BENCH_SET=GPU_MONITOR_INTERVAL=0.25 bench_alone_then_done "issue 28's benchmark, alone on the GPU" \
     "countdown-1x4090 (shipped),seed 001 settings,countdown-1x4090 before,lever: vLLM share 0.35"
 fi
