@@ -20,7 +20,8 @@
 #   evaluate with vLLM) and the weight-sync GPU test (tests/gpu/test_weight_sync.py); then alone on the GPU
 #   the start-up and throughput benchmark (BENCH_ONLY configurations of bench/countdown_throughput.py).
 # GPU_WORK=final (issue 28): steps 1-2, then the benchmark alone on the GPU with the committed planner: shipped,
-#   seed, before (6 steps each), then vLLM share 0.35; fits one call after the stack is unpacked (~8 minutes).
+#   seed, before (8 steps each), then vLLM share 0.35, the host's CPU watched (cpu.log); about 10 minutes after
+#   the stack is unpacked: a second call's collect.sh picks up the rest.
 # GPU_WORK=sampler (issue 28): steps 1-2, then bench/generation_sampler.py (vLLM alone: a decode step's parts).
 # GPU_WORK=sweep (issue 28): steps 1-2, then alone on the GPU the levers the planner models, at the shipped
 #   card shape, NVML sampled every 0.25 s, py-spy on one lever's trainer (the calibration's runs).
@@ -118,6 +119,18 @@ profile_trainer() {
   step "py-spy on $1 (pid $pid): $(tail -1 "$W/pyspy-$1.log")"
 }
 
+# the host's CPU each second until the work is done, for the generation rounds' spread (a decode step is bound
+# by the CPU): the machine's cpu line of /proc/stat (its 8th number is steal, time the hypervisor gave
+# others), the cgroup's CPU throttling and the load; the first lines say what the machine has
+cpu_watch() {
+  { nproc; grep -m1 'model name' /proc/cpuinfo; cat /sys/fs/cgroup/cpu.max 2>/dev/null; } > "$W/cpu.log"
+  for _ in $(seq 1200); do
+    [ -e "$W/DONE" ] && break
+    echo "$(date +%s.%N | cut -c1-14) $(head -1 /proc/stat) | $(grep throttled /sys/fs/cgroup/cpu.stat 2>/dev/null | tr '\n' ' ')| $(cut -d' ' -f1-4 /proc/loadavg)" >> "$W/cpu.log"
+    sleep 1
+  done
+}
+
 if [ "${GPU_WORK:-all}" = sampler ]; then
   step "where a decode step goes: vLLM alone, in-process (bench/generation_sampler.py)"
   python3 bench/generation_sampler.py --model "$W/models/q05" --out "$W/generation-sampler.json" > "$W/generation-sampler.log" 2>&1
@@ -133,7 +146,10 @@ if [ "${GPU_WORK:-all}" = final ]; then
   # where the generation round's seconds go (the same round of 32 completions as shipped), sampled on the
   # last run so that the three compared runs are not perturbed
   profile_trainer lever-vLLM-share-0-35 &
-  BENCH_STEPS=6 BENCH_SET=GPU_MONITOR_INTERVAL=0.25 bench_alone_then_done "issue 28's benchmark, alone on the GPU" \
+  cpu_watch &
+  # 8 steps, 6 measured: a generation round's seconds vary by up to 70 % between steps of one run (the
+  # seventh and eighth leases), so 4 measured steps left the ratio to chance
+  BENCH_STEPS=8 BENCH_SET=GPU_MONITOR_INTERVAL=0.25 bench_alone_then_done "issue 28's benchmark, alone on the GPU" \
     "countdown-1x4090 (shipped),seed 001 settings,countdown-1x4090 before,lever: vLLM share 0.35"
 fi
 
