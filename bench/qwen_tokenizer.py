@@ -25,7 +25,12 @@ import zipfile
 from pathlib import Path
 
 WHEEL = "dashscope-2.0.2-py3-none-any.whl"
-WHEEL_URL = "https://files.pythonhosted.org/packages/py3/d/dashscope/dashscope-2.0.2-py3-none-any.whl"
+# PyPI's content-addressed path (from https://pypi.org/simple/dashscope/): the short
+# packages/py3/d/dashscope/... form answers 404, which made tests/test_prompts.py skip
+WHEEL_URL = (
+    "https://files.pythonhosted.org/packages/cc/19/3f729e67baa11da71b426eb83a2f591966042294337f8326aa4841071126/"
+    "dashscope-2.0.2-py3-none-any.whl"
+)
 WHEEL_SHA256 = "0602d1800f7433bdb7953560986eaf5146454ed3988636c0a91963ba24e74258"
 RANKS = "dashscope/resources/qwen.tiktoken"
 PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
