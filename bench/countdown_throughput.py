@@ -116,11 +116,12 @@ def phase_shares(evs: list[dict], warmup: int) -> dict | None:
         p: sum(e["seconds"] for e in window if e["phase"] == p)
         for p in ("sync", "generate", "rollout", "train")
     }
-    generate_gc = sum(e.get("gc_seconds", 0.0) for e in window if e["phase"] == "generate")
+    generates = [e for e in window if e["phase"] == "generate"]
+    generate_gc = sum(e.get("gc_seconds", 0.0) for e in generates)
     steps = len(rollouts) - warmup
     # each round's generation seconds: the same work every step (32 sequences run to the length limit), so
     # their spread is the machine's noise (the host's CPU: a decode step is launch-bound)
-    rounds = [round(e["seconds"], 2) for e in evs if e["phase"] == "generate"][warmup:]
+    rounds = [round(e["seconds"], 2) for e in generates]
     shares = {
         "generating": total["generate"] / span,
         "of which weight sync": total["sync"] / span,
