@@ -1,27 +1,33 @@
 """Where a colocated rollout's decode step goes: vLLM alone, in-process as ms-swift 3.6.4 colocates it.
 
-    python bench/generation_sampler.py --model DIR --out FILE.json
+    python bench/generation_sampler.py --model DIR --out FILE.json [--engine v1|v0] [--scheduler-steps N]
 
 One vLLM 0.8.5.post1 engine in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0, as ms-swift's external
 launcher runs it), countdown-1x4090's round: 32 sequences of 256 tokens (ignore_eos: a random-weight model's
-completions all run to the limit, as in bench/countdown_throughput.py), CUDA graphs up to 32 sequences.
-Each variant generates the round 3 times after one warm-up; reported: seconds per round and per decode
-step (median). Variants: ms-swift's sampling (temperature 0.9, top_k 50, top_p 0.9: vLLM's PyTorch top-k/top-p
-path, FlashInfer being absent), without top-k/top-p (no sort over the vocabulary), top-k only, top-p only,
-without detokenization, and a round of 1 sequence (a decode step's fixed cost). Then the sampler's own
-operations on a [32, vocabulary] logits tensor, timed with CUDA events: vLLM's apply_top_k_top_p, torch.sort,
-torch.topk(50).
+completions all run to the limit, as in bench/countdown_throughput.py), CUDA graphs up to 32 sequences,
+ms-swift's sampling (temperature 0.9, top_k 50, top_p 0.9). The variants take turns, round by round (one
+warm-up round each, then --repeats rounds each), so that a drift of the host's speed falls on all of them;
+reported per variant: seconds per round (median, all), per decode step, and the seconds of this thread's CPU
+per round (a decode step bound by the host's launches uses one core all through).
+
+--engine v1 (vLLM 0.8.5's default, what ms-swift colocates): the top-k/top-p step as vLLM does it (a sort
+over the vocabulary; FlashInfer is absent), as entrypoint/site/sitecustomize.py's top_k_first did it up to
+the ninth lease (`top_k_first_ninth_lease` below), as it does it now (k from the batch's host copy, fewer
+launches), and without top-k/top-p (what the sampler costs at all). Then the sampler's operations on a
+[32, vocabulary] logits tensor, GPU time by CUDA events.
+--engine v0 (VLLM_USE_V1=0, vLLM's previous engine: whole-model CUDA graphs for decode) with
+--scheduler-steps N (its multi-step scheduling): vLLM's sort and no top-k/top-p.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
 import time
-
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+from pathlib import Path
 
 ROUND, TOKENS = 32, 256
 PROMPT = (
@@ -29,34 +35,95 @@ PROMPT = (
     "operations (+, -, *, /) and each number can only be used once. Show your work in <think> </think> tags. "
     "And return the final answer in <answer> </answer> tags."
 )
+SITE = Path(__file__).resolve().parents[1] / "entrypoint" / "site" / "sitecustomize.py"
 
 
-def timed_rounds(llm, prompts, params, repeats=3) -> dict:
-    llm.generate(prompts, params, use_tqdm=False)  # warm-up
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        outs = llm.generate(prompts, params, use_tqdm=False)
-        seconds.append(time.perf_counter() - start)
-    steps = max(len(o.outputs[0].token_ids) for o in outs)
-    median = statistics.median(seconds)
-    return {"round_s": round(median, 3), "all_s": [round(s, 3) for s in seconds], "decode_steps": steps,
-            "ms_per_step": round(1000 * median / steps, 2), "sequences": len(prompts)}  # fmt: skip
+def top_k_first_ninth_lease(original):
+    """sitecustomize.top_k_first as the seventh to ninth leases ran it (git 999dc10): k's max and the ties'
+    check read back from the GPU, 22 launches; kept here for the comparison only."""
+    import torch
+
+    def apply_top_k_top_p(logits, k, p):
+        if k is None or p is None:
+            return original(logits, k, p)
+        k_max = int(k.max())
+        window = 2 * k_max
+        if k_max > 1024 or window >= logits.shape[1]:
+            return original(logits, k, p)
+        values, index = logits.topk(window, dim=1)
+        threshold = values.gather(1, k.long().sub(1).unsqueeze(1))
+        if bool((values[:, -1:] >= threshold).any()):
+            return original(logits, k, p)
+        by_id = index.argsort(dim=1)
+        ascending, position = values.gather(1, by_id).sort(dim=1, stable=True)
+        ids = index.gather(1, by_id).gather(1, position)
+        ascending = ascending.masked_fill(ascending < threshold, -float("inf"))
+        cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
+        outside = cumulative <= 1 - p.unsqueeze(1)
+        outside[:, -1] = False
+        masked = torch.full_like(logits, -float("inf"))
+        return masked.scatter_(1, ids, ascending.masked_fill(outside, -float("inf")))
+
+    return apply_top_k_top_p
 
 
-def sampler_ops(vocab: int) -> dict:
+def load_site():
+    """entrypoint/site/sitecustomize.py as a module, with no hook variable set (so it installs nothing)."""
+    for key in [k for k in os.environ if k.startswith("GRPO_RIG_")]:
+        del os.environ[key]
+    spec = importlib.util.spec_from_file_location("grpo_rig_site", SITE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def one_round(llm, prompts, params) -> tuple[float, float, int]:
+    """(wall seconds, this thread's CPU seconds, decode steps) of one round."""
+    start, cpu = time.perf_counter(), time.thread_time()
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    return (
+        time.perf_counter() - start,
+        time.thread_time() - cpu,
+        max(len(o.outputs[0].token_ids) for o in outs),
+    )
+
+
+def interleaved(llm, prompts, variants: dict, repeats: int) -> dict:
+    """variants: {name: (SamplingParams, setup callable)}; each round calls setup() first."""
+    seconds = {name: [] for name in variants}
+    cpu = {name: [] for name in variants}
+    steps = {}
+    for r in range(repeats + 1):
+        for name, (params, setup) in variants.items():
+            setup()
+            wall, used, steps[name] = one_round(llm, prompts, params)
+            if r:  # the first round of each is its warm-up
+                seconds[name].append(wall)
+                cpu[name].append(used)
+    out = {}
+    for name in variants:
+        median = statistics.median(seconds[name])
+        out[name] = {"round_s": round(median, 3), "all_s": [round(s, 3) for s in seconds[name]],
+                     "cpu_s": round(statistics.median(cpu[name]), 3), "decode_steps": steps[name],
+                     "ms_per_step": round(1000 * median / steps[name], 2), "sequences": len(prompts)}  # fmt: skip
+        print(name, out[name], flush=True)
+    return out
+
+
+def sampler_ops(vocab: int, site) -> dict:
+    """GPU milliseconds per call, by CUDA events over 100 back-to-back calls."""
     import torch
     from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p
 
     logits = torch.randn(ROUND, vocab, device="cuda", dtype=torch.float32)
     k = torch.full((ROUND,), 50, device="cuda", dtype=torch.long)
     p = torch.full((ROUND,), 0.9, device="cuda", dtype=torch.float32)
+    ninth, lean = top_k_first_ninth_lease(apply_top_k_top_p), site.top_k_first(apply_top_k_top_p)
     ops = {
-        "apply_top_k_top_p (k 50, p 0.9)": lambda: apply_top_k_top_p(logits.clone(), k, p),
-        "apply_top_k_top_p (k 50)": lambda: apply_top_k_top_p(logits.clone(), k, None),
-        "torch.sort": lambda: logits.sort(dim=-1),
-        "torch.topk(50)": lambda: logits.topk(50, dim=-1),
-        "softmax": lambda: logits.softmax(dim=-1),
+        "vLLM's apply_top_k_top_p (k 50, p 0.9)": lambda: apply_top_k_top_p(logits.clone(), k, p),
+        "top-k first, ninth lease": lambda: ninth(logits.clone(), k, p),
+        "top-k first, now": lambda: lean(logits.clone(), k, p),
+        "torch.topk(100)": lambda: logits.topk(100, dim=-1),
         "clone": lambda: logits.clone(),
     }
     out = {}
@@ -69,39 +136,58 @@ def sampler_ops(vocab: int) -> dict:
             op()
         end.record()
         torch.cuda.synchronize()
-        out[name] = round(start.elapsed_time(end) / 100, 3)  # ms per call
+        out[name] = round(start.elapsed_time(end) / 100, 3)
     return out
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True)
-    p.add_argument("--out", required=True)
-    args = p.parse_args()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--engine", choices=["v1", "v0"], default="v1")
+    parser.add_argument("--scheduler-steps", type=int, default=1, help="V0's multi-step scheduling")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    os.environ["VLLM_USE_V1"] = "1" if args.engine == "v1" else "0"
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    site = load_site()
     from vllm import LLM, SamplingParams
 
+    extra = {"num_scheduler_steps": args.scheduler_steps} if args.scheduler_steps > 1 else {}
     llm = LLM(model=args.model, dtype="bfloat16", max_model_len=2304, gpu_memory_utilization=0.15,
               max_num_seqs=ROUND, enable_prefix_caching=True, seed=0,
-              compilation_config={"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 24, 32]})  # fmt: skip
+              compilation_config={"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 24, 32]}, **extra)  # fmt: skip
     prompts = [PROMPT.replace("24", str(20 + i // 8)) for i in range(ROUND)]
-    base = dict(temperature=0.9, max_tokens=TOKENS, min_tokens=TOKENS, ignore_eos=True)
-    variants = {
-        "ms-swift's sampling (top_k 50, top_p 0.9)": SamplingParams(top_k=50, top_p=0.9, **base),
-        "no top-k/top-p": SamplingParams(**base),
-        "top_k 50 only": SamplingParams(top_k=50, **base),
-        "top_p 0.9 only": SamplingParams(top_p=0.9, **base),
-        "ms-swift's sampling without detokenization": SamplingParams(top_k=50, top_p=0.9, detokenize=False, **base),
-    }  # fmt: skip
-    result = {"vllm_multiprocessing": os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"], "rounds": {}}
-    for name, params in variants.items():
-        result["rounds"][name] = timed_rounds(llm, prompts, params)
-        print(name, result["rounds"][name], flush=True)
-    one = timed_rounds(llm, prompts[:1], variants["ms-swift's sampling (top_k 50, top_p 0.9)"])
-    result["rounds"]["1 sequence, ms-swift's sampling"] = one
-    print("1 sequence", one, flush=True)
-    vocab = llm.llm_engine.model_config.get_vocab_size()
-    result["sampler_ms"] = sampler_ops(vocab)
-    print("sampler ms", result["sampler_ms"], flush=True)
+    base = dict(temperature=0.9, max_tokens=TOKENS, ignore_eos=True)
+    swift, plain = SamplingParams(top_k=50, top_p=0.9, **base), SamplingParams(**base)
+    result = {"engine": args.engine, "scheduler_steps": args.scheduler_steps, "repeats": args.repeats}
+
+    def nothing():
+        pass
+
+    if args.engine == "v1":
+        from vllm.v1.sample.ops import topk_topp_sampler as ops
+        from vllm.v1.worker import gpu_input_batch
+
+        site._top_k_from_the_host(gpu_input_batch)  # only marks k and p; vLLM's own path ignores the marks
+        vllm_own = ops.apply_top_k_top_p
+        ninth, lean = top_k_first_ninth_lease(vllm_own), site.top_k_first(vllm_own)
+
+        def using(fn):
+            return lambda: setattr(ops, "apply_top_k_top_p", fn)
+
+        variants = {
+            "vLLM's sort (top_k 50, top_p 0.9)": (swift, using(vllm_own)),
+            "top-k first, ninth lease": (swift, using(ninth)),
+            "top-k first, now": (swift, using(lean)),
+            "no top-k/top-p": (plain, using(vllm_own)),
+        }
+    else:
+        variants = {"vLLM's sort (top_k 50, top_p 0.9)": (swift, nothing), "no top-k/top-p": (plain, nothing)}
+    result["rounds"] = interleaved(llm, prompts, variants, args.repeats)
+    if args.engine == "v1":
+        result["sampler_ms"] = sampler_ops(llm.llm_engine.model_config.get_vocab_size(), site)
+        print("sampler ms", result["sampler_ms"], flush=True)
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)
 

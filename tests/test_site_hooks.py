@@ -489,3 +489,52 @@ def test_top_k_first_masks_the_logits_exactly_as_vllm_s_sort_does(site, monkeypa
         torch.Tensor, "sort", lambda self, *a, **kw: unstable(self, *a, **{**kw, "stable": True})
     )
     assert torch.equal(got, ops.apply_top_k_top_p(bf16.clone(), k32, p32))
+
+
+@pytest.mark.slow  # imports vLLM (about 15 s on 2 cores)
+def test_top_k_first_takes_k_from_vllm_s_batch_without_reading_the_gpu_back(site, monkeypatch):
+    """GRPO_RIG_VLLM_TOP_K_FIRST: on the batch vLLM 0.8.5 builds (InputBatch, as ms-swift's requests set it:
+    top_k 50, top_p 0.9, and one request with its own), the largest k comes from the batch's host copy: the
+    masked logits are vLLM's and no tensor's max is taken on the way (on a GPU that would wait for the
+    model's forward before the sampler's launches)."""
+    import torch
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.sample.ops import topk_topp_sampler as ops
+    from vllm.v1.worker import gpu_input_batch
+
+    monkeypatch.setattr(gpu_input_batch.InputBatch, "_make_sampling_metadata",
+                        gpu_input_batch.InputBatch._make_sampling_metadata)  # fmt: skip
+    site._top_k_from_the_host(gpu_input_batch)
+    vocab = 151936
+    batch = gpu_input_batch.InputBatch(8, 64, 4, torch.device("cpu"), False, vocab)
+    for i, (top_k, top_p) in enumerate([(50, 0.9)] * 5 + [(20, 1e-9)]):  # the last: only the likeliest stays
+        params = SamplingParams(temperature=0.9, top_k=top_k, top_p=top_p)
+        batch.add_request(gpu_input_batch.CachedRequestState(
+            req_id=str(i), prompt_token_ids=[1, 2, 3], mm_inputs=[], mm_positions=[], sampling_params=params,
+            generator=None, block_ids=[0], num_computed_tokens=0, output_token_ids=[]))  # fmt: skip
+    batch.refresh_sampling_metadata()
+    k, p = batch.sampling_metadata.top_k, batch.sampling_metadata.top_p
+    assert k.grpo_rig_max == 50 and k.tolist() == [50] * 5 + [20]
+    torch.manual_seed(1)
+    logits = (torch.randn(6, vocab) * 3).to(torch.bfloat16).float()
+    stable = torch.Tensor.sort
+    monkeypatch.setattr(
+        torch.Tensor, "sort", lambda self, *a, **kw: stable(self, *a, **{**kw, "stable": True})
+    )
+    expected = ops.apply_top_k_top_p(logits.clone(), k, p)
+
+    def no_read_back(*args, **kwargs):
+        raise AssertionError("top_k_first took a max of a tensor")
+
+    sorted_calls = []
+
+    def vllm_sort(logits, k, p):
+        sorted_calls.append(len(logits))
+        return ops.apply_top_k_top_p(logits, k, p)
+
+    monkeypatch.setattr(torch.Tensor, "max", no_read_back)
+    got = site.top_k_first(vllm_sort)(logits.clone(), k, p)
+    assert sorted_calls == []  # the top-k path
+    assert torch.equal(got, expected)
+    kept = (got > -float("inf")).sum(1).tolist()
+    assert all(1 < n <= 50 for n in kept[:5]) and kept[5] == 1, kept

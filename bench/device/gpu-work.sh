@@ -23,6 +23,9 @@
 #   seed, before (8 steps each), then vLLM share 0.35, the host's CPU watched (cpu.log); about 10 minutes after
 #   the stack is unpacked: a second call's collect.sh picks up the rest.
 # GPU_WORK=sampler (issue 28): steps 1-2, then bench/generation_sampler.py (vLLM alone: a decode step's parts).
+# GPU_WORK=explore (issue 28): steps 1-2, then alone on the GPU: bench/generation_sampler.py on vLLM's V1 engine
+#   (the top-k/top-p variants) and on its V0 engine (one step and 8 steps per schedule), then the shipped
+#   recipe's trainer on V0 (VLLM_USE_V1=0), 6 steps; GPU_WORK=final can follow on the same machine.
 # GPU_WORK=sweep (issue 28): steps 1-2, then alone on the GPU the levers the planner models, at the shipped
 #   card shape, NVML sampled every 0.25 s, py-spy on one lever's trainer (the calibration's runs).
 # GPU_WORK=startup (issues 24 and 28): steps 1-2, then alone on the GPU the start-up and throughput benchmark
@@ -39,6 +42,7 @@ export PYTHONPATH=/tmp/devsite:$PWD PATH=/tmp/devsite/bin:$PATH
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export HF_HUB_OFFLINE=1 MODELSCOPE_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 step() { echo "$(date -u +%T) $*" | tee -a "$W/progress.log"; }
+rm -f "$W/DONE"  # a second GPU_WORK on the same machine
 # the throughput benchmark alone on the GPU, 5 steps (2 not measured), configurations $2 unless BENCH_ONLY
 # names others; then the work is done
 bench_alone_then_done() {
@@ -135,6 +139,22 @@ if [ "${GPU_WORK:-all}" = sampler ]; then
   step "where a decode step goes: vLLM alone, in-process (bench/generation_sampler.py)"
   python3 bench/generation_sampler.py --model "$W/models/q05" --out "$W/generation-sampler.json" > "$W/generation-sampler.log" 2>&1
   step "sampler: $(tail -1 "$W/generation-sampler.log")"
+  touch "$W/DONE"; step "done"; exit 0
+fi
+
+if [ "${GPU_WORK:-all}" = explore ]; then
+  summary='import json, sys; r = json.load(open(sys.argv[1])); print("; ".join("%s: %s s (%s CPU)" % (n, v["round_s"], v["cpu_s"]) for n, v in r["rounds"].items()))'
+  for e in "v1 1" "v0 1" "v0 8"; do
+    set -- $e
+    step "vLLM alone, engine $1, $2 step(s) per schedule (bench/generation_sampler.py)"
+    python3 bench/generation_sampler.py --model "$W/models/q05" --engine "$1" --scheduler-steps "$2" \
+      --out "$W/sampler-$1-$2.json" > "$W/sampler-$1-$2.log" 2>&1
+    step "$(python3 -c "$summary" "$W/sampler-$1-$2.json" 2>&1 || tail -3 "$W/sampler-$1-$2.log")"
+  done
+  step "the shipped recipe's trainer on vLLM's V0 engine, alone on the GPU"
+  python3 bench/countdown_throughput.py --models "$W/models" --out "$W/explore-v0" --steps 6 --warmup 2 \
+    --only "countdown-1x4090 (shipped)" --set VLLM_USE_V1=0 --set GPU_MONITOR_INTERVAL=0.25 > "$W/explore-v0.log" 2>&1
+  step "$(grep -h -A1 '^| countdown-1x4090 (shipped)' "$W/explore-v0/countdown-throughput.md" 2>/dev/null | head -1 || tail -3 "$W/explore-v0.log")"
   touch "$W/DONE"; step "done"; exit 0
 fi
 

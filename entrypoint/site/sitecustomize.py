@@ -67,7 +67,9 @@ GRPO_RIG_VLLM_TOP_K_FIRST=1: vLLM's top-k/top-p sampling without sorting the voc
     top-p is applied to the survivors in vLLM's ascending order (softmax, cumulative sum, masked where it
     stays <= 1 - p, the largest always kept). The masked logits are vLLM's, so the same tokens are sampled
     from the same random draws. It looks at twice the top k: logits computed in bf16 tie often at the k-th
-    value (with exactly k, the sixth lease's py-spy found nearly every GPU step sent back to the sort).
+    value (with exactly k, the sixth lease's py-spy found nearly every GPU step sent back to the sort). The
+    largest k, k - 1 as an index and 1 - p come from where vLLM copies the batch's sampling settings to the
+    GPU (once per change of the batch), so a step reads nothing back before its last launch.
     Rows whose ties run past that window, rows without top-k and larger k take vLLM's own path. Equal
     logits at the top-p boundary are dropped in a stable sort's order (ascending token id), where vLLM
     leaves the order to torch.sort (tests/test_site_hooks.py).
@@ -426,39 +428,71 @@ TOP_K_FIRST_LIMIT = 1024  # the largest top-k taken this way; beyond it a sort i
 def top_k_first(original):
     """vLLM's apply_top_k_top_p(logits [rows, vocab] float, k [rows] int | None, p [rows] float | None) ->
     masked logits, computed from the top k instead of a sort over the vocabulary (GRPO_RIG_VLLM_TOP_K_FIRST
-    above); `original` (vLLM's) where that cannot give the same mask."""
-    import torch
+    above); `original` (vLLM's) where that cannot give the same mask. A decode step is bound by the host's
+    launches (ninth lease's py-spy: about 0.1 ms of one core per tensor operation here), so it launches as
+    few operations as it can: what depends only on k and p comes from the batch (_top_k_from_the_host), and
+    `logits` is overwritten in place, as vLLM's function may do."""
 
     def apply_top_k_top_p(logits, k, p):
         if k is None or p is None:
             return original(logits, k, p)
-        k_max = int(k.max())
+        k_max = getattr(k, "grpo_rig_max", None)
+        if k_max is None:  # k not from vLLM's batch: read it back (waits for the GPU)
+            k_max = int(k.max())
         # twice the top k: logits computed in bf16 often tie with the k-th, and vLLM keeps every tie (on the
         # GPU, taking exactly k_max sent nearly every step back to the sort: sixth lease's py-spy)
         window = 2 * k_max
         if k_max > TOP_K_FIRST_LIMIT or window >= logits.shape[1]:
             return original(logits, k, p)
+        k_index = getattr(k, "grpo_rig_index", None)
+        if k_index is None:
+            k_index = k.long().sub(1).unsqueeze(1)
+        keep_above = getattr(p, "grpo_rig_complement", None)
+        if keep_above is None:
+            keep_above = 1 - p.unsqueeze(1)
         values, index = logits.topk(window, dim=1)  # descending
-        threshold = values.gather(1, k.long().sub(1).unsqueeze(1))
-        if bool((values[:, -1:] >= threshold).any()):  # ties with the k-th may run past the window
-            return original(logits, k, p)
+        threshold = values.gather(1, k_index)
         # ascending value, ties by ascending token id (a stable sort's order): top-p drops tied tokens at
         # its boundary in that order
-        by_id = index.argsort(dim=1)
+        ids, by_id = index.sort(dim=1)
         ascending, position = values.gather(1, by_id).sort(dim=1, stable=True)
-        ids = index.gather(1, by_id).gather(1, position)
+        ids = ids.gather(1, position)
         ascending = ascending.masked_fill(ascending < threshold, -float("inf"))
         cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
-        outside = cumulative <= 1 - p.unsqueeze(1)
-        outside[:, -1] = False  # the most likely token always stays
-        masked = torch.full_like(logits, -float("inf"))
-        return masked.scatter_(1, ids, ascending.masked_fill(outside, -float("inf")))
+        # the most likely token (the last column) always stays
+        ascending[:, :-1].masked_fill_(cumulative[:, :-1] <= keep_above, -float("inf"))
+        # ties with the k-th may run past the window; asked last, so the launches above overlap the model
+        if bool((values[:, -1:] >= threshold).any()):
+            return original(logits, k, p)
+        return logits.fill_(-float("inf")).scatter_(1, ids, ascending)
 
     return apply_top_k_top_p
 
 
 def _sample_top_k_first(sampler_ops):
     sampler_ops.apply_top_k_top_p = top_k_first(sampler_ops.apply_top_k_top_p)
+
+
+def _top_k_from_the_host(gpu_input_batch):
+    """Where vLLM copies the batch's top-k and top-p to the GPU (InputBatch._make_sampling_metadata, once per
+    change of the batch, not per step), the largest k is read from its host copy and what top_k_first
+    derives from k and p is computed once, kept on the GPU tensors themselves (the metadata hands the same
+    objects to every step until the batch changes)."""
+    cls = gpu_input_batch.InputBatch
+    original = cls._make_sampling_metadata
+
+    @functools.wraps(original)
+    def _make_sampling_metadata(self):
+        metadata = original(self)
+        k, p = metadata.top_k, metadata.top_p
+        if k is not None and self.num_reqs > 0:
+            k.grpo_rig_max = int(self.top_k_cpu[: self.num_reqs].max())
+            k.grpo_rig_index = k.long().sub(1).unsqueeze(1)
+        if p is not None:
+            p.grpo_rig_complement = 1 - p.unsqueeze(1)
+        return metadata
+
+    cls._make_sampling_metadata = _make_sampling_metadata
 
 
 # --- a colocated engine's per-step work ----------------------------------------------------------
@@ -665,6 +699,7 @@ if _INSPECT_HERE:
     _after("vllm.model_executor.models.registry", _inspect_here_once_cuda_is_up)
 if _TOP_K_FIRST:
     _after("vllm.v1.sample.ops.topk_topp_sampler", _sample_top_k_first)
+    _after("vllm.v1.worker.gpu_input_batch", _top_k_from_the_host)
 if _LEAN:  # before the phase timers, so "trainer ready" includes the one collection
     _after("vllm.v1.engine.llm_engine", _final_outputs_only)
     _after("swift.trainers.rlhf_trainer.grpo_trainer", _freeze_startup_heap)
