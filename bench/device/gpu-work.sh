@@ -169,7 +169,7 @@ if [ "${GPU_WORK:-all}" = final ]; then
   cpu_watch &
   # 8 steps, 6 measured: a generation round's seconds vary by up to 70 % between steps of one run (the
   # seventh and eighth leases), so 4 measured steps left the ratio to chance
-  BENCH_STEPS=8 BENCH_SET=GPU_MONITOR_INTERVAL=0.25 bench_alone_then_done "issue 28's benchmark, alone on the GPU" \
+  BENCH_STEPS=${BENCH_STEPS:-8} BENCH_SET=GPU_MONITOR_INTERVAL=0.25 bench_alone_then_done "issue 28's benchmark, alone on the GPU" \
     "countdown-1x4090 (shipped),seed 001 settings,countdown-1x4090 before,lever: vLLM share 0.35"
 fi
 
