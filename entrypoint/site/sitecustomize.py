@@ -69,7 +69,8 @@ GRPO_RIG_VLLM_TOP_K_FIRST=1: vLLM's top-k/top-p sampling without sorting the voc
     from the same random draws. It looks at twice the top k: logits computed in bf16 tie often at the k-th
     value (with exactly k, the sixth lease's py-spy found nearly every GPU step sent back to the sort). The
     largest k, k - 1 as an index and 1 - p come from where vLLM copies the batch's sampling settings to the
-    GPU (once per change of the batch), so a step reads nothing back before its last launch.
+    GPU (once per change of the batch): a step reads the GPU back once, for the ties' check, after all but
+    its last two launches.
     Rows whose ties run past that window, rows without top-k and larger k take vLLM's own path. Equal
     logits at the top-p boundary are dropped in a stable sort's order (ascending token id), where vLLM
     leaves the order to torch.sort (tests/test_site_hooks.py).
