@@ -184,6 +184,7 @@ def main() -> None:
         }
     else:
         variants = {"vLLM's sort (top_k 50, top_p 0.9)": (swift, nothing), "no top-k/top-p": (plain, nothing)}
+    print("rounds start", flush=True)  # bench/device/gpu-work.sh's py-spy waits for this line
     result["rounds"] = interleaved(llm, prompts, variants, args.repeats)
     if args.engine == "v1":
         result["sampler_ms"] = sampler_ops(llm.llm_engine.model_config.get_vocab_size(), site)

@@ -50,7 +50,7 @@ SITE_DIR = Path(__file__).resolve().parent / "site"
 SITE_HOOK_VARIABLES = (
     "GRPO_RIG_EMULATE_VRAM_GB", "GRPO_RIG_VLLM_KEEP_POOLS", "GRPO_RIG_EVENTS", "GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS",
     "GRPO_RIG_VLLM_INSPECT_HERE", "GRPO_RIG_REWARD_CHECK", "GRPO_RIG_VLLM_LEAN",
-    "GRPO_RIG_VLLM_TOP_K_FIRST",
+    "GRPO_RIG_VLLM_TOP_K_FIRST", "GRPO_RIG_VLLM_SCHEDULER_STEPS",
 )  # fmt: skip
 CHECKPOINT = "<newest complete checkpoint>"  # the export's --adapters, known once training ends
 

@@ -538,3 +538,40 @@ def test_top_k_first_takes_k_from_vllm_s_batch_without_reading_the_gpu_back(site
     assert torch.equal(got, expected)
     kept = (got > -float("inf")).sum(1).tolist()
     assert all(1 < n <= 50 for n in kept[:5]) and kept[5] == 1, kept
+
+
+def test_scheduler_steps_reach_ms_swift_s_colocated_engine(site, monkeypatch):
+    """GRPO_RIG_VLLM_SCHEDULER_STEPS: GRPOVllmEngine (built by ms-swift 3.6.4's prepare_vllm with keyword
+    arguments and no engine_kwargs) gets num_scheduler_steps among its engine arguments; engine arguments
+    a caller passes are kept, and its own num_scheduler_steps wins."""
+
+    class GRPOVllmEngine:
+        def __init__(self, model_dir, torch_dtype, *, engine_kwargs=None, max_num_seqs=256):
+            self.engine_kwargs, self.max_num_seqs = engine_kwargs, max_num_seqs
+
+    monkeypatch.setattr(site, "_SCHEDULER_STEPS", 8)
+    site._scheduler_steps(types.SimpleNamespace(GRPOVllmEngine=GRPOVllmEngine))
+    assert GRPOVllmEngine("/m", "bf16", max_num_seqs=32).engine_kwargs == {"num_scheduler_steps": 8}
+    kept = GRPOVllmEngine("/m", "bf16", engine_kwargs={"seed": 1, "num_scheduler_steps": 4})
+    assert kept.engine_kwargs == {"seed": 1, "num_scheduler_steps": 4}
+
+
+@pytest.mark.slow  # imports vLLM (about 15 s on 2 cores)
+def test_v0_multi_step_runner_exposes_the_model_ms_swift_syncs_weights_into(site):
+    """GRPO_RIG_VLLM_SCHEDULER_STEPS: ms-swift's weight sync reads engine.model_executor.driver_worker.worker
+    .model_runner.model; vLLM 0.8.5's MultiStepModelRunner keeps the model on the runner it wraps."""
+    from vllm.worker import multi_step_model_runner
+
+    cls = multi_step_model_runner.MultiStepModelRunner
+    assert "model" not in vars(cls)
+    with pytest.raises(AttributeError):
+        _ = object.__new__(cls).model
+    site._multi_step_runner_model(multi_step_model_runner)
+    try:
+        runner = object.__new__(cls)
+        runner._base_model_runner = types.SimpleNamespace(model="the wrapped runner's model")
+        assert runner.model == "the wrapped runner's model"
+        runner.model = "loaded again"
+        assert runner._base_model_runner.model == "loaded again"
+    finally:
+        del cls.model

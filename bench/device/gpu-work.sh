@@ -23,6 +23,10 @@
 #   seed, before (8 steps each), then vLLM share 0.35, the host's CPU watched (cpu.log); about 10 minutes after
 #   the stack is unpacked: a second call's collect.sh picks up the rest.
 # GPU_WORK=sampler (issue 28): steps 1-2, then bench/generation_sampler.py (vLLM alone: a decode step's parts).
+# GPU_WORK=gap (issue 28): steps 1-2, then alone on the GPU: vLLM alone on V1 with py-spy on its rounds; the
+#   shipped trainer on V1 with py-spy on its steps (where its round loses ~0.5 s against vLLM alone's); the
+#   shipped trainer on V0 with 8 steps per schedule (GRPO_RIG_VLLM_SCHEDULER_STEPS) at vLLM's share 0.25 and
+#   0.15; 6 steps each. GPU_WORK=final can follow on the same machine.
 # GPU_WORK=explore (issue 28): steps 1-2, then alone on the GPU: bench/generation_sampler.py on vLLM's V1 engine
 #   (the top-k/top-p variants) and on its V0 engine (one step and 8 steps per schedule), then the shipped
 #   recipe's trainer on V0 (VLLM_USE_V1=0), 6 steps; GPU_WORK=final can follow on the same machine.
@@ -155,6 +159,32 @@ if [ "${GPU_WORK:-all}" = explore ]; then
   python3 bench/countdown_throughput.py --models "$W/models" --out "$W/explore-v0" --steps 6 --warmup 2 \
     --only "countdown-1x4090 (shipped)" --set VLLM_USE_V1=0 --set GPU_MONITOR_INTERVAL=0.25 > "$W/explore-v0.log" 2>&1
   step "$(grep -h -A1 '^| countdown-1x4090 (shipped)' "$W/explore-v0/countdown-throughput.md" 2>/dev/null | head -1 || tail -3 "$W/explore-v0.log")"
+  touch "$W/DONE"; step "done"; exit 0
+fi
+
+if [ "${GPU_WORK:-all}" = gap ]; then
+  python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); n = [f for f in z.namelist() if f.endswith("/py-spy")][0]; open("/tmp/py-spy", "wb").write(z.read(n))' .device/kit/py_spy-*.whl && chmod +x /tmp/py-spy
+  step "vLLM alone on V1, py-spy on its rounds (bench/generation_sampler.py)"
+  python3 bench/generation_sampler.py --model "$W/models/q05" --out "$W/sampler-gap.json" > "$W/sampler-gap.log" 2>&1 &
+  alone=$!
+  for _ in $(seq 150); do grep -q '^rounds start' "$W/sampler-gap.log" 2>/dev/null && break; sleep 1; done
+  /tmp/py-spy record -p "$alone" -d 8 -r 200 --idle --nonblocking -f raw -o "$W/pyspy-vllm-alone.txt" > "$W/pyspy-vllm-alone.log" 2>&1
+  wait $alone
+  step "$(tail -2 "$W/sampler-gap.log" | head -1)"
+  # the profile_trainer below waits for 2 logged steps of its run, then samples 8 s (about 3 steps)
+  profile_trainer countdown-1x4090-shipped gap-v1 &
+  step "the shipped trainer on V1 (py-spy), then on V0 with 8 steps per schedule at vLLM's share 0.25 and 0.15"
+  python3 bench/countdown_throughput.py --models "$W/models" --out "$W/gap-v1" --steps 6 --warmup 2 \
+    --only "countdown-1x4090 (shipped)" --set GPU_MONITOR_INTERVAL=0.25 > "$W/gap-v1.log" 2>&1
+  wait
+  for share in 0.25 0.15; do
+    GRPO_RIG_VLLM_SCHEDULER_STEPS=8 python3 bench/countdown_throughput.py --models "$W/models" --out "$W/gap-v0-$share" \
+      --steps 6 --warmup 2 --only "countdown-1x4090 (shipped)" --set VLLM_USE_V1=0 --set VLLM_GPU_MEMORY_UTILIZATION=$share \
+      --set MEMORY_CHECK=warn --set GPU_MONITOR_INTERVAL=0.25 > "$W/gap-v0-$share.log" 2>&1
+  done
+  for d in gap-v1 gap-v0-0.25 gap-v0-0.15; do
+    step "$d: $(grep -h '^| countdown-1x4090 (shipped)' "$W/$d/countdown-throughput.md" 2>/dev/null || tail -2 "$W/$d.log")"
+  done
   touch "$W/DONE"; step "done"; exit 0
 fi
 

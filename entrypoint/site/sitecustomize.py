@@ -85,6 +85,14 @@ GRPO_RIG_VLLM_LEAN=1: a colocated engine builds only the outputs ms-swift reads,
     the oldest generation's collections no longer walk the millions of objects torch, transformers and
     vLLM left at start-up, pauses that land inside a decode loop. Each phase event records the collector's
     seconds inside it (`gc_seconds`).
+GRPO_RIG_VLLM_SCHEDULER_STEPS=N (N > 1, with VLLM_USE_V1=0; plan never sets it: a measuring knob for issue
+    28): ms-swift 3.6.4's colocated engine runs vLLM's V0 engine with N decode steps per schedule (multi-step
+    scheduling: the host schedules, and turns the sampled tokens into Python objects, once per N steps). On
+    the tenth lease, vLLM alone, a round of 32 x 256 tokens took 0.99 s against 1.40 s on V1 with top-k
+    first (docs/benchmarks/raw/h200-2026-12-03-lease10-explore). GRPOTrainer.prepare_vllm passes a fixed set
+    of engine arguments; GRPOVllmEngine takes engine_kwargs, which this fills. V0's MultiStepModelRunner
+    wraps the model runner without the `model` attribute ms-swift's weight sync reads (VllmEngine
+    .inner_model): it is given one, the wrapped runner's model.
 GRPO_RIG_REWARD_CHECK=1: every reward function's answer is checked as ms-swift receives it (ms-swift 3.6.4
     GRPOTrainer._score_completions). A function that raises, returns a list of the wrong length, or a value
     that is not a number (a string, a list) or is infinite ends the run with a line naming the function, the
@@ -120,6 +128,7 @@ _SYNC_PROBE = os.environ.get("GRPO_RIG_SYNC_PROBE", "")
 _REWARD_CHECK = os.environ.get("GRPO_RIG_REWARD_CHECK") == "1"
 _LEAN = os.environ.get("GRPO_RIG_VLLM_LEAN") == "1"
 _TOP_K_FIRST = os.environ.get("GRPO_RIG_VLLM_TOP_K_FIRST") == "1"
+_SCHEDULER_STEPS = int(os.environ.get("GRPO_RIG_VLLM_SCHEDULER_STEPS") or 1)
 _STARTED = time.time()
 GIB = 1024**3
 CONTEXT_BYTES = (
@@ -496,6 +505,33 @@ def _top_k_from_the_host(gpu_input_batch):
     cls._make_sampling_metadata = _make_sampling_metadata
 
 
+# --- vLLM's V0 multi-step scheduling ---------------------------------------------------------------
+
+
+def _scheduler_steps(grpo_vllm_engine):
+    cls = grpo_vllm_engine.GRPOVllmEngine
+    original = cls.__init__
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        engine_kwargs = dict(kwargs.get("engine_kwargs") or {})
+        engine_kwargs.setdefault("num_scheduler_steps", _SCHEDULER_STEPS)
+        kwargs["engine_kwargs"] = engine_kwargs
+        original(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+
+
+def _multi_step_runner_model(multi_step_model_runner):
+    cls = multi_step_model_runner.MultiStepModelRunner
+    if "model" not in vars(cls):
+
+        def set_model(self, model):
+            self._base_model_runner.model = model
+
+        cls.model = property(lambda self: self._base_model_runner.model, set_model)
+
+
 # --- a colocated engine's per-step work ----------------------------------------------------------
 
 
@@ -701,6 +737,9 @@ if _INSPECT_HERE:
 if _TOP_K_FIRST:
     _after("vllm.v1.sample.ops.topk_topp_sampler", _sample_top_k_first)
     _after("vllm.v1.worker.gpu_input_batch", _top_k_from_the_host)
+if _SCHEDULER_STEPS > 1:
+    _after("swift.llm.infer.infer_engine.grpo_vllm_engine", _scheduler_steps)
+    _after("vllm.worker.multi_step_model_runner", _multi_step_runner_model)
 if _LEAN:  # before the phase timers, so "trainer ready" includes the one collection
     _after("vllm.v1.engine.llm_engine", _final_outputs_only)
     _after("swift.trainers.rlhf_trainer.grpo_trainer", _freeze_startup_heap)
