@@ -119,9 +119,13 @@ fi
 # where a decode step's seconds go, Python side (raw collapsed stacks, idle frames included)
 profile_trainer() {
   python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); n = [f for f in z.namelist() if f.endswith("/py-spy")][0]; open("/tmp/py-spy", "wb").write(z.read(n))' .device/kit/py_spy-*.whl && chmod +x /tmp/py-spy || return
+  local logged=
   for _ in $(seq 200); do
-    [ "$(grep -c '"loss"' "$W/${2:-bench}/runs/$1/train/logging.jsonl" 2>/dev/null)" -ge 2 ] 2>/dev/null && break; sleep 2
+    [ "$(grep -c '"loss"' "$W/${2:-bench}/runs/$1/train/logging.jsonl" 2>/dev/null)" -ge 2 ] 2>/dev/null && { logged=1; break; }
+    sleep 2
   done
+  # not another run's trainer instead (the ninth lease's file, named for the last run, sampled the one before it)
+  [ -n "$logged" ] || { step "py-spy: $1 logged no 2 steps in 400 s; not sampled"; return; }
   pid=$(pgrep -o -f 'swift/cli/rlhf.py') || return  # the oldest: the trainer, not its dataloader workers
   /tmp/py-spy record -p "$pid" -d 8 -r 200 --idle --nonblocking -f raw -o "$W/pyspy-$1.txt" > "$W/pyspy-$1.log" 2>&1
   step "py-spy on $1 (pid $pid): $(tail -1 "$W/pyspy-$1.log")"
