@@ -128,7 +128,8 @@ _SYNC_PROBE = os.environ.get("GRPO_RIG_SYNC_PROBE", "")
 _REWARD_CHECK = os.environ.get("GRPO_RIG_REWARD_CHECK") == "1"
 _LEAN = os.environ.get("GRPO_RIG_VLLM_LEAN") == "1"
 _TOP_K_FIRST = os.environ.get("GRPO_RIG_VLLM_TOP_K_FIRST") == "1"
-_SCHEDULER_STEPS = int(os.environ.get("GRPO_RIG_VLLM_SCHEDULER_STEPS") or 1)
+_SCHEDULER_STEPS = os.environ.get("GRPO_RIG_VLLM_SCHEDULER_STEPS", "")
+_SCHEDULER_STEPS = int(_SCHEDULER_STEPS) if _SCHEDULER_STEPS.isdigit() else 1  # a measuring knob: no error here
 _STARTED = time.time()
 GIB = 1024**3
 CONTEXT_BYTES = (
