@@ -128,8 +128,9 @@ _SYNC_PROBE = os.environ.get("GRPO_RIG_SYNC_PROBE", "")
 _REWARD_CHECK = os.environ.get("GRPO_RIG_REWARD_CHECK") == "1"
 _LEAN = os.environ.get("GRPO_RIG_VLLM_LEAN") == "1"
 _TOP_K_FIRST = os.environ.get("GRPO_RIG_VLLM_TOP_K_FIRST") == "1"
+# a measuring knob: anything but a number leaves the engine as it is (a child's start-up must not fail here)
 _SCHEDULER_STEPS = os.environ.get("GRPO_RIG_VLLM_SCHEDULER_STEPS", "")
-_SCHEDULER_STEPS = int(_SCHEDULER_STEPS) if _SCHEDULER_STEPS.isdigit() else 1  # a measuring knob: no error here
+_SCHEDULER_STEPS = int(_SCHEDULER_STEPS) if _SCHEDULER_STEPS.isdigit() else 1
 _STARTED = time.time()
 GIB = 1024**3
 CONTEXT_BYTES = (
