@@ -117,8 +117,12 @@ fi
 # py-spy (its wheel in .device/kit) samples the trainer of run $1 (under $W/$2, default bench) for 8 s once it
 # has logged 2 steps (--nonblocking: the trainer is never stopped):
 # where a decode step's seconds go, Python side (raw collapsed stacks, idle frames included)
+# py-spy's binary out of its wheel, once
+fetch_py_spy() {
+  [ -x /tmp/py-spy ] || { python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); n = [f for f in z.namelist() if f.endswith("/py-spy")][0]; open("/tmp/py-spy", "wb").write(z.read(n))' .device/kit/py_spy-*.whl && chmod +x /tmp/py-spy; }
+}
 profile_trainer() {
-  python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); n = [f for f in z.namelist() if f.endswith("/py-spy")][0]; open("/tmp/py-spy", "wb").write(z.read(n))' .device/kit/py_spy-*.whl && chmod +x /tmp/py-spy || return
+  fetch_py_spy || return
   local logged=
   for _ in $(seq 200); do
     [ "$(grep -c '"loss"' "$W/${2:-bench}/runs/$1/train/logging.jsonl" 2>/dev/null)" -ge 2 ] 2>/dev/null && { logged=1; break; }
@@ -162,12 +166,12 @@ if [ "${GPU_WORK:-all}" = explore ]; then
   step "the shipped recipe's trainer on vLLM's V0 engine, alone on the GPU"
   python3 bench/countdown_throughput.py --models "$W/models" --out "$W/explore-v0" --steps 6 --warmup 2 \
     --only "countdown-1x4090 (shipped)" --set VLLM_USE_V1=0 --set GPU_MONITOR_INTERVAL=0.25 > "$W/explore-v0.log" 2>&1
-  step "$(grep -h -A1 '^| countdown-1x4090 (shipped)' "$W/explore-v0/countdown-throughput.md" 2>/dev/null | head -1 || tail -3 "$W/explore-v0.log")"
+  step "$(grep -h '^| countdown-1x4090 (shipped)' "$W/explore-v0/countdown-throughput.md" 2>/dev/null || tail -3 "$W/explore-v0.log")"
   touch "$W/DONE"; step "done"; exit 0
 fi
 
 if [ "${GPU_WORK:-all}" = gap ]; then
-  python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); n = [f for f in z.namelist() if f.endswith("/py-spy")][0]; open("/tmp/py-spy", "wb").write(z.read(n))' .device/kit/py_spy-*.whl && chmod +x /tmp/py-spy
+  fetch_py_spy
   step "vLLM alone on V1, py-spy on its rounds (bench/generation_sampler.py)"
   python3 bench/generation_sampler.py --model "$W/models/q05" --out "$W/sampler-gap.json" > "$W/sampler-gap.log" 2>&1 &
   alone=$!
