@@ -437,6 +437,16 @@ def _inspect_here_once_cuda_is_up(registry):
 TOP_K_FIRST_LIMIT = 1024  # the largest top-k taken this way; beyond it a sort is no slower
 
 
+def _k_index(k):
+    """k [rows] -> [rows, 1] int64: the column of the k-th largest in a descending top-k."""
+    return k.long().sub(1).unsqueeze(1)
+
+
+def _keep_above(p):
+    """p [rows] -> [rows, 1]: top-p drops an ascending cumulative probability at or below 1 - p."""
+    return 1 - p.unsqueeze(1)
+
+
 def top_k_first(original):
     """vLLM's apply_top_k_top_p(logits [rows, vocab] float, k [rows] int | None, p [rows] float | None) ->
     masked logits, computed from the top k instead of a sort over the vocabulary (GRPO_RIG_VLLM_TOP_K_FIRST
@@ -458,10 +468,10 @@ def top_k_first(original):
             return original(logits, k, p)
         k_index = getattr(k, "grpo_rig_index", None)
         if k_index is None:
-            k_index = k.long().sub(1).unsqueeze(1)
+            k_index = _k_index(k)
         keep_above = getattr(p, "grpo_rig_complement", None)
         if keep_above is None:
-            keep_above = 1 - p.unsqueeze(1)
+            keep_above = _keep_above(p)
         values, index = logits.topk(window, dim=1)  # descending
         threshold = values.gather(1, k_index)
         # ascending value, ties by ascending token id (a stable sort's order): top-p drops tied tokens at
@@ -499,9 +509,9 @@ def _top_k_from_the_host(gpu_input_batch):
         k, p = metadata.top_k, metadata.top_p
         if k is not None and self.num_reqs > 0:
             k.grpo_rig_max = int(self.top_k_cpu[: self.num_reqs].max())
-            k.grpo_rig_index = k.long().sub(1).unsqueeze(1)
+            k.grpo_rig_index = _k_index(k)
         if p is not None:
-            p.grpo_rig_complement = 1 - p.unsqueeze(1)
+            p.grpo_rig_complement = _keep_above(p)
         return metadata
 
     cls._make_sampling_metadata = _make_sampling_metadata
