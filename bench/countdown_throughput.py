@@ -54,6 +54,10 @@ CONFIGS = {
     "countdown-1x4090 (shipped) cold caches": ("countdown-1x4090", {}),
     "countdown-1x4090 (shipped)": ("countdown-1x4090", {}),
     "lever: shipped + SLEEP_LEVEL=1": ("countdown-1x4090", {"SLEEP_LEVEL": "1"}),
+    # the engine lever undone: the planner chooses the rest for ms-swift's V1 engine (issue 28)
+    "lever: shipped on vLLM's V1 engine": ("countdown-1x4090", {"VLLM_SCHEDULER_STEPS": "1"}),
+    # the V0 engine's memory term at a second share (the shipped one is the planner's smallest)
+    "lever: shipped at vLLM share 0.25": ("countdown-1x4090", {"VLLM_GPU_MEMORY_UTILIZATION": "0.25"}),
 }
 
 
@@ -158,7 +162,7 @@ def summarize(run_dir: Path, warmup: int, log: Path) -> dict:
     out["shape"] = {k: v["value"] for k, v in m.get("resolved_recipe", {}).items()
                     if k in ("PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "GENERATION_BATCH_SIZE",
                              "NUM_GENERATIONS", "VLLM_GPU_MEMORY_UTILIZATION", "SLEEP_LEVEL", "USE_VLLM", "USE_LIGER_KERNEL",
-                             "GRADIENT_CHECKPOINTING", "PYTORCH_CUDA_ALLOC_CONF")}  # fmt: skip
+                             "GRADIENT_CHECKPOINTING", "PYTORCH_CUDA_ALLOC_CONF", "VLLM_SCHEDULER_STEPS")}  # fmt: skip
     trainer = next((p for p in m.get("processes", []) if p.get("role") == "trainer"), {})
     if trainer.get("env", {}).get("PYTORCH_CUDA_ALLOC_CONF"):
         out["shape"]["PYTORCH_CUDA_ALLOC_CONF"] = trainer["env"]["PYTORCH_CUDA_ALLOC_CONF"]
@@ -300,6 +304,8 @@ def write_markdown(report: dict, path: Path) -> None:
             if s.get(key) == value)  # fmt: skip
         if "expandable_segments:True" in s.get("PYTORCH_CUDA_ALLOC_CONF", ""):
             shape += ", expandable segments"
+        if int(s.get("VLLM_SCHEDULER_STEPS") or 0) > 1:
+            shape += f", vLLM V0 x {s['VLLM_SCHEDULER_STEPS']} steps"
         exit_text = r["status"] + (
             f" ({r['trainer_exit']['signal']} after training, accepted)" if r.get("trainer_exit") else ""
         )

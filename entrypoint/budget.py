@@ -210,8 +210,17 @@ def expandable(recipe: Recipe, layout: Layout) -> bool:
     return "expandable_segments:true" in conf.replace(" ", "").lower()
 
 
-def colocate_settings(a: TrainerArgs, b: Batch, w: Workload, expandable: bool = False) -> memory.Colocate:
-    """vLLM's colocate settings as the run will see them (recipe values, else ms-swift's defaults)."""
+def engine_v0(recipe: Recipe) -> bool:
+    """Whether a colocated vLLM runs its V0 engine: multi-step scheduling (VLLM_SCHEDULER_STEPS > 1, which
+    plan runs with VLLM_USE_V1=0) or the recipe's own VLLM_USE_V1=0."""
+    return recipe.settings.VLLM_SCHEDULER_STEPS > 1 or recipe.env.get("VLLM_USE_V1", "").strip() == "0"
+
+
+def colocate_settings(
+    a: TrainerArgs, b: Batch, w: Workload, expandable: bool = False, v0: bool = False
+) -> memory.Colocate:
+    """vLLM's colocate settings as the run will see them (recipe values, else ms-swift's defaults); `v0`:
+    engine_v0."""
     return memory.Colocate(
         utilization=a.vllm_gpu_memory_utilization,
         sleep_level=a.sleep_level,
@@ -221,6 +230,7 @@ def colocate_settings(a: TrainerArgs, b: Batch, w: Workload, expandable: bool = 
         round_tokens=b.per_device * b.steps_per_generation * (w.prompt_tokens + w.completion_tokens),
         expandable=expandable,
         liger=a.use_liger_kernel,
+        engine_v0=v0,
     )
 
 
@@ -317,7 +327,7 @@ def compute(
         return Budget(None, None, "the batch's values are refused", None, card, a.offload, util)
     w, note = workload(recipe, b, dataset_paths, facts)
     colocate = (
-        colocate_settings(a, b, w, expandable(recipe, layout))
+        colocate_settings(a, b, w, expandable(recipe, layout), engine_v0(recipe))
         if w is not None and layout.mode == "colocate"
         else None
     )

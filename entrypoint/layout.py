@@ -457,6 +457,25 @@ def _check_mode_keys(recipe: Recipe, mode: str, rollout_only: bool, problems: li
                     + (colocate_hint if mode == "colocate" else ""),
                 )
             )
+    steps = recipe.settings.VLLM_SCHEDULER_STEPS
+    if steps > 1 and mode == "server":
+        problems.append(
+            Problem(
+                f"VLLM_SCHEDULER_STEPS ({recipe.source('VLLM_SCHEDULER_STEPS')})",
+                "only acts on a colocated vLLM; the rollout server (`swift rollout`) runs vLLM as ms-swift starts it",
+                "remove VLLM_SCHEDULER_STEPS (server mode)",
+                fatal=False,
+            )
+        )
+    if steps > 1 and recipe.env.get("VLLM_USE_V1", "").strip() == "1":
+        problems.append(
+            Problem(
+                f"VLLM_SCHEDULER_STEPS={steps} with VLLM_USE_V1=1",
+                "multi-step scheduling exists only in vLLM's V0 engine; vLLM 0.8.5 raises NotImplementedError at "
+                "engine start with VLLM_USE_V1=1 (vllm/engine/arg_utils.py:1327-1330, 1649-1652)",
+                "set VLLM_SCHEDULER_STEPS=1 to keep the V1 engine, or remove VLLM_USE_V1 (plan sets it to 0)",
+            )
+        )
     if mode == "server":  # ms-swift takes these in server mode and ignores them (warning for one): so do we
         for key, replacement in COLOCATE_ONLY.items():
             if recipe.is_set(key) and key.lower() in recipe.trainer:

@@ -34,6 +34,13 @@ with one set of coefficients per allocator (colocate_* with expandable segments,
   beside vLLM's own copy of the weights, its profiling peak and the KV cache (vllm 0.8.5.post1
   v1/worker/gpu_worker.py:170-215). Measured: share 0.25 -> 0.35 of a 24 GiB card moved the peak from 19.32
   to 21.80 GiB, 1.03 GiB per GiB of share (docs/benchmarks/raw/h200-2026-12-02-lease5/).
+  The V0 engine (VLLM_USE_V1=0; multi-step scheduling runs only there) measures from a snapshot taken when
+  it starts, so its share holds only its own weights, profiling peak and KV cache (worker/worker.py:208-264):
+  the CUDA context and the trainer's weights come on top ("context and weights before vLLM (V0)":
+  colocate_v0_before_gib + the weights). At share 0.25 its KV cache was 4.75 GiB against V1's 2.69, at 0.10
+  1.15 GiB (docs/benchmarks/raw/h200-2026-12-03-lease10-explore, -lease12). Fitted with the other expandable-
+  segment coefficients to the three V0 runs and the rest: 0.69 GiB, below the ~1.1 GiB NVML sees outside
+  torch's allocator, the difference within the "training" part's spread (+-7 %).
 - "training": what a training step adds on top: gradients and optimizer states, activations (the trainer
   side above, whose weights vLLM's share already counts) and the logits as they land on the card, with
   their own bytes per entry: the policy's logits and the reference model's beside them (liger's fused loss
@@ -107,6 +114,9 @@ DEFAULT_COEFFICIENTS = {
     "colocate_liger_logit_bytes": 8.0,  # the same with liger's fused loss (the reference model's logits)
     "colocate_activation_factor": 1.0,  # activations without checkpointing, against the trainer-side model
     "colocate_constant_gib": 0.5,
+    # what the process holds beside the trainer's weights when vLLM's V0 engine starts (CUDA context, cuBLAS
+    # workspaces), on top of V0's share ("vLLM side")
+    "colocate_v0_before_gib": 1.9,
     # ... and with torch's default allocator (sleep mode, or the recipe's own PYTORCH_CUDA_ALLOC_CONF)
     "colocate_torch_logit_bytes": 20.0,
     "colocate_torch_liger_logit_bytes": 8.0,
@@ -295,6 +305,9 @@ class Colocate:
     round_tokens: int  # tokens this process generates in one round: its sequences x (prompt + completion)
     expandable: bool = False  # the trainer's allocator grows expandable segments (budget.allocator)
     liger: bool = False  # USE_LIGER_KERNEL (the trainer's logits)
+    engine_v0: bool = (
+        False  # vLLM's V0 engine: VLLM_USE_V1=0, or multi-step scheduling (VLLM_SCHEDULER_STEPS > 1)
+    )
 
 
 def colocate_peak(
@@ -305,14 +318,18 @@ def colocate_peak(
     sampler": vLLM beyond its budget [+ sleep-mode pools]}; their sum is the peak."""
     c = coef or coefficients()
     share = v.utilization * card_gib
+    # V0 sizes only its own instance: what the process held when it started comes on top of its share
+    context = c["colocate_v0_before_gib"] if calibrated else CUDA_CONTEXT_GIB
+    before = {"context and weights before vLLM (V0)": context + train.weights} if v.engine_v0 else {}
     if not calibrated:  # a model larger than any measured one: no fitted terms
-        return {"vLLM": share, "training": train.peak - train.weights, "graphs, sampler": 0.0}
+        return {"vLLM": share, **before, "training": train.peak - train.weights, "graphs, sampler": 0.0}
     # the allocator's own coefficients; sleep mode runs on torch's (its pool refuses expandable segments)
     k = "colocate_" if v.expandable and v.sleep_level == 0 else "colocate_torch_"
     logits = train.logit_entries * c[f"{k}liger_logit_bytes" if v.liger else f"{k}logit_bytes"]
     activations = train.activations * (1.0 if train.checkpointed else c[f"{k}activation_factor"])
     return {
         "vLLM": share,
+        **before,
         "training": train.optimizer + activations + logits,
         "graphs, sampler": c[f"{k}constant_gib"] + (c["colocate_sleep_gib"] if v.sleep_level >= 1 else 0.0),
     }
@@ -325,12 +342,16 @@ def kv_budget(
     utilization: float,
     resident_gib: float,
     tensor_parallel: int = 1,
+    engine_v0: bool = False,
 ) -> float:
     """GiB left for vLLM's KV cache on a colocated card: vLLM's V1 engine counts everything the process
     already holds (CUDA context, the trainer's weights) against utilization x card, then its own weights
-    (1/tensor_parallel of them per GPU) and activation peak (vllm 0.8.5.post1 v1/worker/gpu_worker.py:170-215)."""
+    (1/tensor_parallel of them per GPU) and activation peak (vllm 0.8.5.post1 v1/worker/gpu_worker.py:170-215).
+    The V0 engine (`engine_v0`) counts only what it allocates itself from a snapshot taken when it starts
+    (worker/worker.py:208-264, utils.memory_profiling): its weights and activation peak, not the trainer's."""
     vllm_weights = dims.params * dtype_bytes / GIB / max(1, tensor_parallel)
-    return utilization * card_gib - CUDA_CONTEXT_GIB - resident_gib - vllm_weights - VLLM_NON_KV_GIB
+    already = 0.0 if engine_v0 else CUDA_CONTEXT_GIB + resident_gib
+    return utilization * card_gib - already - vllm_weights - VLLM_NON_KV_GIB
 
 
 def rollout_share_with_headroom(card_gib: float) -> float:

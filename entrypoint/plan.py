@@ -559,6 +559,14 @@ def _vllm_env(enforce_eager: bool) -> dict[str, str]:
     return {"GRPO_RIG_VLLM_TOP_K_FIRST": "1", **graphs}
 
 
+def _multi_step_env(steps: int) -> dict[str, str]:
+    """A colocated engine with `steps` > 1 decode steps per schedule (VLLM_SCHEDULER_STEPS, shape.engine_options
+    says when the planner chooses it): vLLM's V0 engine, the only one with multi-step scheduling in 0.8.5
+    (VLLM_USE_V1=1 with it raises: vllm/engine/arg_utils.py:1327-1330), given the steps through ms-swift's
+    engine_kwargs (entrypoint/site/sitecustomize.py, GRPO_RIG_VLLM_SCHEDULER_STEPS)."""
+    return {"VLLM_USE_V1": "0", "GRPO_RIG_VLLM_SCHEDULER_STEPS": str(steps)} if steps > 1 else {}
+
+
 def _trainer_env(d: Draft) -> dict[str, str]:
     s, layout = d.recipe.settings, d.layout
     env = dict(d.common)
@@ -570,6 +578,7 @@ def _trainer_env(d: Draft) -> dict[str, str]:
         env["GRPO_RIG_VLLM_KEEP_POOLS"] = "1"
     if layout.mode == "colocate":
         env.update(_vllm_env(a.vllm_enforce_eager))
+        env.update(_multi_step_env(s.VLLM_SCHEDULER_STEPS))
         env["GRPO_RIG_VLLM_INSPECT_HERE"] = "1"  # the engine starts in this process, after CUDA did
         env["GRPO_RIG_VLLM_LEAN"] = "1"  # ms-swift reads only each request's final output (issue 28)
     if layout.train_gpus:

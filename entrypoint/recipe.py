@@ -123,22 +123,31 @@ class Recipe:
         return layer_of(self.values[key].source) if key in self.values else -1
 
     def with_values(self, chosen: Mapping[str, tuple[str, str]]) -> Recipe:
-        """A copy with swift arguments (ROLLOUT_ ones for `swift rollout`) or environment variables for the
-        children set by the planner: {KEY: (value, source)}. Keys must be unset here."""
+        """A copy with swift arguments (ROLLOUT_ ones for `swift rollout`), owned keys or environment variables
+        for the children set by the planner: {KEY: (value, source)}. Keys must be unset here."""
         rlhf, rollout_schema = swift_schema.load("rlhf"), swift_schema.load("rollout")
         values = dict(self.values)
         trainer, rollout, env = dict(self.trainer), dict(self.rollout), dict(self.env)
+        owned: dict[str, str] = {}
         for key, (value, source) in chosen.items():
             values[key] = Value(value, source)
-            if getattr(keys.lookup(key), "kind", None) == "env":
+            kind = getattr(keys.lookup(key), "kind", None)
+            if kind == "env":
                 env[key] = value
+            elif kind == "owned":  # typed like any layer's value (VLLM_SCHEDULER_STEPS)
+                owned[key] = value
             elif key.startswith("ROLLOUT_") and key[len("ROLLOUT_") :].lower() in rollout_schema:
                 spec = rollout_schema[key[len("ROLLOUT_") :].lower()]
                 rollout[spec.name] = spec.coerce(value)
             else:
                 spec = rlhf[key.lower()]
                 trainer[spec.name] = spec.coerce(value)
-        return dataclasses.replace(self, values=values, trainer=trainer, rollout=rollout, env=env)
+        settings = (
+            Settings.model_validate({**self.settings.model_dump(), **owned}) if owned else self.settings
+        )
+        return dataclasses.replace(
+            self, values=values, settings=settings, trainer=trainer, rollout=rollout, env=env
+        )
 
     def resolved(self) -> dict[str, dict[str, str]]:
         """{KEY: {"value", "source"}} for the manifest and `plan --json`."""

@@ -17,6 +17,12 @@ recipe does not set them, `choose` picks (AUTO_SHAPE=true, the default):
   training.
 - ROLLOUT_GPU_MEMORY_UTILIZATION (a rollout server on this node): the largest share that leaves 10 % of its
   card free beside the CUDA context (0.82 on a 24 GiB card; ms-swift's default 0.9 leaves 8 %).
+- VLLM_SCHEDULER_STEPS (colocate, one training process): 8 or 1, whichever gives the least predicted step
+  (speed.generation_time + speed.training_time) with a shape that fits: vLLM's V0 engine with 8 decode steps
+  per schedule pays a decode step's host work once per 8 (a round of 32 x 256 tokens: 1.28 s against V1's
+  2.22 s in the trainer, docs/benchmarks/raw/h200-2026-12-03-lease12); V0 counts only its own memory against
+  its share, so its share is sized by its own rule (memory.kv_budget) and the process's earlier memory is
+  added to its peak (memory.colocate_peak). `engine_options` says where the choice is open.
 - SLEEP_LEVEL (colocate): 0. In ms-swift 3.6.4 sleeping saves little peak memory unless the model or the
   optimizer is offloaded (memory.py, "vLLM side"): at micro-batch 8 on a 24 GiB card, torch's allocator,
   18.7 GiB asleep against 19.4 awake (docs/benchmarks/raw/h200-2026-12-02-lease4); it rules out expandable
@@ -46,6 +52,9 @@ UTILIZATION_STEP = 0.05
 UTILIZATION_FLOOR = 0.10
 UTILIZATION_CEILING = memory.VLLM_UTILIZATION_CEILING
 KV_MARGIN = 1.25  # vLLM's block rounding and the prompts' spread around the planner's estimate
+# Decode steps per schedule when the planner turns multi-step scheduling on: vLLM alone ran a round of 32 x 256
+# tokens in 0.99 s at 8 against 1.66 s at 1 on its V0 engine (docs/benchmarks/raw/h200-2026-12-03-lease10-explore).
+MULTI_STEP = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,16 +144,20 @@ def choose(
 
     estimate = estimate or (lambda wl, co: budget.estimates(layout, wl, co))
     levers = lever_options(r, layout, w)
-    if len(levers) > 1:
-        fastest = _fastest(w, colocate, per_process, candidates, levers, estimate)
-        if fastest is not None:
-            pd, ckpt, liger, why = fastest
-            chosen = accumulate(pd, why)
-            lever_why = f"the fastest shape that fits ({why.split(';')[0]})"
+    engines = engine_options(r, layout, w, budget) if colocate is not None else []
+    if len(levers) > 1 or len(engines) > 1:
+        runs = _by_predicted_step(r, layout, budget, per_process, user, engines, (colocate, out),
+                                  lambda co: _fastest(w, co, per_process, candidates, levers, estimate))  # fmt: skip
+        if runs:
+            _, steps, fastest, out, _ = runs[0]
+            chosen = accumulate(fastest.per_device, fastest.why)
+            lever_why = f"the fastest shape that fits ({fastest.why.split(';')[0]})"
             if not r.is_set("GRADIENT_CHECKPOINTING"):
-                chosen.append(Choice("GRADIENT_CHECKPOINTING", str(ckpt).lower(), lever_why))
+                chosen.append(Choice("GRADIENT_CHECKPOINTING", str(fastest.checkpointing).lower(), lever_why))
             if not r.is_set("USE_LIGER_KERNEL"):
-                chosen.append(Choice("USE_LIGER_KERNEL", str(liger).lower(), lever_why))
+                chosen.append(Choice("USE_LIGER_KERNEL", str(fastest.liger).lower(), lever_why))
+            if len(engines) > 1:
+                chosen.append(Choice("VLLM_SCHEDULER_STEPS", str(steps), _engine_why(runs)))
             return chosen + out
     verdicts = []
     for pd in sorted(candidates, reverse=True):
@@ -187,6 +200,72 @@ def _liger_same_loss(r: Recipe) -> bool:
     return a.delta is None and not a.padding_free and not a.overlong_filter and a.sequence_parallel_size <= 1
 
 
+def engine_options(r: Recipe, layout: Layout, w: Workload, budget: Budget) -> list[int]:
+    """VLLM_SCHEDULER_STEPS values the planner chooses between, by predicted step time and peak: 1 (ms-swift's
+    V1 engine) and MULTI_STEP (vLLM's V0 engine, multi-step scheduling); [] when the choice is not open: the
+    recipe sets VLLM_SCHEDULER_STEPS or VLLM_USE_V1, or the run is outside where both were measured (one
+    colocated training process without vLLM tensor parallelism, sleep mode or offload, a model within
+    memory.CALIBRATED_MAX_PARAMS: docs/benchmarks/generation-calibration.json). Neither changes what is
+    learned: the same sampling parameters draw from the same weights (the V0 sampler, vllm 0.8.5.post1
+    model_executor/layers/sampler.py, against V1's v1/sample/sampler.py)."""
+    a = r.trainer_args
+    if (
+        r.settings.VLLM_SCHEDULER_STEPS
+        or "VLLM_USE_V1" in r.env
+        or layout.mode != "colocate"
+        or layout.nproc_per_node != 1
+        or len(layout.train_gpus) != 1
+        or a.vllm_tensor_parallel_size > 1
+        or (r.is_set("SLEEP_LEVEL") and a.sleep_level >= 1)
+        or budget.offload
+        or w.dims.params > memory.CALIBRATED_MAX_PARAMS
+    ):
+        return []
+    return [1, MULTI_STEP]
+
+
+def _by_predicted_step(r, layout, budget, per_process, user, engines, current, fastest) -> list[tuple]:
+    """[(predicted step seconds, scheduler steps, Fastest, vLLM's colocate choices, GenerationTime)] for each
+    engine in `engines` whose shape fits (`fastest(colocate)`, its share sized for that engine), least first;
+    without engines to choose, the one run at `current` (colocate, choices), its round left out."""
+    runs = []
+    for steps in engines or [0]:
+        co, co_out = current if not engines else _vllm_share(r, layout, budget, per_process, user, steps > 1)
+        shape = fastest(co)
+        gen = speed.generation_time(budget.workload, steps, co.engine_v0) if engines else None
+        if shape is not None and (gen is not None or not engines):
+            runs.append((shape.seconds + (gen.seconds if gen else 0.0), steps, shape, co_out, gen))
+    return sorted(runs, key=lambda run: run[0])
+
+
+def _engine_why(runs: list) -> str:
+    """The reason of the engine choice: each engine's predicted step (round + training) and peak."""
+
+    def one(run) -> str:
+        seconds, steps, fastest, _, gen = run
+        what = "vLLM's V0 engine, multi-step scheduling" if steps > 1 else "ms-swift's V1 engine"
+        return (f"{what} ({steps} decode step(s) per schedule): {seconds:.1f} s per step (generation round "
+                f"{gen.seconds:.1f} s: {gen.render()}; training {fastest.seconds:.1f} s), peak "
+                f"{fastest.worst.peak_gib:.1f} of {fastest.worst.card_gib:.1f} GiB")  # fmt: skip
+
+    best = one(runs[0])
+    rest = "; ".join(one(run) for run in runs[1:]) or "no other engine fits"
+    return (f"the least predicted step time of the engines whose shape fits: {best}; against {rest} "
+            "(speed.generation_time, docs/benchmarks/generation-calibration.json)")  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Fastest:
+    """The fastest shape that fits: its levers, predicted training seconds per step, fullest card, reason."""
+
+    per_device: int
+    checkpointing: bool
+    liger: bool
+    seconds: float
+    worst: GpuEstimate
+    why: str
+
+
 def _fastest(
     w: Workload,
     colocate: memory.Colocate | None,
@@ -194,10 +273,10 @@ def _fastest(
     candidates: list[int],
     levers: list[tuple[bool, bool]],
     estimate: Callable[[Workload, memory.Colocate | None], list[GpuEstimate]],
-) -> tuple[int, bool, bool, str] | None:
-    """(micro-batch, checkpointing, liger, why): the shape with the least predicted training time per step
-    (speed.training_time) whose predicted peak leaves HEADROOM free on every training card; on a tie the
-    recipe's own levers, then the larger micro-batch. None when nothing fits."""
+) -> Fastest | None:
+    """The shape with the least predicted training time per step (speed.training_time) whose predicted peak
+    leaves HEADROOM free on every training card; on a tie the recipe's own levers, then the larger
+    micro-batch. None when nothing fits."""
     fits = []
     for pd in candidates:
         for ckpt, liger in levers:
@@ -222,7 +301,7 @@ def _fastest(
     if own and own[0] is not fits[0]:
         why += (f"; without turning a lever (checkpointing and liger as the recipe or ms-swift has them), micro-batch "
                 f"{own[0][3]}: {own[0][7].seconds:.1f} s ({own[0][7].render()})")  # fmt: skip
-    return pd, ckpt, liger, why
+    return Fastest(pd, ckpt, liger, t.seconds, worst, why)
 
 
 def rollout_share(r: Recipe, layout: Layout, budget: Budget) -> list[Choice]:
@@ -239,12 +318,16 @@ def rollout_share(r: Recipe, layout: Layout, budget: Budget) -> list[Choice]:
                    f"the CUDA context ({memory.CUDA_CONTEXT_GIB} GiB); ms-swift's default is 0.9")]  # fmt: skip
 
 
-def smallest_share(budget: Budget, layout: Layout, per_process: int) -> tuple[float, bool, float]:
+def smallest_share(
+    budget: Budget, layout: Layout, per_process: int, v0: bool | None = None
+) -> tuple[float, bool, float]:
     """(vLLM's share, whether it holds, GiB it must hold): the smallest colocated share, in steps of
     UTILIZATION_STEP, whose KV cache holds this process's generation round (`per_process` sequences) and one
     sequence of max_model_len with KV_MARGIN, after the context and both copies of the weights on the
-    smallest training card; UTILIZATION_CEILING when none holds. Needs budget.workload and budget.colocate."""
+    smallest training card (`v0`: vLLM's V0 engine, which counts only its own; default the budget's engine);
+    UTILIZATION_CEILING when none holds. Needs budget.workload and budget.colocate."""
     w, current = budget.workload, budget.colocate
+    v0 = current.engine_v0 if v0 is None else v0
     card = min(budget.card(g) for g in layout.train_gpus)
     resident = memory.estimate_training(w).weights
     tokens = w.prompt_tokens + w.completion_tokens
@@ -252,10 +335,10 @@ def smallest_share(budget: Budget, layout: Layout, per_process: int) -> tuple[fl
     util = UTILIZATION_FLOOR
     while (
         util < UTILIZATION_CEILING - 1e-9
-        and memory.kv_budget(w.dims, w.dtype_bytes, card, util, resident) < need
+        and memory.kv_budget(w.dims, w.dtype_bytes, card, util, resident, engine_v0=v0) < need
     ):
         util = min(UTILIZATION_CEILING, _round_up(util + UTILIZATION_STEP, UTILIZATION_STEP))
-    return util, memory.kv_budget(w.dims, w.dtype_bytes, card, util, resident) >= need, need
+    return util, memory.kv_budget(w.dims, w.dtype_bytes, card, util, resident, engine_v0=v0) >= need, need
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,24 +394,31 @@ def largest_fit(r: Recipe, layout: Layout, budget: Budget) -> Fit | None:
 
 
 def _vllm_share(
-    r: Recipe, layout: Layout, budget: Budget, per_process: int, user: set[str]
+    r: Recipe, layout: Layout, budget: Budget, per_process: int, user: set[str], v0: bool | None = None
 ) -> tuple[memory.Colocate, list[Choice]]:
-    """vLLM's share and sleep level for colocate (those the recipe leaves open), and the Colocate they make."""
+    """vLLM's share and sleep level for colocate (those the recipe leaves open), and the Colocate they make;
+    `v0`: for vLLM's V0 engine (default the budget's engine)."""
     w, current = budget.workload, budget.colocate
+    v0 = current.engine_v0 if v0 is None else v0
     tokens = w.prompt_tokens + w.completion_tokens
     out: list[Choice] = []
     util = current.utilization
     if "VLLM_GPU_MEMORY_UTILIZATION" not in user:
         card = min(budget.card(g) for g in layout.train_gpus)
-        util, holds, need = smallest_share(budget, layout, per_process)
+        util, holds, need = smallest_share(budget, layout, per_process, v0)
         what = (f"this process's generation round ({per_process} sequences of ~{tokens} tokens) and one sequence of "
                 f"{current.max_model_len} (with {KV_MARGIN}x margin: {need:.2f} GiB)")  # fmt: skip
         out.append(
             Choice(
                 "VLLM_GPU_MEMORY_UTILIZATION",
                 f"{util:.2f}",
-                f"the smallest share whose KV cache holds {what}, after the context and both copies of the weights; "
-                f"the rest of the {card:.1f} GiB card trains"
+                f"the smallest share whose KV cache holds {what}, after "
+                + (
+                    "vLLM's own weights (its V0 engine counts only what it allocates)"
+                    if v0
+                    else "the context and both copies of the weights"
+                )
+                + f"; the rest of the {card:.1f} GiB card trains"
                 if holds
                 else f"the most the planner gives vLLM: no share holds {what} beside both copies of the weights on "
                 f"this {card:.1f} GiB card (the memory check says what to change)",
@@ -360,5 +450,9 @@ def _vllm_share(
                           f"against {memory.coefficients()['colocate_torch_logit_bytes']:.0f}, fitted: "
                           "docs/benchmarks/memory-calibration.json; budget.allocator)"))  # fmt: skip
     return dataclasses.replace(
-        current, utilization=util, sleep_level=sleep, expandable=bool(alloc) or current.expandable
+        current,
+        utilization=util,
+        sleep_level=sleep,
+        expandable=bool(alloc) or current.expandable,
+        engine_v0=v0,
     ), out

@@ -15,8 +15,18 @@ depends on its size (the small model leaves the GPU waiting on kernel launches: 
 0.41 s at 16 with checkpointing), so fewer, larger micro-batches win; checkpointing recomputes each
 layer's forward (0.22 s without it at micro-batch 8, 0.23 s with liger at 16); liger's fused loss computes
 the loss a chunk at a time. On a slower card the per-token term grows; the ranking it gives (fewer micro-batches, no recompute
-when memory allows) is the same. Generation (the vLLM round) is the same for every candidate and is not
-part of the choice.
+when memory allows) is the same.
+
+The generation round (a colocated vLLM engine, weight sync included) is the same for every micro-batch and
+differs by engine: vLLM 0.8.5's V1 engine, or its V0 engine with N decode steps per schedule (multi-step
+scheduling, VLLM_SCHEDULER_STEPS). At countdown-1x4090's 32 sequences of a 0.5B model a decode step is one
+host core's work (docs/benchmarks/raw/h200-2026-12-03-lease10-explore: CPU seconds = wall seconds), so
+
+    round = MAX_COMPLETION_LENGTH decode steps x seconds per decode step[engine]
+
+with the seconds per step fitted to the trainer's measured rounds (bench/fit_generation.py,
+docs/benchmarks/generation-calibration.json, data/generation_coefficients.json; tests/test_speed.py checks
+every point). Multi-step scheduling pays the host's scheduling and output handling once per N steps.
 """
 
 from __future__ import annotations
@@ -37,6 +47,12 @@ DEFAULT_COEFFICIENTS = {
     "liger": (0.38, 0.0),
     "liger, checkpointing": (0.62, 0.0),
 }
+
+
+# Engines data/generation_coefficients.json lacks (bench/fit_generation.py fits the measured ones): the ninth to
+# eleventh leases' trainer rounds over 256 decode steps; "v0, 8 steps" from vLLM alone on the tenth lease (0.993 s a
+# round) plus the trainer's weight sync (0.11 s), until a trainer's rounds are measured.
+DEFAULT_GENERATION = {"v1": 0.0084, "v0": 0.0067, "v0, 8 steps": 0.0043}
 
 
 @functools.cache
@@ -81,3 +97,43 @@ def training_time(
     base, per_ktoken = c[name]
     tokens = w.per_device * (w.prompt_tokens + w.completion_tokens)
     return TrainingTime(name, math.ceil(per_process / w.per_device), base + per_ktoken * tokens / 1000)
+
+
+def engine(scheduler_steps: int, v0: bool = False) -> str:
+    """The engine class of a colocated vLLM: "v0, N steps" (multi-step scheduling, which only V0 has), else
+    "v0" (VLLM_USE_V1=0) or "v1"."""
+    return f"v0, {scheduler_steps} steps" if scheduler_steps > 1 else "v0" if v0 else "v1"
+
+
+@functools.cache
+def generation_coefficients() -> dict[str, float]:
+    """{engine: seconds per decode step} of a generation round (data/generation_coefficients.json)."""
+    path = DATA / "generation_coefficients.json"
+    fitted = json.loads(path.read_text())["coefficients"] if path.exists() else {}
+    return {**DEFAULT_GENERATION, **fitted}
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationTime:
+    """Predicted seconds of one generation round on one process (weight sync included)."""
+
+    engine: str
+    decode_steps: int
+    per_decode_step: float  # seconds
+
+    @property
+    def seconds(self) -> float:
+        return self.decode_steps * self.per_decode_step
+
+    def render(self) -> str:
+        return f"{self.decode_steps} decode steps x {self.per_decode_step * 1000:.1f} ms ({self.engine})"
+
+
+def generation_time(
+    w: Workload, scheduler_steps: int, v0: bool = False, coef: Mapping[str, float] | None = None
+) -> GenerationTime | None:
+    """The generation round of a colocated engine (`engine`'s arguments), w.completion_tokens decode steps
+    long; None for an engine never measured."""
+    c = coef or generation_coefficients()
+    name = engine(scheduler_steps, v0)
+    return GenerationTime(name, w.completion_tokens, c[name]) if name in c else None

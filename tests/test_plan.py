@@ -113,6 +113,34 @@ def test_every_vllm_engine_captures_cuda_graphs_only_up_to_its_batch():
     assert hook not in build("recipe=smoke", "RUN_NAME=s").processes[0].env
 
 
+def test_multi_step_scheduling_runs_the_colocated_engine_on_v0_with_its_steps():
+    """VLLM_SCHEDULER_STEPS > 1 (the planner's choice for countdown-1x4090, shape.engine_options): the trainer
+    starts vLLM's V0 engine, the only one with multi-step scheduling in 0.8.5, with that many steps through
+    the site hook; at 1 nothing changes (ms-swift's V1 engine)."""
+    (v0,) = build("recipe=countdown-1x4090", "RUN_NAME=c", inventory="1x4090-driver535").processes
+    assert v0.env["VLLM_USE_V1"] == "0" and v0.env["GRPO_RIG_VLLM_SCHEDULER_STEPS"] == "8"
+    (v1,) = build(
+        "recipe=countdown-1x4090", "RUN_NAME=c", "VLLM_SCHEDULER_STEPS=1", inventory="1x4090-driver535"
+    ).processes
+    assert "VLLM_USE_V1" not in v1.env and "GRPO_RIG_VLLM_SCHEDULER_STEPS" not in v1.env
+    server = build("recipe=smoke-server", "RUN_NAME=s", inventory="2x4090-driver535")
+    assert all("GRPO_RIG_VLLM_SCHEDULER_STEPS" not in p.env for p in server.processes)
+
+
+def test_multi_step_scheduling_with_vllm_use_v1_is_refused_and_on_a_rollout_server_warned():
+    p = build(
+        "recipe=countdown-1x4090", "VLLM_SCHEDULER_STEPS=8", "VLLM_USE_V1=1", inventory="1x4090-driver535"
+    )
+    (refused,) = [x for x in p.problems if x.fatal]
+    assert refused.where == "VLLM_SCHEDULER_STEPS=8 with VLLM_USE_V1=1"
+    assert "VLLM_SCHEDULER_STEPS=1 to keep the V1 engine" in refused.fix
+    assert not [x for x in build("recipe=countdown-1x4090", "VLLM_SCHEDULER_STEPS=8", inventory="1x4090-driver535")
+                .problems if x.fatal]  # fmt: skip
+    p = build("recipe=smoke-server", "RUN_NAME=s", "VLLM_SCHEDULER_STEPS=8", inventory="2x4090-driver535")
+    (warned,) = [x for x in p.problems if x.where.startswith("VLLM_SCHEDULER_STEPS")]
+    assert not warned.fatal and "remove VLLM_SCHEDULER_STEPS" in warned.fix
+
+
 def test_tcm_4x4090_plan_on_5_cards_is_4_trainers_and_1_rollout_server():
     p = build("recipe=tcm-4x4090", "RUN_NAME=t")
     rollout, trainer = p.processes

@@ -9,7 +9,7 @@ from entrypoint import budget, memory, shape, speed
 from tests.conftest import INVENTORIES, build_plan, clean_env, draft_plan, run_cli
 
 COUNTDOWN = ("recipe=countdown-1x4090",)
-PINNED = ("GRADIENT_CHECKPOINTING=true", "USE_LIGER_KERNEL=false")
+PINNED = ("GRADIENT_CHECKPOINTING=true", "USE_LIGER_KERNEL=false", "VLLM_SCHEDULER_STEPS=1")
 
 
 def linear(per_completion: float, base: float):
@@ -54,7 +54,8 @@ def budget_of(d):
 )
 def test_batch_shape(pairs, expected):
     got = chosen(*pairs)
-    assert {k: v for k, v in got.items() if k in expected or k.endswith(("_SIZE", "_STEPS"))} == expected
+    batch = {k: v for k, v in got.items() if k in expected or k.endswith(("_SIZE", "_STEPS"))}
+    assert {k: v for k, v in batch.items() if k != "VLLM_SCHEDULER_STEPS"} == expected  # the engine: below
 
 
 def levers(base: float, per_completion: float, no_checkpointing: float, liger: float):
@@ -165,16 +166,72 @@ def test_sleep_level(pairs, sleep):
     assert chosen(*pairs).get("SLEEP_LEVEL") == sleep
 
 
-def test_vllm_share_is_the_smallest_whose_kv_cache_holds_the_round():
-    d, _ = draft_plan(*COUNTDOWN, inventory="1x4090-driver535")
+@pytest.mark.parametrize(
+    ("pairs", "v0"), [(("VLLM_SCHEDULER_STEPS=1",), False), (("VLLM_SCHEDULER_STEPS=8",), True)]
+)
+def test_vllm_share_is_the_smallest_whose_kv_cache_holds_the_round(pairs, v0):
+    """V1 counts the CUDA context and the trainer's weights against its share, V0 only its own (memory.kv_budget):
+    0.25 and 0.10 of a 24 GiB card for countdown-1x4090's round."""
+    d, _ = draft_plan(*COUNTDOWN, *pairs, inventory="1x4090-driver535")
     w = budget_of(d).workload
-    util = float(chosen()["VLLM_GPU_MEMORY_UTILIZATION"])
+    util = float(chosen(*pairs)["VLLM_GPU_MEMORY_UTILIZATION"])
     resident = memory.estimate_training(w).weights
     tokens = 32 * (w.prompt_tokens + w.completion_tokens)
     need = shape.KV_MARGIN * memory.kv_gib(w.dims, w.dtype_bytes, max(2304, tokens))
-    assert memory.kv_budget(w.dims, w.dtype_bytes, 24.0, util, resident) >= need
-    assert memory.kv_budget(w.dims, w.dtype_bytes, 24.0, util - shape.UTILIZATION_STEP, resident) < need
-    assert "VLLM_GPU_MEMORY_UTILIZATION" not in chosen("VLLM_GPU_MEMORY_UTILIZATION=0.4")
+    assert memory.kv_budget(w.dims, w.dtype_bytes, 24.0, util, resident, engine_v0=v0) >= need
+    smaller = util - shape.UTILIZATION_STEP
+    assert smaller < shape.UTILIZATION_FLOOR or memory.kv_budget(
+        w.dims, w.dtype_bytes, 24.0, smaller, resident, engine_v0=v0) < need  # fmt: skip
+    assert util == (0.10 if v0 else 0.25)
+    assert "VLLM_GPU_MEMORY_UTILIZATION" not in chosen(*pairs, "VLLM_GPU_MEMORY_UTILIZATION=0.4")
+
+
+def test_the_engine_with_the_least_predicted_step_is_chosen_and_the_reason_compares_both():
+    """Issue 28: vLLM's V0 engine with multi-step scheduling (VLLM_SCHEDULER_STEPS=8) against ms-swift's V1
+    engine, by predicted step time (generation round + training) among shapes that fit: with the fitted
+    rounds (8.5 and 5.0 ms a decode step) V0 x 8 wins; were V1's rounds the faster, V1 would."""
+    assert chosen()["VLLM_SCHEDULER_STEPS"] == "8"
+    d, _ = draft_plan(*COUNTDOWN, inventory="1x4090-driver535")
+    reasons = {c.key: c.reason for c in shape.choose(d.recipe, d.layout, budget_of(d), linear(0.3, 4.0))}
+    why = reasons["VLLM_SCHEDULER_STEPS"]
+    assert why.startswith("the least predicted step time of the engines whose shape fits: vLLM's V0 engine")
+    assert "against ms-swift's V1 engine (1 decode step(s) per schedule)" in why
+    assert "256 decode steps x" in why
+
+
+def test_a_faster_v1_round_keeps_the_v1_engine(monkeypatch):
+    monkeypatch.setattr(speed, "generation_coefficients", lambda: {"v1": 0.003, "v0, 8 steps": 0.005})
+    assert chosen()["VLLM_SCHEDULER_STEPS"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("pairs", "inventory"),
+    [
+        (("VLLM_SCHEDULER_STEPS=1",), "1x4090-driver535"),  # the recipe's engine stays
+        (("VLLM_USE_V1=1",), "1x4090-driver535"),  # the recipe's engine stays
+        (("VLLM_USE_V1=0",), "1x4090-driver535"),  # V0 without multi-step: the recipe's choice
+        (("SLEEP_LEVEL=1",), "1x4090-driver535"),  # V0's sleep mode: never measured
+        (("OFFLOAD_MODEL=true",), "1x4090-driver535"),
+        (("TRAIN_GPUS=0,1",), "2x4090-driver535"),  # two colocated engines: never measured on V0
+    ],
+)
+def test_the_engine_is_left_alone_where_the_recipe_sets_it_or_it_was_not_measured(pairs, inventory):
+    assert "VLLM_SCHEDULER_STEPS" not in chosen(*pairs, inventory=inventory)
+
+
+def test_a_v0_engine_s_peak_counts_what_the_process_held_before_it():
+    """memory.colocate_peak: V0 sizes its own share only; the CUDA context and the trainer's weights come on
+    top (fitted: docs/benchmarks/memory-calibration.json, lease 10 and 12 V0 runs)."""
+    v1 = build_plan(*COUNTDOWN, "VLLM_SCHEDULER_STEPS=1", "VLLM_GPU_MEMORY_UTILIZATION=0.25", "EMULATE_VRAM_GB=24",
+                    inventory="1x4090-driver535")  # fmt: skip
+    v0 = build_plan(*COUNTDOWN, "VLLM_USE_V1=0", "VLLM_GPU_MEMORY_UTILIZATION=0.25", "EMULATE_VRAM_GB=24",
+                    "PER_DEVICE_TRAIN_BATCH_SIZE=32", "GRADIENT_CHECKPOINTING=true", "USE_LIGER_KERNEL=true",
+                    inventory="1x4090-driver535")  # fmt: skip
+    (e1,), (e0,) = v1.budget.estimates(v1.layout), v0.budget.estimates(v0.layout)
+    before = e0.parts["context and weights before vLLM (V0)"]
+    assert "context and weights before vLLM (V0)" not in e1.parts
+    assert before == pytest.approx(memory.coefficients()["colocate_v0_before_gib"] + 0.92, abs=0.05)
+    assert e0.peak_gib == pytest.approx(e1.peak_gib + before, abs=0.01)
 
 
 def test_a_bigger_card_gets_a_bigger_micro_batch():

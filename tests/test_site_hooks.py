@@ -542,8 +542,8 @@ def test_top_k_first_takes_k_from_vllm_s_batch_without_reading_the_gpu_back(site
 
 def test_scheduler_steps_reach_ms_swift_s_colocated_engine(site, monkeypatch):
     """GRPO_RIG_VLLM_SCHEDULER_STEPS: GRPOVllmEngine (built by ms-swift 3.6.4's prepare_vllm with keyword
-    arguments and no engine_kwargs) gets num_scheduler_steps among its engine arguments; engine arguments
-    a caller passes are kept, and its own num_scheduler_steps wins."""
+    arguments and no engine_kwargs) gets num_scheduler_steps among its engine arguments, and outputs of
+    unfinished requests once per schedule; engine arguments a caller passes are kept, and its own win."""
 
     class GRPOVllmEngine:
         def __init__(self, model_dir, torch_dtype, *, engine_kwargs=None, max_num_seqs=256):
@@ -551,17 +551,22 @@ def test_scheduler_steps_reach_ms_swift_s_colocated_engine(site, monkeypatch):
 
     monkeypatch.setattr(site, "_SCHEDULER_STEPS", 8)
     site._scheduler_steps(types.SimpleNamespace(GRPOVllmEngine=GRPOVllmEngine))
-    assert GRPOVllmEngine("/m", "bf16", max_num_seqs=32).engine_kwargs == {"num_scheduler_steps": 8}
+    assert GRPOVllmEngine("/m", "bf16", max_num_seqs=32).engine_kwargs == {
+        "num_scheduler_steps": 8, "multi_step_stream_outputs": False}  # fmt: skip
     kept = GRPOVllmEngine("/m", "bf16", engine_kwargs={"seed": 1, "num_scheduler_steps": 4})
-    assert kept.engine_kwargs == {"seed": 1, "num_scheduler_steps": 4}
+    assert kept.engine_kwargs == {"seed": 1, "num_scheduler_steps": 4, "multi_step_stream_outputs": False}
 
 
 @pytest.mark.slow  # imports vLLM (about 15 s on 2 cores)
 def test_v0_multi_step_runner_exposes_the_model_ms_swift_syncs_weights_into(site):
     """GRPO_RIG_VLLM_SCHEDULER_STEPS: ms-swift's weight sync reads engine.model_executor.driver_worker.worker
     .model_runner.model; vLLM 0.8.5's MultiStepModelRunner keeps the model on the runner it wraps."""
+    from vllm.engine.arg_utils import EngineArgs
     from vllm.worker import multi_step_model_runner
 
+    # the engine arguments the hook adds are vLLM's own (ms-swift passes engine_kwargs to EngineArgs)
+    args = EngineArgs(model="/m", num_scheduler_steps=8, multi_step_stream_outputs=False)
+    assert (args.num_scheduler_steps, args.multi_step_stream_outputs) == (8, False)
     cls = multi_step_model_runner.MultiStepModelRunner
     assert "model" not in vars(cls)
     with pytest.raises(AttributeError):

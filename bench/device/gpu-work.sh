@@ -20,8 +20,8 @@
 #   evaluate with vLLM) and the weight-sync GPU test (tests/gpu/test_weight_sync.py); then alone on the GPU
 #   the start-up and throughput benchmark (BENCH_ONLY configurations of bench/countdown_throughput.py).
 # GPU_WORK=final (issue 28): steps 1-2, then the benchmark alone on the GPU with the committed planner: shipped,
-#   seed, before (8 steps each), then vLLM share 0.35, the host's CPU watched (cpu.log); about 10 minutes after
-#   the stack is unpacked: a second call's collect.sh picks up the rest.
+#   seed, before (8 steps each), then the shipped recipe on vLLM's V1 engine and at vLLM share 0.25, the host's
+#   CPU watched (cpu.log); about 12 minutes after the stack is unpacked: a second call's collect.sh picks up the rest.
 # GPU_WORK=sampler (issue 28): steps 1-2, then bench/generation_sampler.py (vLLM alone: a decode step's parts).
 # GPU_WORK=gap (issue 28): steps 1-2, then alone on the GPU: vLLM alone on V1 with py-spy on its rounds; the
 #   shipped trainer on V1 with py-spy on its steps (where its round loses ~0.5 s against vLLM alone's); the
@@ -201,14 +201,12 @@ if [ "${GPU_WORK:-all}" = final ]; then
   # GPU_WORK=sweep's runs, docs/benchmarks/raw/h200-2026-12-02-lease6), the three runs the issue compares
   # first, then vLLM's share (the one lever the sixth lease did not reach) should time remain
   python3 -m entrypoint plan recipe=countdown-1x4090 "MODEL=$W/models/q05" DATASET_GENERATOR=countdown EMULATE_VRAM_GB=24 > "$W/plan-shipped.txt" 2>&1
-  # where the generation round's seconds go (the same round of 32 completions as shipped), sampled on the
-  # last run so that the three compared runs are not perturbed
-  profile_trainer lever-vLLM-share-0-35 &
   cpu_watch &
   # 8 steps, 6 measured: a generation round's seconds vary by up to 70 % between steps of one run (the
-  # seventh and eighth leases), so 4 measured steps left the ratio to chance
+  # seventh and eighth leases), so 4 measured steps left the ratio to chance. After the three compared runs,
+  # the engine lever undone (V1, the eleventh lease's shipped shape) and V0 at a second share (calibration)
   BENCH_STEPS=${BENCH_STEPS:-8} BENCH_SET=GPU_MONITOR_INTERVAL=0.25 bench_alone_then_done "issue 28's benchmark, alone on the GPU" \
-    "countdown-1x4090 (shipped),seed 001 settings,countdown-1x4090 before,lever: vLLM share 0.35"
+    "countdown-1x4090 (shipped),seed 001 settings,countdown-1x4090 before,lever: shipped on vLLM's V1 engine,lever: shipped at vLLM share 0.25"
 fi
 
 if [ "${GPU_WORK:-all}" = sweep ]; then

@@ -183,9 +183,10 @@ def _vllm_fits(
         for gpu in layout.train_gpus:
             by_card.setdefault(round(card(gpu), 2), []).append(gpu)
         for size, gpus in by_card.items():
-            budget = memory.kv_budget(w.dims, w.dtype_bytes, size, colocate.utilization, resident, tp)
+            v0 = colocate.engine_v0
+            budget = memory.kv_budget(w.dims, w.dtype_bytes, size, colocate.utilization, resident, tp, v0)
             at_most = memory.kv_budget(
-                w.dims, w.dtype_bytes, size, memory.VLLM_UTILIZATION_CEILING, resident, tp
+                w.dims, w.dtype_bytes, size, memory.VLLM_UTILIZATION_CEILING, resident, tp, v0
             )
             fix = (
                 "raise VLLM_GPU_MEMORY_UTILIZATION, set VLLM_MAX_MODEL_LEN to prompt + completion tokens, or "
@@ -203,8 +204,13 @@ def _vllm_fits(
                     Problem(
                         "VLLM_GPU_MEMORY_UTILIZATION",
                         f"{colocate.utilization} x {size:.1f} GiB (GPU {','.join(map(str, gpus))}) leaves {budget:.1f} GiB "
-                        "for vLLM's KV cache once the "
-                        f"CUDA context, the trainer's and vLLM's weights (1/{tp} per GPU) are counted; one sequence of "
+                        "for vLLM's KV cache once "
+                        + (
+                            f"vLLM's weights (1/{tp} per GPU; its V0 engine counts only its own) are"
+                            if v0
+                            else f"the CUDA context, the trainer's and vLLM's weights (1/{tp} per GPU) are"
+                        )
+                        + " counted; one sequence of "
                         f"{colocate.max_model_len} tokens needs {need:.2f} GiB (vLLM would refuse to start)",
                         fix,
                         fatal=fatal,

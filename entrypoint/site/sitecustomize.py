@@ -85,14 +85,17 @@ GRPO_RIG_VLLM_LEAN=1: a colocated engine builds only the outputs ms-swift reads,
     the oldest generation's collections no longer walk the millions of objects torch, transformers and
     vLLM left at start-up, pauses that land inside a decode loop. Each phase event records the collector's
     seconds inside it (`gc_seconds`).
-GRPO_RIG_VLLM_SCHEDULER_STEPS=N (N > 1, with VLLM_USE_V1=0; plan never sets it: a measuring knob for issue
-    28): ms-swift 3.6.4's colocated engine runs vLLM's V0 engine with N decode steps per schedule (multi-step
-    scheduling: the host schedules, and turns the sampled tokens into Python objects, once per N steps). On
-    the tenth lease, vLLM alone, a round of 32 x 256 tokens took 0.99 s against 1.40 s on V1 with top-k
-    first (docs/benchmarks/raw/h200-2026-12-03-lease10-explore). GRPOTrainer.prepare_vllm passes a fixed set
-    of engine arguments; GRPOVllmEngine takes engine_kwargs, which this fills. V0's MultiStepModelRunner
-    wraps the model runner without the `model` attribute ms-swift's weight sync reads (VllmEngine
-    .inner_model): it is given one, the wrapped runner's model.
+GRPO_RIG_VLLM_SCHEDULER_STEPS=N (N > 1, with VLLM_USE_V1=0; plan sets both from VLLM_SCHEDULER_STEPS, which
+    the planner chooses by predicted step time, entrypoint/shape.py): ms-swift 3.6.4's colocated engine runs
+    vLLM's V0 engine with N decode steps per schedule (multi-step scheduling: the host schedules, and turns
+    the sampled tokens into Python objects, once per N steps). On the tenth lease, vLLM alone, a round of
+    32 x 256 tokens took 0.99 s against 1.40 s on V1 with top-k first
+    (docs/benchmarks/raw/h200-2026-12-03-lease10-explore). GRPOTrainer.prepare_vllm passes a fixed set of
+    engine arguments; GRPOVllmEngine takes engine_kwargs, which this fills, with multi_step_stream_outputs
+    off: ms-swift reads only finished requests (VllmEngine._infer_full), which V0 still returns at the step
+    they finish (engine/llm_engine.py:1129-1168), so the outputs of unfinished ones are built once per N
+    steps instead of every step. V0's MultiStepModelRunner wraps the model runner without the `model`
+    attribute ms-swift's weight sync reads (VllmEngine.inner_model): it is given one, the wrapped runner's.
 GRPO_RIG_REWARD_CHECK=1: every reward function's answer is checked as ms-swift receives it (ms-swift 3.6.4
     GRPOTrainer._score_completions). A function that raises, returns a list of the wrong length, or a value
     that is not a number (a string, a list) or is infinite ends the run with a line naming the function, the
@@ -528,6 +531,7 @@ def _scheduler_steps(grpo_vllm_engine):
     def __init__(self, *args, **kwargs):
         engine_kwargs = dict(kwargs.get("engine_kwargs") or {})
         engine_kwargs.setdefault("num_scheduler_steps", _SCHEDULER_STEPS)
+        engine_kwargs.setdefault("multi_step_stream_outputs", False)
         kwargs["engine_kwargs"] = engine_kwargs
         original(self, *args, **kwargs)
 
