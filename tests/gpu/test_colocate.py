@@ -77,20 +77,28 @@ def test_measured_peak_within_the_plans_headroom(colocate_run):
 
 
 def test_vllm_sized_its_kv_cache_for_the_emulated_card(colocate_run, gpu_model):
-    """vLLM read the 24 GiB card: its KV cache fits inside the planner's share of 24 GiB, not of the real GPU."""
+    """vLLM read the 24 GiB card: its KV cache fits inside the planner's share of 24 GiB, not of the real GPU.
+    The V1 engine logs the cache in tokens, the V0 engine (the planner's multi-step choice) in GiB."""
+    _, run = colocate_run
+    manifest = json.loads((run / "manifest.json").read_text())
+    util = float(manifest["resolved_recipe"]["VLLM_GPU_MEMORY_UTILIZATION"]["value"])
+    kv_gib = kv_cache_gib((run / "logs" / "trainer.log").read_text(), gpu_model)
+    assert 0 < kv_gib < util * 24.0, (kv_gib, util)
+
+
+def kv_cache_gib(log: str, model_dir: Path) -> float:
+    """The KV cache vLLM 0.8.5 allocated, from its log: V1's "GPU KV cache size: N tokens" (kv_cache_utils.py)
+    or V0's "the rest of the memory reserved for KV Cache is X GiB" (worker/worker.py)."""
     import re
 
     from entrypoint import memory
 
-    _, run = colocate_run
-    manifest = json.loads((run / "manifest.json").read_text())
-    util = float(manifest["resolved_recipe"]["VLLM_GPU_MEMORY_UTILIZATION"]["value"])
-    (tokens,) = re.findall(r"GPU KV cache size: ([\d,]+) tokens", (run / "logs" / "trainer.log").read_text())[
-        :1
-    ]
-    dims = memory.ModelDims.from_config(json.loads((gpu_model / "config.json").read_text()))
-    kv_gib = memory.kv_gib(dims, 2, int(tokens.replace(",", "")))
-    assert 0 < kv_gib < util * 24.0, (tokens, kv_gib, util)
+    v0 = re.findall(r"reserved for KV Cache is ([\d.]+) ?GiB", log)
+    if v0:
+        return float(v0[0])
+    (tokens,) = re.findall(r"GPU KV cache size: ([\d,]+) tokens", log)[:1]
+    dims = memory.ModelDims.from_config(json.loads((model_dir / "config.json").read_text()))
+    return memory.kv_gib(dims, 2, int(tokens.replace(",", "")))
 
 
 def test_evaluate_uses_vllm_on_the_gpu(colocate_run, gpu_env):
