@@ -35,7 +35,7 @@ with one set of coefficients per allocator (colocate_* with expandable segments,
   v1/worker/gpu_worker.py:170-215). Measured: share 0.25 -> 0.35 of a 24 GiB card moved the peak from 19.32
   to 21.80 GiB, 1.03 GiB per GiB of share (docs/benchmarks/raw/h200-2026-12-02-lease5/).
   The V0 engine (VLLM_USE_V1=0; multi-step scheduling runs only there) measures from a snapshot taken when
-  it starts, so its share holds only its own weights, profiling peak and KV cache (worker/worker.py:208-264):
+  it starts, so its share holds only its own weights, profiling peak and KV cache (worker/worker.py:162-181, 225-264):
   the CUDA context and the trainer's weights come on top ("context and weights before vLLM (V0)":
   colocate_v0_before_gib + the weights). At share 0.25 its KV cache was 4.75 GiB against V1's 2.69, at 0.10
   1.15 GiB (docs/benchmarks/raw/h200-2026-12-03-lease10-explore, -lease12). Fitted with the other expandable-
@@ -305,9 +305,7 @@ class Colocate:
     round_tokens: int  # tokens this process generates in one round: its sequences x (prompt + completion)
     expandable: bool = False  # the trainer's allocator grows expandable segments (budget.allocator)
     liger: bool = False  # USE_LIGER_KERNEL (the trainer's logits)
-    engine_v0: bool = (
-        False  # vLLM's V0 engine: VLLM_USE_V1=0, or multi-step scheduling (VLLM_SCHEDULER_STEPS > 1)
-    )
+    engine_v0: bool = False  # vLLM's V0 engine: VLLM_USE_V1=0 or VLLM_SCHEDULER_STEPS > 1
 
 
 def colocate_peak(
@@ -348,7 +346,7 @@ def kv_budget(
     already holds (CUDA context, the trainer's weights) against utilization x card, then its own weights
     (1/tensor_parallel of them per GPU) and activation peak (vllm 0.8.5.post1 v1/worker/gpu_worker.py:170-215).
     The V0 engine (`engine_v0`) counts only what it allocates itself from a snapshot taken when it starts
-    (worker/worker.py:208-264, utils.memory_profiling): its weights and activation peak, not the trainer's."""
+    (worker/worker.py:162-181, 225-264, utils.memory_profiling): its weights and activation peak, not the trainer's."""
     vllm_weights = dims.params * dtype_bytes / GIB / max(1, tensor_parallel)
     already = 0.0 if engine_v0 else CUDA_CONTEXT_GIB + resident_gib
     return utilization * card_gib - already - vllm_weights - VLLM_NON_KV_GIB
