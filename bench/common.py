@@ -84,11 +84,12 @@ def step_rows(run_dir: Path) -> list[dict]:
 
 
 def events(run_dir: Path) -> list[dict]:
-    """The trainer's phase timings (entrypoint/site/sitecustomize.py, GRPO_RIG_EVENTS)."""
-    path = run_dir / "logs" / "events.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The trainer's phase timings (entrypoint/site/sitecustomize.py, GRPO_RIG_EVENTS): logs/events.jsonl of a
+    run directory, or events.jsonl beside the manifest as docs/benchmarks/raw/ keeps them."""
+    for path in (run_dir / "logs" / "events.jsonl", run_dir / "events.jsonl"):
+        if path.exists():
+            return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return []
 
 
 def manifest(run_dir: Path) -> dict:

@@ -5,7 +5,8 @@
 Each RUN_DIR is a bench/countdown_throughput.py run (its manifest.json and events.jsonl, under logs/ or
 beside the manifest as docs/benchmarks/raw/ keeps them) with vLLM colocated and without sleep mode. A point
 is one run: its engine (speed.engine: the trainer's VLLM_USE_V1 and GRPO_RIG_VLLM_SCHEDULER_STEPS), its
-measured rounds after the warm-up (the trainer's "generate" events, weight sync included), and their median
+measured rounds after the warm-up (countdown_throughput.phase_shares: the trainer's "generate" events, weight sync
+included), and their median
 over MAX_COMPLETION_LENGTH decode steps. An engine's coefficient is the median of its points' seconds per
 decode step. Writes docs/benchmarks/generation-calibration.json (the points) and
 entrypoint/data/generation_coefficients.json (the coefficients); tests/test_speed.py checks every point.
@@ -21,17 +22,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from common import events  # noqa: E402
+from countdown_throughput import phase_shares  # noqa: E402
+
 from entrypoint import speed  # noqa: E402
 
 CALIBRATION = ROOT / "docs" / "benchmarks" / "generation-calibration.json"
 COEFFICIENTS = ROOT / "entrypoint" / "data" / "generation_coefficients.json"
-
-
-def _events(run: Path) -> list[dict]:
-    for path in (run / "logs" / "events.jsonl", run / "events.jsonl"):
-        if path.exists():
-            return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return []
 
 
 def point(run: Path, warmup: int = 2) -> dict | None:
@@ -48,9 +46,10 @@ def point(run: Path, warmup: int = 2) -> dict | None:
     env = next((p.get("env", {}) for p in manifest.get("processes", []) if p.get("role") == "trainer"), {})
     steps = int(env.get("GRPO_RIG_VLLM_SCHEDULER_STEPS") or 1)
     name = speed.engine(steps, env.get("VLLM_USE_V1", "").strip() == "0")
-    rounds = [round(e["seconds"], 3) for e in _events(run) if e["phase"] == "generate"][warmup:]
-    if len(rounds) < 2:
+    timing = phase_shares(events(run), warmup)  # the rounds the throughput report lists
+    if timing is None or len(timing["generate_s"]) < 2:
         return None
+    rounds = timing["generate_s"]
     decode_steps = int(values["MAX_COMPLETION_LENGTH"])
     median = statistics.median(rounds)
     return {

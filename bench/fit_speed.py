@@ -24,6 +24,7 @@ from scipy.optimize import lsq_linear
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+from common import events  # noqa: E402
 from fit_memory import planned_run, run_measurement  # noqa: E402
 
 from entrypoint import speed  # noqa: E402
@@ -56,8 +57,7 @@ def point(run: Path, allocator: str = "") -> dict | None:
     m = run_measurement(run.resolve(), run.name)
     if m is None or m["sleep_level"] != 0 or m.get("pytorch_cuda_alloc_conf", "") != allocator:
         return None
-    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if line.strip()]
-    seconds = micro_batch_seconds(events)
+    seconds = micro_batch_seconds(events(run))
     if len(seconds) < 2:
         return None
     w = planned_run(m).budget.workload
