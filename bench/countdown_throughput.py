@@ -42,7 +42,9 @@ BEFORE = {
     "PER_DEVICE_TRAIN_BATCH_SIZE": "1", "GRADIENT_ACCUMULATION_STEPS": "32", "GENERATION_BATCH_SIZE": "",
     "VLLM_GPU_MEMORY_UTILIZATION": "0.4", "SLEEP_LEVEL": "1",
 }  # fmt: skip
-# The shape the planner chose for the shipped recipe on the emulated 24 GiB card (plan-shipped.txt, 2026-12-02).
+# The levers' fixed baseline: the shape the planner chose for the shipped recipe on the emulated 24 GiB card on
+# 2026-12-02 (V1 engine, plan-shipped.txt of that day). The planner ships another shape since (vLLM's V0 engine,
+# 16 x 2, no checkpointing): `lever(...)` rows compare with each other, not with the shipped row.
 SHIPPED_SHAPE = {
     "PER_DEVICE_TRAIN_BATCH_SIZE": "8", "GRADIENT_ACCUMULATION_STEPS": "4", "VLLM_GPU_MEMORY_UTILIZATION": "0.25",
     "SLEEP_LEVEL": "0", "MEMORY_CHECK": "warn",
