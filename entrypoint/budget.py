@@ -213,7 +213,7 @@ def expandable(recipe: Recipe, layout: Layout) -> bool:
 def engine_v0(recipe: Recipe) -> bool:
     """Whether a colocated vLLM runs its V0 engine: multi-step scheduling (VLLM_SCHEDULER_STEPS > 1, which
     plan runs with VLLM_USE_V1=0) or the recipe's own VLLM_USE_V1=0."""
-    return recipe.settings.VLLM_SCHEDULER_STEPS > 1 or recipe.env.get("VLLM_USE_V1", "").strip() == "0"
+    return recipe.settings.VLLM_SCHEDULER_STEPS > 1 or recipe.vllm_use_v1 is False
 
 
 def colocate_settings(

@@ -467,7 +467,7 @@ def _check_mode_keys(recipe: Recipe, mode: str, rollout_only: bool, problems: li
                 fatal=False,
             )
         )
-    if steps > 1 and recipe.env.get("VLLM_USE_V1", "").strip() == "1":
+    if steps > 1 and recipe.vllm_use_v1:
         problems.append(
             Problem(
                 f"VLLM_SCHEDULER_STEPS={steps} with VLLM_USE_V1=1",

@@ -81,6 +81,14 @@ class Recipe:
         """The `swift rollout` arguments, typed (args.py)."""
         return RolloutArgs.of(self.rollout)
 
+    @functools.cached_property
+    def vllm_use_v1(self) -> bool | None:
+        """The recipe's VLLM_USE_V1 as vLLM reads it (`bool(int(...))`, vllm 0.8.5.post1 envs.py): True for
+        V1, False for V0, None when the recipe leaves vLLM its choice. The one reader of that variable;
+        values vLLM cannot read never get here (`_env_value` refuses them)."""
+        value = self.env.get("VLLM_USE_V1")
+        return None if value is None else bool(int(value))
+
     def arg(self, name: str, fallback: str | None = None) -> str | None:
         """A `swift rlhf` argument as the run will see it: the recipe's value, else ms-swift's declared
         default (booleans as "true"/"false"), else `fallback` for defaults ms-swift sets at run time
@@ -463,7 +471,9 @@ def _sort_by_kind(merged: dict[str, Value], problems: list[Problem]):
         elif kind == "nccl":
             nccl_values[key] = item
         elif kind == "env":
-            env[key] = item.value
+            value = _env_value(key, item, problems)
+            if value is not None:
+                env[key] = value
         elif item.value != "":  # empty swift argument: leave ms-swift's default
             spec = (
                 rlhf_schema[key.lower()]
@@ -490,6 +500,31 @@ def _sort_by_kind(merged: dict[str, Value], problems: list[Problem]):
                 )
             (trainer if kind == "trainer" else rollout)[spec.name] = tokens
     return owned, trainer, rollout, nccl_values, env
+
+
+def _env_value(key: str, item: Value, problems: list[Problem]) -> str | None:
+    """The value a child gets for a pass-through variable; None leaves it out. VLLM_USE_V1 is read by vLLM as
+    `bool(int(os.getenv("VLLM_USE_V1", "1")))` at import (vllm 0.8.5.post1 envs.py), so any other text ends
+    the trainer with a ValueError after the model is loaded: refused here instead, and an empty value (this
+    project's "leave the default") is left out rather than passed as the "" that int() cannot read."""
+    if key != "VLLM_USE_V1":
+        return item.value
+    value = item.value.strip()
+    if not value:
+        return None
+    try:
+        int(value)
+    except ValueError:
+        problems.append(
+            Problem(
+                f"VLLM_USE_V1={item.value} ({item.source})",
+                "vLLM reads VLLM_USE_V1 as an integer (vllm/envs.py: bool(int(...))) and would stop the run at "
+                "its import",
+                "set VLLM_USE_V1=1 (ms-swift's V1 engine) or 0 (vLLM's V0 engine), or remove it",
+            )
+        )
+        return None
+    return value
 
 
 def _out_of_range(key: str, tokens: list[str]) -> tuple[str, str] | None:

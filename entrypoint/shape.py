@@ -211,7 +211,7 @@ def engine_options(r: Recipe, layout: Layout, w: Workload, budget: Budget) -> li
     a = r.trainer_args
     if (
         r.settings.VLLM_SCHEDULER_STEPS
-        or "VLLM_USE_V1" in r.env
+        or r.vllm_use_v1 is not None
         or layout.mode != "colocate"
         or layout.nproc_per_node != 1
         or len(layout.train_gpus) != 1

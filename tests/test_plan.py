@@ -127,6 +127,28 @@ def test_multi_step_scheduling_runs_the_colocated_engine_on_v0_with_its_steps():
     assert all("GRPO_RIG_VLLM_SCHEDULER_STEPS" not in p.env for p in server.processes)
 
 
+def test_vllm_use_v1_that_vllm_cannot_read_is_refused_and_an_empty_one_left_to_the_planner():
+    """vLLM reads VLLM_USE_V1 as bool(int(...)) at import: "true" would end the trainer after the model
+    loaded, so the recipe is refused naming the values that work; an empty value (this project's "leave the
+    default") reaches no child, and the planner keeps its engine choice."""
+    import pytest
+
+    from entrypoint.errors import BadInput
+
+    with pytest.raises(BadInput) as refused:
+        build("recipe=countdown-1x4090", "VLLM_USE_V1=true", inventory="1x4090-driver535")
+    (problem,) = refused.value.problems
+    assert problem.where.startswith("VLLM_USE_V1=true") and "VLLM_USE_V1=1" in problem.fix
+    (trainer,) = build(
+        "recipe=countdown-1x4090", "RUN_NAME=c", "VLLM_USE_V1=", inventory="1x4090-driver535"
+    ).processes
+    assert trainer.env["VLLM_USE_V1"] == "0" and trainer.env["GRPO_RIG_VLLM_SCHEDULER_STEPS"] == "8"
+    (kept,) = build(
+        "recipe=countdown-1x4090", "RUN_NAME=c", "VLLM_USE_V1=1", inventory="1x4090-driver535"
+    ).processes
+    assert kept.env["VLLM_USE_V1"] == "1" and "GRPO_RIG_VLLM_SCHEDULER_STEPS" not in kept.env
+
+
 def test_multi_step_scheduling_with_vllm_use_v1_is_refused_and_on_a_rollout_server_warned():
     p = build(
         "recipe=countdown-1x4090", "VLLM_SCHEDULER_STEPS=8", "VLLM_USE_V1=1", inventory="1x4090-driver535"
