@@ -82,6 +82,19 @@ plan: venv  ## Print what `train` would run: make plan RECIPE=countdown-1x4090 A
 validate: venv  ## Every preflight check, every problem printed: make validate RECIPE=tcm-4x4090 ARGS="INVENTORY=... DATASET=..."
 	$(PY) -m entrypoint validate recipe=$(RECIPE) $(ARGS)
 
+.PHONY: doctor
+doctor: venv  ## This machine's GPUs (NVML), NCCL-relevant facts and /dev/shm: make doctor [ARGS="--save-inventory inv.json"]
+	$(PY) -m entrypoint doctor $(ARGS)
+
+.PHONY: keys
+keys: venv  ## The keys the entrypoint owns, with their defaults
+	$(PY) -m entrypoint keys $(ARGS)
+
+.PHONY: import
+import: venv  ## An ms-swift command line or script as a recipe: make import FILE=my_run.sh ARGS="-o recipes/mine.env"
+	@test -n "$(FILE)" || { echo "make import FILE=<script or file with a swift rlhf command line> [ARGS=\"-o recipes/mine.env\"]"; exit 2; }
+	$(PY) -m entrypoint import "$(FILE)" $(ARGS)
+
 .PHONY: lint
 lint: venv  ## ruff, the layer contract (import-linter), hadolint, compose config, actionlint, zizmor
 	$(VENV)/bin/ruff check .
