@@ -164,7 +164,7 @@ def held_out(
 
 
 def _read_rows(path: Path, limit: int, key: str) -> list[dict]:
-    """The first `limit` rows of a held-out JSONL (or JSON list) file, read as training data is
+    """The first `limit` rows of a held-out JSONL (or JSON list, CSV) file, read as training data is
     (datasets.read_rows: a byte-order mark, a JSON array; the line of a row that is not JSON). Raises
     BadInput naming `key` for a file that is missing, a directory, binary, or holds a broken line."""
     text, why = recipe_mod.read_user_file(path)
@@ -176,8 +176,11 @@ def _read_rows(path: Path, limit: int, key: str) -> list[dict]:
         raise BadInput(
             [dataclasses.replace(p, where=p.where.replace("dataset ", f"{key} ", 1)) for p in problems]
         )
-    rows = [row for _, row in numbered][:limit]
-    if not rows or not all(isinstance(r, dict) and r.get("messages") for r in rows):
+    # conversations as ms-swift reads them (text, `from`/`value`, human/gpt: datasets.standard_messages)
+    rows = [{**row, "messages": datasets.standard_messages(row.get("messages"))} for _, row in numbered][
+        :limit
+    ]
+    if not rows or not all(_prompt_ready(r["messages"]) for r in rows):
         raise BadInput(
             [
                 Problem(
@@ -188,6 +191,14 @@ def _read_rows(path: Path, limit: int, key: str) -> list[dict]:
             ]
         )
     return rows
+
+
+def _prompt_ready(messages: Any) -> bool:
+    return (
+        isinstance(messages, list)
+        and bool(messages)
+        and all(isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in messages)
+    )
 
 
 def prompt_messages(row: Mapping[str, Any], system: str | None) -> list[dict]:

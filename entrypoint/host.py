@@ -120,7 +120,7 @@ def path_info(path: Path) -> PathInfo:
 
 
 def read_dataset(path: Path) -> DatasetFile:
-    """A local JSON/JSONL dataset's rows as the preflight checks see them."""
+    """A local dataset file's rows (datasets.READ_SUFFIXES) as the preflight checks see them."""
     try:
         rows, count, problems = dataset_checks.read_rows(path)
     except UnicodeDecodeError as exc:
@@ -262,7 +262,7 @@ def gather(
     datasets = {}
     for spec in _dataset_specs(r):
         p = Path(dataset_checks.parse_spec(spec).path).expanduser()
-        if p.suffix in (".jsonl", ".json") and p.is_file() and os.access(p, os.R_OK):
+        if p.suffix in dataset_checks.READ_SUFFIXES and p.is_file() and os.access(p, os.R_OK):
             datasets[dataset_checks.dataset_key(p)] = read_dataset(p)
     config, source, hub = _model_config(r, env)
     use_hf = r.trainer_args.use_hf

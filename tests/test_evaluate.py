@@ -157,6 +157,22 @@ def test_eval_png_labels_every_bar_with_its_value_zero_included():
     assert labels.count("0.000") == 2 and "0.271" in labels and "0.833" in labels
 
 
+def test_held_out_rows_in_the_forms_ms_swift_trains_on_prompt_as_user_turns(tmp_path):
+    """A held-out file in a form training accepts (a CSV whose `messages` is text, sharegpt's from/value with
+    human/gpt) gives the same prompts as the plain form, not a traceback."""
+    from entrypoint.settings import Settings
+
+    plain = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}]
+    sharegpt = tmp_path / "held.jsonl"
+    sharegpt.write_text(json.dumps({"messages": [{"from": "system", "value": "Be brief."},
+                                                 {"from": "human", "value": "What is 2+2?"}], "solution": "4"}) + "\n")  # fmt: skip
+    as_csv = tmp_path / "held.csv"
+    as_csv.write_text(f'messages,solution\n"{plain!r}",4\n')
+    for path in (sharegpt, as_csv):
+        rows, _ = evaluate.held_out({}, {}, Settings(EVAL_DATASET=str(path)))
+        assert evaluate.prompt_messages(rows[0], None) == plain and rows[0]["solution"] == "4"
+
+
 def test_a_bad_eval_dataset_is_refused_naming_the_line_or_why(tmp_path):
     """Cases re-run: a broken held-out file gave a traceback, then 'line 1 column 2' for the file's line 2."""
     fake_run(tmp_path, "r", adapter=True, recipe={"DATASET": "/data/train.jsonl"})

@@ -265,6 +265,74 @@ def test_c08_messages_without_user_turn(tmp_path):
     assert "has no user turn" in err
 
 
+def _validate_dataset(tmp_path, data, rewards):
+    return run_cli("validate", "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={data}", f"REWARD_FUNCS={rewards}",
+                   f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
+
+
+def test_c08_csv_and_parquet_datasets_are_checked_as_json_lines_are(tmp_path):
+    """ms-swift reads a local .csv or .parquet with the `datasets` builder of that name (loader.py:207-212):
+    the same faults (a reward's column missing, too few prompts, a row pandas cannot split) are refused,
+    and a good file passes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    csv_answer = tmp_path / "answer.csv"
+    csv_answer.write_text("query,answer\n" + "What is 2+2?,4\n" * 50)
+    err = refused_dataset(tmp_path, csv_answer, "accuracy format")
+    assert "reads the `solution` column" in err and "rename the `answer` column to `solution`" in err
+    one = tmp_path / "one.csv"
+    one.write_text("query,solution\nWhat is 2+2?,4\n")
+    assert "1 training prompts, fewer than one generation batch needs (2)" in refused_dataset(
+        tmp_path, one, "accuracy"
+    )
+    ragged = tmp_path / "ragged.csv"
+    ragged.write_text("query,solution\n" + "q,4\n" * 5 + "What is 2,000 + 2?,2002\n" + "q,4\n" * 5)
+    assert f"dataset {ragged} line 7: has 3 fields where the header has 2" in refused_dataset(
+        tmp_path, ragged, "accuracy"
+    )
+    good = tmp_path / "good.csv"
+    good.write_text('query,solution\n"What is 2,000 + 2?",2002\n' + "What is 2+2?,4\n" * 20)
+    assert _validate_dataset(tmp_path, good, "accuracy format").returncode == 0
+
+    table = {"messages": [[{"role": "user", "content": "What is 2+2?"}]] * 30, "answer": ["4"] * 30}
+    pq.write_table(pa.table(table), tmp_path / "answer.parquet")
+    assert "rename the `answer` column to `solution`" in refused_dataset(
+        tmp_path, tmp_path / "answer.parquet", "accuracy"
+    )
+    pq.write_table(pa.table({**table, "solution": table.pop("answer")}), tmp_path / "good.parquet")
+    assert _validate_dataset(tmp_path, tmp_path / "good.parquet", "accuracy").returncode == 0
+    (tmp_path / "broken.parquet").write_bytes(b"PAR1 not really")
+    assert "is not a readable parquet file" in refused_dataset(
+        tmp_path, tmp_path / "broken.parquet", "accuracy"
+    )
+
+
+def test_c08_messages_are_read_as_ms_swift_reads_them(tmp_path):
+    """ms-swift's MessagesPreprocessor reads text with ast.literal_eval (a CSV's `messages` column) and takes
+    `from`/`value` and human/gpt for role/content and user/assistant: such rows pass; text it cannot read, or a
+    conversation without a user turn however spelled, is refused."""
+    literal = "[{'role': 'user', 'content': 'What is 2+2?'}]"
+    as_text = write_dataset(tmp_path, [json.dumps({"messages": literal, "solution": "4"})] * 20)
+    assert _validate_dataset(tmp_path, as_text, "accuracy").returncode == 0
+    csv_file = tmp_path / "messages.csv"
+    csv_file.write_text("messages,solution\n" + f'"{literal}",4\n' * 20)
+    assert _validate_dataset(tmp_path, csv_file, "accuracy").returncode == 0
+    sharegpt = [{"from": "system", "value": "Be brief."}, {"from": "human", "value": "What is 2+2?"}]
+    assert _validate_dataset(tmp_path, write_dataset(tmp_path, [json.dumps({"messages": sharegpt, "solution": "4"})] * 20),
+                             "accuracy").returncode == 0  # fmt: skip
+    no_user = [{"from": "system", "value": "s"}, {"from": "gpt", "value": "4"}]
+    assert "has no user turn" in refused_dataset(
+        tmp_path,
+        write_dataset(tmp_path, [json.dumps({"messages": no_user, "solution": "4"})] * 20),
+        "accuracy",
+    )
+    unreadable = write_dataset(tmp_path, [json.dumps({"messages": "[{'role': 'user'", "solution": "4"})] * 20)
+    assert "`messages` is text that ms-swift cannot read as a list" in refused_dataset(
+        tmp_path, unreadable, "accuracy"
+    )
+
+
 def test_hub_dataset_is_checked_for_form_and_offline_cache(tmp_path):
     err = refused_dataset(tmp_path, "not a dataset", "format")
     assert "neither an existing file nor a hub id" in err
@@ -430,6 +498,9 @@ def test_p2p_disable_values_nccl_reads_as_zero_are_refused_on_cards_without_p2p(
 
 def test_messages_that_are_not_a_conversation_are_problems_not_tracebacks(tmp_path):
     rows = [json.dumps({"messages": "What is 2+2?", "solution": "4"})] * 20 + ['["an", "array"]']
+    err = refused_dataset(tmp_path, write_dataset(tmp_path, rows), "accuracy")
+    assert "`messages` is text that ms-swift cannot read as a list" in err and "Traceback" not in err
+    rows = [json.dumps({"messages": "42", "solution": "4"})] * 20  # text ms-swift reads, but not as a list
     err = refused_dataset(tmp_path, write_dataset(tmp_path, rows), "accuracy")
     assert "`messages` must be a non-empty list" in err and "Traceback" not in err
 

@@ -1,6 +1,6 @@
 """Dataset checks before any download or model load (../shared/cases C08).
 
-For a local file: it exists and is readable; JSONL/JSON parses (the failing line is named); each row has
+For a local file (JSONL, JSON, CSV or parquet): it exists and is readable; it parses (the failing line is named); each row has
 a `messages` conversation (or a query/prompt column ms-swift converts); every column a selected reward
 function reads is present in every row; each column keeps one JSON type across rows (pyarrow refuses
 mixed types deep inside `datasets`); and there are enough prompts for one generation batch (with fewer,
@@ -17,13 +17,22 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from entrypoint.datasets import HUB_ID_RE, DatasetSpec, dataset_key, is_local, parse_spec, type_name
+from entrypoint.datasets import (
+    HUB_ID_RE,
+    READ_SUFFIXES,
+    DatasetSpec,
+    dataset_key,
+    is_local,
+    parse_spec,
+    standard_messages,
+    type_name,
+)
 from entrypoint.errors import LOCAL, Problem
 
 if TYPE_CHECKING:
     from entrypoint.facts import Facts
 
-ROLES = {"system", "user", "assistant", "tool"}
+ROLES = {"system", "user", "assistant", "tool", "tool_call", "tool_response"}
 PROMPT_COLUMNS = ("messages", "query", "prompt", "instruction", "question", "conversations")
 # Columns users commonly have instead of the one a reward reads.
 # Columns that ms-swift's preprocessors turn into the assistant turn (v3.6.4:swift/llm/dataset/preprocessor/
@@ -54,8 +63,16 @@ def check_messages(path: Path, rows: Iterable[tuple[int, dict]]) -> list[Problem
                             'add "messages": [{"role": "user", "content": "..."}]')
                 )  # fmt: skip
         else:
-            messages = row["messages"]
-            if not isinstance(messages, list) or not messages:
+            messages = standard_messages(row["messages"])
+            if isinstance(row["messages"], str) and messages is None:
+                problems.append(
+                    Problem(
+                        where,
+                        "`messages` is text that ms-swift cannot read as a list (it reads text with ast.literal_eval)",
+                        'write it as a list literal, e.g. [{"role": "user", "content": "..."}]',
+                    )
+                )
+            elif not isinstance(messages, list) or not messages:
                 problems.append(
                     Problem(
                         where,
@@ -254,8 +271,8 @@ def _check_one(
                 where, f"is not readable by uid {facts.uid}", "chmod a+r the file on the host", kind=LOCAL
             )
         ], None
-    if path.suffix not in (".jsonl", ".json"):
-        return [], None  # csv/parquet: ms-swift reads them; rows are not checked here
+    if path.suffix not in READ_SUFFIXES:
+        return [], None  # .txt or another `datasets` builder: ms-swift reads it; rows not checked here
     data = facts.datasets[dataset_key(path)]
     if data.decode_error:
         return [Problem(where, f"is not UTF-8 text ({data.decode_error})", "save the file as UTF-8")], None
