@@ -68,6 +68,25 @@ def test_c09_memory_check_warn_lets_the_user_try(tmp_path):
     assert "warning: memory: does not fit" in proc.stdout
 
 
+def test_c09_a_model_the_planner_cannot_size_is_refused_only_at_vllms_default_share(tmp_path):
+    """Cases re-run: a model outside the shipped table, not in the hub cache and not a local directory, gave a
+    warning and ms-swift's 0.9 colocated share, the run C09 describes. Whatever the model, that share
+    without sleep mode is refused, naming the knobs; a share the recipe sets, sleep mode, or MEMORY_CHECK=warn
+    start it with the warning as before."""
+    pairs = ("recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
+             "MODEL=some-org/a-model-nobody-listed", "NUM_GENERATIONS=8", "MAX_COMPLETION_LENGTH=1024",
+             "PER_DEVICE_TRAIN_BATCH_SIZE=8")  # fmt: skip
+    err = refused(tmp_path, *pairs)
+    assert "vLLM is colocated at ms-swift's default share 0.90 without sleep mode" in err
+    assert all(
+        k in err for k in ("VLLM_GPU_MEMORY_UTILIZATION", "SLEEP_LEVEL=1", "MODEL as a local directory")
+    )
+    for extra in ("VLLM_GPU_MEMORY_UTILIZATION=0.4", "SLEEP_LEVEL=1", "MEMORY_CHECK=warn"):
+        proc = run_cli("validate", *pairs, extra, f"OUTPUT_DIR={tmp_path}", env=clean_env())
+        assert proc.returncode == 0, (extra, proc.stderr)
+        assert "warning: memory: not estimated" in proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize(
     ("recipe", "inventory", "extra"),
     [

@@ -31,12 +31,37 @@ def check(plan: Plan) -> list[Problem]:
     if b.batch is None:  # the batch's own values are refused: their errors say what to change
         return []
     if w is None:
-        return [Problem("memory", f"not estimated: {b.note}", "set MEMORY_CHECK=off to silence, or mount the model",
-                        fatal=False)]  # fmt: skip
+        return _not_estimated(plan, b.note)
     extrapolated = w.dims.params > memory.CALIBRATED_MAX_PARAMS
     return _peak_problems(plan, w, list(plan.memory), b.colocate, extrapolated) + _vllm_fits(
         plan, w, b.card, b.colocate, b.offload
     )
+
+
+def _not_estimated(plan: Plan, note: str) -> list[Problem]:
+    """A plan without a memory estimate (the model's config.json unknown here). Where vLLM is colocated at
+    ms-swift's default share (0.9, no value from the recipe or the planner) and stays awake while training,
+    that share is taken from every training GPU before the first step, leaving the trainer a tenth: the run
+    ../shared/cases C09 describes, refused whatever the model (MEMORY_CHECK=warn starts it anyway). Otherwise
+    a warning."""
+    r, s = plan.recipe, plan.recipe.settings
+    a = r.trainer_args
+    if plan.layout.mode != "colocate" or r.is_set("VLLM_GPU_MEMORY_UTILIZATION") or a.sleep_level >= 1:
+        return [Problem("memory", f"not estimated: {note}", "set MEMORY_CHECK=off to silence, or mount the model",
+                        fatal=False)]  # fmt: skip
+    util = a.vllm_gpu_memory_utilization
+    return [
+        Problem(
+            "memory",
+            f"not estimated ({note}), and vLLM is colocated at ms-swift's default share {util:.2f} without sleep "
+            f"mode: it takes {util:.0%} of each training GPU before the first step, leaving the trainer "
+            f"{1 - util:.0%} for the model, its gradients and activations",
+            "set VLLM_GPU_MEMORY_UTILIZATION (0.3 to 0.5 is usual beside training), or SLEEP_LEVEL=1; or give "
+            "MODEL as a local directory with its config.json (or download the model once into the hub cache) "
+            "so the planner sizes the share; MEMORY_CHECK=warn starts it as it is",
+            fatal=s.MEMORY_CHECK == "error",
+        )
+    ]
 
 
 def _share_knob(plan: Plan, colocate: memory.Colocate) -> str:
