@@ -30,8 +30,8 @@ DROPPED = {
     "vllm_mode": "the mode follows the layout: ROLLOUT_GPUS / ROLLOUT_HOST set -> server, else colocate",
     "vllm_server_host": "composed from ROLLOUT_GPUS (local) or ROLLOUT_HOST",
     "vllm_server_port": "composed from ROLLOUT_PORT (a free port when unset)",
-    "vllm_server_base_url": "its host and port became ROLLOUT_HOST / ROLLOUT_PORT (a base URL alone does not "
-    "enable server mode in ms-swift 3.6.4)",
+    "vllm_server_base_url": "its port became ROLLOUT_PORT and its host ROLLOUT_HOST, or ROLLOUT_GPUS for a server "
+    "on this node (a base URL alone does not enable server mode in ms-swift 3.6.4)",
     "add_version": "the run directory is OUTPUT_DIR/RUN_NAME",
     "logging_dir": "logs go under the run directory",
 }
@@ -266,9 +266,13 @@ def _layout(d: _Draft, rlhf: Command, rollout: Command | None, env: dict[str, st
         elif not rollout_gpus:
             rollout_gpus = _gpus(rollout.env.get("CUDA_VISIBLE_DEVICES", "")) if rollout is not None else []
             if not rollout_gpus:
-                rollout_gpus = [(max(train) + 1) if train else 0]
+                # the GPU after the trainers; a script naming neither gets trainer 0 and rollout 1 (was 0 and 0:
+                # the overlap the layout then refused)
+                train = train or [0]
+                rollout_gpus = [max(train) + 1]
                 d.notes.append(
-                    f"ROLLOUT_GPUS: the script names no GPU for `swift rollout`; guessed {rollout_gpus[0]}"
+                    f"ROLLOUT_GPUS: the script names no GPU for `swift rollout`; guessed {rollout_gpus[0]}, the one "
+                    f"after the trainers' ({','.join(map(str, train))})"
                 )
         if port:
             d.put("ROLLOUT_PORT", port)

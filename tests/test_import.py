@@ -247,6 +247,26 @@ def test_a_server_base_url_becomes_the_rollout_host_and_port_without_a_guessed_g
     assert values["TRAIN_GPUS"] == "0,1"
 
 
+def test_a_local_server_without_gpus_named_gets_its_own_gpu_beside_the_trainer(tmp_path):
+    """Cases re-run: a local --vllm_server_base_url with no CUDA_VISIBLE_DEVICES or NPROC_PER_NODE was written
+    as TRAIN_GPUS=0 and ROLLOUT_GPUS=0, which validate then refused as an overlap."""
+    base = "swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct --dataset d.jsonl --use_vllm true"
+    text = importer.to_recipe(
+        f"{base} --reward_funcs accuracy --vllm_mode server --vllm_server_base_url http://127.0.0.1:8000"
+    )
+    values = read(text)
+    assert (values["TRAIN_GPUS"], values["ROLLOUT_GPUS"], values["ROLLOUT_PORT"]) == ("0", "1", "8000")
+    assert "ROLLOUT_HOST" not in values and "guessed 1, the one after the trainers' (0)" in text
+    assert "or ROLLOUT_GPUS for a server on this node" in text
+    out = tmp_path / "server.env"
+    out.write_text(text.replace("d.jsonl", "AI-MO/NuminaMath-TIR"))
+    proc = run_cli("validate", f"recipe={out}", f"INVENTORY={INVENTORIES / '2x4090-driver535.json'}",
+                   f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
+    assert proc.returncode == 0 and "listed for both training and the rollout server" not in proc.stderr, (
+        proc.stderr
+    )
+
+
 def test_vllm_device_auto_on_two_visible_gpus_becomes_one_trainer_and_a_rollout_server(tmp_path):
     """ms-swift <= 3.5's --vllm_device auto put vLLM on the GPU after the training processes: with
     CUDA_VISIBLE_DEVICES=0,1 and NPROC_PER_NODE unset, GPU 1, the trainer on GPU 0. The import promised a
