@@ -69,6 +69,16 @@ def test_c02_shipped_compose_file_sets_ipc_or_shm_size():
     assert "ipc: host" in text or "shm_size" in text
 
 
+def test_c02_small_shm_warning_names_what_uses_it(tmp_path):
+    """Cases re-run: two A100s with P2P and no dataloader workers were warned that "dataloader workers pass
+    batches through it"; the warning names the users there are."""
+    inv = inventory_file(tmp_path, "2xA100-nvlink-ib", shm_bytes=64 * 1024**2)
+    proc = run_cli("validate", f"recipe={SERVER}", f"INVENTORY={inv}", "DATALOADER_NUM_WORKERS=0",
+                   f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "the 2 GPU processes share memory through it" in proc.stdout and "dataloader" not in proc.stdout
+
+
 def test_c02_small_shm_single_gpu_with_workers_is_only_a_warning(tmp_path):
     inv = inventory_file(tmp_path, "1x4090-driver535", shm_bytes=64 * 1024**2)
     proc = run_cli(

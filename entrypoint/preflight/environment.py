@@ -102,10 +102,18 @@ def check_shm(plan: Plan, env: Mapping[str, str], dataloader_workers: int) -> li
             )
         ]
     if (dataloader_workers > 0 or processes > 1) and shm < SHM_MIN_WORKERS:
+        users = (
+            [f"{dataloader_workers} dataloader worker(s) pass batches through it"]
+            if dataloader_workers
+            else []
+        )
+        users += (
+            [f"the {processes} GPU processes share memory through it (NCCL, torch)"] if processes > 1 else []
+        )
         return [
             Problem(
                 "/dev/shm",
-                f"{have}; dataloader workers pass batches through it and may die with a bus error",
+                f"{have}; {' and '.join(users)}, and may die with a bus error when it is full",
                 fix,
                 fatal=False,
             )
