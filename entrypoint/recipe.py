@@ -186,6 +186,14 @@ def explain_unknown(key: str, source: str) -> Problem:
         return Problem(where, f"{r.message} [source: {r.source}]", r.fix)
     if found is not None and found.managed:
         return Problem(where, "is set by the entrypoint, not by recipes", found.managed)
+    underscored = key.replace("-", "_")
+    if underscored != key and keys.lookup(underscored) is not None:  # `tuner-type`, as on ms-swift's CLI
+        if classify(underscored) is not None:
+            return Problem(
+                where, "is spelled with dashes; recipe keys use underscores", f"write {underscored}"
+            )
+        inner = explain_unknown(underscored, source)  # renamed or managed: say what became of it
+        return Problem(where, f"({underscored}) {inner.message}", inner.fix)
     candidates = keys.known() + list(MANAGED)  # never suggest a key that would be refused as renamed
     close = difflib.get_close_matches(key, candidates, n=3, cutoff=0.75)
     prefix = [k for k in candidates if k.startswith(key) and k != key][:3]

@@ -176,6 +176,10 @@ def test_c07_every_row_of_the_renamed_table_is_refused_with_its_replacement(tmp_
         ("tuner_type=lora", "TRAIN_TYPE=lora"),
         ("load_in_4bit=true", "QUANT_METHOD=bnb and QUANT_BITS=4"),
         ("sft_type=lora", "TRAIN_TYPE"),
+        # spelled as on ms-swift's command line (cases re-run: these got only "see keys")
+        ("tuner-type=lora", "TRAIN_TYPE=lora"),
+        ("vllm-device=cuda:1", "ROLLOUT_GPUS=<ordinal>"),
+        ("num-generations=4", "write NUM_GENERATIONS"),
     ],
 )
 def test_c07_values_copied_from_old_posts_and_newer_docs(tmp_path, pair, replacement):
