@@ -247,7 +247,7 @@ def _gpus_there(
     wants_gpu = use_vllm or bool(s.ROLLOUT_GPUS.strip()) or s.TRAIN_GPUS.strip().lower() not in ("none", "")
     if inventory.gpus or not wants_gpu:
         return True
-    why = "USE_VLLM=true" if use_vllm else "the recipe names GPUs"
+    why = "USE_VLLM=true" if use_vllm else f"TRAIN_GPUS={s.TRAIN_GPUS} ({recipe.source('TRAIN_GPUS')})"
     if inventory.source.startswith("file:") and not inventory.nvml_error:  # the machine it describes
         text = f"The inventory {inventory.source.removeprefix('file:')} lists no GPU."
         fix = (
@@ -258,7 +258,8 @@ def _gpus_there(
         fix = (
             "fix the GPU exposure above"
             if in_container
-            else "add INVENTORY=examples/inventories/<machine>.json"
+            else "to plan or validate for a GPU machine from here, add INVENTORY=examples/inventories/<machine>.json; "
+            "to train, run on that machine"
         )
     problems.append(
         Problem(

@@ -107,11 +107,13 @@ def make_plan(
     for_train: bool,
     rollout_only: bool = False,
     lock: runlock.RunLock | None = None,
+    launches: bool = False,
 ) -> Plan:
     """Resolve the recipe and the inventory, read the host once, build and check the plan. Raises
     BadInput with every fatal problem found. With `lock`, the directory this node writes is locked as soon
     as the recipe names it, before the slow checks: a second start of a running run is refused at once,
-    naming the holder (runlock.py)."""
+    naming the holder (runlock.py). `launches`: the plan is about to start processes here (train, rollout),
+    so an INVENTORY file must describe GPUs this machine has (described_elsewhere)."""
     now = dt.datetime.now(dt.timezone.utc)
     r = recipe_mod.load(cli_pairs, environ, recipe_mod.recipes_dir(environ), strict=False)
     if lock is not None and not any(p.fatal for p in r.problems):  # a refused RUN_NAME names no directory
@@ -119,10 +121,32 @@ def make_plan(
     inventory = inventory_for(r)
     facts = host.gather(r, environ, now=now)
     built = plan_mod.build(r, inventory, facts, rollout_only=rollout_only)
+    uses_gpus = built.placed and bool(built.layout.used_gpus)
+    if launches and uses_gpus and r.settings.INVENTORY and not environ.get("GRPO_RIG_SWIFT"):
+        built.problems.extend(described_elsewhere(r, inventory, hardware.probe()))
     # without a layout (no GPU) the checks that need none still run: every problem at once
     built.problems.extend(preflight.check(built, facts, for_train=for_train))
     raise_if_fatal(built.problems)
     return built
+
+
+def described_elsewhere(r: recipe_mod.Recipe, described: Inventory, here: Inventory) -> list[Problem]:
+    """INVENTORY describes a machine for `plan` and `validate`; `train` and `rollout` start processes on this
+    one. A file listing more GPUs than NVML sees here would launch ms-swift (model download, vLLM) toward
+    GPUs that are not there, to fail after minutes: refused. A simulated trainer (GRPO_RIG_SWIFT, the
+    tests' fake ms-swift) may run against a described machine, so make_plan does not ask then."""
+    if len(here.gpus) >= len(described.gpus):
+        return []
+    seen = f"NVML sees {len(here.gpus)} GPU(s) here" + (f" ({here.nvml_error})" if here.nvml_error else "")
+    return [
+        Problem(
+            f"INVENTORY ({r.source('INVENTORY')})",
+            f"describes {len(described.gpus)} GPU(s) for planning, but this command starts the run on this "
+            f"machine and {seen}",
+            "leave INVENTORY out where you train (the run reads the GPUs through NVML); use it with `plan` or "
+            "`validate` to check a recipe for another machine",
+        )
+    ]
 
 
 def completed_steps(plan: Plan) -> tuple[int, int | None]:
@@ -150,7 +174,7 @@ def train(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO | No
     whole command (runlock.py); SIGINT/SIGTERM at any moment end it through its cleanup (issue 26)."""
     printer = Printer(console) if console else Printer()
     with runlock.RunLock() as lock, interruptible():
-        plan = make_plan(cli_pairs, environ, for_train=True, lock=lock)
+        plan = make_plan(cli_pairs, environ, for_train=True, lock=lock, launches=True)
         lock.take(node_dir(plan))  # preflight passed, so the directory can be made
         if _already_complete(plan):
             done, _ = completed_steps(plan)
@@ -324,7 +348,7 @@ def rollout(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO | 
     """Serve the vLLM rollout on this node's ROLLOUT_GPUS for trainers on other nodes, until stopped."""
     printer = Printer(console) if console else Printer()
     with runlock.RunLock() as lock, interruptible():
-        plan = make_plan(cli_pairs, environ, for_train=True, rollout_only=True, lock=lock)
+        plan = make_plan(cli_pairs, environ, for_train=True, rollout_only=True, lock=lock, launches=True)
         here = here_of(plan.run_dir, plan.recipe.settings.NODE_RANK, rollout_only=True)
         lock.take(here)
         for line in plan.render().splitlines():

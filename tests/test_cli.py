@@ -8,7 +8,7 @@ import pytest
 from entrypoint.cli import bare_words
 from entrypoint.errors import BadInput
 from entrypoint.settings import Settings
-from tests.conftest import clean_env, run_cli
+from tests.conftest import ROOT, clean_env, run_cli
 
 
 def refused(*argv: str) -> str:
@@ -123,3 +123,31 @@ def test_help_is_a_command_too():
         "usage: python -m entrypoint evaluate"
         in run_cli("help", "evaluate", env=clean_env(), timeout=60).stdout
     )
+
+
+def test_train_with_an_inventory_of_gpus_this_machine_lacks_is_refused_and_plan_is_not(tmp_path):
+    """New-user trial: following the GPU refusal's fix (INVENTORY=...) made `train` start ms-swift here, which
+    downloaded the model and died without a GPU. INVENTORY describes a machine for plan/validate; train on a
+    machine whose NVML sees fewer GPUs is refused before anything starts, naming what to do."""
+    if not _no_gpu_here():
+        pytest.skip("this machine has a GPU")
+    inventory = f"INVENTORY={ROOT / 'examples' / 'inventories' / '1x4090-driver535.json'}"
+    proc = run_cli("train", "recipe=countdown-1x4090", inventory, f"OUTPUT_DIR={tmp_path}", env=clean_env())
+    assert proc.returncode == 2, proc.stderr
+    assert "describes 1 GPU(s) for planning, but this command starts the run on this machine" in proc.stderr
+    assert (
+        "leave INVENTORY out where you train" in proc.stderr
+        and "Downloading" not in proc.stdout + proc.stderr
+    )
+    assert (
+        run_cli(
+            "plan", "recipe=countdown-1x4090", inventory, f"OUTPUT_DIR={tmp_path}", env=clean_env()
+        ).returncode
+        == 0
+    )
+
+
+def _no_gpu_here() -> bool:
+    from entrypoint import hardware
+
+    return not hardware.probe().gpus
