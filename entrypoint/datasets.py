@@ -25,6 +25,7 @@ HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(:[\w.-]+)?$")
 # role under `role` or `from` and its content under `content` or `value` (:424-425), and role names mapped
 # (to_std_messages, :463-476)
 ROLE_KEYS, CONTENT_KEYS = ("role", "from"), ("content", "value")
+MESSAGE_COLUMNS = ("messages", "conversations", "conversation")  # renamed to `messages` (:434-436)
 ROLE_NAMES = {"human": "user", "gpt": "assistant", "bot": "assistant", "function_call": "tool_call",
               "function_response": "tool_response", "observation": "tool_response",
               "observations": "tool_response"}  # fmt: skip
@@ -205,3 +206,8 @@ def standard_messages(value):
         role = ROLE_NAMES.get(role.replace("-", "_"), role) if isinstance(role, str) else role
         standard.append({"role": role, "content": content})
     return standard
+
+
+def message_column(row: dict) -> str | None:
+    """The column ms-swift takes a row's conversation from (MESSAGE_COLUMNS), or None."""
+    return next((c for c in MESSAGE_COLUMNS if c in row), None)

@@ -177,9 +177,10 @@ def _read_rows(path: Path, limit: int, key: str) -> list[dict]:
             [dataclasses.replace(p, where=p.where.replace("dataset ", f"{key} ", 1)) for p in problems]
         )
     # conversations as ms-swift reads them (text, `from`/`value`, human/gpt: datasets.standard_messages)
-    rows = [{**row, "messages": datasets.standard_messages(row.get("messages"))} for _, row in numbered][
-        :limit
-    ]
+    rows = [
+        {**row, "messages": datasets.standard_messages(row.get(datasets.message_column(row) or "messages"))}
+        for _, row in numbered
+    ][:limit]
     if not rows or not all(_prompt_ready(r["messages"]) for r in rows):
         raise BadInput(
             [

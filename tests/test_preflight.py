@@ -347,6 +347,19 @@ def test_c08_messages_are_read_as_ms_swift_reads_them(tmp_path):
     )
 
 
+def test_c08_a_conversation_column_is_a_prompt_and_faulty_rows_past_five_are_counted(tmp_path):
+    """New-user trial: ms-swift renames `conversation` and `conversations` to `messages` (core.py:434-436);
+    `conversation` was refused as "no prompt". And 32 faulty rows said "5 errors" with no word of the rest."""
+    turn = [{"role": "user", "content": "What is 2+2?"}]
+    rows = [json.dumps({"conversation": turn, "solution": "4"})] * 32
+    assert _validate_dataset(tmp_path, write_dataset(tmp_path, rows), "accuracy").returncode == 0
+    rows = [json.dumps({"conversation": [{"role": "system", "content": "s"}], "solution": "4"})] * 32
+    err = refused_dataset(tmp_path, write_dataset(tmp_path, rows), "accuracy")
+    assert (
+        err.count("`conversation` has no user turn") == 5 and "27 more row(s) have faults like these" in err
+    )
+
+
 def test_hub_dataset_is_checked_for_form_and_offline_cache(tmp_path):
     err = refused_dataset(tmp_path, "not a dataset", "format")
     assert "neither an existing file nor a hub id" in err

@@ -23,6 +23,7 @@ from entrypoint.datasets import (
     DatasetSpec,
     dataset_key,
     is_local,
+    message_column,
     parse_spec,
     standard_messages,
     type_name,
@@ -33,7 +34,8 @@ if TYPE_CHECKING:
     from entrypoint.facts import Facts
 
 ROLES = {"system", "user", "assistant", "tool", "tool_call", "tool_response"}
-PROMPT_COLUMNS = ("messages", "query", "prompt", "instruction", "question", "conversations")
+PROMPT_COLUMNS = ("messages", "query", "prompt", "instruction", "question", "conversations", "conversation")
+MAX_ROW_PROBLEMS = 5  # rows named one by one; the rest are counted
 # Columns users commonly have instead of the one a reward reads.
 # Columns that ms-swift's preprocessors turn into the assistant turn (v3.6.4:swift/llm/dataset/preprocessor/
 # core.py, AlpacaPreprocessor / ResponsePreprocessor)
@@ -44,73 +46,63 @@ SYNONYMS = {
 
 
 def check_messages(path: Path, rows: Iterable[tuple[int, dict]]) -> list[Problem]:
+    """Each row's prompt as ms-swift reads it (datasets.MESSAGE_COLUMNS, standard_messages): the first
+    MAX_ROW_PROBLEMS rows at fault, then how many more there are."""
     problems: list[Problem] = []
+    more = 0
     for number, row in rows:
-        where = f"dataset {path} line {number}"
-        answer = next((c for c in ANSWER_COLUMNS if c in row), None)
-        if "messages" not in row and answer:
-            prompt = next((c for c in PROMPT_COLUMNS if c in row), "instruction")
-            problems.append(
-                Problem(where, f"has `{prompt}` and `{answer}` (an SFT row): ms-swift turns `{answer}` into an assistant "
-                        "turn, which GRPO's rollout would continue instead of answering",
-                        f'write "messages": [{{"role": "user", "content": <{prompt}> (+ input)}}] and move `{answer}` '
-                        "into `solution` (what accuracy-style rewards compare with)")
-            )  # fmt: skip
-        elif "messages" not in row:
-            if not any(c in row for c in PROMPT_COLUMNS):
-                problems.append(
-                    Problem(where, f"has no prompt: no `messages` column (columns: {', '.join(sorted(row)) or 'none'})",
-                            'add "messages": [{"role": "user", "content": "..."}]')
-                )  # fmt: skip
-        else:
-            messages = standard_messages(row["messages"])
-            if isinstance(row["messages"], str) and messages is None:
-                problems.append(
-                    Problem(
-                        where,
-                        "`messages` is text that ms-swift cannot read as a list (it reads text with ast.literal_eval)",
-                        'write it as a list literal, e.g. [{"role": "user", "content": "..."}]',
-                    )
-                )
-            elif not isinstance(messages, list) or not messages:
-                problems.append(
-                    Problem(
-                        where,
-                        "`messages` must be a non-empty list",
-                        'e.g. [{"role": "user", "content": "..."}]',
-                    )
-                )
-            elif not all(
-                isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str)
-                for m in messages
-            ):
-                problems.append(
-                    Problem(
-                        where,
-                        "each message needs a role (system/user/assistant/tool) and a string content",
-                        'e.g. {"role": "user", "content": "..."}',
-                    )
-                )
-            elif not any(m["role"] == "user" for m in messages):
-                problems.append(
-                    Problem(
-                        where,
-                        "`messages` has no user turn: nothing to prompt with",
-                        "add the question as a user message",
-                    )
-                )
-            elif messages[-1]["role"] == "assistant":
-                problems.append(
-                    Problem(
-                        where,
-                        "`messages` ends with an assistant turn: GRPO generates that turn itself, and ms-swift would "
-                        "hand this one to the rollout as the start of the answer (an SFT row)",
-                        "drop the final assistant message; put its content into `solution` if a reward needs the answer",
-                    )
-                )
-        if len(problems) >= 5:
-            break
+        if len(problems) >= MAX_ROW_PROBLEMS:
+            more += _row_problem(path, number, row) is not None
+            continue
+        found = _row_problem(path, number, row)
+        if found is not None:
+            problems.append(found)
+    if more:
+        problems.append(Problem(f"dataset {path}", f"{more} more row(s) have faults like these",
+                                "fix them as the ones above"))  # fmt: skip
     return problems
+
+
+def _row_problem(path: Path, number: int, row: dict) -> Problem | None:
+    """The first fault of one row's prompt, or None."""
+    where = f"dataset {path} line {number}"
+    column = message_column(row)
+    answer = next((c for c in ANSWER_COLUMNS if c in row), None)
+    if column is None and answer:
+        prompt = next((c for c in PROMPT_COLUMNS if c in row), "instruction")
+        return Problem(where, f"has `{prompt}` and `{answer}` (an SFT row): ms-swift turns `{answer}` into an assistant "
+                       "turn, which GRPO's rollout would continue instead of answering",
+                       f'write "messages": [{{"role": "user", "content": <{prompt}> (+ input)}}] and move `{answer}` '
+                       "into `solution` (what accuracy-style rewards compare with)")  # fmt: skip
+    if column is None:
+        if any(c in row for c in PROMPT_COLUMNS):
+            return None
+        return Problem(where, f"has no prompt: no `messages` column (columns: {', '.join(sorted(row)) or 'none'})",
+                       'add "messages": [{"role": "user", "content": "..."}]')  # fmt: skip
+    messages = standard_messages(row[column])
+    if isinstance(row[column], str) and messages is None:
+        return Problem(where, f"`{column}` is text that ms-swift cannot read as a list (it reads text with "
+                       "ast.literal_eval)", 'write it as a list literal, e.g. [{"role": "user", "content": "..."}]')  # fmt: skip
+    if not isinstance(messages, list) or not messages:
+        return Problem(
+            where, f"`{column}` must be a non-empty list", 'e.g. [{"role": "user", "content": "..."}]'
+        )
+    if not all(
+        isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str) for m in messages
+    ):
+        return Problem(where, "each message needs a role (system/user/assistant/tool) and a string content",
+                       'e.g. {"role": "user", "content": "..."}')  # fmt: skip
+    if not any(m["role"] == "user" for m in messages):
+        return Problem(
+            where,
+            f"`{column}` has no user turn: nothing to prompt with",
+            "add the question as a user message",
+        )
+    if messages[-1]["role"] == "assistant":
+        return Problem(where, f"`{column}` ends with an assistant turn: GRPO generates that turn itself, and ms-swift "
+                       "would hand this one to the rollout as the start of the answer (an SFT row)",
+                       "drop the final assistant message; put its content into `solution` if a reward needs the answer")  # fmt: skip
+    return None
 
 
 def check_columns(path: Path, rows: list[tuple[int, dict]], needed: dict[str, list[str]]) -> list[Problem]:
