@@ -351,8 +351,17 @@ def _model(d: Draft) -> None:
         try:
             embedded = catalog.lookup(value)
         except KeyError as exc:
+            # `SmolLM2-135M-Instruct` for `HuggingFaceTB/SmolLM2-135M-Instruct`: name the embedded one first
+            near = [
+                m for m in catalog.CATALOG if value.lower() in m.lower() or m.lower().endswith(value.lower())
+            ]
+            fix = f"set MODEL={near[0]}" if near else "name an embedded model"
             d.problems.append(
-                Problem(f"MODEL ({r.source('MODEL')})", str(exc.args[0]), "set MODEL_SOURCE=hub")
+                Problem(
+                    f"MODEL ({r.source('MODEL')})",
+                    str(exc.args[0]),
+                    f"{fix}, or MODEL_SOURCE=hub to download {value} from the hub",
+                )  # fmt: skip
             )
         else:
             d.model_path = str(catalog.model_dir(embedded, Path(s.EMBEDDED_MODEL_DIR)))

@@ -303,3 +303,14 @@ def test_a_container_runs_closing_lines_are_for_the_host(tmp_path, monkeypatch):
         f'make eval RUN=r ARGS="OUTPUT_DIR={mount}"  (the base model and the adapter on 32 held-out' in hint
     )
     assert hint.endswith(f"-m entrypoint evaluate run=r OUTPUT_DIR={mount}")
+
+
+def test_a_short_embedded_model_name_gets_the_full_one_as_its_fix():
+    """New-user trial: MODEL=SmolLM2-135M-Instruct with MODEL_SOURCE=embedded was told to set MODEL_SOURCE=hub,
+    which sends the run to the network; the fix names the embedded model first."""
+    p = build("recipe=smoke", "MODEL_SOURCE=embedded", "MODEL=SmolLM2-135M-Instruct")
+    (problem,) = [x for x in p.problems if x.where.startswith("MODEL")]
+    assert problem.fix.startswith("set MODEL=HuggingFaceTB/SmolLM2-135M-Instruct, or MODEL_SOURCE=hub")
+    (other,) = [x for x in build("recipe=smoke", "MODEL_SOURCE=embedded", "MODEL=org/other").problems
+                if x.where.startswith("MODEL")]  # fmt: skip
+    assert other.fix.startswith("name an embedded model, or MODEL_SOURCE=hub")
