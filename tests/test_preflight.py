@@ -203,6 +203,16 @@ def test_c07_device_map_with_vllm_is_refused(tmp_path):
     assert "not compatible with device_map" in err and "remove DEVICE_MAP" in err
 
 
+def test_full_fine_tuning_of_a_4bit_model_is_refused_and_qlora_is_not(tmp_path):
+    """New-user trial: an import with --tuner_type full --load_in_4bit true became TRAIN_TYPE=full with bnb
+    4-bit and validated; transformers' Trainer refuses that after the model loads."""
+    err = refused(tmp_path, "recipe=smoke", "TRAIN_TYPE=full", "QUANT_METHOD=bnb", "QUANT_BITS=4")
+    assert "refuses to fine-tune a quantized model without adapters" in err and "TRAIN_TYPE=lora" in err
+    qlora = run_cli("validate", "recipe=smoke", "TRAIN_TYPE=lora", "QUANT_METHOD=bnb", "QUANT_BITS=4",
+                    f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
+    assert qlora.returncode == 0, qlora.stderr
+
+
 def test_all_problems_are_reported_together(tmp_path):
     err = refused(tmp_path, "recipe=smoke", "load_in_4bit=true", "vllm_device=auto", "NUM_GENERATIONS=x")
     assert err.count("error:") == 3

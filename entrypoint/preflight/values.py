@@ -255,10 +255,21 @@ def _check_rewards(plan: Plan, facts: Facts, where) -> list[Problem]:
 
 
 def _check_train_type(plan: Plan, facts: Facts, where) -> list[Problem]:
-    """LoRA keys that do nothing with full fine-tuning."""
+    """LoRA keys that do nothing with full fine-tuning; full fine-tuning of a bitsandbytes-quantized model,
+    which transformers' Trainer refuses in its constructor after the model has loaded ("You cannot perform
+    fine-tuning on purely quantized models", transformers 4.51.3 trainer.py, Trainer.__init__; bnb's
+    quantizer is not QAT-trainable)."""
     r = plan.recipe
     problems: list[Problem] = []
     train_type = r.trainer_args.train_type
+    if train_type == "full" and r.arg("quant_method") == "bnb" and r.arg("quant_bits"):
+        problems.append(
+            Problem(
+                f"TRAIN_TYPE=full with QUANT_METHOD=bnb ({r.source('QUANT_METHOD')})",
+                "transformers' Trainer refuses to fine-tune a quantized model without adapters (after loading it)",
+                "TRAIN_TYPE=lora for QLoRA, or remove QUANT_METHOD and QUANT_BITS to train the full model",
+            )
+        )
     if train_type == "full":
         lora_keys = [
             k.upper()
