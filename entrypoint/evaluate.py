@@ -119,7 +119,9 @@ def find_run(run: str, output_dir: str) -> Path:
     if not (path / MANIFEST).is_file():
         root = Path(output_dir).expanduser()
         runs = sorted(p.name for p in root.glob("*/") if (p / MANIFEST).is_file()) if root.is_dir() else []
-        raise BadInput([Problem(f"run {run}", f"no run directory with a manifest.json at {path}",
+        why = (f"no run under {root} yet" if run == "latest" and not runs
+               else f"no run directory with a manifest.json at {path}")  # fmt: skip
+        raise BadInput([Problem(f"run {run}", why,
                                 f"give one of: {', '.join(runs[-8:])}" if runs else
                                 f"train one first (make smoke), or set OUTPUT_DIR to where your runs are ({root})")])  # fmt: skip
     return path

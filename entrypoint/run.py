@@ -95,7 +95,8 @@ def inventory_for(r: recipe_mod.Recipe) -> Inventory:
             Problem(
                 f"INVENTORY ({r.source('INVENTORY')})",
                 why,
-                "pass a file written by `doctor --save-inventory`",
+                "pass a file written by `doctor --save-inventory` on the machine it describes, or one of "
+                "examples/inventories/*.json",
             )
         ]
     )

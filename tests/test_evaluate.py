@@ -44,6 +44,10 @@ def test_no_such_run_names_the_runs_there(tmp_path):
     fake_run(tmp_path, "smoke-20261201-000000", adapter=True)
     err = refused("run=nope", f"OUTPUT_DIR={tmp_path}")
     assert "no run directory with a manifest.json" in err and "smoke-20261201-000000" in err
+    # new-user trial: `latest` with no runs read as if a run were named "latest"
+    empty = tmp_path / "empty"
+    err = refused("run=latest", f"OUTPUT_DIR={empty}")
+    assert f"no run under {empty} yet" in err and "train one first" in err
 
 
 def test_a_run_without_an_adapter_is_refused_with_the_resume_fix(tmp_path):
