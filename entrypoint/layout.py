@@ -292,16 +292,30 @@ def _ordinals(
                     if len(unknown) == 1
                     else f"GPUs {', '.join(map(str, unknown[:-1]))} and {unknown[-1]} do not exist"
                 )
-                + " in this container. Visible:\n    "
+                + (f" on the machine {inventory.source[5:]} describes" if inventory.source.startswith("file:")
+                   else " in this container")
+                + ". Visible:\n    "
                 + inventory.table().replace("\n", "\n    ")
                 + f"\n  {DOCKER_RENUMBERING}",
-                f"use ordinals from the list above (0..{len(visible) - 1})"
-                if visible
-                else "expose GPUs first",
+                _ordinals_fix(key, visible),
             )
-        )
+        )  # fmt: skip
         return None
     return values
+
+
+def _ordinals_fix(key: str, visible: list[int]) -> str:
+    """What to write instead of GPUs that are not there: a layout that fits the visible ones (a rollout
+    server needs a GPU of its own, so one GPU means vLLM colocated)."""
+    if not visible:
+        return "expose GPUs first"
+    if key == "ROLLOUT_GPUS" and len(visible) == 1:
+        return (f"leave ROLLOUT_GPUS empty: with one GPU vLLM runs colocated on it (TRAIN_GPUS={visible[0]}); a "
+                "rollout server needs a GPU of its own")  # fmt: skip
+    if key == "ROLLOUT_GPUS":
+        train = f"{visible[0]}-{visible[-2]}" if len(visible) > 2 else str(visible[0])
+        return f"for example ROLLOUT_GPUS={visible[-1]} with TRAIN_GPUS={train} (the list above; each needs its own)"
+    return f"use ordinals from the list above ({visible[0]}..{visible[-1]})"
 
 
 def _check_bind(recipe: Recipe, rollout: list[int] | None, problems: list[Problem]) -> None:

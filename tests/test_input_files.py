@@ -105,4 +105,3 @@ def test_a_missing_inventory_names_the_shipped_examples(tmp_path):
     """New-user trial: the fix named only `doctor --save-inventory`, run on a machine one does not have here."""
     err = refused(tmp_path, "recipe=smoke", f"INVENTORY={tmp_path / 'nope.json'}")
     assert "does not exist" in err and "examples/inventories/*.json" in err
-

@@ -213,6 +213,18 @@ def test_full_fine_tuning_of_a_4bit_model_is_refused_and_qlora_is_not(tmp_path):
     assert qlora.returncode == 0, qlora.stderr
 
 
+def test_an_eval_batch_that_does_not_fit_num_generations_gets_the_value_to_set(tmp_path):
+    """New-user trial: "set PER_DEVICE_EVAL_BATCH_SIZE so that it x 1 is a multiple of 6" left the arithmetic to
+    the reader; the fix names the nearest value that works."""
+    err = refused(tmp_path, "recipe=smoke", "NUM_GENERATIONS=6", "PER_DEVICE_TRAIN_BATCH_SIZE=6",
+                  "GRADIENT_ACCUMULATION_STEPS=1", "SPLIT_DATASET_RATIO=0.1", "PER_DEVICE_EVAL_BATCH_SIZE=4")  # fmt: skip
+    assert "set PER_DEVICE_EVAL_BATCH_SIZE=6 (the nearest value" in err
+    ok = run_cli("validate", "recipe=smoke", "NUM_GENERATIONS=6", "PER_DEVICE_TRAIN_BATCH_SIZE=6",
+                 "GRADIENT_ACCUMULATION_STEPS=1", "SPLIT_DATASET_RATIO=0.1", "PER_DEVICE_EVAL_BATCH_SIZE=6",
+                 f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
+    assert "PER_DEVICE_EVAL_BATCH_SIZE" not in ok.stdout + ok.stderr, ok.stderr
+
+
 def test_all_problems_are_reported_together(tmp_path):
     err = refused(tmp_path, "recipe=smoke", "load_in_4bit=true", "vllm_device=auto", "NUM_GENERATIONS=x")
     assert err.count("error:") == 3

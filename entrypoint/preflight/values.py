@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -91,7 +92,8 @@ def _check_batch(plan: Plan, facts: Facts, where) -> list[Problem]:
                 where("PER_DEVICE_EVAL_BATCH_SIZE"),
                 f"the global eval batch {b.per_device_eval} x {b.world} is not a multiple of NUM_GENERATIONS {b.num_generations} "
                 "(ms-swift checks this when a validation split exists)",
-                f"set PER_DEVICE_EVAL_BATCH_SIZE so that it x {b.world} is a multiple of {b.num_generations}",
+                f"set PER_DEVICE_EVAL_BATCH_SIZE={_eval_batch(b.per_device_eval, b.world, b.num_generations)} (the "
+                f"nearest value that makes the global eval batch a multiple of {b.num_generations})",
             )
         )
     return problems
@@ -286,3 +288,11 @@ def _check_train_type(plan: Plan, facts: Facts, where) -> list[Problem]:
                 )
             )
     return problems
+
+
+def _eval_batch(now: int, world: int, generations: int) -> int:
+    """The per-device eval batch nearest `now` (the larger on a tie) whose global batch over `world`
+    processes is a multiple of `generations`: generations / gcd(world, generations) and its multiples."""
+    step = generations // math.gcd(world, generations)
+    lower = max(step, now // step * step)
+    return lower if now - lower < lower + step - now else lower + step
