@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from entrypoint import hardware, models
-from entrypoint.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput, tally
+from entrypoint.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput, Problem, tally
 from entrypoint.inventory import Inventory
 
 COMMANDS = ("train", "rollout", "plan", "validate", "doctor", "prepare-model", "keys", "import", "evaluate")
@@ -251,22 +251,33 @@ def _import(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "imported.env"
         path.write_text(recipe)
-        return _validate_imported(path, args.pairs)
+        return _validate_imported(path, args.pairs, shown_as="the recipe above")
 
 
-def _validate_imported(path: Path, pairs: list[str]) -> int:
-    """What `validate` says of an imported recipe, on standard error: 0 valid, 2 with the problems."""
+def _validate_imported(path: Path, pairs: list[str], shown_as: str = "") -> int:
+    """What `validate` says of an imported recipe, on standard error: 0 valid, 2 with the problems.
+    `shown_as`: how to name a recipe that was only printed (its temporary file is gone when the user reads
+    this; save it with -o)."""
+    import dataclasses
+
     from entrypoint import run
+
+    def named(p: Problem) -> Problem:
+        if not shown_as:
+            return p
+        return dataclasses.replace(p, where=p.where.replace(str(path), shown_as),
+                                   message=p.message.replace(str(path), shown_as))  # fmt: skip
 
     try:
         plan = run.make_plan([f"recipe={path}", *pairs], os.environ, for_train=True)
     except BadInput as exc:
-        print(f"the imported recipe is not valid yet ({tally(exc.problems)}); fix these in it, then run validate:",
+        save = "; save it with -o FILE" if shown_as else ""
+        print(f"the imported recipe is not valid yet ({tally(exc.problems)}); fix these in it{save}, then run validate:",
               file=sys.stderr)  # fmt: skip
         for problem in exc.problems:
-            print(problem.render(), file=sys.stderr)
+            print(named(problem).render(), file=sys.stderr)
         return EXIT_BAD_INPUT
-    warnings = [p for p in plan.problems if not p.fatal]
+    warnings = [named(p) for p in plan.problems if not p.fatal]
     for w in warnings:
         print(w.render(), file=sys.stderr)
     print(f"validate: the imported recipe is valid ({tally(warnings)})", file=sys.stderr)

@@ -344,3 +344,12 @@ def test_ms_swift_s_own_worker_lines_import_like_swift_rlhf():
     assert direct["TRAIN_GPUS"] == "0" and launched["TRAIN_GPUS"] == "0,1"
     with pytest.raises(ValueError, match="no `swift rlhf` command"):  # not an interpreter's name
         importer.to_recipe(f"/opt/venv/bin/pythonista {rlhf} {args}")
+
+
+def test_an_import_without_o_names_the_printed_recipe_not_its_temporary_file():
+    """New-user trial: without -o, the problems pointed into a temporary file already deleted
+    (/tmp/tmpXXXX/imported.env:15)."""
+    proc = run_cli("import", "--", "swift", "rlhf", "--rlhf_type", "grpo", "--model", "Qwen/Qwen2.5-0.5B-Instruct",
+                   "--reward_funcs", "format", "--num_generatoins", "4", env=clean_env())  # fmt: skip
+    assert proc.returncode == 2 and "NUM_GENERATOINS (the recipe above:" in proc.stderr, proc.stderr
+    assert "imported.env" not in proc.stderr and "save it with -o FILE" in proc.stderr
