@@ -66,7 +66,9 @@ def test_c06_container_ordinal_that_does_not_exist_is_refused_with_the_mapping()
     p = plan_for("recipe=tcm-4x4090", "TRAIN_GPUS=0", "ROLLOUT_GPUS=2", gpus=2)
     (problem,) = fatal(p)
     text = problem.render()
-    assert "GPU 2 does not exist on the machine" in text  # an inventory file here; NVML's: "in this container"
+    assert (
+        "GPU 2 does not exist on the machine" in text
+    )  # an inventory file here; NVML's: "in this container"
     inv = inventory(2)
     for gpu in inv.gpus:  # ordinal, UUID, name and PCI bus id of what exists
         assert f"GPU {gpu.index}: {gpu.name}, {gpu.uuid}, PCI {gpu.pci_bus_id}" in text
