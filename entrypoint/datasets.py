@@ -13,6 +13,7 @@ from pathlib import Path
 from entrypoint.errors import Problem
 
 MAX_ROWS_PARSED = 50_000  # rows fully checked; beyond that only lines are counted (keeps this in seconds)
+MAX_ROW_PROBLEMS = 5  # faulty rows named one by one (the readers stop there; preflight counts the rest)
 LOCAL_SUFFIXES = (".jsonl", ".json", ".csv", ".txt", ".parquet")
 # the files whose rows are read and checked: ms-swift 3.6.4 loads a local file with the `datasets` builder
 # named by its extension (swift/llm/dataset/loader.py:207-212: jsonl -> json, csv with na_filter=False,
@@ -87,7 +88,7 @@ def _read_csv(path: Path) -> tuple[list[tuple[int, dict]], int, list[Problem]]:
                 problems.append(Problem(f"{where} line {reader.line_num}",
                                         f"has {columns + len(row[None])} fields where the header has {columns}",
                                         "quote fields that contain commas, or fix that line"))  # fmt: skip
-                if len(problems) >= 5:
+                if len(problems) >= MAX_ROW_PROBLEMS:
                     return rows, total, problems
                 continue
             if len(rows) < MAX_ROWS_PARSED:
@@ -170,11 +171,11 @@ def _read_jsonl(path: Path) -> tuple[list[tuple[int, dict]], int, list[Problem]]
             except ValueError as exc:
                 problems.append(Problem(f"{where} line {number}", f"is not JSON ({exc.msg}; column {exc.colno})",
                                         "fix or remove that line"))  # fmt: skip
-                if len(problems) >= 5:
+                if len(problems) >= MAX_ROW_PROBLEMS:
                     problems.append(
                         Problem(
                             where,
-                            "more lines fail to parse; stopped after 5",
+                            f"more lines fail to parse; stopped after {MAX_ROW_PROBLEMS}",
                             "check how the file was written",
                         )
                     )

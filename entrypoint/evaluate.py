@@ -180,7 +180,7 @@ def _read_rows(path: Path, limit: int, key: str) -> list[dict]:
         )
     # conversations as ms-swift reads them (text, `from`/`value`, human/gpt: datasets.standard_messages)
     rows = [
-        {**row, "messages": datasets.standard_messages(row.get(datasets.message_column(row) or "messages"))}
+        {**row, "messages": datasets.standard_messages(row.get(datasets.message_column(row)))}
         for _, row in numbered
     ][:limit]
     if not rows or not all(_prompt_ready(r["messages"]) for r in rows):

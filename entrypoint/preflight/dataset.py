@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from entrypoint.datasets import (
     HUB_ID_RE,
+    MAX_ROW_PROBLEMS,
     READ_SUFFIXES,
     DatasetSpec,
     dataset_key,
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 
 ROLES = {"system", "user", "assistant", "tool", "tool_call", "tool_response"}
 PROMPT_COLUMNS = ("messages", "query", "prompt", "instruction", "question", "conversations", "conversation")
-MAX_ROW_PROBLEMS = 5  # rows named one by one; the rest are counted
 # Columns users commonly have instead of the one a reward reads.
 # Columns that ms-swift's preprocessors turn into the assistant turn (v3.6.4:swift/llm/dataset/preprocessor/
 # core.py, AlpacaPreprocessor / ResponsePreprocessor)
