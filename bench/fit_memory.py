@@ -27,14 +27,11 @@ from scipy.optimize import least_squares, minimize
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from entrypoint import (  # noqa: E402
-    budget,  # noqa: E402
-    host,
-    inventory,
-    memory,
-    plan,
-    recipe,
-)
+from entrypoint.facts import inventory  # noqa: E402
+from entrypoint.plan import budget, memory  # noqa: E402
+from entrypoint.plan import build as plan  # noqa: E402
+from entrypoint.recipe import load as recipe  # noqa: E402
+from entrypoint.world import host  # noqa: E402
 
 RECIPE = ROOT / "bench" / "recipes" / "random-qwen-hf.env"
 CALIBRATION = ROOT / "docs" / "benchmarks" / "memory-calibration.json"

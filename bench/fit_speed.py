@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from common import events  # noqa: E402
 from fit_memory import planned_run, run_measurement  # noqa: E402
 
-from entrypoint import speed  # noqa: E402
+from entrypoint.plan import speed  # noqa: E402
 
 CALIBRATION = ROOT / "docs" / "benchmarks" / "speed-calibration.json"
 COEFFICIENTS = ROOT / "entrypoint" / "data" / "speed_coefficients.json"

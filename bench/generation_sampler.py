@@ -35,7 +35,7 @@ PROMPT = (
     "operations (+, -, *, /) and each number can only be used once. Show your work in <think> </think> tags. "
     "And return the final answer in <answer> </answer> tags."
 )
-SITE = Path(__file__).resolve().parents[1] / "entrypoint" / "site" / "sitecustomize.py"
+SITE = Path(__file__).resolve().parents[1] / "entrypoint" / "child" / "site" / "sitecustomize.py"
 
 
 def top_k_first_ninth_lease(original):

@@ -63,7 +63,7 @@ def main() -> int:
     sets = dict(kv.split("=", 1) for kv in args.set)
     eval_env = dict(env)
     if sets.get("EMULATE_VRAM_GB"):  # evaluate's vLLM on the same emulated card (entrypoint/site)
-        site = str(ROOT / "entrypoint" / "site")
+        site = str(ROOT / "entrypoint" / "child" / "site")
         eval_env |= {"GRPO_RIG_EMULATE_VRAM_GB": sets["EMULATE_VRAM_GB"],
                      "PYTHONPATH": os.pathsep.join(x for x in (site, env.get("PYTHONPATH", "")) if x)}  # fmt: skip
     train_argv = [py, "-m", "entrypoint", "train", f"recipe={args.recipe}", f"RUN_NAME={name}",

@@ -25,9 +25,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from entrypoint import hardware, models
 from entrypoint.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput, Problem, tally
-from entrypoint.inventory import Inventory
+from entrypoint.facts.inventory import Inventory
+from entrypoint.world import hardware, models
 
 COMMANDS = ("train", "rollout", "plan", "validate", "doctor", "prepare-model", "keys", "import", "evaluate")
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         args.pairs = pairs
     if argv[0] == "import":
         args.command_words, args.pairs = command_words, import_pairs
-    from entrypoint.launch import Interrupted
+    from entrypoint.supervise.supervisor import Interrupted
 
     try:
         return _dispatch(args)
@@ -113,8 +113,8 @@ def bare_words(argv: list[str], environ) -> list[str]:
     A first word that is neither a command nor KEY=VALUE is refused with the command it is closest to
     (`trian` -> train), or as a recipe's name given without a command; after train, rollout, plan and
     validate a recipe's bare name is `recipe=NAME` (`validate smoke`). Raises BadInput."""
-    from entrypoint import recipe as recipe_mod
     from entrypoint.errors import Problem
+    from entrypoint.recipe import load as recipe_mod
 
     folder = recipe_mod.recipes_dir(environ)
     names = recipe_mod.available_recipes(folder) if folder.is_dir() else []
@@ -149,18 +149,18 @@ def bare_words(argv: list[str], environ) -> list[str]:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from entrypoint import run  # imported here so `keys` and `doctor` stay light
+    from entrypoint.commands import train  # imported here so `keys` and `doctor` stay light
 
     if args.command == "train":
-        return run.train(args.pairs, os.environ)
+        return train.train(args.pairs, os.environ)
     if args.command == "rollout":
-        return run.rollout(args.pairs, os.environ)
+        return train.rollout(args.pairs, os.environ)
     if args.command == "plan":
-        plan = run.make_plan(args.pairs, os.environ, for_train=False)
+        plan = train.make_plan(args.pairs, os.environ, for_train=False)
         print(json.dumps(plan.to_json(), indent=2) if args.json else plan.render())
         return EXIT_OK
     if args.command == "validate":
-        plan = run.make_plan(args.pairs, os.environ, for_train=True)
+        plan = train.make_plan(args.pairs, os.environ, for_train=True)
         warnings = [p for p in plan.problems if not p.fatal]
         for w in warnings:
             print(w.render())
@@ -182,11 +182,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "import":
         return _import(args)
     if args.command == "evaluate":
-        from entrypoint import evaluate
+        from entrypoint.commands import evaluate
 
         return evaluate.evaluate(args.pairs, os.environ)
     if args.command == "keys":
-        from entrypoint.settings import Settings, accepted
+        from entrypoint.recipe.settings import Settings, accepted
 
         rows = [(f"{name}={str(f.default).lower() if isinstance(f.default, bool) else f.default}", f)
                 for name, f in Settings.model_fields.items()]  # fmt: skip
@@ -214,9 +214,9 @@ def quiet_libraries(environ) -> None:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from entrypoint import importer
     from entrypoint.errors import Problem
-    from entrypoint.recipe import read_user_file
+    from entrypoint.recipe import importer
+    from entrypoint.recipe.load import read_user_file
 
     words = [w for w in (args.command_words or []) if w != "--"]
     if args.file and args.file != "-" and not words:
@@ -260,7 +260,7 @@ def _validate_imported(path: Path, pairs: list[str], shown_as: str = "") -> int:
     this; save it with -o)."""
     import dataclasses
 
-    from entrypoint import run
+    from entrypoint.commands import train
 
     def named(p: Problem) -> Problem:
         if not shown_as:
@@ -269,7 +269,7 @@ def _validate_imported(path: Path, pairs: list[str], shown_as: str = "") -> int:
                                    message=p.message.replace(str(path), shown_as))  # fmt: skip
 
     try:
-        plan = run.make_plan([f"recipe={path}", *pairs], os.environ, for_train=True)
+        plan = train.make_plan([f"recipe={path}", *pairs], os.environ, for_train=True)
     except BadInput as exc:
         save = "; save it with -o FILE" if shown_as else ""
         print(f"the imported recipe is not valid yet ({tally(exc.problems)}); fix these in it{save}, then run validate:",
@@ -285,7 +285,7 @@ def _validate_imported(path: Path, pairs: list[str], shown_as: str = "") -> int:
 
 
 def doctor_text(inv: Inventory) -> str:
-    from entrypoint import nccl
+    from entrypoint.plan import nccl
 
     lines = [f"driver {inv.driver_version or '-'} (CUDA {inv.cuda_driver_version or '-'})", inv.table()]
     for link in inv.p2p:
@@ -299,7 +299,8 @@ def doctor_text(inv: Inventory) -> str:
     if nccl.accelerate_rtx40_check_fires(inv):
         lines.append("accelerate's RTX 40 check fires here: NCCL_P2P_DISABLE and NCCL_IB_DISABLE will be set")
     if not inv.gpus:  # the same help `train` gives
-        from entrypoint import host, layout
+        from entrypoint.plan import layout
+        from entrypoint.world import host
 
         lines.append(layout.no_gpu_text(inv, host.in_container(os.environ)))
     return "\n".join(lines)

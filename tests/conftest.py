@@ -16,8 +16,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from entrypoint import facts as facts_mod
-from entrypoint import hardware, hubcache, inventory, recipe
+from entrypoint.facts import facts as facts_mod
+from entrypoint.facts import inventory
+from entrypoint.recipe import load as recipe
+from entrypoint.world import hardware, hubcache
 
 ROOT = Path(__file__).resolve().parent.parent
 INVENTORIES = ROOT / "examples" / "inventories"
@@ -177,7 +179,7 @@ def facts_for(r: recipe.Recipe, environ: dict | None = None, **changes):
     any field replaced by `changes`."""
     import dataclasses
 
-    from entrypoint import host
+    from entrypoint.world import host
 
     facts = host.gather(r, environ or {}, probe_plugins=False)
     return dataclasses.replace(
@@ -188,7 +190,7 @@ def facts_for(r: recipe.Recipe, environ: dict | None = None, **changes):
 def build_plan(*pairs: str, inventory: str = "5x4090-driver535", environ: dict | None = None, **changes):
     """The plan `plan` would print for these KEY=VALUE words on an example inventory, with fixed ports
     (plan.build, the batch shape included)."""
-    from entrypoint import plan as plan_mod
+    from entrypoint.plan import build as plan_mod
 
     r = load_recipe(*pairs, environ=environ)
     return plan_mod.build(r, load_inventory(inventory), facts_for(r, environ, **changes))
@@ -196,7 +198,7 @@ def build_plan(*pairs: str, inventory: str = "5x4090-driver535", environ: dict |
 
 def draft_plan(*pairs: str, inventory: str = "5x4090-driver535"):
     """The plan's stages before the batch shape: what shape.choose sees (and its facts)."""
-    from entrypoint import plan as plan_mod
+    from entrypoint.plan import build as plan_mod
 
     r = load_recipe(*pairs)
     facts = facts_for(r)

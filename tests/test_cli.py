@@ -7,7 +7,7 @@ import pytest
 
 from entrypoint.cli import bare_words
 from entrypoint.errors import BadInput
-from entrypoint.settings import Settings
+from entrypoint.recipe.settings import Settings
 from tests.conftest import ROOT, clean_env, run_cli
 
 
@@ -148,6 +148,6 @@ def test_train_with_an_inventory_of_gpus_this_machine_lacks_is_refused_and_plan_
 
 
 def _no_gpu_here() -> bool:
-    from entrypoint import hardware
+    from entrypoint.world import hardware
 
     return not hardware.probe().gpus

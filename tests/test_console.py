@@ -5,7 +5,7 @@ heartbeat naming the phase."""
 
 from __future__ import annotations
 
-from entrypoint.console import Console, Progress
+from entrypoint.supervise.console import Console, Progress
 from tests.conftest import ROOT
 
 LOG = (ROOT / "tests" / "fixtures" / "smoke-trainer.log").read_text().splitlines()

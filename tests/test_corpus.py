@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import keys, swift_schema
-from entrypoint.recipe import read_env_file
+from entrypoint.recipe import keys, swift_schema
+from entrypoint.recipe.load import read_env_file
 from tests.conftest import INVENTORIES, RECIPES, ROOT, SETUP, clean_env, run_cli
 
 # Flags the recipe may set that do not reach argv as written, and why.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from entrypoint import deaths
+from entrypoint.supervise import deaths
 from tests.conftest import ROOT
 
 

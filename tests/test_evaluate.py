@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import evaluate
-from entrypoint.console import Progress
+from entrypoint.commands import evaluate
+from entrypoint.supervise.console import Progress
 from tests.conftest import clean_env, run_cli
 
 
@@ -164,7 +164,7 @@ def test_eval_png_labels_every_bar_with_its_value_zero_included():
 def test_held_out_rows_in_the_forms_ms_swift_trains_on_prompt_as_user_turns(tmp_path):
     """A held-out file in a form training accepts (a CSV whose `messages` is text, sharegpt's from/value with
     human/gpt) gives the same prompts as the plain form, not a traceback."""
-    from entrypoint.settings import Settings
+    from entrypoint.recipe.settings import Settings
 
     plain = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}]
     sharegpt = tmp_path / "held.jsonl"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import importer, keys
-from entrypoint.recipe import read_env_file
+from entrypoint.recipe import importer, keys
+from entrypoint.recipe.load import read_env_file
 from tests.conftest import INVENTORIES, RECIPES, ROOT, SETUP, clean_env, inventory_file, run_cli
 
 FIXTURES = ROOT / "tests" / "fixtures"

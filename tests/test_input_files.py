@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import recipe
+from entrypoint.recipe import load as recipe
 from tests.conftest import FAKES, refused, run_cli
 
 BINARY = bytes(range(256)) * 4  # NUL bytes and bytes that are not UTF-8

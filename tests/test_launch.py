@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from entrypoint import ports
+from entrypoint.world import ports
 from tests.conftest import FAKE_SWIFT, FAKES, ROOT, clean_env
 
 RECIPE = FAKES / "server.env"
@@ -222,17 +222,19 @@ def test_rollout_port_already_taken_by_another_server_is_detected(tmp_path):
 def test_listening_ports_are_read_from_the_child_process_tree(tmp_path):
     """After /health/ answers, train checks the rollout itself listens there (ms-swift's find_free_port
     silently moves to the next port when the one asked for is taken)."""
-    from entrypoint import launch
-    from entrypoint.plan import Process
+    from entrypoint.plan.build import Process
+    from entrypoint.supervise import supervisor
 
     port = ports.first_free(18500)
-    sup = launch.Supervisor(tmp_path / "logs", 1, launch.Printer(io.StringIO()), base_env=env_for(tmp_path))
+    sup = supervisor.Supervisor(
+        tmp_path / "logs", 1, supervisor.Printer(io.StringIO()), base_env=env_for(tmp_path)
+    )
     child = sup.start(
         Process("rollout", {}, [str(FAKE_SWIFT), "rollout", "--host", "127.0.0.1", "--port", str(port)])
     )
     try:
         sup.wait_healthy(child, f"http://127.0.0.1:{port}/health/", timeout=20)
-        assert port in launch.listening_ports(child.pid)
+        assert port in supervisor.listening_ports(child.pid)
     finally:
         sup.stop_all()
 

@@ -1,6 +1,6 @@
 """The layer contract of entrypoint/ (pyproject.toml [tool.importlinter], drawn in docs/architecture.md):
 the tool's check passes on the code as it is, fails when a decision module imports one that reads the
-world, and no module imports itself back through others."""
+world or a package imports one above it, and no module imports itself back through others."""
 
 from __future__ import annotations
 
@@ -26,24 +26,44 @@ def test_the_layers_hold():
     assert "2 kept, 0 broken" in proc.stdout
 
 
-def test_a_decision_that_reads_the_world_breaks_the_contract(tmp_path):
-    """plan.py importing host (the module that probes ports, files and hubs) is refused, by name."""
+def planted(tmp_path: Path, module: str, line: str) -> subprocess.CompletedProcess:
+    """The check run on a copy of the tree where `module` (a path under entrypoint/) has `line` added."""
     shutil.copytree(
         ROOT / "entrypoint", tmp_path / "entrypoint", ignore=shutil.ignore_patterns("__pycache__")
     )
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    plan = tmp_path / "entrypoint" / "plan.py"
-    plan.write_text(plan.read_text() + "\nfrom entrypoint import host  # planted\n")
-    proc = lint(tmp_path)
+    path = tmp_path / "entrypoint" / module
+    path.write_text(path.read_text() + f"\n{line}  # planted\n")
+    return lint(tmp_path)
+
+
+def test_a_decision_that_reads_the_world_breaks_the_contract(tmp_path):
+    """plan/build.py importing host (the module that probes ports, files and hubs) is refused, by name."""
+    proc = planted(tmp_path, "plan/build.py", "from entrypoint.world import host")
     assert proc.returncode != 0, proc.stdout
-    assert "BROKEN" in proc.stdout and "entrypoint.plan -> entrypoint.host" in proc.stdout, proc.stdout
+    assert "BROKEN" in proc.stdout and "entrypoint.plan.build -> entrypoint.world.host" in proc.stdout, proc.stdout
+
+
+def test_a_check_that_starts_a_process_breaks_the_contract(tmp_path):
+    """A preflight check importing subprocess itself (not through world/) is refused: below the edge nothing
+    starts processes, opens sockets or reads NVML."""
+    proc = planted(tmp_path, "preflight/values.py", "import subprocess")
+    assert proc.returncode != 0, proc.stdout
+    assert "entrypoint.preflight is not allowed to import subprocess" in proc.stdout, proc.stdout
+
+
+def test_a_lower_package_importing_a_higher_one_breaks_the_layers(tmp_path):
+    """recipe/ (the data) importing plan/ (the decisions) breaks the layer order."""
+    proc = planted(tmp_path, "recipe/keys.py", "from entrypoint.plan import layout")
+    assert proc.returncode != 0, proc.stdout
+    assert "entrypoint.recipe.keys -> entrypoint.plan.layout" in proc.stdout, proc.stdout
 
 
 def test_no_import_cycle():
     import grimp
 
     graph = grimp.build_graph("entrypoint")  # TYPE_CHECKING imports included
-    modules = sorted(m for m in graph.modules if not m.startswith("entrypoint.site"))
+    modules = sorted(m for m in graph.modules if not m.startswith("entrypoint.child"))
     cycles = [
         (a, b)
         for a in modules

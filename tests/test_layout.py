@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from entrypoint import layout
-from entrypoint import plan as plan_mod
 from entrypoint.errors import BadInput
-from entrypoint.inventory import Inventory
+from entrypoint.facts.inventory import Inventory
+from entrypoint.plan import build as plan_mod
+from entrypoint.plan import layout
 from tests.conftest import INVENTORIES, ROOT, clean_env, facts_for, load_inventory, load_recipe, run_cli
 
 

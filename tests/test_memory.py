@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from entrypoint import memory
+from entrypoint.plan import memory
 from tests.conftest import INVENTORIES, ROOT, build_plan, clean_env, flag, refused, run_cli
 
 CALIBRATION = ROOT / "docs" / "benchmarks" / "memory-calibration.json"
@@ -249,7 +249,7 @@ def test_expandable_segments_shrink_the_predicted_training_part():
 
 def test_emulate_vram_hook_caps_torch_when_cuda_initialises():
     code = "import torch; print(len(torch.cuda._queued_calls))"
-    site = str(ROOT / "entrypoint" / "site")
+    site = str(ROOT / "entrypoint" / "child" / "site")
     base = clean_env(PYTHONPATH=site)
     with_cap = subprocess.run(
         [sys.executable, "-c", code],
@@ -293,7 +293,7 @@ def test_72b_lora_on_four_80gb_cards_fits_with_zero3_offload_and_vllm_tp4():
 
 
 def test_zero3_shards_the_trainers_weights_and_states():
-    from entrypoint import memory
+    from entrypoint.plan import memory
 
     dims = memory.ModelDims.from_config(QWEN7B)
     base = dict(dims=dims, dtype_bytes=2, full=True, lora_rank=8, per_device=1, generation_per_device=1,

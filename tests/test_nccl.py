@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from entrypoint import nccl
 from entrypoint.errors import BadInput
-from entrypoint.inventory import IBPort, Inventory
+from entrypoint.facts.inventory import IBPort, Inventory
+from entrypoint.plan import nccl
 from tests.conftest import FAKE_SWIFT, ROOT, build_plan, clean_env, load_inventory, load_recipe, run_cli
 
 build = build_plan
@@ -159,7 +159,7 @@ def test_cpu_run_sets_nothing():
     ],
 )
 def test_unset_socket_ifname_warns_unless_the_choice_is_wrong_or_ambiguous(interfaces, fatal, text):
-    from entrypoint.nccl import decide_multi_node
+    from entrypoint.plan.nccl import decide_multi_node
 
     inventory = load_inventory("2x4090-driver535").model_copy(
         update={"interfaces": interfaces, "infiniband": []}

@@ -75,7 +75,7 @@ def test_one_process_starts_ms_swift_s_worker_without_its_cli_and_torchrun():
 
 def test_the_worker_file_is_ms_swift_s_only(tmp_path, monkeypatch):
     """host.swift_worker: OpenStack's `swift` client (no swift/llm) or a named CLI means `swift rlhf`."""
-    from entrypoint import host
+    from entrypoint.world import host
 
     other = tmp_path / "swift"
     (other / "cli").mkdir(parents=True)
@@ -94,7 +94,7 @@ def test_every_vllm_engine_captures_cuda_graphs_only_up_to_its_batch():
     with CUDA graphs, and off where it does not (eager mode, HF generation, the CPU)."""
     hook = "GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS"
     (trainer,) = build("recipe=countdown-1x4090", "RUN_NAME=c", inventory="1x4090-driver535").processes
-    assert trainer.env[hook] == "1" and trainer.env["PYTHONPATH"].split(":")[0].endswith("entrypoint/site")
+    assert trainer.env[hook] == "1" and trainer.env["PYTHONPATH"].split(":")[0].endswith("entrypoint/child/site")
     server = build("recipe=smoke-server", "RUN_NAME=s", inventory="2x4090-driver535")
     assert server.process("rollout").env[hook] == "1" and hook not in server.process("trainer").env
     # the model-class inspection in place: only where the engine starts inside the trainer (colocate)
@@ -281,8 +281,8 @@ def test_a_local_model_directory_is_planned_from_its_config(tmp_path):
 def test_a_container_runs_closing_lines_are_for_the_host(tmp_path, monkeypatch):
     """After `docker compose run ... train` the closing lines said `python -m entrypoint evaluate ...
     OUTPUT_DIR=/output` and /output paths, which the host's shell has neither of (issue 27)."""
-    from entrypoint import facts as facts_mod
-    from entrypoint.run import summary_lines
+    from entrypoint.commands.train import summary_lines
+    from entrypoint.facts import facts as facts_mod
 
     mount = tmp_path / "output"  # /output in the image
     monkeypatch.setattr(facts_mod, "CONTAINER_OUTPUT", mount)

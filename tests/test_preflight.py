@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import keys
+from entrypoint.recipe import keys
 from tests.conftest import (
     FAKES,
     INVENTORIES,
@@ -699,7 +699,7 @@ def test_modelscope_itself_looks_where_the_entrypoint_says(tmp_path):
     import subprocess
     import sys
 
-    from entrypoint import hubcache
+    from entrypoint.world import hubcache
 
     code = ("from modelscope.hub.file_download import create_temporary_directory_and_cache as c;"
             "print(c('Qwen/Qwen2.5-0.5B-Instruct')[1].get_root_location())")  # fmt: skip
@@ -866,7 +866,7 @@ def test_merged_export_needs_room_for_the_whole_model_before_the_run():
     this machine (NVML's inventory) too little refuses; planned for another machine (INVENTORY) it warns."""
     import dataclasses
 
-    from entrypoint.facts import PathInfo
+    from entrypoint.facts.facts import PathInfo
     from entrypoint.preflight import environment
 
     plan = build_plan(*COUNTDOWN, "EXPORT_MERGED=true", inventory="1x4090-driver535")
@@ -885,7 +885,7 @@ def test_merged_export_needs_room_for_the_whole_model_before_the_run():
 def test_room_for_one_checkpoint_but_not_for_all_of_them_is_a_warning_naming_the_limit_that_fits():
     import dataclasses
 
-    from entrypoint.facts import PathInfo
+    from entrypoint.facts.facts import PathInfo
     from entrypoint.preflight import environment
 
     plan = build_plan("recipe=smoke", "MAX_STEPS=40", "SAVE_TOTAL_LIMIT=")  # 20 checkpoints of 28 MiB kept
@@ -1057,7 +1057,7 @@ def test_a_disk_too_small_names_the_incomplete_checkpoints_to_delete_and_no_knob
     the checkpoint the full disk had cut short, whose deletion made the run fit."""
     import dataclasses
 
-    from entrypoint.facts import PathInfo, Previous
+    from entrypoint.facts.facts import PathInfo, Previous
     from entrypoint.preflight import environment
 
     plan = build_plan("recipe=smoke", inventory="1x4090-driver535")

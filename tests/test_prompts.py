@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import models
 from entrypoint.rewards import countdown
+from entrypoint.world import models
 from tests.conftest import ROOT
 
 EMBEDDED = Path("~/.cache/grpo-rig/models").expanduser() / "SmolLM2-135M-Instruct"
@@ -83,7 +83,7 @@ def test_the_qwen_recipes_render_without_a_bos(tmp_path):
         pytest.skip(f"the Qwen tokenizer could not be built: {exc}")
     from transformers import AutoTokenizer
 
-    from entrypoint import memory
+    from entrypoint.plan import memory
 
     (tmp_path / "qwen" / "config.json").write_text(
         json.dumps(memory.shipped_config("Qwen/Qwen2.5-0.5B-Instruct"))

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import recipe
 from entrypoint.errors import BadInput
+from entrypoint.recipe import load as recipe
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 

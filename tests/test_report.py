@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from entrypoint import export, report
+from entrypoint.record import export, report
 
 
 def rows(steps: int, planned: int) -> list[dict]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from entrypoint import export
+from entrypoint.record import export
 from tests.conftest import ROOT, clean_env, run_cli
 
 FAKE = {"GRPO_RIG_SWIFT": str(ROOT / "tests" / "fakes" / "swift"), "FAKE_TRAINER": "ok"}

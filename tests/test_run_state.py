@@ -20,9 +20,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from entrypoint import export, launch, run
+from entrypoint.commands import train as train_command
 from entrypoint.errors import BadInput
-from entrypoint.plan import Process
+from entrypoint.plan.build import Process
+from entrypoint.record import export
+from entrypoint.supervise import supervisor
 from tests.conftest import FAKE_SWIFT, FAKES, ROOT, clean_env, tmpfs
 
 RECIPE = FAKES / "colocate.env"
@@ -55,7 +57,7 @@ def train(tmp_path: Path, out: Path, *pairs: str, **fake: str) -> subprocess.Com
 def train_here(tmp_path: Path, console: io.StringIO | None = None, **fake: str) -> int:
     """`train` of the fake recipe into tmp_path/out/r in this process (for tests that patch a stage)."""
     argv = [f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path / 'out'}", "RUN_NAME=r"]
-    return run.train(argv, env_for(tmp_path, **fake), console=console or io.StringIO())
+    return train_command.train(argv, env_for(tmp_path, **fake), console=console or io.StringIO())
 
 
 def start(tmp_path: Path, out: Path, *pairs: str, **fake: str) -> subprocess.Popen:
@@ -135,7 +137,8 @@ def test_a_launcher_killed_with_sigkill_leaves_a_lock_the_next_start_takes_over(
 
 
 def test_evaluate_is_refused_while_a_training_holds_the_run(tmp_path):
-    from entrypoint import evaluate, runlock
+    from entrypoint.commands import evaluate
+    from entrypoint.record import runlock
 
     run_dir = tmp_path / "out" / "r"
     run_dir.mkdir(parents=True)
@@ -283,7 +286,7 @@ def test_a_volume_gone_read_only_while_preparing_ends_the_run_failed_saying_so(t
     def read_only(plan, printer):
         raise OSError(errno.EROFS, "Read-only file system", str(plan.run_dir / "data"))
 
-    monkeypatch.setattr(run, "prepare", read_only)
+    monkeypatch.setattr(train_command, "prepare", read_only)
     console = io.StringIO()
     code = train_here(tmp_path, console)
     assert code == 1 and pids(tmp_path, "trainer") == []
@@ -294,7 +297,7 @@ def test_a_volume_gone_read_only_while_preparing_ends_the_run_failed_saying_so(t
 
 
 def test_a_bug_in_the_entrypoint_after_the_start_is_recorded_then_shown(tmp_path, monkeypatch):
-    from entrypoint import startup
+    from entrypoint.supervise import startup
 
     def broken(events):
         raise RuntimeError("a bug")
@@ -332,19 +335,20 @@ def test_sigterm_during_the_merged_export_stops_the_run_and_its_export(tmp_path)
 
 def test_a_signal_while_preparing_is_recorded_as_stopped(tmp_path, monkeypatch):
     def interrupted(plan, printer):
-        raise launch.Interrupted(signal.SIGTERM)  # what the handler raises when SIGTERM lands here
+        raise supervisor.Interrupted(signal.SIGTERM)  # what the handler raises when SIGTERM lands here
 
-    monkeypatch.setattr(run, "prepare", interrupted)
+    monkeypatch.setattr(train_command, "prepare", interrupted)
     code = train_here(tmp_path, FAKE_TRAINER="ok")
     assert code == 143 and manifest(tmp_path / "out" / "r")["status"] == "stopped"
     assert pids(tmp_path, "trainer") == []
 
 
 def test_a_signal_before_anything_is_written_exits_quietly(tmp_path, monkeypatch):
-    from entrypoint import cli, host
+    from entrypoint import cli
+    from entrypoint.world import host
 
     def interrupted(*args, **kwargs):
-        raise launch.Interrupted(signal.SIGINT)
+        raise supervisor.Interrupted(signal.SIGINT)
 
     monkeypatch.setattr(host, "gather", interrupted)
     assert cli.main(["train", f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path / 'out'}", "RUN_NAME=r"]) == 130
@@ -361,12 +365,12 @@ def test_a_log_that_cannot_be_written_never_stops_the_pump(tmp_path):
     noisy = Process(
         "trainer", {}, [sys.executable, "-c", "for i in range(20000): print('line', i, 'x' * 40)"]
     )
-    with launch.supervised(tmp_path, 2.0, launch.Printer(io.StringIO()), signals=False) as supervisor:
-        child = supervisor.start(noisy)
+    with supervisor.supervised(tmp_path, 2.0, supervisor.Printer(io.StringIO()), signals=False) as sup:
+        child = sup.start(noisy)
         deadline = time.monotonic() + 60
         while child.popen.poll() is None:
             assert time.monotonic() < deadline, "the child blocked: nobody reads its output"
             time.sleep(0.1)
-        assert supervisor.wait(child) == 0
+        assert sup.wait(child) == 0
     assert "No space left on device" in child.log_error
     assert list(child.tail)[-1] == "line 19999 " + "x" * 40

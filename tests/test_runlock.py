@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import runlock
 from entrypoint.errors import BadInput
+from entrypoint.record import runlock
 from tests.conftest import ROOT
 
 HOLD = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from entrypoint import budget, memory, shape, speed
+from entrypoint.plan import budget, memory, shape, speed
 from tests.conftest import INVENTORIES, build_plan, clean_env, draft_plan, run_cli
 
 COUNTDOWN = ("recipe=countdown-1x4090",)

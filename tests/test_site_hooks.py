@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import ROOT, clean_env
 
-SITE = ROOT / "entrypoint" / "site"
+SITE = ROOT / "entrypoint" / "child" / "site"
 GIB = 1024**3
 
 

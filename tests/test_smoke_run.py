@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from entrypoint import manifest
+from entrypoint.record import manifest
 from tests.conftest import ROOT, SMOKE_STEPS, clean_env, read_jsonl, run_cli
 
 pytestmark = pytest.mark.slow

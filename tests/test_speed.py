@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from entrypoint import memory, speed
+from entrypoint.plan import memory, speed
 
 ROOT = Path(__file__).resolve().parent.parent
 CALIBRATION = ROOT / "docs" / "benchmarks" / "speed-calibration.json"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gzip
 
-from entrypoint import startup
+from entrypoint.supervise import startup
 from tests.conftest import ROOT
 
 LEASE = ROOT / "docs" / "benchmarks" / "raw" / "h200-2026-12-01" / "countdown-1x4090-shipped"

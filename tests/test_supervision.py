@@ -1,4 +1,4 @@
-"""The supervision policy (launch.launch) replayed against scripted histories: fake processes, a fake
+"""The supervision policy (supervisor.launch) replayed against scripted histories: fake processes, a fake
 clock, a scripted health endpoint. Milliseconds each; tests/test_launch.py keeps the real-process ones."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import signal
 
 import pytest
 
-from entrypoint import launch
 from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE
-from entrypoint.plan import Process
+from entrypoint.plan.build import Process
+from entrypoint.supervise import supervisor
 
 PORT = 8123
 ROLLOUT = Process("rollout", {}, ["swift", "rollout"], host="127.0.0.1", port=PORT)
@@ -63,12 +63,12 @@ def replay(history: dict, timeout: float = 60, finished=lambda child: None, tmp_
 
     console = io.StringIO()
     processes = [ROLLOUT, TRAINER] if "rollout" in history else [TRAINER]
-    with launch.supervised(
-        tmp_path, 2.0, launch.Printer(console), base_env={}, popen=popen, clock=clock, sleep=clock.sleep,
+    with supervisor.supervised(
+        tmp_path, 2.0, supervisor.Printer(console), base_env={}, popen=popen, clock=clock, sleep=clock.sleep,
         health=lambda url: history.get("healthy_at") is not None and clock.now >= history["healthy_at"],
         ports_of=lambda pid: history.get("listens", {PORT}),
     ) as sup:  # fmt: skip
-        outcome = launch.launch(processes, sup, timeout, finished)
+        outcome = supervisor.launch(processes, sup, timeout, finished)
     return outcome, started, console.getvalue(), clock.now
 
 
@@ -138,12 +138,12 @@ def test_progress_lines_while_waiting_for_health(tmp_path):
 
 def test_a_signal_stops_the_run_as_stopped(tmp_path):
     def health(url):
-        raise launch.Interrupted(signal.SIGTERM)
+        raise supervisor.Interrupted(signal.SIGTERM)
 
     clock = Clock()
-    with launch.supervised(tmp_path, 2.0, launch.Printer(io.StringIO()), base_env={},
+    with supervisor.supervised(tmp_path, 2.0, supervisor.Printer(io.StringIO()), base_env={},
                            popen=lambda argv, **kw: FakeProcess(clock, None, 0), clock=clock, sleep=clock.sleep,
                            health=health, ports_of=lambda pid: {PORT}) as sup:  # fmt: skip
-        outcome = launch.launch([ROLLOUT, TRAINER], sup, 60)
+        outcome = supervisor.launch([ROLLOUT, TRAINER], sup, 60)
     assert (outcome.status, outcome.code) == ("stopped", 143)
     assert all(c.popen.returncode is not None for c in sup.children)  # stop_all ended every child

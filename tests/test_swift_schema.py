@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from entrypoint import swift_schema
+from entrypoint.recipe import swift_schema
 
 
 @pytest.mark.slow  # imports ms-swift (~25 s)

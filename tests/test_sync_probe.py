@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import models
+from entrypoint.world import models
 from tests.conftest import ROOT
 
 EMBEDDED = Path("~/.cache/grpo-rig/models").expanduser()
@@ -22,7 +22,7 @@ EMBEDDED = Path("~/.cache/grpo-rig/models").expanduser()
 @pytest.fixture(scope="module")
 def probe():
     spec = importlib.util.spec_from_file_location(
-        "grpo_rig_probe", ROOT / "entrypoint" / "site" / "grpo_rig_probe.py"
+        "grpo_rig_probe", ROOT / "entrypoint" / "child" / "grpo_rig_probe.py"
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -80,7 +80,7 @@ tail -2 "$W/models.log" | tee -a "$W/progress.log"
 step "doctor and hooks"
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv > "$W/nvidia-smi.txt" 2>&1
 python3 -m entrypoint doctor --save-inventory "$W/inventory-h200.json" > "$W/doctor.txt" 2>&1
-PYTHONPATH=$PWD/entrypoint/site:$PYTHONPATH GRPO_RIG_EMULATE_VRAM_GB=24 python3 -c '
+PYTHONPATH=$PWD/entrypoint/child/site:$PYTHONPATH GRPO_RIG_EMULATE_VRAM_GB=24 python3 -c '
 import os, torch, pynvml
 x = torch.ones(1, device="cuda")
 free, total = torch.cuda.mem_get_info()

@@ -15,16 +15,16 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from entrypoint import catalog
-from entrypoint import plan as plan_mod
 from entrypoint.errors import LOCAL, Problem
+from entrypoint.facts import catalog
+from entrypoint.plan import build as plan_mod
 from entrypoint.preflight import dataset, environment, memory_check, values
 from entrypoint.rewards import check as rewards_check
 from entrypoint.rewards import tasks
 
 if TYPE_CHECKING:
-    from entrypoint.facts import Facts
-    from entrypoint.plan import Plan
+    from entrypoint.facts.facts import Facts
+    from entrypoint.plan.build import Plan
 
 HUB_MODEL_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 

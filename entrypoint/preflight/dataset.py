@@ -17,7 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from entrypoint.datasets import (
+from entrypoint.errors import LOCAL, Problem
+from entrypoint.facts.datasets import (
     HUB_ID_RE,
     MAX_ROW_PROBLEMS,
     READ_SUFFIXES,
@@ -29,10 +30,9 @@ from entrypoint.datasets import (
     standard_messages,
     type_name,
 )
-from entrypoint.errors import LOCAL, Problem
 
 if TYPE_CHECKING:
-    from entrypoint.facts import Facts
+    from entrypoint.facts.facts import Facts
 
 ROLES = {"system", "user", "assistant", "tool", "tool_call", "tool_response"}
 PROMPT_COLUMNS = ("messages", "query", "prompt", "instruction", "question", "conversations", "conversation")

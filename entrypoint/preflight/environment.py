@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
-from entrypoint import facts as facts_mod
-from entrypoint import nccl
 from entrypoint.errors import LOCAL, Problem
-from entrypoint.facts import CACHE_VARIABLES
+from entrypoint.facts import facts as facts_mod
+from entrypoint.facts.facts import CACHE_VARIABLES
+from entrypoint.plan import nccl
 
 if TYPE_CHECKING:
-    from entrypoint.facts import Facts
-    from entrypoint.plan import Plan
+    from entrypoint.facts.facts import Facts
+    from entrypoint.plan.build import Plan
 
 GIB = 1024**3
 MIB = 1024**2
@@ -333,7 +333,7 @@ def disk_need(plan: Plan, facts: Facts) -> DiskNeed:
     bytes of optimizer state), the exported adapter or model, the merged model (EXPORT_MERGED), the logged
     completions and DISK_MARGIN_GIB. The smoke run measured 67 MB against a peak of 116 MiB predicted
     (issue 26: a flat 1.0 GiB was asked before)."""
-    from entrypoint import memory
+    from entrypoint.plan import memory
 
     a = plan.recipe.trainer_args
     try:
@@ -412,7 +412,7 @@ def size_text(gib: float) -> str:
 def _merged_gib(plan: Plan, facts: Facts) -> float | None:
     """GiB of the merged model EXPORT_MERGED writes (parameters x dtype bytes), None when not exported or
     the model is unknown."""
-    from entrypoint import memory
+    from entrypoint.plan import memory
 
     config = facts.model_config[0]
     if not plan.recipe.settings.EXPORT_MERGED or config is None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from entrypoint import memory, shape
 from entrypoint.errors import Problem
-from entrypoint.memory import (
+from entrypoint.plan import memory, shape
+from entrypoint.plan.memory import (
     CUDA_CONTEXT_GIB,
     GIB,
     HEADROOM_WARNING,
@@ -17,7 +17,7 @@ from entrypoint.memory import (
 )
 
 if TYPE_CHECKING:
-    from entrypoint.plan import Plan
+    from entrypoint.plan.build import Plan
 
 
 def check(plan: Plan) -> list[Problem]:

@@ -7,12 +7,12 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from entrypoint import budget
 from entrypoint.errors import Problem
+from entrypoint.plan import budget
 
 if TYPE_CHECKING:
-    from entrypoint.facts import Facts
-    from entrypoint.plan import Plan
+    from entrypoint.facts.facts import Facts
+    from entrypoint.plan.build import Plan
 
 DEEPSPEED_NAMES = {
     "zero0",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import hardware, models
+from entrypoint.world import hardware, models
 from tests.conftest import ROOT, clean_env
 
 

@@ -91,7 +91,7 @@ def kv_cache_gib(log: str, model_dir: Path) -> float:
     or V0's "the rest of the memory reserved for KV Cache is X GiB" (worker/worker.py)."""
     import re
 
-    from entrypoint import memory
+    from entrypoint.plan import memory
 
     v0 = re.findall(r"reserved for KV Cache is ([\d.]+) ?GiB", log)
     if v0:
@@ -105,7 +105,7 @@ def test_evaluate_uses_vllm_on_the_gpu(colocate_run, gpu_env):
     """`evaluate` of the run on the GPU: vLLM generates for the base model and the adapter (as a LoRA
     request), on the same emulated 24 GiB card, and the run's own rewards score both."""
     _, run = colocate_run
-    site = str(Path(__file__).resolve().parents[2] / "entrypoint" / "site")
+    site = str(Path(__file__).resolve().parents[2] / "entrypoint" / "child" / "site")
     env = {**gpu_env, "GRPO_RIG_EMULATE_VRAM_GB": "24",
            "PYTHONPATH": os.pathsep.join(p for p in (site, gpu_env.get("PYTHONPATH", "")) if p)}  # fmt: skip
     proc = run_cli("evaluate", f"run={run}", "EVAL_PROMPTS=8", "EVAL_GENERATIONS=2", env=env, timeout=900)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import models
+from entrypoint.world import models
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.gpu
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.gpu
 
 def _probe_module():
     spec = importlib.util.spec_from_file_location(
-        "grpo_rig_probe", ROOT / "entrypoint" / "site" / "grpo_rig_probe.py"
+        "grpo_rig_probe", ROOT / "entrypoint" / "child" / "grpo_rig_probe.py"
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

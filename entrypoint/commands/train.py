@@ -1,0 +1,707 @@
+"""`train`: load, probe, decide, check, supervise, export. The run's whole lifecycle in one place.
+
+Run directory `OUTPUT_DIR/<RUN_NAME>/`:
+
+    manifest.json        status, inputs, versions, hardware, NCCL decisions, exported sha256s
+    train/               ms-swift's output_dir: args.json, logging.jsonl, checkpoint-<step>/ ...
+    logs/<role>.log      each child's full output; logs/events.jsonl the trainer's phase timings
+    data/                generated datasets
+    adapter/             the exported LoRA adapter (model/ for full fine-tuning)
+    logging.jsonl        a copy of ms-swift's training log
+    README.md            how to load the adapter
+    run.lock             the PID and command of the command using the directory (runlock.py)
+    .space-reserve       1 MiB set aside while the run lives, freed to record its end on a full disk
+
+Starting a run whose directory exists resumes it from its newest complete checkpoint, after checking
+that the recipe still trains the same thing (the identity keys of entrypoint/keys.py). Whatever ends a
+run (its children, a full disk, an error in export, a signal at any moment), the manifest records how
+(`_run`); a failed run's manifest explains it (deaths.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import errno
+import json
+import shutil
+import signal
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+import psutil
+from pydantic import ValidationError
+
+from entrypoint import preflight
+from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE, BadInput, Problem, raise_if_fatal
+from entrypoint.facts.facts import MANIFEST, WEIGHT_SYNC_PORT, host_path, run_dir_of
+from entrypoint.facts.inventory import Inventory
+from entrypoint.plan import build as plan_mod
+from entrypoint.plan.build import EVENTS_FILE, Plan
+from entrypoint.preflight import environment
+from entrypoint.recipe import load as recipe_mod
+from entrypoint.record import export, manifest, report, runlock
+from entrypoint.rewards import tasks
+from entrypoint.supervise import deaths, monitor, nodes, startup
+from entrypoint.supervise.console import Console
+from entrypoint.supervise.supervisor import (
+    Child,
+    ChildFailed,
+    Interrupted,
+    Outcome,
+    Printer,
+    Supervisor,
+    deferred_signals,
+    interruptible,
+    launch,
+    supervised,
+)
+from entrypoint.world import hardware, host
+
+END_OF_MAIN = "End time of running main"  # ms-swift's last log line (v3.6.4:swift/llm/base.py:50)
+
+
+def inventory_for(r: recipe_mod.Recipe) -> Inventory:
+    """The INVENTORY file when the recipe names one, else NVML."""
+    path = r.settings.INVENTORY
+    if not path:
+        return hardware.probe()
+    _, why = recipe_mod.read_user_file(Path(path))
+    try:
+        if why:
+            raise ValueError(f"{path} {why}")
+        return hardware.load(path)
+    except ValidationError as exc:  # pydantic's own text is a screen with a link: the fields, one line
+        fields = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'the file'}: {e['msg']}" for e in exc.errors()[:3]
+        )
+        more = f" (and {exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
+        why = f"{path} is not an inventory: {fields}{more}"
+    except (OSError, ValueError) as exc:
+        why = str(exc) if why else f"cannot read {path}: {exc}"
+    raise BadInput(
+        [
+            Problem(
+                f"INVENTORY ({r.source('INVENTORY')})",
+                why,
+                "pass a file written by `doctor --save-inventory` on the machine it describes, or one of "
+                "examples/inventories/*.json",
+            )
+        ]
+    )
+
+
+def make_plan(
+    cli_pairs: list[str],
+    environ: Mapping[str, str],
+    for_train: bool,
+    rollout_only: bool = False,
+    lock: runlock.RunLock | None = None,
+    launches: bool = False,
+) -> Plan:
+    """Resolve the recipe and the inventory, read the host once, build and check the plan. Raises
+    BadInput with every fatal problem found. With `lock`, the directory this node writes is locked as soon
+    as the recipe names it, before the slow checks: a second start of a running run is refused at once,
+    naming the holder (runlock.py). `launches`: the plan is about to start processes here (train, rollout),
+    so an INVENTORY file must describe GPUs this machine has (described_elsewhere)."""
+    now = dt.datetime.now(dt.timezone.utc)
+    r = recipe_mod.load(cli_pairs, environ, recipe_mod.recipes_dir(environ), strict=False)
+    if lock is not None and not any(p.fatal for p in r.problems):  # a refused RUN_NAME names no directory
+        lock.take(here_of(run_dir_of(r, now), r.settings.NODE_RANK, rollout_only), required=False)
+    inventory = inventory_for(r)
+    facts = host.gather(r, environ, now=now)
+    built = plan_mod.build(r, inventory, facts, rollout_only=rollout_only)
+    uses_gpus = built.placed and bool(built.layout.used_gpus)
+    if launches and uses_gpus and r.settings.INVENTORY and not environ.get("GRPO_RIG_SWIFT"):
+        built.problems.extend(described_elsewhere(r, inventory, hardware.probe()))
+    # without a layout (no GPU) the checks that need none still run: every problem at once
+    built.problems.extend(preflight.check(built, facts, for_train=for_train))
+    raise_if_fatal(built.problems)
+    return built
+
+
+def described_elsewhere(r: recipe_mod.Recipe, described: Inventory, here: Inventory) -> list[Problem]:
+    """INVENTORY describes a machine for `plan` and `validate`; `train` and `rollout` start processes on this
+    one. A file listing more GPUs than NVML sees here would launch ms-swift (model download, vLLM) toward
+    GPUs that are not there, to fail after minutes: refused. A simulated trainer (GRPO_RIG_SWIFT, the
+    tests' fake ms-swift) may run against a described machine, so make_plan does not ask then."""
+    if len(here.gpus) >= len(described.gpus):
+        return []
+    seen = f"NVML sees {len(here.gpus)} GPU(s) here" + (f" ({here.nvml_error})" if here.nvml_error else "")
+    return [
+        Problem(
+            f"INVENTORY ({r.source('INVENTORY')})",
+            f"describes {len(described.gpus)} GPU(s) for planning, but this command starts the run on this "
+            f"machine and {seen}",
+            "leave INVENTORY out where you train (the run reads the GPUs through NVML); use it with `plan` or "
+            "`validate` to check a recipe for another machine",
+        )
+    ]
+
+
+def completed_steps(plan: Plan) -> tuple[int, int | None]:
+    """(global step of the newest complete checkpoint, max_steps it was planned for)."""
+    newest = export.newest_complete(plan.train_dir)
+    if newest is None:
+        return 0, None
+    state = json.loads((newest / "trainer_state.json").read_text())
+    return int(state.get("global_step", 0)), state.get("max_steps")
+
+
+def _already_complete(plan: Plan) -> bool:
+    """The run directory holds a finished training of this plan (a merged export may still be missing)."""
+    previous = plan.facts.previous.manifest
+    if not previous or previous.get("status") not in ("completed", EXPORT_FAILED):
+        return False
+    done, _ = completed_steps(plan)
+    wanted = plan.recipe.args("max_steps")
+    return not wanted or int(wanted[0]) <= done
+
+
+def train(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO | None = None) -> int:
+    """Run GRPO for a recipe; returns the process exit status (errors.EXIT_*). `environ` is the process
+    environment: read once (host.gather) and inherited by the children. The run directory is locked for the
+    whole command (runlock.py); SIGINT/SIGTERM at any moment end it through its cleanup (issue 26)."""
+    printer = Printer(console) if console else Printer()
+    with runlock.RunLock() as lock, interruptible():
+        plan = make_plan(cli_pairs, environ, for_train=True, lock=lock, launches=True)
+        lock.take(node_dir(plan))  # preflight passed, so the directory can be made
+        if _already_complete(plan):
+            done, _ = completed_steps(plan)
+            if plan.process("export") and not (plan.run_dir / "merged").is_dir():
+                return _export_only(plan, printer, environ, done)
+            printer.say(
+                f"run {plan.run_name} is already complete ({done} steps) in {plan.run_dir}; nothing changed."
+            )
+            printer.say(
+                "to train further, raise MAX_STEPS for this RUN_NAME, or start a new run with another RUN_NAME"
+            )
+            return EXIT_OK
+        for line in plan.render().splitlines():
+            printer.say(line)
+        records = check_nodes(plan, printer)
+        return _run(plan, printer, environ, records)
+
+
+def _run(plan: Plan, printer: Printer, environ: Mapping[str, str], records: list[dict[str, Any]]) -> int:
+    """Record the run as started, then prepare, supervise and export. Whatever ends it (a child, a full
+    disk, an error in export, a signal, a bug here), the manifest says how: never left `running`."""
+    here, secrets = node_dir(plan), manifest.secrets_of(plan)
+    data = {**manifest.start(plan, plan.facts.previous.manifest), **({"nodes": records} if records else {})}
+    if (plan.facts.previous.manifest or {}).get("status") == "running":
+        printer.say("its previous attempt ended without recording how (its process was killed, or the machine "
+                    "stopped); resuming from the newest complete checkpoint")  # fmt: skip
+    final: dict[str, Any] | None = None
+    code = EXIT_RUNTIME_FAILURE
+    oom_before = monitor.oom_kills()
+    reserve = _reserve(here)
+    try:
+        manifest.write(here, data, secrets)
+        prepare(plan, printer)
+        outcome, peaks = supervise(plan, here, printer, secrets, environ)
+        data.update({"gpu_memory_peak": peaks} if peaks is not None else {})
+        data.update({"trainer_exit": outcome.trainer_exit} if outcome.trainer_exit else {})
+        data.update({"log_errors": list(outcome.log_errors)} if outcome.log_errors else {})
+        final = finish_run(plan, data, outcome, printer, environ, oom_before)
+        code = EXIT_RUNTIME_FAILURE if final["status"] in ("failed", EXPORT_FAILED) else outcome.code
+        if final["status"] == "stopped" and outcome.status != "stopped":  # stopped in finish_run
+            code = 128 + signal.Signals[final["failure"]["signal"]].value
+    except Interrupted as exc:  # between the children: preparing, exporting
+        name = signal.Signals(exc.signum).name
+        printer.say(f"{name} received: the run stops here")
+        final, code = (
+            manifest.finish(data, "stopped", failure={"reason": f"{name} received"}),
+            128 + exc.signum,
+        )
+    except OSError as exc:  # our own writes before the export: a full disk, a volume gone read-only
+        failure = _explained(
+            plan, _os_failure(plan, exc, None, "preparing the run"), {"exported": {}}, oom_before
+        )
+        for line in failure["explanation"]:
+            printer.say(line)
+        final = manifest.finish(data, "failed", failure=failure)
+    finally:
+        if final is None:  # an error of the entrypoint itself: recorded, then shown as it is
+            final = manifest.finish(
+                data, "failed", failure={"reason": f"the entrypoint failed: {sys.exc_info()[1]!r}"}
+            )
+        with deferred_signals():  # the last word is written whatever arrives now
+            export.release(reserve)
+            written = _write_final(here, final, secrets, printer)
+    printer.say(
+        f"run {final['status']}: {host_path(here, plan.facts)}"
+        + ("" if written else " (manifest.json could not be updated)")
+    )
+    for line in summary_lines(plan):
+        printer.say(line)
+    return code
+
+
+RESERVE_FILE = ".space-reserve"  # freed to record a failure when the disk is full
+RESERVE_BYTES = 1024**2  # far more than a final manifest (~20 KB) needs
+
+
+def _reserve(here: Path) -> Path:
+    """Set RESERVE_BYTES aside in the run directory. Raises BadInput when the disk is already full."""
+    try:
+        return export.reserve(here / RESERVE_FILE, RESERVE_BYTES)
+    except OSError as exc:
+        free = shutil.disk_usage(here).free / 1024**2 if here.is_dir() else 0.0
+        raise BadInput([Problem(f"disk under {here}", f"cannot set {RESERVE_BYTES // 1024**2} MiB aside ({exc.strerror}; "
+                                f"{free:.1f} MiB free)", "free space on the output volume")]) from None  # fmt: skip
+
+
+def _write_final(here: Path, final: dict[str, Any], secrets: list[str], printer: Printer) -> bool:
+    """Write the final manifest; False (said on the console) when even that fails."""
+    try:
+        manifest.write(here, final, secrets)
+        return True
+    except OSError as exc:
+        printer.say(f"cannot write {here / MANIFEST} ({exc.strerror}): it still says the run is running")
+        return False
+
+
+def summary_lines(plan: Plan) -> list[str]:
+    """The end of a run's console: how the reward moved, and where everything is."""
+    lines = []
+    rows = []
+    log = plan.run_dir / "logging.jsonl"
+    for text in log.read_text(encoding="utf-8").splitlines() if log.is_file() else []:
+        try:
+            row = json.loads(text)
+        except ValueError:
+            continue
+        if "reward" in row:
+            rows.append(row)
+    if rows:
+        first, last = rows[0], rows[-1]
+        lines.append(f"reward: {first['reward']:.3f} at step {first.get('global_step/max_steps', '?')} -> {last['reward']:.3f} "
+                     f"at step {last.get('global_step/max_steps', '?')} (training batches; held-out: evaluate)")  # fmt: skip
+    if plan.recipe.settings.NODE_RANK == 0:
+        for name in ("adapter", "model", "merged", "training_curves.png", "README.md", "logs"):
+            if (plan.run_dir / name).exists():
+                lines.append(f"{name}: {host_path(plan.run_dir / name, plan.facts)}")  # read on the host
+        # what the command costs, and that it replaces an evaluation `make smoke` already wrote (new-user walk)
+        what = (
+            "(the base model and the adapter on 32 held-out prompts, EVAL_PROMPTS; writes eval.* in the run)"
+        )
+        output = (
+            ""
+            if plan.recipe.source("OUTPUT_DIR") == "default"
+            else f" OUTPUT_DIR={plan.recipe.settings.OUTPUT_DIR}"
+        )
+        if (plan.run_dir / "adapter").is_dir() and plan.facts.in_container:
+            lines.append(f"did it help? docker compose run --rm train evaluate run={plan.run_name}  {what}")
+        elif (plan.run_dir / "adapter").is_dir():
+            make_args = f' ARGS="{output.strip()}"' if output else ""
+            lines.append(f"did it help? make eval RUN={plan.run_name}{make_args}  {what}; or {sys.executable} -m "
+                         f"entrypoint evaluate run={plan.run_name}{output}")  # fmt: skip
+    return lines
+
+
+EXPORT_FAILED = "export_failed"  # training completed, the merged export did not (EXPORT_MERGED=true)
+
+
+def _export_failed(merged: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "status": EXPORT_FAILED,
+        "failure": f"merged export failed (status {merged['returncode']}); the adapter is exported, see "
+        "logs/export.log; run the same command again to retry the export alone",
+    }
+
+
+def _export_only(plan: Plan, printer: Printer, environ: Mapping[str, str], done: int) -> int:
+    """A finished run whose merged export is missing (it failed, or EXPORT_MERGED was off): export only."""
+    newest = export.newest_complete(plan.train_dir)
+    here = node_dir(plan)
+    data = dict(plan.facts.previous.manifest or {})
+    if newest is None:
+        printer.say(f"run {plan.run_name}: no complete checkpoint to merge in {plan.train_dir}")
+        return EXIT_RUNTIME_FAILURE
+    printer.say(f"run {plan.run_name} finished training ({done} steps); exporting the merged model only")
+    merged = export_merged(plan, newest, printer, environ)
+    secrets = manifest.secrets_of(plan)
+    data["merged"] = merged
+    if merged["status"] == "completed":
+        data["exported"] = dict(sorted({**data.get("exported", {}), **merged.pop("files")}.items()))
+        data.update(status="completed", failure=None)
+        manifest.write(here, data, secrets)
+        printer.say(f"merged: {plan.run_dir / 'merged'}")
+        return EXIT_OK
+    data.update(_export_failed(merged))
+    manifest.write(here, data, secrets)
+    printer.say(data["failure"])
+    return EXIT_RUNTIME_FAILURE
+
+
+def rollout(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO | None = None) -> int:
+    """Serve the vLLM rollout on this node's ROLLOUT_GPUS for trainers on other nodes, until stopped."""
+    printer = Printer(console) if console else Printer()
+    with runlock.RunLock() as lock, interruptible():
+        plan = make_plan(cli_pairs, environ, for_train=True, rollout_only=True, lock=lock, launches=True)
+        here = here_of(plan.run_dir, plan.recipe.settings.NODE_RANK, rollout_only=True)
+        lock.take(here)
+        for line in plan.render().splitlines():
+            printer.say(line)
+        process = plan.process("rollout")
+        grace, secrets = plan.recipe.settings.STOP_GRACE_SECONDS, list(plan.facts.secret_values)
+        try:
+            with supervised(here / "logs", grace, printer, secrets, environ) as supervisor:
+                return _serve(plan, process, supervisor, printer)
+        except ChildFailed as exc:
+            printer.say(exc.render())
+            return EXIT_RUNTIME_FAILURE
+        except Interrupted as exc:
+            return 128 + exc.signum
+
+
+def _serve(plan: Plan, process: plan_mod.Process, supervisor: Supervisor, printer: Printer) -> int:
+    """Start the rollout server, wait for its health, then for its end."""
+    child = supervisor.start(process)
+    supervisor.wait_healthy(child, process.health_url, plan.recipe.settings.ROLLOUT_STARTUP_TIMEOUT)
+    printer.say(
+        f"rollout server healthy; trainers on other nodes: ROLLOUT_HOST=<this node's address> ROLLOUT_PORT={process.port}"
+    )
+    printer.say(
+        f"open to the trainer nodes: TCP {process.port} (HTTP) and {WEIGHT_SYNC_PORT} (weight sync), plus NCCL's ports"
+    )
+    rc = supervisor.wait(child)
+    printer.say(f"rollout server exited with status {rc}")
+    return EXIT_OK if rc == 0 else EXIT_RUNTIME_FAILURE
+
+
+def here_of(run_dir: Path, rank: int, rollout_only: bool = False) -> Path:
+    """Where one node's command keeps its manifest, logs and lock: the run directory on node 0,
+    nodes/node<N>/ on the others, nodes/rollout/ for `rollout` (so nodes sharing an output volume never
+    write the same file, nor wait on each other's lock)."""
+    if rollout_only:
+        return run_dir / "nodes" / "rollout"
+    return run_dir if rank == 0 else run_dir / "nodes" / f"node{rank}"
+
+
+def node_dir(plan: Plan) -> Path:
+    """here_of for this plan's node (`train`)."""
+    return here_of(plan.run_dir, plan.recipe.settings.NODE_RANK)
+
+
+def check_nodes(plan: Plan, printer: Printer) -> list[dict[str, Any]]:
+    """Several nodes: the start-up identity check (nodes.py). Raises BadInput; returns node 0's records."""
+    s = plan.recipe.settings
+    if s.NNODES <= 1:
+        return []
+    if s.NODE_RANK == 0:
+        records, problems = nodes.serve(plan, s.NODE_CHECK_TIMEOUT, printer.say)
+    else:
+        node0, problems = nodes.report(plan, s.NODE_CHECK_TIMEOUT, printer.say)
+        if node0 is not None and node0.get("resume_from") != plan.resume_from:
+            problems.append(
+                Problem(
+                    f"node {s.NODE_RANK}",
+                    f"node 0 resumes from {node0.get('resume_from') or 'nothing'}, this node from {plan.resume_from or 'nothing'}",
+                    "resuming a run over several nodes needs OUTPUT_DIR on storage every node shares",
+                )  # fmt: skip
+            )
+        records = []
+    raise_if_fatal(problems)
+    printer.say(f"node check passed: {s.NNODES} nodes, same lock, image and recipe")
+    return records
+
+
+def prepare(plan: Plan, printer: Printer) -> Path:
+    """Create the run directory, set incomplete checkpoints aside, generate the dataset; returns node_dir."""
+    here = node_dir(plan)
+    here.mkdir(parents=True, exist_ok=True)
+    for moved in quarantine_incomplete(plan.train_dir):
+        printer.say(
+            f"warning: {moved} was an incomplete checkpoint (interrupted save); moved aside, not resumed from"
+        )
+    s = plan.recipe.settings
+    trainer = plan.process("trainer")
+    if trainer is not None and trainer.env.get("GRPO_RIG_EVENTS"):
+        # the command's own start, so the start-up table (startup.py) counts from what the user typed
+        events = Path(trainer.env["GRPO_RIG_EVENTS"])
+        events.parent.mkdir(parents=True, exist_ok=True)
+        with events.open("a", encoding="utf-8") as f:
+            f.write(
+                json.dumps(
+                    {"t": round(psutil.Process().create_time(), 3), "phase": "start", "process": "entrypoint"}
+                )
+                + "\n"
+            )
+    if s.DATASET_GENERATOR:
+        path = Path(plan.dataset_paths[0])
+        if not path.exists():
+            seed = plan.recipe.trainer_args.seed
+            tasks.write_jsonl(tasks.TASKS[s.DATASET_GENERATOR], path, s.DATASET_ROWS, seed)
+            printer.say(f"generated {s.DATASET_ROWS} {s.DATASET_GENERATOR} tasks into {path}")
+    return here
+
+
+def supervise(
+    plan: Plan, here: Path, printer: Printer, secrets: list[str], environ: Mapping[str, str]
+) -> tuple[Outcome, dict | None]:
+    """Launch the planned children (launch.py owns the policy) with the GPU monitor beside them.
+    Returns the outcome and the GPU peaks (None without NVML)."""
+    s = plan.recipe.settings
+    if printer.shown is None:
+        printer.shown = Console(show_all=s.CONSOLE == "all", events=here / "logs" / EVENTS_FILE,
+                                total_steps=plan.recipe.trainer_args.max_steps)  # fmt: skip
+        printer.say(f"the console shows one line per step; everything ms-swift prints is in {here / 'logs'}")
+    children = [p for p in plan.processes if p.role in ("rollout", "trainer")]
+    gpu_monitor = None
+    with supervised(here / "logs", s.STOP_GRACE_SECONDS, printer, secrets, environ) as supervisor:
+        if plan.layout.used_gpus and plan.inventory.source == "nvml":
+            gpu_monitor = monitor.GpuMonitor(list(plan.layout.used_gpus), here / "gpu.jsonl", s.GPU_MONITOR_INTERVAL,
+                                             plan.train_dir / "logging.jsonl", supervisor.pids).start()  # fmt: skip
+        try:
+            outcome = launch(
+                children, supervisor, s.ROLLOUT_STARTUP_TIMEOUT, lambda c: training_finished(plan, c)
+            )
+        finally:
+            if gpu_monitor is not None:
+                gpu_monitor.stop()
+    lost = tuple(
+        f"{c.role}: its log stopped being written ({c.log_error})" for c in supervisor.children if c.log_error
+    )
+    for line in lost:
+        printer.say(f"warning: {line}")
+    return dataclasses.replace(outcome, log_errors=lost), _peaks(plan, gpu_monitor)
+
+
+def _peaks(plan: Plan, gpu_monitor: monitor.GpuMonitor | None) -> dict | None:
+    """Each GPU's peak: this run's own processes where NVML attributes memory to them, else the device."""
+    if gpu_monitor is None:
+        return None
+    predicted = {e.gpu: round(e.peak_gib, 2) for e in plan.memory}
+    return {
+        str(g): {
+            "measured_gib": round(gpu_monitor.run_peaks.get(g, p), 2),
+            "device_gib": round(p, 2),
+            "measured_by": "run's processes (NVML)" if g in gpu_monitor.run_peaks else "device (NVML)",
+            "predicted_gib": predicted.get(g),
+        }
+        for g, p in sorted(gpu_monitor.peaks.items())
+    }
+
+
+def training_finished(plan: Plan, trainer: Child) -> str | None:
+    """Why a trainer that exited with an error had still finished training, or None.
+
+    Finished means both: ms-swift logged the end of its pipeline (it logs END_OF_MAIN only after
+    `trainer.train()` returned and the final state was saved), and the newest complete checkpoint holds
+    the last planned step. A crash at interpreter exit after that (vLLM's sleep-mode teardown,
+    vllm-project/vllm#16993) loses nothing.
+    """
+    try:
+        with trainer.log_path.open(encoding="utf-8", errors="replace") as f:
+            ended = any(END_OF_MAIN in line for line in f)
+    except OSError:
+        return None
+    newest = export.newest_complete(plan.train_dir)
+    if not ended or newest is None:
+        return None
+    state = json.loads((newest / "trainer_state.json").read_text())
+    step, planned = int(state.get("global_step", 0)), state.get("max_steps")
+    if not planned or step < int(planned):
+        return None
+    return f"ms-swift logged '{END_OF_MAIN}' and {newest.name} holds step {step} of {planned}"
+
+
+def export_merged(
+    plan: Plan, checkpoint: Path, printer: Printer, environ: Mapping[str, str]
+) -> dict[str, Any]:
+    """Run the planned `export` process (plan._export) for `checkpoint`, then put its output in place."""
+    planned = plan.process("export")
+    process = dataclasses.replace(
+        planned, argv=[str(checkpoint) if a == plan_mod.CHECKPOINT else a for a in planned.argv]
+    )
+    tmp = plan.run_dir / plan_mod.MERGED_TMP
+    shutil.rmtree(tmp, ignore_errors=True)  # an export cut short before: ms-swift refuses an existing output
+    # the command's own handlers (train: interruptible) turn a signal into Interrupted here; `supervised`
+    # stops the export's process tree and finish_run records the run as stopped
+    try:
+        with supervised(plan.run_dir / "logs", plan.recipe.settings.STOP_GRACE_SECONDS, printer, base_env=environ,
+                        signals=False) as supervisor:  # fmt: skip
+            child = supervisor.start(process)
+            rc = supervisor.wait(child)
+    except ChildFailed as exc:  # it could not even start (swift missing)
+        return {"status": "failed", "returncode": None, "log_tail": [exc.reason], "argv": process.argv}
+    except BaseException:  # a signal or a full disk: no half-merged model stays behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if rc != 0 or not tmp.is_dir():
+        shutil.rmtree(tmp, ignore_errors=True)
+        return {"status": "failed", "returncode": rc, "log_tail": list(child.tail), "argv": process.argv}
+    export.replace_dir(tmp, plan.run_dir / "merged")
+    return {
+        "status": "completed",
+        "argv": process.argv,
+        "files": export.hash_tree(plan.run_dir / "merged", plan.run_dir),
+    }
+
+
+def quarantine_incomplete(train_dir: Path) -> list[str]:
+    """Rename incomplete checkpoint-N dirs to incomplete-checkpoint-N so HF's rotation (save_total_limit)
+    never counts them as the newest and deletes the complete one a resume needs. Nothing is deleted."""
+    moved = []
+    for ckpt in export.incomplete(train_dir):
+        target = ckpt.with_name(f"incomplete-{ckpt.name}")
+        n = 1
+        while target.exists():
+            target = ckpt.with_name(f"incomplete-{ckpt.name}.{n}")
+            n += 1
+        ckpt.rename(target)
+        moved.append(str(target))
+    return moved
+
+
+def finish_run(
+    plan: Plan,
+    data: dict[str, Any],
+    outcome: Outcome,
+    printer: Printer,
+    environ: Mapping[str, str],
+    oom_before: int | None = None,
+) -> dict[str, Any]:
+    """Export the newest complete checkpoint and the logs; return the final manifest. An OSError on the way
+    (a full disk) makes the run `failed`, saying where and how much is free; the previous export stays whole
+    (export.py). A failed run's manifest explains it (`_explained`)."""
+    run_dir, status, failure = plan.run_dir, outcome.status, outcome.failure
+    done, planned = completed_steps(plan)
+    fields: dict[str, Any] = {"steps": {"completed": done, "planned": planned}, "exported": {}}
+    exported: dict[str, str] = {}
+    try:
+        if plan.recipe.settings.NODE_RANK == 0:  # only node 0 exports; its checkpoints hold the weights
+            exported.update(_export_run(plan, fields))
+        if (
+            plan.process("export")
+            and status == "completed"
+            and "checkpoint" in fields
+            and (run_dir / "adapter").exists()
+        ):
+            fields["merged"] = export_merged(plan, run_dir / fields["checkpoint"], printer, environ)
+            if fields["merged"]["status"] == "completed":
+                exported.update(fields["merged"].pop("files"))
+            else:
+                status, failure = EXPORT_FAILED, _export_failed(fields["merged"])["failure"]
+                printer.say(failure)
+    except OSError as exc:
+        status, failure = "failed", _os_failure(plan, exc, failure, "exporting the run")
+    except Interrupted as exc:  # during the merged export: what was exported stays recorded
+        name = signal.Signals(exc.signum).name
+        printer.say(f"{name} received during the merged export: the run stops here")
+        status, failure = "stopped", {"reason": f"{name} received during the merged export", "signal": name}
+    if plan.recipe.settings.NODE_RANK == 0:
+        try:
+            exported.update(report.write(plan, run_dir, outcome.status))  # the training's, not the export's
+        except Exception as exc:  # a report is a convenience: never lose the run over it
+            printer.say(f"warning: could not write the run report: {exc}")
+    fields["exported"] = dict(sorted(exported.items()))
+    if status == "failed":
+        failure = _explained(plan, failure or {}, fields, oom_before)
+        for line in failure["explanation"]:
+            printer.say(line)
+    return manifest.finish(data, status, failure=failure, **fields)
+
+
+def _export_run(plan: Plan, fields: dict[str, Any]) -> dict[str, str]:
+    """The newest complete checkpoint into adapter/ (or model/), a copy of logging.jsonl, the start-up
+    marks; returns {path: sha256} and sets fields["checkpoint"], fields["startup_s"]. Raises OSError."""
+    run_dir, exported = plan.run_dir, {}
+    newest = export.newest_complete(plan.train_dir)
+    if newest is not None:  # named before its export, which a full disk may stop
+        fields["checkpoint"] = str(newest.relative_to(run_dir))
+        model = plan.recipe.raw("MODEL") or plan.model_path
+        exported.update(export.export_checkpoint(newest, run_dir, model))
+    log = plan.train_dir / "logging.jsonl"
+    if log.exists():
+        export.copy_atomic(log, run_dir / "logging.jsonl")
+        exported["logging.jsonl"] = export.sha256_file(run_dir / "logging.jsonl")
+    trainer = plan.process("trainer")
+    if trainer is not None and Path(trainer.env.get("GRPO_RIG_EVENTS", "")).is_file():
+        fields["startup_s"] = startup.marks(startup.read_events(Path(trainer.env["GRPO_RIG_EVENTS"])))
+    return exported
+
+
+def _free_text(path: Path) -> str:
+    """'/out/r has 0.3 MiB free of 64.0 MiB' (the volume `path` is on)."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        usage = shutil.disk_usage(probe)
+    except OSError:
+        return f"{path}: free space unknown"
+    mib = 1024**2
+    return f"{path} has {usage.free / mib:.1f} MiB free of {usage.total / mib:.1f} MiB"
+
+
+def _os_failure(plan: Plan, exc: OSError, failure: dict | None, doing: str) -> dict[str, Any]:
+    """The failure an OSError of the entrypoint's own writes makes while `doing` something (kept beside a
+    child's failure, when there was one first). ENOSPC says where and how much is free."""
+    out = {"role": "the entrypoint", **(failure or {})}
+    if exc.errno == errno.ENOSPC:  # which file hit it says little: every write there fails alike
+        out["disk"] = _free_text(plan.run_dir)
+        out.setdefault("reason", f"could not write while {doing}")
+    else:
+        out.setdefault(
+            "reason", f"could not write {exc.filename or plan.run_dir} while {doing}: {exc.strerror or exc}"
+        )
+    out["error"] = f"{exc.filename or plan.run_dir}: {exc.strerror or exc}"
+    return out
+
+
+def _explained(plan: Plan, failure: dict[str, Any], fields: dict[str, Any], oom_before: int | None) -> dict:
+    """`failure` with "summary" (one line) and "explanation" (what happened, the likely cause, the last
+    step, what the run left, how to resume: deaths.explain)."""
+    role, tail = failure.get("role") or "run", failure.get("log_tail") or []
+    disk = failure.get("disk") or (_free_text(plan.run_dir) if deaths.disk_full(tail) else "")
+    exported = next(
+        (d for d in ("adapter/", "model/") if any(k.startswith(d) for k in fields["exported"])), ""
+    )
+    wanted = int(plan.recipe.args("max_steps")[0]) if plan.recipe.args("max_steps") else 0
+    ctx = deaths.Context(
+        step=monitor.latest_step(plan.train_dir / "logging.jsonl"), planned=wanted if wanted > 0 else None,
+        checkpoint=fields.get("checkpoint", ""), exported=exported, oom_kills=(oom_before, monitor.oom_kills()),
+        predicted=_predicted(plan, role, deaths.cuda_oom(tail)), oom_knobs=_oom_knobs(plan, role), disk=disk,
+        disk_need=_disk_need(plan) if disk else "",
+        cut_short=tuple(f"{c.relative_to(plan.run_dir)} ({export.tree_bytes(c) / 1024**2:.1f} MiB)"
+                        for c in export.incomplete(plan.train_dir)),
+    )  # fmt: skip
+    reason = failure.get("reason") or failure.get("error") or "failed"
+    lines = deaths.explain(role, failure.get("returncode"), reason, tail, ctx, failure.get("signal"))
+    return {**failure, "summary": lines[0], "explanation": lines}
+
+
+def _disk_need(plan: Plan) -> str:
+    """The free space the disk check asks of this run before it starts (preflight.environment.disk_need), so
+    that 'free space, then run the same command again' says how much (cases re-run: 71 MiB freed, refused)."""
+    return environment.size_text(environment.disk_need(plan, plan.facts).surely)
+
+
+def _predicted(plan: Plan, role: str, oom: dict | None) -> str:
+    """The plan's predicted peak for the GPU a CUDA out-of-memory error names ('21.3 of 24.0 GiB on GPU 0')."""
+    if oom is None or not plan.memory:
+        return ""
+    gpus = plan.layout.rollout_gpus if role == "rollout" else plan.layout.train_gpus
+    gpu = gpus[oom["gpu"]] if oom["gpu"] is not None and oom["gpu"] < len(gpus) else None
+    estimates = [e for e in plan.memory if e.gpu == gpu] or [e for e in plan.memory if e.gpu in gpus]
+    if not estimates:
+        return ""
+    e = max(estimates, key=lambda e: e.peak_gib)
+    return f"{e.peak_gib:.1f} of {e.card_gib:.1f} GiB on GPU {e.gpu}"
+
+
+def _oom_knobs(plan: Plan, role: str) -> str:
+    """The keys that lower a role's CUDA memory, with their values in this run."""
+    r, a = plan.recipe, plan.recipe.trainer_args
+    if role == "rollout":
+        return (f"lower ROLLOUT_GPU_MEMORY_UTILIZATION (now {r.rollout_args.gpu_memory_utilization}) or "
+                f"ROLLOUT_MAX_MODEL_LEN (now {r.rollout_args.max_model_len or 'the model context'})")  # fmt: skip
+    batch = (f"lower PER_DEVICE_TRAIN_BATCH_SIZE (now {a.per_device_train_batch_size}; GRADIENT_ACCUMULATION_STEPS "
+             "keeps the step the same)")  # fmt: skip
+    if plan.layout.mode == "colocate":
+        return f"{batch} or VLLM_GPU_MEMORY_UTILIZATION (now {a.vllm_gpu_memory_utilization})"
+    return f"{batch} or MAX_COMPLETION_LENGTH (now {a.max_completion_length})"

@@ -1,0 +1,699 @@
+"""Plan: recipe + inventory + facts -> the exact processes a run will execute. A pure function.
+
+`build(recipe, inventory, facts)` reads nothing but its arguments (host.gather read the world once), so
+`plan` works on a machine with no GPU and tests feed it made-up machines; `train` executes the same Plan.
+It runs once and is a short list of named stages, each a screen at most:
+
+    _layout       which GPUs train and serve the rollout (layout.py)
+    _nccl         the NCCL variables and why (nccl.py)
+    _run          run name and directory; resume from the newest complete checkpoint
+    _model        what --model gets (an embedded model's converted directory)
+    _dataset      the dataset files, or the generator that writes one
+    _budget       the batch arithmetic, the workload and vLLM's settings, once per shape (budget.py)
+    _shape        the batch shape the planner chooses where the recipe leaves it open (shape.py)
+    _child_env    the environment every child gets
+    _rollout      the `swift rollout` server (server mode on this node)
+    _trainer      the `swift rlhf` trainer
+    _export       the merged export after training (EXPORT_MERGED=true)
+    _memory       the per-GPU memory estimate of the budget (budget.py, memory.py)
+
+Each process lists only the environment the entrypoint sets on top of the inherited one, and its argv.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from entrypoint.errors import Problem
+from entrypoint.facts import catalog
+from entrypoint.facts.facts import MANIFEST, ROLLOUT_PORT_START, WEIGHT_SYNC_PORT, Facts, resolved, run_dir_of
+from entrypoint.facts.inventory import Inventory
+from entrypoint.plan import budget as budget_mod
+from entrypoint.plan import layout as layout_mod
+from entrypoint.plan import memory, nccl, shape
+from entrypoint.plan.budget import Budget
+from entrypoint.plan.layout import Layout
+from entrypoint.recipe.keys import SHARED_WITH_ROLLOUT
+from entrypoint.recipe.load import Recipe
+from entrypoint.redact import argv as redact_argv
+from entrypoint.redact import env as redact_env
+from entrypoint.rewards import PLUGIN_FILE
+
+TRAIN_SUBDIR = "train"  # ms-swift's output_dir inside the run directory
+EVENTS_FILE = "events.jsonl"  # the trainer's phase timings (entrypoint/site/sitecustomize.py)
+SITE_DIR = Path(__file__).resolve().parents[1] / "child" / "site"
+SITE_HOOK_VARIABLES = (
+    "GRPO_RIG_EMULATE_VRAM_GB", "GRPO_RIG_VLLM_KEEP_POOLS", "GRPO_RIG_EVENTS", "GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS",
+    "GRPO_RIG_VLLM_INSPECT_HERE", "GRPO_RIG_REWARD_CHECK", "GRPO_RIG_VLLM_LEAN",
+    "GRPO_RIG_VLLM_TOP_K_FIRST", "GRPO_RIG_VLLM_SCHEDULER_STEPS",
+)  # fmt: skip
+CHECKPOINT = "<newest complete checkpoint>"  # the export's --adapters, known once training ends
+
+
+Role = Literal["rollout", "trainer", "export"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Process:
+    role: Role
+    env: dict[str, str]  # set by the entrypoint, on top of the inherited environment
+    argv: list[str]
+    host: str = ""  # rollout: the address the trainer reaches it at
+    port: int | None = None  # rollout: its HTTP port
+
+    @property
+    def health_url(self) -> str:
+        """rollout: GET this until 200 before starting the trainer ("" for the others)."""
+        return f"http://{self.host}:{self.port}/health/" if self.port else ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"role": self.role, "env": redact_env(self.env), "argv": redact_argv(self.argv)}
+
+    def render(self) -> str:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(redact_env(self.env).items()))
+        return f"[{self.role}]\n  env: {env or '-'}\n  argv: {shlex.join(redact_argv(self.argv))}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    recipe: Recipe
+    inventory: Inventory
+    layout: Layout
+    nccl: nccl.Policy
+    run_name: str
+    run_dir: Path
+    model_path: str  # what --model gets (an embedded model's converted directory, an OFFLINE run's local
+    #                  snapshot, else MODEL)
+    dataset_paths: list[str]
+    processes: list[Process]  # started in this order; `export` runs after training, not with the others
+    steps: list[str]  # in-process work before the children start (dataset generation, ...)
+    problems: list[Problem]  # fatal and warnings found while planning
+    resume_from: str = ""
+    placed: bool = True  # False: no layout was possible (its problems say why); nothing else is checked
+    memory: tuple = ()  # memory.GpuEstimate per GPU
+    memory_note: tuple = ()
+    budget: Budget | None = dataclasses.field(default=None, repr=False, compare=False)
+    facts: Facts | None = dataclasses.field(default=None, repr=False, compare=False)
+    offline: bool = False  # no hub access (OFFLINE, or a hub's offline variable in the environment)
+
+    @property
+    def train_dir(self) -> Path:
+        return self.run_dir / TRAIN_SUBDIR
+
+    @property
+    def shape(self) -> list[tuple[str, str, str]]:
+        """(key, value, reason) of every value the planner chose (entrypoint/shape.py)."""
+        return [
+            (k, v.value, v.source.removeprefix("planner: "))
+            for k, v in self.recipe.values.items()
+            if v.source.startswith("planner")
+        ]
+
+    def process(self, role: Role) -> Process | None:
+        return next((p for p in self.processes if p.role == role), None)
+
+    @property
+    def written(self) -> list[str]:
+        """Every path this plan tells a process to write (each --output_dir, the events file, a generated
+        dataset): preflight proves each is inside the run directory (issue 26)."""
+        paths = [str(self.train_dir), *(self.dataset_paths if self.recipe.settings.DATASET_GENERATOR else [])]
+        for p in self.processes:
+            paths += [p.argv[i + 1] for i, a in enumerate(p.argv[:-1]) if a == "--output_dir"]
+            paths += [p.env["GRPO_RIG_EVENTS"]] if "GRPO_RIG_EVENTS" in p.env else []
+        return paths
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "recipe": self.recipe.name,
+            "run_name": self.run_name,
+            "run_dir": str(self.run_dir),
+            "layout": {
+                "mode": self.layout.mode,
+                "train_gpus": list(self.layout.train_gpus),
+                "rollout_gpus": list(self.layout.rollout_gpus),
+                "rollout_host": self.layout.rollout_host,
+                "nproc_per_node": self.layout.nproc_per_node,
+                "description": self.layout.describe(),
+            },
+            "gpus": [g.model_dump() for g in self.inventory.gpus],
+            "nccl": [dataclasses.asdict(d) for d in self.nccl.decisions],
+            "shape": [{"key": k, "value": v, "reason": why} for k, v, why in self.shape],
+            "steps": self.steps,
+            "memory": [
+                {
+                    "gpu": e.gpu,
+                    "role": e.role,
+                    "card_gib": round(e.card_gib, 2),
+                    "peak_gib": round(e.peak_gib, 2),
+                    "parts": {k: round(v, 2) for k, v in e.parts.items()},
+                }  # fmt: skip
+                for e in self.memory
+            ],
+            "resume_from": self.resume_from,
+            "processes": [p.to_json() for p in self.processes],
+            "warnings": [p.render() for p in self.problems if not p.fatal],
+        }
+
+    def render(self) -> str:
+        lines = [f"recipe {self.recipe.name} -> run {self.run_name} in {self.run_dir}"]
+        lines.append(f"inventory ({self.inventory.source}):")
+        lines += ["  " + line for line in self.inventory.table().splitlines()]
+        lines.append(f"layout: {self.layout.describe()}")
+        if self.shape:
+            lines.append(
+                "batch shape, chosen by the planner where the recipe leaves it open (switch off: AUTO_SHAPE=false):"
+            )
+            lines += [f"  {key}={value}: {why}" for key, value, why in self.shape]
+        lines.append("nccl:")
+        lines += [f"  {d.render()}" for d in self.nccl.decisions]
+        if self.memory:
+            lines.append("memory (predicted peak per GPU, GiB):")
+            lines += [f"  {e.render()}" for e in self.memory]
+            lines += [f"  ({note})" for note in self.memory_note]
+        if self.resume_from:
+            lines.append(f"resume: from {self.resume_from}")
+        lines += [f"step: {step}" for step in self.steps]
+        lines += [p.render() for p in self.processes]
+        lines += _render_nodes(self)
+        lines += [p.render() for p in self.problems if not p.fatal]
+        return "\n".join(lines)
+
+
+def _render_nodes(plan: Plan) -> list[str]:
+    s = plan.recipe.settings
+    if s.NNODES <= 1:
+        return []
+    lines = [f"nodes: {s.NNODES}; run the same command on every node, each with its own NODE_RANK:"]
+    for rank in range(s.NNODES):
+        mark = "  (this node)" if rank == s.NODE_RANK else ""
+        lines.append(
+            f"  node {rank}: docker compose run --rm train recipe={plan.recipe.name} RUN_NAME={plan.run_name} "
+            f"NNODES={s.NNODES} NODE_RANK={rank} MASTER_ADDR={s.MASTER_ADDR} MASTER_PORT={s.MASTER_PORT}{mark}"
+        )
+    lines.append(
+        f"  open between nodes: TCP {s.MASTER_PORT} (torchrun), {s.MASTER_PORT + 1} (node check), NCCL's ports"
+    )
+    return lines
+
+
+def _args(mapping: Mapping[str, list[str]], skip: set[str] = frozenset()) -> list[str]:
+    out: list[str] = []
+    for name, tokens in mapping.items():
+        if name not in skip:
+            out += [f"--{name}", *tokens]
+    return out
+
+
+@dataclasses.dataclass
+class Draft:
+    """What the stages build up; `build` freezes it into a Plan."""
+
+    recipe: Recipe
+    inventory: Inventory
+    facts: Facts
+    rollout_only: bool
+    problems: list[Problem]
+    layout: Layout | None = None
+    nccl: nccl.Policy | None = None
+    run_name: str = ""
+    run_dir: Path = Path()
+    resume_from: str = ""
+    resume_problems: list[Problem] = dataclasses.field(default_factory=list)
+    trainer_args: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    model_path: str = ""
+    offline: bool = False
+    dataset_paths: list[str] = dataclasses.field(default_factory=list)
+    steps: list[str] = dataclasses.field(default_factory=list)
+    plugins: list[str] = dataclasses.field(default_factory=list)
+    common: dict[str, str] = dataclasses.field(default_factory=dict)
+    processes: list[Process] = dataclasses.field(default_factory=list)
+    server_flags: list[str] = dataclasses.field(default_factory=list)
+    budget: Budget | None = None
+
+
+def draft(recipe: Recipe, inventory: Inventory, facts: Facts, rollout_only: bool = False) -> Draft:
+    """The stages up to the batch shape: layout, NCCL, run directory, model, dataset. Without a layout
+    (draft.layout None: no GPU for a GPU recipe) the stages that read none still run, so the recipe's other
+    problems are found at once."""
+    d = Draft(recipe, inventory, facts, rollout_only, [])
+    if _layout(d):
+        _nccl(d)
+    _run(d)
+    _model(d)
+    _dataset(d)
+    return d
+
+
+def build(recipe: Recipe, inventory: Inventory, facts: Facts, rollout_only: bool = False) -> Plan:
+    """Turn a resolved recipe, an inventory and the host's facts into a Plan. Never raises on bad input:
+    problems are collected in `Plan.problems` (callers raise on fatal ones)."""
+    d = draft(recipe, inventory, facts, rollout_only)
+    if d.layout is None:  # the recipe's and the dataset's problems still count (preflight.check_unplaced)
+        d.problems += d.recipe.problems + d.resume_problems
+        return _frozen(d, placed=False)
+    _budget(d)
+    if _shape(d):  # the planner set values: the stages that read them run on the shaped recipe
+        d.problems.clear()
+        _layout(d), _nccl(d), _model(d), _dataset(d), _budget(d)
+    _child_env(d)
+    _rollout(d)
+    _trainer(d)
+    _export(d)
+    d.problems += d.recipe.problems + d.resume_problems
+    return _memory(_frozen(d, placed=True))
+
+
+def _frozen(d: Draft, placed: bool) -> Plan:
+    layout = d.layout or Layout(mode="cpu", train_gpus=(), rollout_gpus=(), rollout_host="")
+    policy = d.nccl or nccl.Policy({}, [], [])
+    run_name = d.run_name or run_dir_of(d.recipe, d.facts.now).name
+    return Plan(
+        recipe=d.recipe, inventory=d.inventory, layout=layout, nccl=policy, run_name=run_name,
+        run_dir=d.run_dir if d.run_name else run_dir_of(d.recipe, d.facts.now), model_path=d.model_path,
+        dataset_paths=d.dataset_paths, processes=d.processes, steps=d.steps, problems=d.problems,
+        resume_from=d.resume_from, placed=placed, facts=d.facts, offline=d.offline, budget=d.budget,
+    )  # fmt: skip
+
+
+def _layout(d: Draft) -> bool:
+    d.layout = layout_mod.decide(
+        d.recipe, d.inventory, d.facts.env, d.rollout_only, d.problems, in_container=d.facts.in_container
+    )
+    return d.layout is not None
+
+
+def _nccl(d: Draft) -> None:
+    s = d.recipe.settings
+    user = {k: (v.value, v.source) for k, v in d.recipe.nccl.items()}
+    gloo_set = "GLOO_SOCKET_IFNAME" in d.recipe.env or "GLOO_SOCKET_IFNAME" in d.facts.env
+    d.nccl = nccl.decide(
+        d.inventory, d.layout.used_gpus, user, s.ALLOW_P2P_WITHOUT_SUPPORT, s.NNODES, gloo_set
+    )
+    d.problems += d.nccl.problems
+
+
+def _run(d: Draft) -> None:
+    """Run directory, and what a restart of it resumes (the recipe must train the same thing)."""
+    d.run_dir = run_dir_of(d.recipe, d.facts.now)
+    d.run_name = d.run_dir.name
+    previous = d.facts.previous
+    where = f"RUN_NAME {d.run_name}"
+    if previous.error:
+        d.resume_problems.append(
+            Problem(
+                where,
+                f"{d.run_dir / MANIFEST} exists but cannot be read ({previous.error})",
+                "move that run directory aside, or choose another RUN_NAME",
+            )  # fmt: skip
+        )
+    if previous.manifest is None:
+        return
+    before = previous.manifest.get("identity", {})
+    changed = {k: (before.get(k, ""), v) for k, v in d.recipe.identity().items() if before.get(k, "") != v}
+    if changed:
+        detail = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
+        d.resume_problems.append(
+            Problem(
+                where,
+                f"exists and was started with a different recipe ({detail})",
+                "restore those values to resume it, or choose a new RUN_NAME for a new run",
+            )  # fmt: skip
+        )
+    d.resume_from = previous.newest_checkpoint
+
+
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "MODELSCOPE_OFFLINE", "TRANSFORMERS_OFFLINE")
+HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def offline(recipe: Recipe, env: Mapping[str, str]) -> bool:
+    """No hub access for this run: OFFLINE=true, or a hub's offline variable set in the environment."""
+    truthy = lambda v: (v or "").strip().lower() not in ("", "0", "false", "no", "off")  # noqa: E731
+    return recipe.settings.OFFLINE or any(truthy(env.get(k)) for k in OFFLINE_VARIABLES)
+
+
+def _model(d: Draft) -> None:
+    r, s = d.recipe, d.recipe.settings
+    d.trainer_args = dict(r.trainer)
+    value = d.trainer_args.pop("model", [""])[0]
+    d.model_path = value
+    d.offline = offline(r, d.facts.env)
+    if not value:
+        d.problems.append(Problem("MODEL", "no model named", "set MODEL=<hub id or /path/to/model>"))
+    elif s.MODEL_SOURCE == "hub" and d.offline and HUB_ID_RE.match(value) and not d.facts.path(value).exists:
+        _offline_model(d, value)
+    elif s.MODEL_SOURCE == "embedded":
+        try:
+            embedded = catalog.lookup(value)
+        except KeyError as exc:
+            # `SmolLM2-135M-Instruct` for `HuggingFaceTB/SmolLM2-135M-Instruct`: name the embedded one first
+            near = [
+                m for m in catalog.CATALOG if value.lower() in m.lower() or m.lower().endswith(value.lower())
+            ]
+            fix = f"set MODEL={near[0]}" if near else "name an embedded model"
+            d.problems.append(
+                Problem(
+                    f"MODEL ({r.source('MODEL')})",
+                    str(exc.args[0]),
+                    f"{fix}, or MODEL_SOURCE=hub to download {value} from the hub",
+                )  # fmt: skip
+            )
+        else:
+            d.model_path = str(catalog.model_dir(embedded, Path(s.EMBEDDED_MODEL_DIR)))
+            d.trainer_args.setdefault("model_type", [embedded.model_type])
+            d.trainer_args.setdefault("template", [embedded.template])
+
+
+def _offline_model(d: Draft, value: str) -> None:
+    """Point --model at the local snapshot: ms-swift asks ModelScope for a hub id whatever the offline
+    variables say (modelscope 1.28 has no offline switch: swift/hub/hub.py:302-313), and it still finds the
+    model type from a snapshot's directory name (v3.6.4:swift/llm/model/register.py:390-402)."""
+    use_hf = d.recipe.trainer_args.use_hf
+    local = d.facts.hub_cached(value, "models", use_hf) or d.facts.hub_cached(value, "models", not use_hf)
+    if local:
+        d.model_path = local
+        return
+    hub = "Hugging Face" if use_hf else "ModelScope"
+    d.problems.append(
+        Problem(
+            f"MODEL ({d.recipe.source('MODEL')})",
+            f"this run is offline ({_offline_reason(d)}) and {value} has no local snapshot; {hub}'s library "
+            f"would look in {d.facts.hub_where(value, 'models', use_hf)}",
+            "download it there once with network access (the cache volume keeps it), or set MODEL to a local "
+            "directory with config.json",
+        )
+    )
+
+
+def _offline_reason(d: Draft) -> str:
+    named = [k for k in OFFLINE_VARIABLES if d.facts.env.get(k)]
+    return (
+        "OFFLINE=true"
+        if d.recipe.settings.OFFLINE
+        else f"{named[0]}={d.facts.env[named[0]]} in the environment"
+    )
+
+
+def _dataset(d: Draft) -> None:
+    r, s = d.recipe, d.recipe.settings
+    paths = d.trainer_args.pop("dataset", [])
+    d.steps = []
+    if s.DATASET_GENERATOR:
+        if paths and r.layer("DATASET_GENERATOR") > r.layer("DATASET"):
+            d.problems.append(
+                Problem(
+                    f"DATASET ({r.source('DATASET')})",
+                    f"replaced by DATASET_GENERATOR={s.DATASET_GENERATOR} ({r.source('DATASET_GENERATOR')}), "
+                    "which a later layer set",
+                    fatal=False,
+                )  # fmt: skip
+            )
+        elif paths:  # a later DATASET replaced the generator already (recipe.load): one layer sets both
+            d.problems.append(
+                Problem(
+                    f"DATASET ({r.source('DATASET')})",
+                    f"set together with DATASET_GENERATOR={s.DATASET_GENERATOR} ({r.source('DATASET_GENERATOR')}), "
+                    "in the same layer: which one to train on is unclear",
+                    "keep one: remove DATASET to train on generated tasks, or write DATASET_GENERATOR= (empty) "
+                    "to train on DATASET",
+                )  # fmt: skip
+            )
+        generated = d.run_dir / "data" / f"{s.DATASET_GENERATOR}.jsonl"
+        seed = d.recipe.trainer_args.seed
+        d.steps.append(
+            f"generate {s.DATASET_ROWS} {s.DATASET_GENERATOR} tasks (seed {seed}) into {generated}"
+        )
+        d.dataset_paths = [str(generated)]
+    elif not paths and "DATASET_GENERATOR" not in r.dropped:  # a refused generator's own error says it
+        d.problems.append(
+            Problem("DATASET", "no dataset named", "set DATASET=/data/train.jsonl (or a hub id)")
+        )
+        d.dataset_paths = []
+    else:
+        d.dataset_paths = [_absolute_if_local(spec, d.facts) for spec in paths]
+
+
+def _absolute_if_local(spec: str, facts: Facts) -> str:
+    """A relative dataset path that exists here (optionally with ms-swift's #N suffix) made absolute."""
+    path, sep, rows = spec.partition("#")
+    if Path(path).is_absolute() or not facts.path(Path(path)).exists:
+        return spec
+    return str(Path(path).absolute()) + sep + rows
+
+
+def _budget(d: Draft) -> None:
+    """What the recipe, at its current shape, asks of each GPU (budget.py); read by the later stages."""
+    d.budget = budget_mod.compute(d.recipe, d.layout, d.inventory, d.facts, d.dataset_paths)
+
+
+def _shape(d: Draft) -> bool:
+    """The batch shape the planner chooses (shape.py); True when it set values (the recipe changed)."""
+    choices = shape.rollout_share(d.recipe, d.layout, d.budget)
+    if not d.rollout_only:  # `rollout` serves; the trainers on other nodes choose their own shape
+        choices += shape.choose(d.recipe, d.layout, d.budget)
+    if not choices:
+        return False
+    d.recipe = d.recipe.with_values({c.key: (c.value, f"planner: {c.reason}") for c in choices})
+    return True
+
+
+def _child_env(d: Draft) -> None:
+    """The environment every child gets on top of the inherited one."""
+    s, env = d.recipe.settings, d.facts.env
+    common: dict[str, str] = {"PYTHONUNBUFFERED": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    common.update(d.nccl.env)
+    common.update(d.recipe.env)
+    if d.offline:  # ModelScope has no switch: the model is given as its local snapshot (_offline_model)
+        common.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    if any(env.get(k) for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")):
+        # The trainer's HTTP client to the rollout server must not go through a proxy.
+        no_proxy = [v for v in (env.get("NO_PROXY", ""), "127.0.0.1,localhost,::1") if v]
+        common["NO_PROXY"] = common["no_proxy"] = ",".join(no_proxy)
+    if s.EMULATE_VRAM_GB:
+        common["GRPO_RIG_EMULATE_VRAM_GB"] = str(s.EMULATE_VRAM_GB)
+    d.common = common
+    if "system" in d.trainer_args:
+        d.trainer_args["system"] = [resolved(d.trainer_args["system"][0], d.facts.paths)]
+    d.trainer_args.pop("external_plugins", None)
+    d.plugins = plugin_files(d.recipe, d.facts)
+
+
+def plugin_files(recipe: Recipe, facts: Facts) -> list[str]:
+    """--external_plugins of every child: the image's reward plugin, then the recipe's files (a relative
+    path resolved against the checkout when it is there: facts.resolved)."""
+    return [str(PLUGIN_FILE)] + [resolved(p, facts.paths) for p in recipe.args("external_plugins")]
+
+
+def _rollout(d: Draft) -> None:
+    """The local `swift rollout` server and the trainer's server flags (server mode)."""
+    s, layout = d.recipe.settings, d.layout
+    d.processes, d.server_flags = [], []
+    if layout.mode == "colocate":
+        d.server_flags = ["--vllm_mode", "colocate"]
+    if layout.mode != "server":
+        return
+    port = s.ROLLOUT_PORT
+    if layout.local_rollout:
+        _size_rollout(d)
+        if not port:
+            port = d.facts.ports.rollout_first_free or 0
+            if not port:
+                d.problems.append(
+                    Problem("ROLLOUT_PORT", "no free port in 8000-8099", "set ROLLOUT_PORT to a free port")
+                )
+        shared = {
+            k.lower(): d.trainer_args[k.lower()]
+            for k in SHARED_WITH_ROLLOUT
+            if k != "MODEL" and k.lower() in d.trainer_args
+        }
+        argv = (
+            [d.facts.swift, "rollout", "--model", d.model_path] + _args(shared) + ["--external_plugins", *d.plugins]
+            + ["--host", s.ROLLOUT_BIND, "--port", str(port)]
+            + ["--tensor_parallel_size", str(layout.rollout_tp), "--data_parallel_size", str(layout.rollout_dp)]
+            + _args(d.recipe.rollout, skip={"tensor_parallel_size", "data_parallel_size"})
+        )  # fmt: skip
+        env = {**d.common, "CUDA_VISIBLE_DEVICES": ",".join(map(str, layout.rollout_gpus))}
+        env.update(_vllm_env(d.recipe.rollout_args.enforce_eager))
+        d.processes.append(Process("rollout", env, argv, host=layout.rollout_host, port=port))
+    elif not port:
+        port = ROLLOUT_PORT_START
+    d.server_flags = ["--vllm_mode", "server", "--vllm_server_host", layout.rollout_host,
+                      "--vllm_server_port", str(port), "--vllm_server_timeout", str(int(s.ROLLOUT_STARTUP_TIMEOUT))]  # fmt: skip
+    d.trainer_args.pop("vllm_server_timeout", None)
+
+
+def _size_rollout(d: Draft) -> None:
+    """--max_model_len and --max_num_seqs of a local rollout server from this run's budget, unless the recipe
+    sets them: without them vLLM sizes for the model's whole context (32k tokens for Qwen2.5-7B) and 256
+    sequences, and may refuse to start on a 24 GB card (vllm 0.8.5 EngineArgs defaults)."""
+    r = d.recipe
+    chosen: dict[str, tuple[str, str]] = {}
+    completion, max_length = r.trainer_args.max_completion_length, r.trainer_args.max_length
+    if not r.rollout.get("max_model_len"):
+        if max_length:
+            length, why = max_length + completion, "MAX_LENGTH + MAX_COMPLETION_LENGTH"
+        else:
+            prompt, source = budget_mod.prompt_tokens(r, d.dataset_paths, d.facts)
+            margin = -(-int(prompt * 1.25) // 256) * 256  # a quarter more, to a multiple of 256
+            length, why = (
+                margin + completion,
+                f"longest prompt ({prompt} tokens, {source}) + 25% + MAX_COMPLETION_LENGTH",
+            )
+        config = d.facts.model_config[0] or {}
+        most = (config.get("text_config") or config).get("max_position_embeddings")
+        if not most or length < int(most):
+            chosen["ROLLOUT_MAX_MODEL_LEN"] = (str(length), f"planner: {why}")
+    if not r.rollout.get("max_num_seqs"):
+        b = d.budget.batch
+        if b is not None:
+            seqs = min(256, -(-b.generation_batch // max(1, d.layout.rollout_dp)))
+            chosen["ROLLOUT_MAX_NUM_SEQS"] = (
+                str(seqs),
+                "planner: completions per generation round per vLLM engine",
+            )
+    if chosen:
+        d.recipe = r.with_values(chosen)
+
+
+def _vllm_env(enforce_eager: bool) -> dict[str, str]:
+    """The site hooks of a process that starts a vLLM engine (entrypoint/site/sitecustomize.py says why):
+    top-k/top-p sampled without a sort over the vocabulary (issue 28: a fifth of a decode step), and CUDA
+    graphs only for the batch sizes it can run (about 35 s of a 24 GiB card's start-up)."""
+    graphs = {} if enforce_eager else {"GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS": "1"}
+    return {"GRPO_RIG_VLLM_TOP_K_FIRST": "1", **graphs}
+
+
+def _multi_step_env(steps: int) -> dict[str, str]:
+    """A colocated engine with `steps` > 1 decode steps per schedule (VLLM_SCHEDULER_STEPS, shape.engine_options
+    says when the planner chooses it): vLLM's V0 engine, the only one with multi-step scheduling in 0.8.5
+    (VLLM_USE_V1=1 with it raises: vllm/engine/arg_utils.py:1327-1330), given the steps through ms-swift's
+    engine_kwargs (entrypoint/site/sitecustomize.py, GRPO_RIG_VLLM_SCHEDULER_STEPS)."""
+    return {"VLLM_USE_V1": "0", "GRPO_RIG_VLLM_SCHEDULER_STEPS": str(steps)} if steps > 1 else {}
+
+
+def _trainer_env(d: Draft) -> dict[str, str]:
+    s, layout = d.recipe.settings, d.layout
+    env = dict(d.common)
+    # The trainer's hooks (entrypoint/site/sitecustomize.py says why each exists).
+    env["GRPO_RIG_EVENTS"] = str(d.run_dir / "logs" / EVENTS_FILE)
+    env["GRPO_RIG_REWARD_CHECK"] = "1"  # a reward's bad answer ends the run naming it (issue 26)
+    a = d.recipe.trainer_args
+    if layout.mode == "colocate" and a.sleep_level >= 1:
+        env["GRPO_RIG_VLLM_KEEP_POOLS"] = "1"
+    if layout.mode == "colocate":
+        env.update(_vllm_env(a.vllm_enforce_eager))
+        env.update(_multi_step_env(s.VLLM_SCHEDULER_STEPS))
+        env["GRPO_RIG_VLLM_INSPECT_HERE"] = "1"  # the engine starts in this process, after CUDA did
+        env["GRPO_RIG_VLLM_LEAN"] = "1"  # ms-swift reads only each request's final output (issue 28)
+    if layout.train_gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, layout.train_gpus))
+        if not _worker_directly(d):
+            env["NPROC_PER_NODE"] = str(layout.nproc_per_node)
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU run must not initialise a GPU it was not given
+    if s.NNODES > 1:
+        env.update({"NNODES": str(s.NNODES), "NODE_RANK": str(s.NODE_RANK), "MASTER_ADDR": s.MASTER_ADDR,
+                    "MASTER_PORT": str(s.MASTER_PORT)})  # fmt: skip
+        env.setdefault("NPROC_PER_NODE", "1")
+    elif layout.nproc_per_node > 1 or layout.train_gpus:
+        # torchrun's default 29500 collides with any other run on the host; pick a free one unless set.
+        env["MASTER_PORT"] = str(s.MASTER_PORT if d.recipe.is_set("MASTER_PORT") else d.facts.ports.ephemeral)
+    return env
+
+
+def _worker_directly(d: Draft) -> bool:
+    """One training process on one node starts ms-swift's worker file itself, not through `swift rlhf`.
+
+    ms-swift's CLI only re-executes swift/cli/rlhf.py in a new interpreter, through torchrun when
+    NPROC_PER_NODE or NNODES is set (v3.6.4:swift/cli/main.py:28-66); a lone process needs no torchrun, as
+    ms-swift sets RANK=0 and WORLD_SIZE=1 itself (v3.6.4:swift/utils/torch_utils.py:373-383, "It runs
+    normally with Python as well"). The two extra interpreters cost 5.8 s of the 74 s warm start-up on the
+    lent H200: the CLI's imports 3.9 s, torchrun's 1.9 s (docs/benchmarks/raw/h200-2026-12-02/, events).
+    Where the worker file cannot be found in this interpreter, or GRPO_RIG_SWIFT names a CLI, the CLI runs."""
+    return bool(d.facts.swift_worker) and d.layout.nproc_per_node == 1 and d.recipe.settings.NNODES == 1
+
+
+def _trainer(d: Draft) -> None:
+    command = list(d.facts.swift_worker) if _worker_directly(d) else [d.facts.swift, "rlhf"]
+    argv = [*command, "--rlhf_type", "grpo", "--model", d.model_path]
+    argv += ["--dataset", *d.dataset_paths] if d.dataset_paths else []
+    argv += _args(d.trainer_args) + d.server_flags + ["--external_plugins", *d.plugins]
+    argv += [
+        "--output_dir",
+        str(d.run_dir / TRAIN_SUBDIR),
+        "--add_version",
+        "false",
+        "--run_name",
+        d.run_name,
+    ]
+    if d.resume_from:
+        argv += ["--resume_from_checkpoint", d.resume_from]
+    if not d.rollout_only:
+        d.processes.append(Process("trainer", _trainer_env(d), argv))
+    d.processes[:] = [_with_site_hooks(p, d.facts.env) for p in d.processes]
+    if d.layout.local_rollout and not d.facts.ports.weight_sync_free:
+        d.problems.append(
+            Problem(
+                f"port {WEIGHT_SYNC_PORT}",
+                "is in use; it is the weight-sync rendezvous (fixed in ms-swift 3.6.4)",
+                "stop the other GRPO run or rollout server on this machine (only one server-mode run fits per host)",
+            )  # fmt: skip
+        )
+
+
+def _export(d: Draft) -> None:
+    """`swift export --merge_lora` of the newest checkpoint into <run>/merged/ (EXPORT_MERGED=true).
+
+    The model, its type, template, dtype and the reward plugins are passed explicitly with
+    `--load_args false`: by default ms-swift re-reads them from the checkpoint's args.json, whose absolute
+    paths (the plugin file, a mounted model) may not exist where the export runs
+    (v3.6.4:swift/llm/argument/base_args/base_args.py:212-260). It writes to a temporary directory first.
+    """
+    trainer = next((p for p in d.processes if p.role == "trainer"), None)
+    if not d.recipe.settings.EXPORT_MERGED or trainer is None or d.recipe.settings.NODE_RANK != 0:
+        return
+    argv = [d.facts.swift, "export", "--adapters", CHECKPOINT, "--merge_lora", "true", "--load_args", "false",
+            "--model", d.model_path, "--output_dir", str(d.run_dir / MERGED_TMP), "--external_plugins", *d.plugins]  # fmt: skip
+    for name in ("model_type", "template", "torch_dtype", "use_hf"):
+        if name in d.trainer_args:
+            argv += [f"--{name}", *d.trainer_args[name]]
+    env = {
+        k: v
+        for k, v in trainer.env.items()
+        if k not in ("NPROC_PER_NODE", "MASTER_PORT", "NNODES", "NODE_RANK", "MASTER_ADDR")
+    }
+    env["CUDA_VISIBLE_DEVICES"] = str(d.layout.train_gpus[0]) if d.layout.train_gpus else ""
+    d.processes.append(Process("export", env, argv))
+
+
+MERGED_TMP = ".merged.tmp"  # the export's output, renamed to merged/ once complete
+
+
+def _memory(plan: Plan) -> Plan:
+    """The budget's per-GPU peaks (preflight/memory_check.py judges them)."""
+    b, w = plan.budget, plan.budget.workload if plan.budget else None
+    if plan.layout.mode == "cpu" or plan.recipe.settings.MEMORY_CHECK == "off" or w is None:
+        return plan
+    note = b.note
+    if w.dims.params > memory.CALIBRATED_MAX_PARAMS:
+        note += (f"; extrapolated: the coefficients were fitted on models up to 1.5B parameters, this one has "
+                 f"{w.dims.params / 1e9:.1f}B (docs/benchmarks/memory-calibration.json)")  # fmt: skip
+    return dataclasses.replace(plan, memory=tuple(b.estimates(plan.layout)), memory_note=(note,))
+
+
+def _with_site_hooks(process: Process, env: Mapping[str, str]) -> Process:
+    """Put entrypoint/site first on PYTHONPATH of a child that has a GRPO_RIG_* hook variable."""
+    if not any(k in process.env for k in SITE_HOOK_VARIABLES):
+        return process
+    path = [str(SITE_DIR)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    return dataclasses.replace(process, env={**process.env, "PYTHONPATH": ":".join(path)})
+
+
+def dumps(plan: Plan) -> str:
+    return json.dumps(plan.to_json(), indent=2)

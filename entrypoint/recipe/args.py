@@ -1,0 +1,133 @@
+"""The `swift rlhf` and `swift rollout` arguments the decisions read, typed, built once per recipe.
+
+A recipe keeps each argument as the argv tokens it will pass (Recipe.trainer, Recipe.rollout: strings,
+already checked against ms-swift's own types by swift_schema.ArgSpec.coerce). Decisions need numbers and
+booleans: `TrainerArgs.of(tokens)` converts them here, once, by the generated schema's type
+(entrypoint/data/swift_rlhf_args.json), and fills what the recipe leaves out with ms-swift's default:
+its dataclass default, else the one it sets at run time (RUNTIME_DEFAULTS). `Recipe.trainer_args` and
+`Recipe.rollout_args` hold the result; no other module converts an argument's text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from entrypoint.recipe import swift_schema
+
+# Defaults ms-swift 3.6.4 sets at run time rather than in its dataclasses (the schema says None there).
+RUNTIME_DEFAULTS: dict[str, str] = {
+    "beta": "0.04",  # GRPO's KL coefficient when unset (v3.6.4:swift/llm/argument/rlhf_args.py:168-169)
+    "torch_dtype": "bfloat16",  # the model's own dtype: the models planned here ship bfloat16 (config.json)
+    "dataloader_num_workers": "1",  # on Linux, when unset (v3.6.4:swift/trainers/arguments.py:110-114)
+    "deepspeed": "",  # none
+}
+
+
+def _typed(text: str | None, kind: str) -> Any:
+    if text is None or (text == "" and kind != "str"):
+        return None
+    if kind == "bool":
+        return text.strip().lower() in swift_schema.TRUE_WORDS
+    if kind == "int":
+        return int(text)
+    if kind == "float":
+        return float(text)
+    return text
+
+
+def _values(cls, command: str, tokens: Mapping[str, list[str]]) -> dict[str, Any]:
+    schema = swift_schema.load(command)
+    out: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        spec = schema[field.name]
+        given = tokens.get(field.name)
+        if given:
+            text = given[0]
+        elif isinstance(spec.default, bool):
+            text = "true" if spec.default else "false"
+        elif spec.default is not None:
+            text = str(spec.default)
+        else:
+            text = RUNTIME_DEFAULTS.get(field.name) if command == "rlhf" else None
+        out[field.name] = _typed(text, spec.type)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerArgs:
+    """`swift rlhf` arguments as the run will see them. None: ms-swift derives the value itself (the
+    accumulation from 16 / per-device / world, the generation batch from the others, vLLM's context from
+    the model)."""
+
+    per_device_train_batch_size: int
+    gradient_accumulation_steps: int | None
+    steps_per_generation: int | None
+    generation_batch_size: int | None
+    num_generations: int
+    per_device_eval_batch_size: int
+    max_steps: int  # -1: from the dataset and the epochs
+    max_completion_length: int
+    max_length: int | None
+    torch_dtype: str
+    train_type: str
+    lora_rank: int
+    beta: float
+    deepspeed: str
+    gradient_checkpointing: bool
+    use_liger_kernel: bool
+    delta: float | None
+    padding_free: bool
+    overlong_filter: bool
+    sequence_parallel_size: int
+    use_vllm: bool
+    vllm_gpu_memory_utilization: float
+    vllm_tensor_parallel_size: int
+    vllm_max_model_len: int | None
+    vllm_enforce_eager: bool
+    sleep_level: int
+    offload_model: bool
+    offload_optimizer: bool
+    seed: int
+    temperature: float
+    top_p: float
+    top_k: int
+    split_dataset_ratio: float
+    eval_strategy: str | None
+    system: str | None
+    use_hf: bool
+    dataloader_num_workers: int
+    max_steps: int
+    save_strategy: str
+    save_steps: float
+    save_total_limit: int | None
+    save_only_model: bool
+    log_completions: bool
+
+    @classmethod
+    def of(cls, tokens: Mapping[str, list[str]]) -> TrainerArgs:
+        """From a recipe's argv tokens (Recipe.trainer). Raises ValueError only for a token that the
+        schema's coercion would have refused (Recipe.load drops those first)."""
+        return cls(**_values(cls, "rlhf", tokens))
+
+    @property
+    def offload(self) -> bool:
+        """OFFLOAD_MODEL or OFFLOAD_OPTIMIZER: ms-swift moves them to the CPU around generation."""
+        return self.offload_model or self.offload_optimizer
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutArgs:
+    """`swift rollout` arguments as the server will see them (ROLLOUT_* keys)."""
+
+    gpu_memory_utilization: float
+    tensor_parallel_size: int
+    data_parallel_size: int
+    max_model_len: int | None
+    max_num_seqs: int
+    enforce_eager: bool
+
+    @classmethod
+    def of(cls, tokens: Mapping[str, list[str]]) -> RolloutArgs:
+        return cls(**_values(cls, "rollout", tokens))

@@ -1,0 +1,385 @@
+"""`import`: turn an ms-swift command line (or a shell script holding one) into a recipe.
+
+    python -m entrypoint import examples/train/grpo/external/grpo_7b.sh > recipes/mine.env
+    python -m entrypoint import -- CUDA_VISIBLE_DEVICES=0 swift rlhf --rlhf_type grpo --model ...
+
+What the entrypoint composes itself is dropped with a comment saying why (--rlhf_type, --output_dir,
+--vllm_mode and the server address); the GPU layout comes from CUDA_VISIBLE_DEVICES / NPROC_PER_NODE and
+the `swift rollout` command, commented out or not (ms-swift's examples keep it in comments); flags of other
+ms-swift versions are translated where the 3.6.4 spelling is mechanical (keys.RENAMED says the rest);
+values equal to recipes/defaults.env are left out. The result is a recipe for `validate` to judge: the
+importer translates, it does not decide whether the run fits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+
+from entrypoint.recipe import keys, swift_schema
+from entrypoint.recipe.load import DEFAULTS_FILE, RECIPES_DIR, read_env_file
+from entrypoint.recipe.settings import split_address
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0", "::1")
+DROPPED = {
+    "rlhf_type": "this image always runs GRPO (--rlhf_type grpo)",
+    "output_dir": "runs go to OUTPUT_DIR/RUN_NAME (the mounted volume)",
+    "vllm_mode": "the mode follows the layout: ROLLOUT_GPUS / ROLLOUT_HOST set -> server, else colocate",
+    "vllm_server_host": "composed from ROLLOUT_GPUS (local) or ROLLOUT_HOST",
+    "vllm_server_port": "composed from ROLLOUT_PORT (a free port when unset)",
+    "vllm_server_base_url": "its port became ROLLOUT_PORT and its host ROLLOUT_HOST, or ROLLOUT_GPUS for a server "
+    "on this node (a base URL alone does not enable server mode in ms-swift 3.6.4)",
+    "add_version": "the run directory is OUTPUT_DIR/RUN_NAME",
+    "logging_dir": "logs go under the run directory",
+}
+# Renamed flags whose 3.6.4 spelling is mechanical (keys.RENAMED explains each).
+TRANSLATED = {
+    "sft_type": lambda v: {"TRAIN_TYPE": v},
+    "tuner_type": lambda v: {"TRAIN_TYPE": v},
+    "lora_r": lambda v: {"LORA_RANK": v},
+    "lora_target_modules": lambda v: {"TARGET_MODULES": v},
+    "load_in_4bit": lambda v: {"QUANT_METHOD": "bnb", "QUANT_BITS": "4"} if _true(v) else {},
+    "load_in_8bit": lambda v: {"QUANT_METHOD": "bnb", "QUANT_BITS": "8"} if _true(v) else {},
+}
+SECRET_RE = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
+
+
+def _true(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "on", "")
+
+
+@dataclasses.dataclass
+class Command:
+    """One `swift rlhf` / `swift rollout` (or torchrun .../rlhf.py) command of a script."""
+
+    sub: str  # "rlhf" | "rollout"
+    env: dict[str, str]  # VAR=value prefixes and earlier `export`s
+    flags: list[tuple[str, list[str]]]  # (name, values) in order
+    commented: bool = False
+    torchrun: dict[str, str] = dataclasses.field(default_factory=dict)  # --nproc_per_node etc.
+
+
+CONTROL_WORDS = {"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac",
+                 "function", "select", "{", "}"}  # fmt: skip
+VARIABLE_RE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def _logical_lines(text: str) -> list[tuple[str, bool, int]]:
+    """(line, commented, first line number) with backslash continuations joined; a commented block keeps
+    its `#`s off (ms-swift's examples keep the `swift rollout` command in comments)."""
+    out: list[tuple[str, bool, int]] = []
+    current, commented, start = "", False, 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        is_comment = line.startswith("#")
+        body = line.lstrip("#").strip() if is_comment else line
+        if current:
+            current += " " + body.rstrip("\\").strip()
+        else:
+            current, commented, start = body.rstrip("\\").strip(), is_comment, number
+        if not body.endswith("\\"):
+            if current:
+                out.append((current, commented, start))
+            current = ""
+    if current:
+        out.append((current, commented, start))
+    return out
+
+
+def _expand(word: str, variables: Mapping[str, str]) -> str:
+    """$VAR and ${VAR} from the script's own assignments; others are left as written."""
+    return VARIABLE_RE.sub(lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), word)
+
+
+def parse(text: str) -> list[Command]:
+    """Every swift rlhf / rollout command in a shell script or command line. Raises ValueError when a line
+    cannot be split (an unclosed quote)."""
+    commands: list[Command] = []
+    exported: dict[str, str] = {}  # `export`ed: reach the commands' environment
+    variables: dict[str, str] = {}  # every assignment: what $VAR expands to
+    for line, commented, number in _logical_lines(text):
+        try:
+            words = shlex.split(line)
+        except ValueError as exc:
+            if commented:
+                continue
+            raise ValueError(f"line {number}: cannot read {line[:60]!r}: {exc}") from None
+        if not words:
+            continue
+        if not commented and (
+            words[0] in CONTROL_WORDS or line.rstrip().endswith(("() {", "(){")) or "$(" in line
+        ):
+            raise ValueError(
+                f"line {number}: {line[:60]!r} is shell control flow or command substitution; import reads plain "
+                "commands: give the one command alone (python -m entrypoint import -- swift rlhf ...)"
+            )
+        words = [_expand(w, variables) for w in words]
+        if words[0] == "export" and not commented:
+            for w in words[1:]:
+                if "=" in w:
+                    name, value = w.split("=", 1)
+                    exported[name] = variables[name] = value
+            continue
+        env: dict[str, str] = {}
+        while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+            name, value = words.pop(0).split("=", 1)
+            env[name] = value
+        if not words and not commented:  # VAR=value alone: a shell variable for later $VAR
+            variables.update(env)
+            continue
+        while words and words[0] in ("nohup", "env", "exec"):
+            words.pop(0)
+        torchrun: dict[str, str] = {}
+        if len(words) > 1 and _is_python(words[0]) and words[1].endswith(_WORKER_FILES):
+            # what ms-swift's CLI runs (its "run sh:" line) and what `plan` shows for one process
+            words = ["swift", Path(words[1]).stem, *words[2:]]
+        if words[:1] == ["torchrun"] or (
+            words[:1] and _is_python(words[0]) and words[1:3] == ["-m", "torch.distributed.run"]
+        ):
+            words = words[1:] if words[0] == "torchrun" else words[3:]
+            while words and words[0].startswith("--"):
+                name, eq, value = words.pop(0)[2:].partition("=")
+                if not eq and words and not words[0].startswith("--") and not words[0].endswith(".py"):
+                    value = words.pop(0)  # `--nproc_per_node 2`, as ms-swift's CLI writes it
+                torchrun[name] = value
+            if not words or not words[0].endswith(("rlhf.py", "rollout.py")):
+                continue
+            words = ["swift", Path(words[0]).stem, *words[1:]]
+        if len(words) < 2 or words[0] != "swift" or words[1] not in ("rlhf", "rollout"):
+            continue
+        flags: list[tuple[str, list[str]]] = []
+        for word in words[2:]:
+            if word.startswith("--"):
+                name, eq, value = word[2:].partition("=")
+                flags.append((name, [value] if eq else []))
+            elif flags:
+                flags[-1][1].append(word)
+        commands.append(Command(words[1], {**exported, **env}, flags, commented, torchrun))
+    return commands
+
+
+_WORKER_FILES = ("cli/rlhf.py", "cli/rollout.py")  # ms-swift's swift/cli/<command>.py
+
+
+def _is_python(word: str) -> bool:
+    """python, python3, python3.10, /opt/venv/bin/python: an interpreter's name, wherever it lives."""
+    return re.fullmatch(r"python(\d+(\.\d+)?)?", Path(word).name) is not None
+
+
+def _gpus(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip().isdigit()]
+
+
+def _quote(value: str) -> str:
+    if value == "" or re.search(r"[\s#'\"$]", value):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return value
+
+
+def _defaults() -> dict[str, str]:
+    path = RECIPES_DIR / DEFAULTS_FILE
+    values, _ = read_env_file(path, f"recipes/{DEFAULTS_FILE}") if path.exists() else ({}, [])
+    return {k: v.value for k, v in values.items()}
+
+
+@dataclasses.dataclass
+class _Draft:
+    """The recipe being written: its values (in order) and the notes that become its header comments."""
+
+    defaults: Mapping[str, str]
+    values: dict[str, str] = dataclasses.field(default_factory=dict)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def put(self, key: str, value: str, why: str = "") -> None:
+        if self.defaults.get(key) == value:  # keys equal to defaults.env are left out
+            return
+        self.values[key] = value
+        if why:
+            self.notes.append(f"{key}: {why}")
+
+
+def to_recipe(
+    text: str,
+    source: str = "the command line",
+    defaults: Mapping[str, str] | None = None,
+    target: str = "<this file>",
+) -> str:
+    """The recipe (an .env text) for the first `swift rlhf` command in `text`, in stages: the layout, the
+    node and environment assignments, the trainer's flags, the rollout's flags; its header names `target`,
+    the file it is written to. Raises ValueError when there is none."""
+    commands = parse(text)
+    rlhf = next((c for c in commands if c.sub == "rlhf" and not c.commented), None) or next(
+        (c for c in commands if c.sub == "rlhf"), None
+    )
+    if rlhf is None:
+        raise ValueError(f"no `swift rlhf` command in {source}")
+    rollouts = [c for c in commands if c.sub == "rollout"]
+    rollout = next((c for c in rollouts if not c.commented), None) or (rollouts[0] if rollouts else None)
+    d = _Draft(_defaults() if defaults is None else defaults)
+    env = dict(rlhf.env)
+    rollout_gpus = _layout(d, rlhf, rollout, env)
+    _node_and_environment(d, rlhf, env)
+    _trainer_flags(d, rlhf, rollout_gpus)
+    if rollout is not None and "ROLLOUT_HOST" not in d.values:
+        _rollout_flags(d, rollout)
+    lines = [f"# Imported from {source} by `python -m entrypoint import` (ms-swift 3.6.4 spelling).",
+             f"# Check it with: python -m entrypoint validate recipe={target}"]  # fmt: skip
+    lines += [f"# {n}" for n in d.notes]
+    lines.append("")
+    lines += [f"{k}={_quote(v)}" for k, v in d.values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _layout(d: _Draft, rlhf: Command, rollout: Command | None, env: dict[str, str]) -> list[int]:
+    """TRAIN_GPUS / ROLLOUT_GPUS / ROLLOUT_HOST from CUDA_VISIBLE_DEVICES, NPROC_PER_NODE, the server flags,
+    ms-swift <= 3.5's --vllm_device and the `swift rollout` line; returns the rollout GPUs. Pops what it
+    reads from `env`."""
+    flags = dict((name, vals) for name, vals in rlhf.flags)
+    visible = _gpus(env.pop("CUDA_VISIBLE_DEVICES", ""))
+    nproc_text = env.pop("NPROC_PER_NODE", "") or rlhf.torchrun.get("nproc_per_node", "")
+    nproc = int(nproc_text) if nproc_text.isdigit() else None
+    mode = (flags.get("vllm_mode") or [""])[0]
+    host = (flags.get("vllm_server_host") or [""])[0]
+    port = (flags.get("vllm_server_port") or [""])[0]
+    base_url = (flags.get("vllm_server_base_url") or [""])[0]
+    if base_url:  # http://10.0.0.5:8000: the same server as host + port
+        url_host, url_port = split_address(base_url)
+        host, port = host or url_host, port or str(url_port or "")
+    device = (flags.get("vllm_device") or [""])[0]
+    timeout = (flags.get("vllm_server_timeout") or [""])[0]
+    train = visible or (list(range(nproc)) if nproc else [])
+    rollout_gpus: list[int] = []
+    if device:
+        train, rollout_gpus = _vllm_device(d, device, visible, nproc, train)
+    if mode == "server" or host or (device and rollout_gpus):
+        if timeout:
+            d.put(
+                "ROLLOUT_STARTUP_TIMEOUT",
+                timeout,
+                "--vllm_server_timeout: the entrypoint's health wait, passed on to the trainer",
+            )
+        if host and host not in LOCAL_HOSTS:
+            d.put("ROLLOUT_HOST", host, "the rollout server runs on another node; put its address here")
+        elif not rollout_gpus:
+            rollout_gpus = _gpus(rollout.env.get("CUDA_VISIBLE_DEVICES", "")) if rollout is not None else []
+            if not rollout_gpus:
+                # the GPU after the trainers; a script naming neither gets trainer 0 and rollout 1 (was 0 and 0:
+                # the overlap the layout then refused)
+                train = train or [0]
+                rollout_gpus = [max(train) + 1]
+                d.notes.append(
+                    f"ROLLOUT_GPUS: the script names no GPU for `swift rollout`; guessed {rollout_gpus[0]}, the one "
+                    f"after the trainers' ({','.join(map(str, train))})"
+                )
+        if port:
+            d.put("ROLLOUT_PORT", port)
+    if timeout and "ROLLOUT_STARTUP_TIMEOUT" not in d.values:
+        d.notes.append(f"--vllm_server_timeout {timeout}: dropped, there is no rollout server in this layout")
+    if nproc and visible and len(visible) != nproc and not device:
+        d.notes.append(f"NPROC_PER_NODE={nproc} but CUDA_VISIBLE_DEVICES lists {len(visible)} GPUs; ms-swift 3.6.4 "
+                       "needs them equal, so TRAIN_GPUS takes the first NPROC_PER_NODE")  # fmt: skip
+        train = visible[:nproc]
+    d.put("TRAIN_GPUS", ",".join(map(str, train)) if train else "0")
+    if rollout_gpus:
+        d.put("ROLLOUT_GPUS", ",".join(map(str, rollout_gpus)))
+    return rollout_gpus
+
+
+def _vllm_device(
+    d: _Draft, device: str, visible: list[int], nproc: int | None, train: list[int]
+) -> tuple[list[int], list[int]]:
+    """(training GPUs, rollout GPUs) for ms-swift <= 3.5's --vllm_device, removed in 3.6, with the note that
+    says what became of it. `auto` put vLLM on the GPU after the training processes, the last visible one
+    when NPROC_PER_NODE is unset (the trainers take the rest); `cuda:N` on GPU N. Where no GPU is left
+    beside the trainers, vLLM is colocated on them, and the note says so."""
+    rollout: list[int] = []
+    if device == "auto" and len(visible) > (nproc or 1):
+        trainers = nproc or len(visible) - 1
+        train, rollout = visible[:trainers], visible[trainers:]
+    elif device.startswith("cuda:") and device[5:].isdigit():
+        rollout = [int(device[5:])]
+        train = [g for g in train if g not in rollout]
+    if rollout:
+        d.notes.append(f"--vllm_device {device}: removed in 3.6; the rollout becomes a `swift rollout` server on "
+                       f"GPU {','.join(map(str, rollout))}, beside the trainers on GPU {','.join(map(str, train)) or '-'}")  # fmt: skip
+    else:
+        why = (
+            "no GPU is left beside the trainers"
+            if visible
+            else "the script lists no GPUs (CUDA_VISIBLE_DEVICES)"
+        )
+        d.notes.append(f"--vllm_device {device}: removed in 3.6; {why}, so vLLM runs colocated on the training "
+                       "GPUs (give it its own with ROLLOUT_GPUS)")  # fmt: skip
+    return train, rollout
+
+
+def _node_and_environment(d: _Draft, rlhf: Command, env: dict[str, str]) -> None:
+    """Multi-node variables (from the environment or torchrun's flags), then the other VAR=value prefixes:
+    ms-swift's environment knobs are kept, secrets and unknown names left out with a note."""
+    for name in ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        value = env.pop(name, "") or rlhf.torchrun.get(name.lower(), "")
+        if value.startswith("$"):
+            d.notes.append(f"{name}: the script reads it from {value}; set it per node")
+        elif value:
+            d.put(name, value)
+    for name, value in env.items():
+        found = keys.lookup(name)
+        if SECRET_RE.search(name):
+            d.notes.append(f"{name}: a secret; export it in the environment, never in a recipe")
+        elif found is not None and found.kind not in ("managed", "renamed"):
+            d.put(name, value)
+        else:
+            d.notes.append(f"{name}={value}: not a key this image knows; left out")
+
+
+def _trainer_flags(d: _Draft, rlhf: Command, rollout_gpus: list[int]) -> None:
+    """Each `swift rlhf` flag as a key: dropped when composed, translated when renamed, moved to the rollout
+    server when colocate-only in server mode."""
+    schema = swift_schema.load("rlhf")
+    for name, vals in rlhf.flags:
+        if name in DROPPED or name in ("vllm_device", "vllm_server_timeout"):  # _layout read the last two
+            if name in DROPPED:
+                d.notes.append(f"--{name}: dropped, {DROPPED[name]}")
+            continue
+        if name == "external_plugins":  # the image's own plugin is always loaded first
+            vals = [v for v in vals if not v.endswith("entrypoint/rewards/grpo_rig_rewards.py")]
+            if not vals:
+                continue
+        value = " ".join(vals) if vals else "true"
+        key = name.upper()
+        if rollout_gpus and key in keys.COLOCATE_ONLY:  # server mode: the rollout's own flag, or nothing
+            target = keys.COLOCATE_ONLY[key]
+            if target:
+                d.put(target, value, f"from --{name}: in server mode the rollout server takes it")
+            else:
+                d.notes.append(f"--{name} {value}: dropped, ms-swift ignores it in server mode")
+        elif name in TRANSLATED:
+            for k, v in TRANSLATED[name](value).items():
+                d.put(k, v, f"translated from --{name} {value}")
+        elif key in keys.RENAMED:
+            d.notes.append(f"--{name} {value}: {keys.RENAMED[key].message}; {keys.RENAMED[key].fix}")
+        elif name in schema or keys.lookup(key) is not None:
+            d.put(key, value)
+        else:
+            d.put(key, value, "not a `swift rlhf` 3.6.4 argument: validate will say what it is")
+
+
+def _rollout_flags(d: _Draft, rollout: Command) -> None:
+    """The `swift rollout` line's own flags as ROLLOUT_* keys (those shared with the trainer come from it)."""
+    rlhf_schema, rollout_schema = swift_schema.load("rlhf"), swift_schema.load("rollout")
+    for name, vals in rollout.flags:
+        if name in ("model", "host", "port") or (
+            name in rlhf_schema and name.upper() in keys.SHARED_WITH_ROLLOUT
+        ):
+            continue
+        key = "ROLLOUT_" + name.upper()
+        found = keys.lookup(key)
+        if found is not None and found.kind == "managed":
+            d.notes.append(f"swift rollout --{name}: dropped, {found.managed}")
+        elif name in rollout_schema and key not in keys.RENAMED:
+            d.put(key, " ".join(vals) if vals else "true")
+        else:
+            d.notes.append(f"swift rollout --{name}: not a 3.6.4 `swift rollout` argument; left out")

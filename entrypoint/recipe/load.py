@@ -1,0 +1,611 @@
+"""Recipes: env files of KEY=VALUE, layered, classified and type-checked.
+
+Precedence, lowest to highest (README, "Recipes"):
+
+    recipes/defaults.env  <  recipes/<RECIPE>.env  <  process environment  <  command-line KEY=VALUE
+
+The process environment only contributes keys this module knows (a stray `COLUMNS` or `DEBUG` from a
+shell is not a recipe value). Every resolved value remembers its layer (`source`), which the manifest
+records. Keys are case-insensitive on the command line (`recipe=smoke`); env files use upper case.
+
+Key kinds (`classify`):
+    owned    keys of `settings.Settings` (placement, run identity, ...)
+    trainer  `swift rlhf` arguments, upper-cased: NUM_GENERATIONS=6 -> --num_generations 6
+    rollout  `swift rollout` arguments behind ROLLOUT_: ROLLOUT_MAX_MODEL_LEN -> --max_model_len
+    nccl     NCCL environment variables (keys.NCCL_VARIABLES), given to trainer and rollout alike
+    env      a few environment variables for the children (wandb, hub, allocator settings)
+Anything else is refused with a did-you-mean, and keys the entrypoint composes itself are refused with
+the key to use instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import io
+import os
+import stat
+from collections import ChainMap
+from collections.abc import Mapping
+from pathlib import Path
+
+from dotenv.parser import parse_stream
+from pydantic import ValidationError
+
+from entrypoint.errors import BadInput, Problem
+from entrypoint.recipe import keys, swift_schema
+from entrypoint.recipe.args import RolloutArgs, TrainerArgs
+from entrypoint.recipe.keys import MANAGED, NCCL_VARIABLES
+from entrypoint.recipe.settings import Settings
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+RECIPES_DIR = PROJECT_DIR / "recipes"
+
+
+def recipes_dir(environ: Mapping[str, str]) -> Path:
+    """Where recipe names are looked up: GRPO_RIG_RECIPES (the image's mounted recipes), else the checkout's."""
+    return Path(environ.get("GRPO_RIG_RECIPES") or RECIPES_DIR)
+
+
+DEFAULTS_FILE = "defaults.env"
+
+
+@dataclasses.dataclass(frozen=True)
+class Value:
+    value: str
+    source: str  # "recipes/defaults.env:3", "recipes/smoke.env:7", "environment", "command line"
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """A resolved recipe: what each key is, and which layer set it."""
+
+    name: str
+    values: dict[str, Value]
+    settings: Settings
+    trainer: dict[str, list[str]]  # swift rlhf argument name -> argv tokens after --name
+    rollout: dict[str, list[str]]  # swift rollout argument name -> argv tokens
+    nccl: dict[str, Value]  # NCCL variables from the recipe, the environment or the command line
+    env: dict[str, str]  # pass-through environment for the children
+    problems: list[Problem]  # found while resolving: warnings, and (strict=False) the refused values
+    dropped: frozenset[str] = frozenset()  # keys whose values were refused (strict=False), left at defaults
+
+    @functools.cached_property
+    def trainer_args(self) -> TrainerArgs:
+        """The `swift rlhf` arguments the decisions read, typed, ms-swift's defaults filled in (args.py)."""
+        return TrainerArgs.of(self.trainer)
+
+    @functools.cached_property
+    def rollout_args(self) -> RolloutArgs:
+        """The `swift rollout` arguments, typed (args.py)."""
+        return RolloutArgs.of(self.rollout)
+
+    @functools.cached_property
+    def vllm_use_v1(self) -> bool | None:
+        """The recipe's VLLM_USE_V1 as vLLM reads it (`bool(int(...))`, vllm 0.8.5.post1 envs.py): True for
+        V1, False for V0, None when the recipe leaves vLLM its choice. The one reader of that variable;
+        values vLLM cannot read never get here (`_env_value` refuses them)."""
+        value = self.env.get("VLLM_USE_V1")
+        return None if value is None else bool(int(value))
+
+    def arg(self, name: str, fallback: str | None = None) -> str | None:
+        """A `swift rlhf` argument as the run will see it: the recipe's value, else ms-swift's declared
+        default (booleans as "true"/"false"), else `fallback` for defaults ms-swift sets at run time
+        (GRPO's beta 0.04, the model's own dtype). The one accessor for an argument's effective value."""
+        tokens = self.trainer.get(name)
+        if tokens:
+            return tokens[0]
+        return _default(swift_schema.load("rlhf")[name].default, fallback)
+
+    def args(self, name: str) -> list[str]:
+        """The tokens the recipe gives a `swift rlhf` argument ([] when it leaves it to ms-swift)."""
+        return list(self.trainer.get(name) or [])
+
+    def rollout_arg(self, name: str, fallback: str | None = None) -> str | None:
+        """A `swift rollout` argument's effective value, as `arg`."""
+        tokens = self.rollout.get(name)
+        if tokens:
+            return tokens[0]
+        return _default(swift_schema.load("rollout")[name].default, fallback)
+
+    def raw(self, key: str) -> str | None:
+        v = self.values.get(key)
+        return v.value if v is not None else None
+
+    def identity(self) -> dict[str, str]:
+        """The values that define what a run trains (keys.IDENTITY); a resume must keep them."""
+        return {k: self.raw(k) or "" for k in keys.IDENTITY}
+
+    def is_set(self, key: str) -> bool:
+        """True when the key has a non-empty value from any layer."""
+        return bool(self.raw(key))
+
+    def source(self, key: str) -> str:
+        v = self.values.get(key)
+        return v.source if v is not None else "default"
+
+    def layer(self, key: str) -> int:
+        """Precedence of the layer that set `key`: -1 unset, 0 defaults.env, 1 the recipe file,
+        2 the process environment, 3 the command line, 4 the planner."""
+        return layer_of(self.values[key].source) if key in self.values else -1
+
+    def with_values(self, chosen: Mapping[str, tuple[str, str]]) -> Recipe:
+        """A copy with swift arguments (ROLLOUT_ ones for `swift rollout`), owned keys or environment variables
+        for the children set by the planner: {KEY: (value, source)}. Keys must be unset here."""
+        rlhf, rollout_schema = swift_schema.load("rlhf"), swift_schema.load("rollout")
+        values = dict(self.values)
+        trainer, rollout, env = dict(self.trainer), dict(self.rollout), dict(self.env)
+        owned: dict[str, str] = {}
+        for key, (value, source) in chosen.items():
+            values[key] = Value(value, source)
+            kind = getattr(keys.lookup(key), "kind", None)
+            if kind == "env":
+                env[key] = value
+            elif kind == "owned":  # typed like any layer's value (VLLM_SCHEDULER_STEPS)
+                owned[key] = value
+            elif key.startswith("ROLLOUT_") and key[len("ROLLOUT_") :].lower() in rollout_schema:
+                spec = rollout_schema[key[len("ROLLOUT_") :].lower()]
+                rollout[spec.name] = spec.coerce(value)
+            else:
+                spec = rlhf[key.lower()]
+                trainer[spec.name] = spec.coerce(value)
+        settings = (
+            Settings.model_validate({**self.settings.model_dump(), **owned}) if owned else self.settings
+        )
+        return dataclasses.replace(
+            self, values=values, settings=settings, trainer=trainer, rollout=rollout, env=env
+        )
+
+    def resolved(self) -> dict[str, dict[str, str]]:
+        """{KEY: {"value", "source"}} for the manifest and `plan --json`."""
+        return {k: {"value": v.value, "source": v.source} for k, v in sorted(self.values.items())}
+
+
+def _default(default, fallback: str | None) -> str | None:
+    if isinstance(default, bool):
+        return "true" if default else "false"
+    return fallback if default is None else str(default)
+
+
+def classify(key: str) -> str | None:
+    """The kind of a recipe key ("owned", "trainer", "rollout", "nccl", "env"), or None if unknown.
+
+    Managed and renamed keys return None too; `explain_unknown` says why (entrypoint/keys.py).
+    """
+    found = keys.lookup(key)
+    return found.kind if found is not None and found.kind not in ("managed", "renamed") else None
+
+
+def explain_unknown(key: str, source: str) -> Problem:
+    """The problem for a key `classify` refused: renamed, managed, or unknown with suggestions."""
+    where = f"{key} ({source})"
+    found = keys.lookup(key)
+    if found is not None and found.renamed is not None:
+        r = found.renamed
+        return Problem(where, f"{r.message} [source: {r.source}]", r.fix)
+    if found is not None and found.managed:
+        return Problem(where, "is set by the entrypoint, not by recipes", found.managed)
+    underscored = key.replace("-", "_")
+    if underscored != key and keys.lookup(underscored) is not None:  # `tuner-type`, as on ms-swift's CLI
+        if classify(underscored) is not None:
+            return Problem(
+                where, "is spelled with dashes; recipe keys use underscores", f"write {underscored}"
+            )
+        inner = explain_unknown(underscored, source)  # renamed or managed: say what became of it
+        return Problem(where, f"({underscored}) {inner.message}", inner.fix)
+    candidates = keys.known() + list(MANAGED)  # never suggest a key that would be refused as renamed
+    close = difflib.get_close_matches(key, candidates, n=3, cutoff=0.75)
+    prefix = [k for k in candidates if k.startswith(key) and k != key][:3]
+    suggestions = list(dict.fromkeys(prefix + close))[:3]
+    if key.startswith("NCCL_"):
+        message = "is not an NCCL variable this image knows (NCCL ignores unknown names silently)"
+    else:
+        message = "is not a key of this image, of `swift rlhf` or of `swift rollout` (ms-swift 3.6.4)"
+    if prefix:
+        message += "; abbreviations are refused (ms-swift's argparse would take them silently)"
+    fix = f"did you mean {' or '.join(suggestions)}?" if suggestions else "see `python -m entrypoint keys`"
+    if suggestions and suggestions[0] in MANAGED:
+        fix += f" ({suggestions[0]} itself is set by the entrypoint: {MANAGED[suggestions[0]]})"
+    return Problem(where, message, fix)
+
+
+TEXT_FILE_LIMIT = 16 * 1024**2  # bytes: a recipe, prompt, script or inventory is text far below this
+
+
+def read_user_file(path: Path) -> tuple[str | None, str]:
+    """(text, "") of a text file a user names (a recipe, a SYSTEM prompt, an inventory, a script to import),
+    else (None, why it cannot be used: missing, a directory, not a regular file, unreadable, binary, too
+    large), a phrase to follow the path. A UTF-8 byte-order mark (Windows editors) is dropped. Issue 26:
+    such files ended in UnicodeDecodeError / IsADirectoryError tracebacks."""
+    try:
+        mode = path.expanduser().stat().st_mode
+        if stat.S_ISDIR(mode):
+            return None, "is a directory, not a file"
+        if not stat.S_ISREG(mode):  # asked before opening: opening a FIFO blocks until a writer comes
+            return None, "is not a regular file (a pipe, socket or device)"
+        with path.expanduser().open("rb") as f:
+            data = f.read(TEXT_FILE_LIMIT + 1)
+    except FileNotFoundError:
+        return None, "does not exist"
+    except IsADirectoryError:
+        return None, "is a directory, not a file"
+    except NotADirectoryError:
+        return None, "does not exist (a part of its path is a file, not a directory)"
+    except PermissionError:
+        return None, f"cannot be read by this process (uid {os.getuid()}: permission denied)"
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror or exc})"
+    if len(data) > TEXT_FILE_LIMIT:
+        return None, f"is larger than {TEXT_FILE_LIMIT // 1024**2} MiB: not a text file of this kind"
+    nul = data.find(b"\0")
+    if nul >= 0:
+        return None, f"is a binary file, not text (a NUL byte at offset {nul})"
+    try:
+        return data.decode("utf-8-sig"), ""
+    except UnicodeDecodeError as exc:
+        return None, f"is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}): a binary file?"
+
+
+def read_env_file(path: Path, label: str) -> tuple[dict[str, Value], list[Problem]]:
+    """Parse one env file with python-dotenv's parser, reporting malformed lines instead of skipping them.
+
+    No variable interpolation: a recipe means the same on every machine.
+    """
+    values: dict[str, Value] = {}
+    problems: list[Problem] = []
+    text, why = read_user_file(path)
+    if text is None:
+        return values, [
+            Problem(label, f"{path} {why}", "give a recipe name or the path to an .env text file")
+        ]
+    for binding in parse_stream(io.StringIO(text)):
+        # python-dotenv counts from where the binding's text starts, blank lines before it included
+        raw = binding.original.string
+        line = binding.original.line + raw[: len(raw) - len(raw.lstrip())].count("\n")
+        where = f"{label}:{line}"
+        if binding.error:
+            snippet = binding.original.string.strip().splitlines()[0][:60]
+            problems.append(
+                Problem(where, f"not a KEY=VALUE line: {snippet!r}", "write KEY=VALUE, # comment")
+            )
+            continue
+        if binding.key is None:
+            continue  # blank line or comment
+        key = binding.key.upper()
+        if key == "RECIPE":
+            problems.append(
+                Problem(
+                    where, "RECIPE inside a recipe file", "remove it; name the recipe on the command line"
+                )
+            )
+            continue
+        if key in values:
+            problems.append(
+                Problem(
+                    where,
+                    f"{key} set twice (first at {values[key].source}); the later value wins",
+                    fatal=False,
+                )
+            )
+        values[key] = Value(binding.value if binding.value is not None else "", where)
+    return values, problems
+
+
+def parse_cli_pairs(pairs: list[str]) -> tuple[dict[str, Value], list[Problem]]:
+    """`KEY=VALUE` command-line words; keys are case-insensitive."""
+    values: dict[str, Value] = {}
+    problems: list[Problem] = []
+    i, last = 0, ""
+    while i < len(pairs):
+        word = pairs[i]
+        if word.startswith("-"):  # an ms-swift style --flag [value ...]: say the KEY=VALUE spelling
+            name, _, value = word.lstrip("-").partition("=")
+            following = []
+            while (
+                not value
+                and i + 1 < len(pairs)
+                and not pairs[i + 1].startswith("-")
+                and "=" not in pairs[i + 1]
+            ):
+                following.append(pairs[i + 1])
+                i += 1
+            value = value or " ".join(following)
+            spelled = f'{name.upper()}="{value}"' if " " in value else f"{name.upper()}={value or '<value>'}"
+            found = keys.lookup(name.upper())
+            fix = (  # a flag the entrypoint composes has no KEY=VALUE spelling: name the key that owns it
+                f"--{name.lower()} has no recipe key: {found.managed}"
+                if found is not None and found.kind == "managed"
+                else f"write {spelled}"
+            )
+            problems.append(
+                Problem(f"command line {word!r}", "arguments are KEY=VALUE words, not --flags", fix)
+            )
+        elif "=" not in word:
+            bare = [word]
+            while i + 1 < len(pairs) and "=" not in pairs[i + 1] and not pairs[i + 1].startswith("-"):
+                bare.append(pairs[i + 1])
+                i += 1
+            if last:  # REWARD_FUNCS=accuracy format: the shell split an unquoted list
+                whole = " ".join([values[last].value, *bare])
+                fix = f'quote the whole value: {last}="{whole}"'
+                message = (
+                    f"{' '.join(bare)!r} follows {last}=...: a list value must be quoted on the command line"
+                )
+            else:
+                fix, message = (
+                    "write KEY=VALUE (for example recipe=smoke NUM_GENERATIONS=8)",
+                    "is not a KEY=VALUE word",
+                )
+            problems.append(Problem(f"command line {word!r}", message, fix))
+        else:
+            key, value = word.split("=", 1)
+            last = key.strip().upper()
+            values[last] = Value(value, "command line")
+        i += 1
+    return values, problems
+
+
+def environment_layer(environ: Mapping[str, str]) -> dict[str, Value]:
+    """Known keys set in the process environment (upper-case names only)."""
+    layer: dict[str, Value] = {}
+    for key, value in environ.items():
+        found = keys.lookup(key)
+        if not key.isupper() or (found is not None and not found.from_environment):
+            continue
+        if (
+            classify(key) in ("owned", "nccl", "trainer", "rollout")
+            or key in MANAGED
+            and key != "CUDA_VISIBLE_DEVICES"
+        ):
+            layer[key] = Value(value, "environment")
+        elif key.startswith("NCCL_") and difflib.get_close_matches(key, NCCL_VARIABLES, n=1, cutoff=0.85):
+            layer[key] = Value(value, "environment")  # a likely typo; unrelated NCCL_* names pass through
+    return layer
+
+
+def layer_of(source: str) -> int:
+    """Precedence of a value's source (Value.source): 0 defaults.env, 1 the recipe file, 2 the process
+    environment, 3 the command line, 4 the planner."""
+    if source.startswith(f"recipes/{DEFAULTS_FILE}"):
+        return 0
+    return {"environment": 2, "command line": 3}.get(source, 4 if source.startswith("planner") else 1)
+
+
+def _dataset_replaces_generator(merged: dict[str, Value], problems: list[Problem]) -> None:
+    """A DATASET from a later layer than the recipe's DATASET_GENERATOR replaces the generator, as any later
+    layer replaces a value (`validate recipe=smoke DATASET=data/my.jsonl` trains on the file). The other
+    order, and both in one layer, plan._dataset judges."""
+    dataset, generator = merged.get("DATASET"), merged.get("DATASET_GENERATOR")
+    if not (dataset and dataset.value and generator and generator.value):
+        return
+    if layer_of(dataset.source) > layer_of(generator.source):
+        problems.append(Problem(f"DATASET_GENERATOR ({generator.source})",
+                                f"{generator.value}: not used, DATASET={dataset.value} ({dataset.source}) replaces the "
+                                "recipe's generated tasks", fatal=False))  # fmt: skip
+        merged["DATASET_GENERATOR"] = Value("", dataset.source)
+
+
+def recipe_path(name: str, recipes_dir: Path = RECIPES_DIR) -> Path:
+    """`recipes/<name>.env`, or `name` itself when it is a path to an env file."""
+    if name.endswith(".env") or "/" in name:
+        return Path(name)
+    return recipes_dir / f"{name}.env"
+
+
+def available_recipes(recipes_dir: Path = RECIPES_DIR) -> list[str]:
+    return sorted(p.stem for p in recipes_dir.glob("*.env") if p.name != DEFAULTS_FILE)
+
+
+def load(
+    cli_pairs: list[str], environ: Mapping[str, str], recipes_dir: Path = RECIPES_DIR, strict: bool = True
+) -> Recipe:
+    """Resolve a recipe from the four layers (`environ`: the process environment, read by the CLI).
+    Raises BadInput listing every problem found; with strict=False only when there is no recipe to read,
+    and otherwise returns the recipe without its bad values, the problems in `Recipe.problems`, so that
+    the plan's own checks run too and the user sees everything at once."""
+    cli, problems = parse_cli_pairs(cli_pairs)
+    name = (cli.get("RECIPE") or Value(environ.get("RECIPE", ""), "environment")).value
+    if not name:
+        names = ", ".join(available_recipes(recipes_dir))
+        raise BadInput(
+            problems + [Problem("RECIPE", "no recipe named", f"add recipe=NAME; shipped recipes: {names}")]
+        )
+    layers = _file_layers(name, recipes_dir, problems) + [environment_layer(environ), cli]
+    merged: dict[str, Value] = dict(ChainMap(*reversed(layers)))
+    merged["RECIPE"] = Value(name, cli["RECIPE"].source if "RECIPE" in cli else "environment")
+    _dataset_replaces_generator(merged, problems)
+    owned, trainer, rollout, nccl_values, env = _sort_by_kind(merged, problems)
+    settings = settings_of(owned, merged, problems)
+    if strict and any(p.fatal for p in problems):
+        raise BadInput(problems)
+    return Recipe(
+        name=name,
+        values=merged,
+        settings=settings,
+        trainer=trainer,
+        rollout=rollout,
+        nccl=nccl_values,
+        env=env,
+        problems=problems,
+        dropped=frozenset(p.where.split(" (")[0] for p in problems if p.fatal),
+    )
+
+
+def _file_layers(name: str, recipes_dir: Path, problems: list[Problem]) -> list[dict[str, Value]]:
+    """recipes/defaults.env and the recipe file (raises BadInput when the recipe file is missing or cannot be
+    read as text)."""
+    layers: list[dict[str, Value]] = []
+    defaults_path = recipes_dir / DEFAULTS_FILE
+    if defaults_path.exists():
+        values, found = read_env_file(defaults_path, f"recipes/{DEFAULTS_FILE}")
+        layers.append(values)
+        problems += found
+    path = recipe_path(name, recipes_dir)
+    _, why = read_user_file(path) if path.exists() else (None, "")
+    if why or not path.exists():  # nothing else can be checked without the recipe
+        shipped = available_recipes(recipes_dir)
+        close = difflib.get_close_matches(name, shipped, n=1) if not why else []
+        problems.append(
+            Problem(
+                "RECIPE",
+                f"the recipe file {path} {why}" if why else f"no recipe file {path}",
+                (f"did you mean recipe={close[0]}? " if close else "")
+                + f"use one of: {', '.join(shipped)}, or a path to an .env text file",
+            )
+        )
+        raise BadInput(problems)
+    label = f"recipes/{path.name}" if path.parent.resolve() == recipes_dir.resolve() else str(path)
+    values, found = read_env_file(path, label)
+    problems += found
+    return [*layers, values]
+
+
+def _sort_by_kind(merged: dict[str, Value], problems: list[Problem]):
+    """(owned, trainer, rollout, nccl, env) values by the registry's kinds (keys.py); swift arguments
+    type-checked against ms-swift's own schema."""
+    owned: dict[str, str] = {}
+    trainer: dict[str, list[str]] = {}
+    rollout: dict[str, list[str]] = {}
+    nccl_values: dict[str, Value] = {}
+    env: dict[str, str] = {}
+    rlhf_schema, rollout_schema = swift_schema.load("rlhf"), swift_schema.load("rollout")
+    for key, item in sorted(merged.items()):
+        kind = classify(key)
+        if kind is None:
+            problems.append(explain_unknown(key, item.source))
+        elif kind == "owned":
+            owned[key] = item.value
+        elif kind == "nccl":
+            nccl_values[key] = item
+        elif kind == "env":
+            value = _env_value(key, item, problems)
+            if value is not None:
+                env[key] = value
+        elif item.value != "":  # empty swift argument: leave ms-swift's default
+            spec = (
+                rlhf_schema[key.lower()]
+                if kind == "trainer"
+                else rollout_schema[key[len("ROLLOUT_") :].lower()]
+            )
+            try:
+                tokens = spec.coerce(item.value)
+            except ValueError as exc:
+                problems.append(
+                    Problem(f"{key} ({item.source})", str(exc), f"set {key} to a valid {spec.type}")
+                )
+                continue
+            out_of_range = _out_of_range(key, tokens)
+            if out_of_range:  # left out, so that planning goes on with ms-swift's default
+                problems.append(Problem(f"{key} ({item.source})", *out_of_range))
+                continue
+            if key in keys.DEPRECATED:
+                message, source = keys.DEPRECATED[key]
+                problems.append(
+                    Problem(
+                        f"{key} ({item.source})", f"{message} [source: {source}]", "remove it", fatal=False
+                    )
+                )
+            (trainer if kind == "trainer" else rollout)[spec.name] = tokens
+    return owned, trainer, rollout, nccl_values, env
+
+
+def _env_value(key: str, item: Value, problems: list[Problem]) -> str | None:
+    """The value a child gets for a pass-through variable; None leaves it out. VLLM_USE_V1 is read by vLLM as
+    `bool(int(os.getenv("VLLM_USE_V1", "1")))` at import (vllm 0.8.5.post1 envs.py), so any other text ends
+    the trainer with a ValueError after the model is loaded: refused here instead, and an empty value (this
+    project's "leave the default") is left out rather than passed as the "" that int() cannot read."""
+    if key != "VLLM_USE_V1":
+        return item.value
+    value = item.value.strip()
+    if not value:
+        return None
+    try:
+        int(value)
+    except ValueError:
+        problems.append(
+            Problem(
+                f"VLLM_USE_V1={item.value} ({item.source})",
+                "vLLM reads VLLM_USE_V1 as an integer (vllm/envs.py: bool(int(...))) and would stop the run at "
+                "its import",
+                "set VLLM_USE_V1=1 (ms-swift's V1 engine) or 0 (vLLM's V0 engine), or remove it",
+            )
+        )
+        return None
+    return value
+
+
+def _out_of_range(key: str, tokens: list[str]) -> tuple[str, str] | None:
+    """(message, fix) when a numeric argument is outside the values ms-swift / trl / vLLM give it a meaning
+    for (keys.RANGES, with sources)."""
+    bounds = keys.range_of(key)
+    if bounds is None:
+        return None
+    for token in tokens:
+        if not bounds.admits(float(token)):
+            return (
+                f"{token} is outside its range: {bounds.meaning} [source: {bounds.source}]",
+                f"set {key} {bounds.describe()}",
+            )
+    return None
+
+
+def settings_of(owned: dict[str, str], merged: dict[str, Value], problems: list[Problem]) -> Settings:
+    """The owned keys' typed values; every value pydantic refuses becomes a problem naming its source and a
+    value that fits."""
+    try:
+        return Settings(**owned)
+    except ValidationError as exc:
+        bad = set()
+        for err in exc.errors():
+            key = str(err["loc"][0]) if err["loc"] else "?"
+            bad.add(key)
+            source = merged[key].source if key in merged else "default"
+            problems.append(Problem(f"{key} ({source})", _said(err, owned.get(key)), _fix(key, err)))
+    try:  # the valid values still count, so that the plan's own checks see the recipe as written
+        return Settings(**{k: v for k, v in owned.items() if k not in bad})
+    except ValidationError:  # a validator across keys: nothing to keep
+        return Settings()
+
+
+def _said(err: dict, value: str | None) -> str:
+    kind, ctx = err.get("type", ""), err.get("ctx") or {}
+    limits = {"greater_than_equal": ("ge", "is below"), "greater_than": ("gt", "is not above"),
+              "less_than_equal": ("le", "is above"), "less_than": ("lt", "is not below")}  # fmt: skip
+    if kind in limits and value is not None:
+        return f"{value} {limits[kind][1]} {ctx[limits[kind][0]]}"
+    if kind == "value_error":  # a validator's own sentence, without pydantic's "Value error, " prefix
+        return str(ctx.get("error") or err["msg"])
+    if kind in ("int_parsing", "float_parsing", "bool_parsing", "literal_error") and value is not None:
+        what = {
+            "int_parsing": "an integer",
+            "float_parsing": "a number",
+            "bool_parsing": "true or false",
+        }.get(kind)
+        return f"{value!r} is not {what}" if what else f"{value!r} is not one of {err['ctx']['expected']}"
+    return err["msg"]
+
+
+def _fix(key: str, err: dict) -> str:
+    """A fix that names values the key takes (pydantic's error type and bounds)."""
+    ctx, kind = err.get("ctx") or {}, err.get("type", "")
+    if kind == "value_error" and getattr(ctx.get("error"), "fix", ""):  # settings.Refused knows its fix
+        return ctx["error"].fix
+    bounds = {"greater_than_equal": ("ge", "or more"), "greater_than": ("gt", "above"),
+              "less_than_equal": ("le", "or less"), "less_than": ("lt", "below")}  # fmt: skip
+    if kind in bounds:
+        name, words = bounds[kind]
+        return (
+            f"set {key} to {ctx[name]} {words}"
+            if words.startswith("or")
+            else f"set {key} to a value {words} {ctx[name]}"
+        )
+    if kind == "literal_error":
+        return f"use one of {ctx['expected']}"
+    if kind == "int_parsing":
+        return f"set {key} to an integer"
+    if kind == "float_parsing":
+        return f"set {key} to a number"
+    if kind == "bool_parsing":
+        return f"set {key} to true or false"
+    return f"set a valid {key}"

@@ -1,0 +1,212 @@
+"""The argument names, types and choices of the pinned ms-swift's `swift rlhf` and `swift rollout`.
+
+Importing ms-swift takes about 25 s (it imports torch, transformers and deepspeed), far too slow for a
+preflight that must answer in seconds. So the schema is generated once from the installed package and
+committed as `entrypoint/data/swift_{rlhf,rollout}_args.json`; `tests/test_swift_schema.py` regenerates
+it and fails on any difference, so it cannot drift from the lock.
+
+Source of the lists: `dataclasses.fields(RLHFArguments | RolloutArguments)` (all init fields) and the
+argparse actions `transformers.HfArgumentParser` builds from them, the same parser ms-swift's CLI uses
+(v3.6.4:swift/utils/utils.py:142-152). Regenerate: `python -m entrypoint.swift_schema --write`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+COMMANDS = ("rlhf", "rollout")
+
+# string_to_bool in transformers.hf_argparser accepts these (case-insensitive).
+TRUE_WORDS = {"yes", "true", "t", "y", "1"}
+FALSE_WORDS = {"no", "false", "f", "n", "0"}
+
+
+@dataclasses.dataclass(frozen=True)
+class ArgSpec:
+    """One `--name` of a swift command: its value type, list-ness, choices and default."""
+
+    name: str
+    type: str  # "bool" | "int" | "float" | "str"
+    nargs: str | None  # "+" for list values, else None
+    choices: tuple[str, ...] | None
+    default: Any
+
+    def coerce(self, value: str) -> list[str]:
+        """Check `value` as the swift CLI would parse it and return the argv tokens after `--name`.
+
+        Lists (nargs "+") are split on whitespace. Raises ValueError naming the expected type or choices.
+        """
+        tokens = value.split() if self.nargs == "+" else [value]
+        if not tokens:
+            raise ValueError("empty list")
+        return [self._coerce_one(t) for t in tokens]
+
+    def _coerce_one(self, token: str) -> str:
+        if self.type == "bool":
+            word = token.strip().lower()
+            if word in TRUE_WORDS:
+                return "true"
+            if word in FALSE_WORDS:
+                return "false"
+            raise ValueError(f"{token!r} is not a boolean (use true or false)")
+        if self.type == "int":
+            try:
+                int(token)
+            except ValueError:
+                raise ValueError(f"{token!r} is not an integer") from None
+        elif self.type == "float":
+            try:
+                float(token)
+            except ValueError:
+                raise ValueError(f"{token!r} is not a number") from None
+        if self.choices is not None and token not in self.choices:
+            raise ValueError(f"{token!r} is not one of {', '.join(self.choices)}")
+        return token
+
+
+def _type_name(action: argparse.Action) -> str:
+    kind = getattr(action.type, "__name__", "")
+    if kind == "string_to_bool":
+        return "bool"
+    if kind in ("int", "float"):
+        return kind
+    return "str"  # str, Path, DebugOption and the Literal choice lambdas all take the raw string
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        return repr(value)
+
+
+def generate(command: str) -> dict[str, dict]:
+    """Build the schema of `swift <command>` from the installed ms-swift (slow: imports it)."""
+    from swift.llm import RLHFArguments, RolloutArguments
+    from transformers import HfArgumentParser
+
+    cls = {"rlhf": RLHFArguments, "rollout": RolloutArguments}[command]
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    parser = HfArgumentParser([cls])
+    schema: dict[str, dict] = {}
+    for action in parser._actions:
+        if action.dest not in names or not action.option_strings[0].startswith(f"--{action.dest}"):
+            continue  # --help and the --no_<name> twins of True-default bools
+        choices = None if action.choices is None else [str(c) for c in action.choices]
+        schema[action.dest] = {
+            "type": _type_name(action),
+            "nargs": "+" if action.nargs == "+" else None,
+            "choices": choices,
+            "default": _jsonable(action.default),
+        }
+    missing = names - schema.keys()
+    assert not missing, f"fields without a CLI option: {sorted(missing)}"
+    return dict(sorted(schema.items()))
+
+
+# Environment variables that ms-swift's docs list as model settings ("Specific Model Arguments", read by
+# qwen_vl_utils / qwen_omni_utils for the Qwen VL models; v3.6.4:docs/source_en/Instruction/
+# Command-line-parameters.md:663-735) and as "Other Environment Variables" (:736-752). The code scan below
+# finds the ones ms-swift's own code reads.
+DOCUMENTED_ENV = (
+    "IMAGE_FACTOR", "MIN_PIXELS", "MAX_PIXELS", "MAX_RATIO", "VIDEO_MIN_PIXELS", "VIDEO_MAX_PIXELS",
+    "VIDEO_TOTAL_PIXELS", "FRAME_FACTOR", "FPS", "FPS_MIN_FRAMES", "FPS_MAX_FRAMES", "LOG_LEVEL", "SWIFT_DEBUG",
+    "VLLM_USE_V1", "PYTORCH_CUDA_ALLOC_CONF",
+)  # fmt: skip
+ENV_FILE = DATA_DIR / "swift_env_vars.json"
+
+
+def scan_environment(package_dir: Path) -> dict[str, list[str]]:
+    """Every environment variable the ms-swift source under `package_dir` reads: os.getenv / os.environ
+    .get / os.environ[...] / `in os.environ` with a literal name, and swift.utils.get_env_args (which
+    upper-cases its name). {NAME: ["swift/path.py:line", ...]}; no import, so it takes a second."""
+    import ast
+
+    found: dict[str, list[str]] = {}
+    readers = ("os.getenv", "os.environ.get", "environ.get", "get_env_args")
+    for path in sorted(package_dir.rglob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree):
+            name = None
+            if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+                if ast.unparse(node.func) in readers and isinstance(node.args[0].value, str):
+                    name = node.args[0].value.upper()
+            elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+                if ast.unparse(node.value) == "os.environ" and isinstance(node.slice, ast.Constant):
+                    name = node.slice.value
+            elif (
+                isinstance(node, ast.Compare)
+                and isinstance(node.left, ast.Constant)
+                and isinstance(node.left.value, str)
+                and any(ast.unparse(c) == "os.environ" for c in node.comparators)
+            ):
+                name = node.left.value
+            if name and name.replace("_", "").isalnum() and name.isupper():
+                where = f"swift/{path.relative_to(package_dir).as_posix()}:{node.lineno}"
+                found.setdefault(name, []).append(where)
+    return dict(sorted(found.items()))
+
+
+@functools.cache
+def environment_variables() -> dict[str, list[str]]:
+    """The committed scan of the lock's ms-swift (ENV_FILE), plus the documented ones."""
+    scanned = json.loads(ENV_FILE.read_text())
+    return {
+        **{name: ["v3.6.4:docs/source_en/Instruction/Command-line-parameters.md"] for name in DOCUMENTED_ENV},
+        **scanned,
+    }
+
+
+def path_for(command: str) -> Path:
+    return DATA_DIR / f"swift_{command}_args.json"
+
+
+@functools.cache
+def load(command: str) -> dict[str, ArgSpec]:
+    """The committed schema of `swift <command>` ("rlhf" or "rollout"), keyed by argument name."""
+    raw = json.loads(path_for(command).read_text())
+    return {
+        name: ArgSpec(
+            name=name,
+            type=spec["type"],
+            nargs=spec["nargs"],
+            choices=tuple(spec["choices"]) if spec["choices"] is not None else None,
+            default=spec["default"],
+        )
+        for name, spec in raw.items()
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="write the committed JSON files")
+    args = parser.parse_args(argv)
+    import swift
+
+    env = json.dumps(scan_environment(Path(swift.__file__).parent), indent=1) + "\n"
+    if args.write:
+        ENV_FILE.write_text(env)
+        print(f"wrote {ENV_FILE} ({len(json.loads(env))} variables)")
+    for command in COMMANDS:
+        text = json.dumps(generate(command), indent=1, ensure_ascii=False) + "\n"
+        if args.write:
+            path_for(command).write_text(text)
+            print(f"wrote {path_for(command)} ({len(json.loads(text))} arguments)")
+        else:
+            sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

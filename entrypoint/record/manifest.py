@@ -1,0 +1,145 @@
+"""The run manifest (`<run>/manifest.json`): what ran, on what, with which inputs, and how it ended.
+
+Written at start (`status: running`), rewritten atomically at the end (`completed`, `stopped` or
+`failed`). Secrets are redacted before anything is written (`redact.py`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import importlib.metadata
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from entrypoint import redact
+from entrypoint.facts.facts import MANIFEST
+from entrypoint.recipe.load import PROJECT_DIR
+from entrypoint.record.export import write_json_atomic
+
+if TYPE_CHECKING:
+    from entrypoint.plan.build import Plan
+
+SCHEMA_VERSION = 1
+LOCK_FILE = PROJECT_DIR / "requirements" / "runtime.lock"
+PACKAGES = (
+    "grpo-rig", "ms-swift", "vllm", "torch", "transformers", "trl", "peft", "deepspeed",
+    "accelerate", "datasets", "math-verify", "nvidia-ml-py",
+)  # fmt: skip
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def package_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def lock_sha256() -> str | None:
+    try:
+        return hashlib.sha256(LOCK_FILE.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def image_identity(env: Mapping[str, str]) -> dict[str, str | None]:
+    """Set by the Dockerfile (ARG -> ENV; facts.Facts.env); None outside the image."""
+    return {
+        "version": env.get("GRPO_RIG_VERSION"),
+        "revision": env.get("GRPO_RIG_REVISION"),
+        "lock_sha256": env.get("GRPO_RIG_LOCK_SHA256") or lock_sha256(),
+    }
+
+
+def secrets_of(plan: Plan) -> list[str]:
+    """Secret values to scrub: the environment's (facts.Facts) and the recipe's."""
+    return list(plan.facts.secret_values) + redact.values_of(
+        {k: v.value for k, v in plan.recipe.values.items()}
+    )
+
+
+def start(plan: Plan, previous: dict[str, Any] | None) -> dict[str, Any]:
+    """The manifest of a run that is starting (or resuming: earlier attempts are kept)."""
+    secrets = secrets_of(plan)
+    attempts = [dict(a) for a in previous.get("attempts", [])] if previous else []
+    for attempt in attempts:  # an attempt that never recorded its end: its process was killed
+        attempt.setdefault("status", "unrecorded")
+    attempts.append({"started_at": now_iso(), "resume_from": plan.resume_from or None})
+    data = {
+        "schema": SCHEMA_VERSION,
+        "status": "running",
+        "run_name": plan.run_name,
+        "recipe": plan.recipe.name,
+        "identity": plan.recipe.identity(),
+        "resolved_recipe": plan.recipe.resolved(),
+        "seed": plan.recipe.trainer_args.seed,
+        "model": {
+            "id": plan.recipe.raw("MODEL"),
+            "source": plan.recipe.settings.MODEL_SOURCE,
+            "path": plan.model_path,
+        },
+        "dataset": plan.dataset_paths,
+        "versions": package_versions(),
+        "image": image_identity(plan.facts.env),
+        "inventory": plan.inventory.model_dump(),
+        "layout": plan.to_json()["layout"],
+        "nccl": [
+            {"variable": d.variable, "value": d.value, "reason": d.reason, "set_by": d.set_by}
+            for d in plan.nccl.decisions
+        ],
+        "processes": [p.to_json() for p in plan.processes],
+        "started_at": attempts[0]["started_at"] if previous is None else previous.get("started_at"),
+        "attempts": attempts,
+        "ended_at": None,
+    }
+    return redact.deep(data, secrets)
+
+
+def finish(data: dict[str, Any], status: str, **fields: Any) -> dict[str, Any]:
+    """A copy of `data` marked `status` with `fields` added and the end time and wall time recorded."""
+    out = dict(data)
+    out.update(fields)
+    out["status"] = status
+    out["ended_at"] = now_iso()
+    out["attempts"] = [dict(a) for a in out.get("attempts", [])]
+    if out["attempts"]:
+        out["attempts"][-1].update({"ended_at": out["ended_at"], "status": status})
+    started = dt.datetime.fromisoformat(out["attempts"][-1]["started_at"]) if out["attempts"] else None
+    if started:
+        out["attempts"][-1]["wall_seconds"] = round(
+            (dt.datetime.fromisoformat(out["ended_at"]) - started).total_seconds(), 1
+        )
+    out["wall_seconds"] = round(sum(a.get("wall_seconds", 0.0) for a in out["attempts"]), 1)
+    return out
+
+
+def read(run_dir: Path) -> dict[str, Any] | None:
+    """The manifest, or None when there is none. Raises ValueError when it exists but is not JSON."""
+    try:
+        return json.loads((run_dir / MANIFEST).read_text())
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def write(run_dir: Path, data: dict[str, Any], secret_values: list[str] | None = None) -> None:
+    write_json_atomic(run_dir / MANIFEST, redact.deep(data, secret_values or []))
+
+
+def verify(run_dir: Path) -> list[str]:
+    """Files whose sha256 no longer matches the manifest (empty: all good)."""
+    data = read(run_dir) or {}
+    bad = []
+    for rel, digest in (data.get("exported") or {}).items():
+        path = run_dir / rel
+        if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            bad.append(rel)
+    return bad

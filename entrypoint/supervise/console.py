@@ -1,0 +1,261 @@
+"""What a person sees of the children: the console policy, in one place.
+
+Every line of every child goes to `<run>/logs/<role>.log` (launch.Supervisor); the console gets only:
+
+- one line per training step, made from ms-swift's per-step log dict: step/total, mean reward and its
+  std, seconds per step, elapsed, and an ETA from the pace of the steps after the first line (step 1
+  holds the warm-up);
+- ms-swift's milestones (loading the model, where it logs, saving a checkpoint, the end of training) and
+  the rollout server's start-up;
+- anything that looks like a failure: warnings are not, errors are; a traceback is folded to its
+  exception line, with one line saying the whole of it is in the role's log (a run that fails explains
+  itself at the end: deaths.explain; seen on the cases re-run: 60 lines of torch's save traceback above
+  the one-line "disk full" summary);
+- a heartbeat when the console has been quiet for HEARTBEAT_SECONDS, saying what the trainer is doing
+  (loading, generating N completions, training), from the phase events the trainer's site hook writes
+  (entrypoint/site/sitecustomize.py, GRPO_RIG_EVENTS), naming the step as the step lines do ("step 2/4").
+
+`Progress` does the same for work counted in units (evaluate's prompts): a line per batch with an ETA,
+a heartbeat in between.
+
+The model structure, the argument dump, tqdm's bars and library notices stay in the log.
+CONSOLE=all (a recipe key, or in the environment) shows every line.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import time
+from pathlib import Path
+
+from entrypoint.supervise.deaths import TRACEBACK_START, in_traceback
+
+HEARTBEAT_SECONDS = 30.0
+MILESTONES = (
+    "Loading the model using model_dir", "model_parameter_info", "The logging file will be saved",
+    "Saving model checkpoint", "End time of running main", "last_model_checkpoint", "Downloading the model",
+    "Uvicorn running", "Application startup complete", "Successfully imported external_plugins",
+)  # fmt: skip
+FAILURE = re.compile(
+    r"Traceback|\b\w*(Error|Exception)\b:|out of memory|OutOfMemory|Killed|Segmentation fault|"
+    r"ChildFailedError|\bFATAL\b|\bERROR\b|exitcode\s*:",
+)
+
+
+class Console:
+    """Decides which child lines are shown (`shown`) and what the heartbeat says (`heartbeat`)."""
+
+    def __init__(
+        self,
+        show_all: bool = False,
+        events: Path | None = None,
+        clock=time.monotonic,
+        total_steps: int | None = None,
+    ):
+        self.show_all, self.events, self.clock = show_all, events, clock
+        self.started = clock()
+        self.folding: set[str] = set()  # roles inside a traceback: its frames stay in the log
+        self.folded: set[str] = set()  # roles whose console already said where their tracebacks are
+        self.milestone: dict[str, str] = {}  # the last milestone shown, per role
+        self.step: tuple[int, int] | None = None  # (done, total)
+        # MAX_STEPS when the plan knows it; the step lines say it otherwise
+        self.total = total_steps if total_steps and total_steps > 0 else None
+        self.step_at = self.started
+        self.step_elapsed = 0.0  # ms-swift's elapsed_time at the last step line, seconds
+        self.first: tuple[int, float] | None = None  # (step, elapsed s) of the first step line
+
+    def shown(self, role: str, line: str) -> str | None:
+        """The console text for a child's line, or None to keep it to the log."""
+        if self.show_all:
+            return line
+        line = line.rsplit("\r", 1)[-1]  # tqdm redraws with \r: its last frame
+        if role in self.folding:
+            if in_traceback(line):
+                return None
+            self.folding.discard(role)  # the first unindented line: the exception itself
+            return line
+        if "'global_step/max_steps'" in line and "{'" in line:  # may follow a tqdm frame on the same line
+            return self._step_line(line[line.index("{'") :])
+        if TRACEBACK_START in line:
+            self.folding.add(role)
+            if role in self.folded:
+                return None
+            self.folded.add(role)
+            return f"a traceback (its frames go to logs/{role}.log; CONSOLE=all shows them here):"
+        if FAILURE.search(line) and "FutureWarning" not in line and "UserWarning" not in line:
+            return line
+        if any(m in line for m in MILESTONES):
+            text = line.rsplit("[INFO:swift] ", 1)[-1] if "[INFO:swift]" in line else line
+            # ms-swift logs "Loading the model using model_dir" twice in a row: once on the console
+            seen, self.milestone[role] = self.milestone.get(role), text
+            return None if text == seen else text
+        return None
+
+    def _step_line(self, line: str) -> str | None:
+        try:
+            row = ast.literal_eval(line.strip())
+        except (ValueError, SyntaxError):
+            return line
+        if "train_runtime" in row:  # HF's end-of-training summary
+            return f"training finished in {row['train_runtime'] / 60:.1f} min ({row.get('global_step/max_steps', '?')} steps)"
+        done, total = (int(x) for x in str(row["global_step/max_steps"]).split("/"))
+        now = self.clock()
+        # The time of the steps since the last line, from ms-swift's elapsed_time like the ETA beside it:
+        # its train_speed(iter/s) counts from the trainer's set-up (vLLM's engine start included), so step 1
+        # read 103 s/step after 5 s of training; and an average hides the slow step a user asks about.
+        elapsed = _seconds(row.get("elapsed_time"))
+        before, before_elapsed = (self.step[0], self.step_elapsed) if self.step else (0, 0.0)
+        speed = row.get("train_speed(iter/s)")
+        if elapsed is not None and done > before:
+            per_step = (elapsed - before_elapsed) / (done - before)
+        elif speed:
+            per_step = 1 / speed
+        else:
+            per_step = (now - self.step_at) / max(1, done - before)
+        self.step_elapsed = elapsed or 0.0
+        self.step, self.step_at, self.total = (done, total), now, total
+        reward = row.get("reward")
+        parts = [f"step {done}/{total}"]
+        if reward is not None:
+            parts.append(f"reward {reward:.3f} (std {row.get('reward_std', 0.0):.3f})")
+        parts.append(f"{per_step:.1f} s/step")
+        parts.append(f"elapsed {row.get('elapsed_time', '?')}")
+        parts.append(self._eta(done, total, elapsed, row.get("remaining_time")))
+        return " | ".join(parts)
+
+    def _eta(self, done: int, total: int, elapsed: float | None, remaining: object) -> str:
+        """The time left at the pace of the steps after the first step line. Step 1 holds the warm-up (the
+        first generation, allocator and kernel caches): ms-swift's remaining_time extrapolates from it (a new
+        user read "13 min" after step 1, issue 27). After step 1 the line says when an ETA comes."""
+        if elapsed is None:
+            return f"ETA {remaining or '?'}"
+        if self.first is None or done <= self.first[0]:
+            self.first = (done, elapsed)
+            # a first line after several steps (LOGGING_STEPS > 1) averages step 1 in: ms-swift's figure
+            return f"ETA after step {done + 1}" if done == 1 and total > 1 else f"ETA {remaining or '?'}"
+        pace = (elapsed - self.first[1]) / (done - self.first[0])
+        return f"ETA {format_seconds(pace * max(0, total - done))}"
+
+    def heartbeat(self) -> str:
+        """What the trainer is doing now, from its last event (start-up marks, then GRPO phases), with the
+        step named as the step lines name it ("step 2/4")."""
+        waited = self.clock() - (self.step_at if self.step else self.started)
+        last = _last_event(self.events) or {}
+        phase = last.get("phase")
+        since = "into this step" if self.step else "since the start"
+        if self.step:
+            number: int | None = self.step[0] + 1
+        elif phase in GRPO_PHASES:
+            number = int(last.get("step") or 0) + 1
+        elif phase == "startup" and last.get("mark") in FIRST_STEP_MARKS:
+            number = 1
+        else:
+            number = None
+        where = (
+            f"step {number}" + (f"/{self.total}" if self.total else "") if number else "before the first step"
+        )
+        if phase in GRPO_PHASES:
+            if phase in ("generate", "rollout"):
+                doing = f"training on {last.get('completions', '?')} completions (generated in {last.get('seconds', 0):.0f} s)"
+            else:
+                doing = "generating completions"
+        elif phase == "startup":
+            doing = AFTER_MARK.get(last.get("mark"), "setting up the trainer")
+        elif phase in ("start", "import"):
+            doing = "importing the libraries and loading the model"
+        else:
+            doing = "working" if self.step else "loading the model and the data"
+        return f"{where}: {doing}, {waited:.0f} s {since} (full output: logs/trainer.log)"
+
+
+class Progress:
+    """Lines for work counted in units (evaluate: prompts answered by both models): one per batch with the
+    time elapsed and an ETA, and a heartbeat (`due`) when quiet for HEARTBEAT_SECONDS. The ETA is the pace of
+    the timed work so far (loading a model is not timed), so it comes after the first batch."""
+
+    def __init__(self, total: int, clock=time.monotonic):
+        self.total, self.clock = total, clock
+        self.started = self.said = self.since = clock()
+        self.done = 0
+        self.busy = 0.0  # seconds of timed work
+        self.doing, self.timed = "starting", False
+
+    def now(self, doing: str, timed: bool = False) -> None:
+        """What is being done from now on; `timed`: work that counts towards the units (a batch)."""
+        self.doing, self.since, self.timed = doing, self.clock(), timed
+
+    def advance(self, units: int, what: str) -> str:
+        """The line for `units` more done, `what` saying which (e.g. "base model: 8 of 12 prompts answered")."""
+        now = self.clock()
+        if self.timed:
+            self.busy += now - self.since
+        self.done += units
+        self.timed, self.said = False, now
+        return f"{what} | elapsed {format_seconds(now - self.started)} | {self.eta()}"
+
+    def eta(self) -> str:
+        if not self.done or self.busy <= 0:
+            return "ETA after the first batch"
+        return f"ETA {format_seconds(self.busy / self.done * max(0, self.total - self.done))}"
+
+    def due(self) -> str | None:
+        """A heartbeat line when nothing was said for HEARTBEAT_SECONDS, else None."""
+        now = self.clock()
+        if now - self.said < HEARTBEAT_SECONDS:
+            return None
+        self.said = now
+        return (f"{self.doing}, {now - self.since:.0f} s so far | elapsed {format_seconds(now - self.started)} | "
+                f"{self.eta()}")  # fmt: skip
+
+
+GRPO_PHASES = ("sync", "generate", "rollout", "train")
+# what the trainer does after each start-up mark (entrypoint/site/sitecustomize.py writes them)
+AFTER_MARK = {
+    "model loaded": "loading the dataset and setting up the trainer",
+    "dataset ready": "setting up LoRA and the trainer",
+    "vLLM engine starting": "starting vLLM (weights, torch.compile, KV cache, CUDA graphs)",
+    "vLLM engine ready": "finishing the trainer's set-up",
+    "trainer ready": "generating the first completions",
+    "first step logged": "generating completions",  # written after step 1's line, before step 2's generation
+}
+# after these marks the trainer is inside step 1 (HF Trainer.train: the first batch's generation)
+FIRST_STEP_MARKS = ("trainer ready",)
+
+
+def _last_event(path: Path | None) -> dict | None:
+    """The newest event that says where the trainer is: an import finishing (`import`) does not, once a
+    start-up mark or phase came before it (vLLM is imported after "vLLM engine starting")."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").strip().splitlines()]
+    except (OSError, ValueError):
+        return None
+    return next((r for r in reversed(rows) if r.get("phase") != "import"), rows[-1] if rows else None)
+
+
+def format_seconds(seconds: float) -> str:
+    """Seconds as ms-swift writes a duration ("5s", "1m 43s", "2h 3m 4s"; swift/utils format_time), so the
+    ETA reads like the elapsed time beside it."""
+    whole = int(round(seconds))
+    hours, minutes, secs = whole // 3600, whole % 3600 // 60, whole % 60
+    if hours:
+        return f"{hours}h {minutes}m {secs}s"
+    return f"{minutes}m {secs}s" if minutes else f"{secs}s"
+
+
+def _seconds(text: object) -> float | None:
+    """ms-swift's duration text ("5s", "1m 43s", "2h 3m 4s"; swift/utils format_time) in seconds."""
+    if not isinstance(text, str):
+        return None
+    units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+    total = 0.0
+    for part in text.split():
+        number, unit = part[:-1], part[-1:]
+        try:
+            total += float(number) * units[unit]
+        except (ValueError, KeyError):
+            return None
+    return total if text.split() else None
