@@ -154,7 +154,10 @@ container-plan: | output data  ## `plan` inside the container: make container-pl
 	$(COMPOSE) run --rm train plan recipe=$(RECIPE) $(ARGS)
 
 BENCH_MODELS ?= .cache/bench-models
-BENCH_OUT ?= docs/benchmarks
+# `make bench` writes its runs, logs and compile caches under BENCH_OUT (git-ignored; bench/throughput/README.md
+# says how a run is archived) and copies the report (countdown-throughput.json, .md, .png) to BENCH_REPORT.
+BENCH_OUT ?= bench/throughput/latest
+BENCH_REPORT ?= docs/benchmarks
 
 .PHONY: bench
 bench: venv model  ## GPU only: countdown-1x4090 throughput (seed, before, shipped) on a 24 GiB-capped card (bench/)

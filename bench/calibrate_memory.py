@@ -11,7 +11,7 @@ to its own processes (the entrypoint's GPU monitor, `run_gib`), and the emulatio
 24 GiB card, vLLM included. Each architecture's first run starts alone with the others of other
 architectures; the rest follow once its vLLM engine is up and its torch.compile cache written
 (`ready-<model>` marks that moment). Writes colocate-measurements.json; `bench/fit_memory.py --colocate FILE`
-merges it into docs/benchmarks/memory-calibration.json and fits the planner's vLLM coefficients.
+merges it into bench/calibration/memory-calibration.json and fits the planner's vLLM coefficients.
 """
 
 from __future__ import annotations

@@ -84,8 +84,8 @@ def step_rows(run_dir: Path) -> list[dict]:
 
 
 def events(run_dir: Path) -> list[dict]:
-    """The trainer's phase timings (entrypoint/site/sitecustomize.py, GRPO_RIG_EVENTS): logs/events.jsonl of a
-    run directory, or events.jsonl beside the manifest as docs/benchmarks/raw/ keeps them."""
+    """The trainer's phase timings (entrypoint/child/hooks/events.py, GRPO_RIG_EVENTS): logs/events.jsonl of a
+    run directory, or events.jsonl beside the manifest as bench/'s archives keep them."""
     for path in (run_dir / "logs" / "events.jsonl", run_dir / "events.jsonl"):
         if path.exists():
             return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

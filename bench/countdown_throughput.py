@@ -9,9 +9,9 @@ and the same generated countdown tasks, capped at a 24 GiB card (EMULATE_VRAM_GB
 Reported over the steps after the warm-up: completion tokens/s, completions/s, s/step, the share of each
 step spent generating (weight sync included), scoring and preparing (rewards, log-probs), training
 (forward + backward of the micro-batches) and the rest (optimizer step, logging), from the trainer's phase
-events (entrypoint/site/sitecustomize.py); torch's peak reserved memory (ms-swift's memory(GiB)) and NVML's
+events (entrypoint/child/hooks/events.py); torch's peak reserved memory (ms-swift's memory(GiB)) and NVML's
 peak for the run's processes; and the start-up marks from the command to the first logged step
-(entrypoint/startup.py, from the trainer's events) with vLLM's own account of its engine. Configurations in
+(entrypoint/supervise/startup.py, from the trainer's events) with vLLM's own account of its engine. Configurations in
 COLD start with empty compile caches (VLLM_CACHE_ROOT, TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR under
 --out), the others reuse what the runs before them compiled (warm).
 Writes countdown-throughput.json, .md and .png under --out.
@@ -31,7 +31,8 @@ from common import ROOT, environment, events, manifest, start_train, step_rows
 sys.path.insert(0, str(ROOT))
 from entrypoint.supervise import startup  # noqa: E402
 
-# Seed 001's single-card values (../shared/seeds/NOTES.md); it never set USE_VLLM=true, so HF generation.
+# Seed 001's single-card values (its command: tests/fixtures/seed-001-countdown.sh); it never set USE_VLLM=true,
+# so HF generation.
 SEED = {
     "PER_DEVICE_TRAIN_BATCH_SIZE": "1", "GRADIENT_ACCUMULATION_STEPS": "8", "NUM_GENERATIONS": "2",
     "MAX_COMPLETION_LENGTH": "256", "MAX_LENGTH": "2048", "LEARNING_RATE": "5e-7", "BETA": "0.001",
@@ -56,7 +57,7 @@ CONFIGS = {
     "countdown-1x4090 (shipped) cold caches": ("countdown-1x4090", {}),
     "countdown-1x4090 (shipped)": ("countdown-1x4090", {}),
     "lever: shipped + SLEEP_LEVEL=1": ("countdown-1x4090", {"SLEEP_LEVEL": "1"}),
-    # the engine lever undone: the planner chooses the rest for ms-swift's V1 engine (issue 28)
+    # the engine lever undone: the planner chooses the rest for ms-swift's V1 engine
     "lever: shipped on vLLM's V1 engine": ("countdown-1x4090", {"VLLM_SCHEDULER_STEPS": "1"}),
     # the V0 engine's memory term at a second share (the shipped one is the planner's smallest)
     "lever: shipped at vLLM share 0.25": ("countdown-1x4090", {"VLLM_GPU_MEMORY_UTILIZATION": "0.25"}),
@@ -64,7 +65,7 @@ CONFIGS = {
 
 
 def lever(**values: str) -> tuple[str, dict[str, str]]:
-    """Issue 28's levers at the shipped card shape (vLLM 0.25, no sleep, 32 sequences per generation round),
+    """The throughput levers at the shipped card shape (vLLM 0.25, no sleep, 32 sequences per generation round),
     each fixed so that only the named values change: the planner is told to warn, not to pick another shape."""
     return "countdown-1x4090", {**SHIPPED_SHAPE, **{k.upper(): v for k, v in values.items()}}
 
@@ -328,7 +329,8 @@ def write_markdown(report: dict, path: Path) -> None:
         shipped = report["results"].get(SHIPPED, {})
         errors = [abs(r["predicted_gib"] / r["peak_nvml_gib"] - 1) for r in report["results"].values()
                   if r.get("peak_nvml_gib") and r.get("predicted_gib")]  # fmt: skip
-        lines += ["", f"Issue 28 asks, of the shipped recipe, >= 25x the seed, >= 6x the old shape and an NVML peak <= 22 GiB, "
+        lines += ["", "The targets, of the shipped recipe: >= 25x the seed (seed 001 settings: the countdown source "
+                      "document's command line), >= 6x the old shape (countdown-1x4090 before) and an NVML peak <= 22 GiB, "
                       f"and of every configuration a prediction within 10 %: here {report.get('speedup_vs_seed')}x, "
                       f"{report.get('speedup_vs_before')}x, {shipped.get('peak_nvml_gib')} GiB "
                       f"({22 - (shipped.get('peak_nvml_gib') or 22):.2f} GiB left to 22), the largest error "
@@ -339,7 +341,7 @@ def write_markdown(report: dict, path: Path) -> None:
                       "machine's, a decode step being bound by the host's CPU):", ""]  # fmt: skip
         lines += [f"- {n}: {min(v)} / {round(statistics.median(v), 2)} / {max(v)} (min / median / max of {v})"
                   for n, v in rounds.items()]  # fmt: skip
-    lines += ["", "Start-up, seconds from the command to each mark (entrypoint/startup.py; configurations in "
+    lines += ["", "Start-up, seconds from the command to each mark (entrypoint/supervise/startup.py; configurations in "
               f"{sorted(COLD)} start with empty compile caches, the others reuse the runs' before them):", "",
               "| configuration | " + " | ".join(STARTUP_COLUMNS) + " | vLLM: torch.compile / CUDA graphs / whole engine |",
               "|---|" + "---|" * (len(STARTUP_COLUMNS) + 1)]  # fmt: skip

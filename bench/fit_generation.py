@@ -1,14 +1,14 @@
-"""Fit the generation-round model (entrypoint/speed.py, "generation round") to measured colocated runs.
+"""Fit the generation-round model (entrypoint/plan/speed.py, "generation round") to measured colocated runs.
 
     python bench/fit_generation.py RUN_DIR [RUN_DIR ...] [--warmup 2]
 
 Each RUN_DIR is a bench/countdown_throughput.py run (its manifest.json and events.jsonl, under logs/ or
-beside the manifest as docs/benchmarks/raw/ keeps them) with vLLM colocated and without sleep mode. A point
+beside the manifest as bench/'s archives keep them) with vLLM colocated and without sleep mode. A point
 is one run: its engine (speed.engine: the trainer's VLLM_USE_V1 and GRPO_RIG_VLLM_SCHEDULER_STEPS), its
 measured rounds after the warm-up (countdown_throughput.phase_shares: the trainer's "generate" events, weight sync
 included), and their median
 over MAX_COMPLETION_LENGTH decode steps. An engine's coefficient is the median of its points' seconds per
-decode step. Writes docs/benchmarks/generation-calibration.json (the points) and
+decode step. Writes bench/calibration/generation-calibration.json (the points) and
 entrypoint/data/generation_coefficients.json (the coefficients); tests/test_speed.py checks every point.
 """
 
@@ -28,7 +28,7 @@ from countdown_throughput import phase_shares  # noqa: E402
 
 from entrypoint.plan import speed  # noqa: E402
 
-CALIBRATION = ROOT / "docs" / "benchmarks" / "generation-calibration.json"
+CALIBRATION = ROOT / "bench" / "calibration" / "generation-calibration.json"
 COEFFICIENTS = ROOT / "entrypoint" / "data" / "generation_coefficients.json"
 
 
@@ -82,7 +82,7 @@ def main() -> None:
     coefficients = fit(points)
     CALIBRATION.write_text(json.dumps({
         "what": "Generation rounds (weight sync included) of colocated ms-swift 3.6.4 GRPO runs on the lent H200 "
-                "capped at 24 GiB, by vLLM engine, for entrypoint/speed.py's generation_time",
+                "capped at 24 GiB, by vLLM engine, for entrypoint/plan/speed.py's generation_time",
         "workload": "bench/countdown_throughput.py: recipes/countdown-1x4090.env, random-weight Qwen2.5-0.5B with "
                     "the real tokenizer, generated countdown tasks; every completion runs to MAX_COMPLETION_LENGTH",
         "points": points,

@@ -1,6 +1,6 @@
 """Fit the memory planner's coefficients to measured GRPO peaks.
 
-    python bench/fit_memory.py [--colocate colocate-measurements.json] [docs/benchmarks/memory-calibration.json]
+    python bench/fit_memory.py [--colocate colocate-measurements.json] [bench/calibration/memory-calibration.json]
 
 Two fits, each minimising the largest relative error (the planner's promise is a bound on every
 configuration, and allocator caching makes single measurements noisy):
@@ -34,11 +34,11 @@ from entrypoint.recipe import load as recipe  # noqa: E402
 from entrypoint.world import host  # noqa: E402
 
 RECIPE = ROOT / "bench" / "recipes" / "random-qwen-hf.env"
-CALIBRATION = ROOT / "docs" / "benchmarks" / "memory-calibration.json"
+CALIBRATION = ROOT / "bench" / "calibration" / "memory-calibration.json"
 COEFFICIENTS = ROOT / "entrypoint" / "data" / "memory_coefficients.json"
 
 # Fitted: what the measurements can tell apart. act_inter and gc_layer_input keep their physical defaults
-# (DEFAULT_COEFFICIENTS in entrypoint/memory.py).
+# (DEFAULT_COEFFICIENTS in entrypoint/plan/memory.py).
 FITTED = ("act_hidden", "logit_bytes", "overhead", "constant_gib")
 BOUNDS = ([0, 2, 1.0, 0.0], [80, 40, 1.6, 3.0])
 # Two allocators, two sets of colocate coefficients, each fitted to its own runs (memory.py, "vLLM side"):
@@ -266,7 +266,7 @@ def main() -> None:
         errors = colocate_residuals([coef[k] for k in names])
         for m, e in zip(runs, errors, strict=True):
             print(
-                f"{regime:20s} {m.get('source', m['name']).removeprefix('docs/benchmarks/raw/h200-2026-12-02-'):72s} NVML {m['measured_nvml_gib']:6.2f} GiB  error {e:+.1%}"
+                f"{regime:20s} {m.get('source', m['name']).removeprefix('bench/'):72s} NVML {m['measured_nvml_gib']:6.2f} GiB  error {e:+.1%}"
             )
         out["colocate_max_abs_error"][regime] = round(float(np.max(np.abs(errors))), 4)
     out["coefficients"] = {k: coef[k] for k in (*FITTED, *EXPANDABLE_FITTED, *TORCH_FITTED)}

@@ -1,12 +1,12 @@
-"""Fit the planner's step-time model (entrypoint/speed.py) to the throughput benchmark's lever runs.
+"""Fit the planner's step-time model (entrypoint/plan/speed.py) to the throughput benchmark's lever runs.
 
     python bench/fit_speed.py RUN_DIR [RUN_DIR ...]
 
 Each RUN_DIR is a bench/countdown_throughput.py run (manifest.json, events.jsonl; the raw copies under
-docs/benchmarks/raw/ will do). From the trainer's phase events (entrypoint/site/sitecustomize.py), after
+bench/'s archives, extracted, will do). From the trainer's phase events (entrypoint/child/hooks/events.py), after
 the first 2 rounds, for runs without sleep mode on one allocator (--allocator): every micro-batch's training seconds (a round's first micro-batch less the rollout it
 holds), their median per run. Per lever (speed.LEVERS) a base and a per-1000-token slope, least squares
-with the slope >= 0. Writes docs/benchmarks/speed-calibration.json (the points, each with the fitted
+with the slope >= 0. Writes bench/calibration/speed-calibration.json (the points, each with the fitted
 prediction) and entrypoint/data/speed_coefficients.json; prints each point.
 """
 
@@ -29,7 +29,7 @@ from fit_memory import planned_run, run_measurement  # noqa: E402
 
 from entrypoint.plan import speed  # noqa: E402
 
-CALIBRATION = ROOT / "docs" / "benchmarks" / "speed-calibration.json"
+CALIBRATION = ROOT / "bench" / "calibration" / "speed-calibration.json"
 COEFFICIENTS = ROOT / "entrypoint" / "data" / "speed_coefficients.json"
 WARMUP_ROUNDS = 2
 

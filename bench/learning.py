@@ -1,14 +1,17 @@
 """Does a GRPO run make the model better? Train a recipe through the entrypoint, then `evaluate` the adapter
-against the base model on held-out tasks; commit what both wrote.
+against the base model on held-out tasks.
 
-    python bench/learning.py --recipe smoke --steps 24 --prompts 48 --out docs/benchmarks/learning-embedded
+    python bench/learning.py --recipe smoke --steps 24 --prompts 48 --out bench/learning/latest/cpu-smoke
     python bench/learning.py --recipe arithmetic-gpu --steps 300 --prompts 200 \
-        --set EMULATE_VRAM_GB=24 --out docs/benchmarks/learning-gpu          (a GPU: vLLM colocated)
+        --set EMULATE_VRAM_GB=24 --out bench/learning/latest/arithmetic-gpu          (a GPU: vLLM colocated)
 
 `--set KEY=VALUE` goes to `train` (and, for EMULATE_VRAM_GB, to evaluate's vLLM through the same site hook);
 `evaluate` runs with the engine it picks (vLLM on a GPU, HF generate on the CPU) unless `--engine` says.
-Writes into --out: the run's logging.jsonl, manifest.json, training_curves.png, eval.json, eval.md,
-eval.png, and learning.md with the command, the wall times, the machine and the verdict.
+Writes into --out (default bench/learning/latest, git-ignored): the run's logging.jsonl, manifest.json,
+training_curves.png, eval.json, eval.md, eval.png, and learning.md with the command, the wall times, the
+machine and the verdict. To publish: the report (learning.md, eval.md, eval.json and the two figures) goes to
+docs/benchmarks/learning-*/, the raw run (logging.jsonl, manifest.json) into an archive under bench/learning/
+(its README says how).
 """
 
 from __future__ import annotations
@@ -55,14 +58,14 @@ def main() -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a recipe key for train")
     p.add_argument("--engine", default="auto", help="EVAL_ENGINE")
     p.add_argument("--name", default="", help="RUN_NAME (default learning-<unix time>)")
-    p.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks" / "learning-embedded")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "learning" / "latest")
     p.add_argument("--output-dir", default="/tmp/grpo-rig-learning")
     args = p.parse_args()
     name = args.name or f"learning-{int(time.time())}"
     py, env = sys.executable, dict(os.environ)
     sets = dict(kv.split("=", 1) for kv in args.set)
     eval_env = dict(env)
-    if sets.get("EMULATE_VRAM_GB"):  # evaluate's vLLM on the same emulated card (entrypoint/site)
+    if sets.get("EMULATE_VRAM_GB"):  # evaluate's vLLM on the same emulated card (entrypoint/child/site)
         site = str(ROOT / "entrypoint" / "child" / "site")
         eval_env |= {"GRPO_RIG_EMULATE_VRAM_GB": sets["EMULATE_VRAM_GB"],
                      "PYTHONPATH": os.pathsep.join(x for x in (site, env.get("PYTHONPATH", "")) if x)}  # fmt: skip
@@ -90,7 +93,8 @@ def main() -> int:
         f"Wall time: training {train / 60:.1f} min, evaluation {evaluate / 60:.1f} min, total {(train + evaluate) / 60:.1f} min.", "",
         f"Verdict: {result['verdict']}", "",
         "The table (eval.md), the bars (eval.png), the training curves (training_curves.png), the per-step log "
-        "(logging.jsonl) and the run's manifest are beside this file.", "",
+        "(logging.jsonl) and the run's manifest are beside this file as written; published, the last two are "
+        "archived under bench/learning/.", "",
     ]  # fmt: skip
     lines += unlearned(result)
     (args.out / "learning.md").write_text("\n".join(lines))

@@ -11,7 +11,7 @@ tokenizer, as the real checkpoints do.
 
 Why not pad another tokenizer up to the model's vocabulary (bench/make_random_model.py does that for a
 foreign tokenizer): 100k added tokens make every tokenizer load take minutes, which then shows up as
-start-up time that a real model does not have (../shared/device/README.md, "Faults", 3).
+start-up time that a real model does not have.
 """
 
 from __future__ import annotations
