@@ -1,37 +1,34 @@
-"""The hooks the plan installs in its children (entrypoint/site/sitecustomize.py), on stand-ins for the
-libraries they patch: the real ones need a GPU (tests/gpu runs them for real)."""
+"""The hooks the plan installs in its children (entrypoint/child/hooks/, installed by
+entrypoint/child/site/sitecustomize.py), on stand-ins for the libraries they patch: the real ones need a GPU
+(tests/gpu runs them for real). tests/child/test_hooks.py checks their declarations against the stack."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
+import os
 import subprocess
 import sys
 import types
 
 import pytest
 
+from entrypoint.child import runtime
+from entrypoint.child.hooks import (
+    emulate_vram,
+    events,
+    graphs_up_to_max_seqs,
+    inspect_here,
+    keep_pools,
+    lean,
+    reward_check,
+    scheduler_steps,
+    top_k_first,
+)
 from tests.conftest import ROOT, clean_env
 
 SITE = ROOT / "entrypoint" / "child" / "site"
 GIB = 1024**3
-
-
-@pytest.fixture
-def site(monkeypatch):
-    """sitecustomize.py loaded as a module with no hook variable set (so it installs nothing)."""
-    for key in (
-        "GRPO_RIG_EMULATE_VRAM_GB",
-        "GRPO_RIG_VLLM_KEEP_POOLS",
-        "GRPO_RIG_EVENTS",
-        "GRPO_RIG_REWARD_CHECK",
-    ):
-        monkeypatch.delenv(key, raising=False)
-    spec = importlib.util.spec_from_file_location("grpo_rig_site_under_test", SITE / "sitecustomize.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(
@@ -47,8 +44,27 @@ def site(monkeypatch):
         (20 * GIB, 22 * GIB, 2 * GIB, (20 * GIB, 22 * GIB)),
     ],
 )
-def test_emulated_card_as_vllm_reads_it(site, free, total, used, expected):
-    assert site.emulated_mem_info(free, total, used, 24 * GIB) == expected
+def test_emulated_card_as_vllm_reads_it(free, total, used, expected):
+    assert emulate_vram.emulated_mem_info(free, total, used, 24 * GIB) == expected
+
+
+def test_the_emulated_card_counts_this_process_s_own_use_from_nvml(monkeypatch):
+    """NVML (the module torch.cuda imported) lists every process on the GPU: the emulated card subtracts
+    this process's share only; without NVML in torch the caller falls back to torch's reserved memory."""
+    mine = types.SimpleNamespace(pid=os.getpid(), usedGpuMemory=3 * GIB)
+    other = types.SimpleNamespace(pid=os.getpid() + 1, usedGpuMemory=9 * GIB)
+    nvml = types.SimpleNamespace(nvmlInit=lambda: None, nvmlDeviceGetHandleByUUID=lambda uuid: uuid,
+                                 nvmlDeviceGetComputeRunningProcesses=lambda handle: [other, mine])  # fmt: skip
+    props = types.SimpleNamespace(uuid="0f3c")
+    torch = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(pynvml=nvml, get_device_properties=lambda i: props)
+    )
+    for ready, expected in ((None, 3 * GIB), (False, None)):
+        monkeypatch.setattr(emulate_vram._Nvml, "ready", ready)
+        monkeypatch.setattr(emulate_vram._Nvml, "handles", {})
+        assert emulate_vram._Nvml.own_use(torch, 0) == expected
+    monkeypatch.setattr(emulate_vram._Nvml, "ready", None)
+    assert emulate_vram._Nvml.own_use(types.SimpleNamespace(cuda=types.SimpleNamespace()), 0) is None
 
 
 def _pools_alive_after_use(cumem_module_patch) -> list[bool]:
@@ -75,18 +91,21 @@ def _pools_alive_after_use(cumem_module_patch) -> list[bool]:
     return [r() is not None for r in refs]
 
 
-def test_vllm_pools_are_never_collected(site):
-    assert _pools_alive_after_use(site._keep_vllm_pools) == [True, True]
+@pytest.mark.cli
+def test_vllm_pools_are_never_collected():
+    assert _pools_alive_after_use(keep_pools._keep_vllm_pools) == [True, True]
     assert _pools_alive_after_use(lambda cumem: None) == [False, False]  # without the hook they would be
 
 
-def test_phase_events_time_generation_and_training(site, tmp_path, monkeypatch):
-    events = tmp_path / "events.jsonl"
-    monkeypatch.setattr(site, "_EVENTS", str(events))
+def test_phase_events_time_generation_and_training(tmp_path, monkeypatch):
+    path = tmp_path / "events.jsonl"
     monkeypatch.setenv("RANK", "0")
 
     class GRPOTrainer:
         state = types.SimpleNamespace(global_step=3)
+
+        def _move_model_to_vllm(self):
+            pass
 
         def _generate_completions(self, inputs):
             return inputs
@@ -106,13 +125,13 @@ def test_phase_events_time_generation_and_training(site, tmp_path, monkeypatch):
         def log(self, logs, start_time=None):
             pass
 
-    site._record_phases(types.SimpleNamespace(GRPOTrainer=GRPOTrainer))
+    events._record_phases(types.SimpleNamespace(GRPOTrainer=GRPOTrainer), runtime.Events(str(path)))
     trainer = GRPOTrainer()
     trainer._generate_and_score_completions(["a", "b", "c", "d"])
     trainer.training_step(None, None)
     trainer.log({})
     trainer.log({})
-    rows = [json.loads(line) for line in events.read_text().splitlines()]
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert trainer.engine == "engine"
     assert [r.get("mark", r["phase"]) for r in rows] == [
         "vLLM engine starting", "vLLM engine ready", "trainer ready", "generate", "rollout", "train",
@@ -122,15 +141,16 @@ def test_phase_events_time_generation_and_training(site, tmp_path, monkeypatch):
     assert phases[0]["completions"] == 4 and all(r["step"] == 3 and r["seconds"] >= 0 for r in phases)
 
 
-def test_other_ranks_write_no_events(site, tmp_path, monkeypatch):
-    monkeypatch.setattr(site, "_EVENTS", str(tmp_path / "events.jsonl"))
+def test_other_ranks_write_no_events(tmp_path, monkeypatch):
     monkeypatch.setenv("RANK", "1")
 
     class GRPOTrainer:
         def training_step(self, *a):
             return 0.0
 
-    site._record_phases(types.SimpleNamespace(GRPOTrainer=GRPOTrainer))
+    events._record_phases(
+        types.SimpleNamespace(GRPOTrainer=GRPOTrainer), runtime.Events(str(tmp_path / "events.jsonl"))
+    )
     GRPOTrainer().training_step()
     assert not (tmp_path / "events.jsonl").exists()
 
@@ -144,6 +164,7 @@ def _child(code: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.cli
 def test_emulation_patches_torch_only_once_torch_is_imported():
     code = (
         "import sys; assert 'torch' not in sys.modules; import torch; "
@@ -171,7 +192,10 @@ def test_a_failing_hook_never_takes_the_child_down(tmp_path):
         text=True,
     )
     assert proc.returncode == 0 and proc.stdout.strip() == "1", proc.stderr
-    assert "hook for swift.trainers.rlhf_trainer.grpo_trainer not installed" in proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "not installed" in line]
+    assert len(said) == 1 and said[0].startswith(
+        "grpo-rig hook events not installed: swift.trainers.rlhf_trainer.grpo_trainer has no GRPOTrainer"
+    ), proc.stderr
 
 
 def test_another_sitecustomize_on_the_path_still_runs(tmp_path):
@@ -196,8 +220,8 @@ def test_another_sitecustomize_on_the_path_still_runs(tmp_path):
         (32, 16, [1, 2, 4, 8, 16]),  # nor more tokens than a step holds
     ],
 )
-def test_cuda_graphs_only_for_batch_sizes_vllm_can_run(site, max_num_seqs, max_tokens, sizes):
-    assert site.graph_sizes(max_num_seqs, max_tokens) == sizes
+def test_cuda_graphs_only_for_batch_sizes_vllm_can_run(max_num_seqs, max_tokens, sizes):
+    assert graphs_up_to_max_seqs.graph_sizes(max_num_seqs, max_tokens) == sizes
 
 
 def _vllm_config(enforce_eager=False, sizes=None):
@@ -220,22 +244,22 @@ def _vllm_config(enforce_eager=False, sizes=None):
     return types.SimpleNamespace(VllmConfig=VllmConfig)
 
 
-def test_the_graph_hook_sets_vllm_s_sizes_unless_the_recipe_or_eager_mode_decides(site):
+def test_the_graph_hook_sets_vllm_s_sizes_unless_the_recipe_or_eager_mode_decides():
     config = _vllm_config()
-    site._graphs_up_to_max_seqs(config)
+    graphs_up_to_max_seqs._graphs_up_to_max_seqs(config)
     c = config.VllmConfig()
     c._set_cudagraph_sizes()
     assert c.compilation_config.cudagraph_capture_sizes == [1, 2, 4, 8, 16, 24, 32]
     for kwargs, expected in (({"sizes": [1, 64]}, [1, 64]), ({"enforce_eager": True}, 67)):
         config = _vllm_config(**kwargs)
-        site._graphs_up_to_max_seqs(config)
+        graphs_up_to_max_seqs._graphs_up_to_max_seqs(config)
         c = config.VllmConfig()
         c._set_cudagraph_sizes()
         got = c.compilation_config.cudagraph_capture_sizes
         assert (len(got) if isinstance(expected, int) else got) == expected
 
 
-# The reward check (GRPO_RIG_REWARD_CHECK, issue 26) ----------------------------------------------------
+# The reward check (GRPO_RIG_REWARD_CHECK) --------------------------------------------------------------
 
 
 class StandInTrainer:
@@ -252,9 +276,9 @@ class StandInTrainer:
         return [f(completions, trainer_state=self.state, **columns) for f in self.reward_funcs]
 
 
-def checked(site, *funcs):
+def checked(*funcs):
     grpo = types.SimpleNamespace(GRPOTrainer=type("GRPOTrainer", (StandInTrainer,), {}))
-    site._check_rewards(grpo)
+    reward_check._check_rewards(grpo)
     return grpo.GRPOTrainer(funcs)
 
 
@@ -265,11 +289,11 @@ def exact(completions, solution, **kwargs):
 COMPLETIONS, SOLUTIONS = ["4", "5", "six", "7"], ["4", "5", "6", "8"]
 
 
-def test_rewards_that_answer_numbers_none_or_a_nan_beside_a_number_pass_unchanged(site):
+def test_rewards_that_answer_numbers_none_or_a_nan_beside_a_number_pass_unchanged():
     def partial(completions, **kwargs):  # None and NaN: "does not apply here", summed away by ms-swift
         return [None, float("nan"), 0.5, 1]
 
-    trainer = checked(site, exact, partial)
+    trainer = checked(exact, partial)
     first, second = trainer.score(COMPLETIONS, solution=SOLUTIONS)
     assert first == [1.0, 1.0, 0.0, 0.0] and second[0] is None and second[2:] == [0.5, 1]
 
@@ -290,33 +314,36 @@ def test_rewards_that_answer_numbers_none_or_a_nan_beside_a_number_pass_unchange
     ],
 )  # fmt: skip
 def test_a_reward_answer_ms_swift_cannot_score_ends_the_run_naming_function_row_and_value(
-    site, capsys, answer, said
+    capsys, answer, said
 ):
     answer.__name__ = "answer"
-    trainer = checked(site, answer)
-    with pytest.raises(site.RewardCheckFailed) as exc:
+    trainer = checked(answer)
+    with pytest.raises(reward_check.RewardCheckFailed) as exc:
         trainer.score(COMPLETIONS, solution=SOLUTIONS)
     assert said in str(exc.value)
-    assert f"{site.REWARD_MARK} {exc.value}" in capsys.readouterr().err  # the line the entrypoint shows
+    assert (
+        f"{reward_check.REWARD_MARK} {exc.value}" in capsys.readouterr().err
+    )  # the line the entrypoint shows
 
 
-def test_a_row_only_one_of_two_rewards_leaves_out_is_fine_but_none_from_both_ends_the_run(site):
+def test_a_row_only_one_of_two_rewards_leaves_out_is_fine_but_none_from_both_ends_the_run():
     def half(completions, **kwargs):
         return [None, None, 0.0, 0.0]
 
     def other(completions, **kwargs):
         return [0.0, None, 0.0, 0.0]
 
-    trainer = checked(site, half, other)
-    with pytest.raises(site.RewardCheckFailed, match=r"for row 1 .*\(half: None; other: None\)"):
+    trainer = checked(half, other)
+    with pytest.raises(reward_check.RewardCheckFailed, match=r"for row 1 .*\(half: None; other: None\)"):
         trainer.score(COMPLETIONS, solution=SOLUTIONS)
 
 
-def test_the_reward_check_never_takes_a_trainer_down(site, capsys):
+def test_the_reward_check_never_takes_a_trainer_down(capsys, monkeypatch):
+    monkeypatch.setattr(runtime, "_SAID", set())
     grpo = types.SimpleNamespace(GRPOTrainer=type("GRPOTrainer", (), {"__init__": lambda self: None}))
-    site._check_rewards(grpo)
+    reward_check._check_rewards(grpo)
     grpo.GRPOTrainer()  # no reward_funcs at all: the check says so and stays out
-    assert "reward check not installed" in capsys.readouterr().err
+    assert "grpo-rig hook reward_check not installed: once GRPOTrainer was built" in capsys.readouterr().err
 
 
 REAL_SCORING = """
@@ -338,15 +365,15 @@ try:  # ms-swift alone
     print("plain:", trainer._score_completions(rows))
 except Exception as exc:
     print(f"plain: {type(exc).__name__}: {exc}")
-import sitecustomize  # then with the check (one process: importing the trainer is the minute this costs)
-sitecustomize._guard_rewards(trainer)
+from entrypoint.child.hooks import reward_check  # then with the check (importing the trainer is the minute)
+reward_check._guard_rewards(trainer)
 print(trainer._score_completions(rows))
 """
 
 
 @pytest.mark.slow  # imports ms-swift's GRPO trainer (~1 minute on 2 cores)
 def test_ms_swift_s_own_scoring_of_a_nan_row_fails_unrelated_and_the_check_names_it(tmp_path):
-    """Issue 26, on ms-swift 3.6.4's real GRPOTrainer._score_completions: a reward's NaN on a row crashes
+    """On ms-swift 3.6.4's real GRPOTrainer._score_completions: a reward's NaN on a row crashes
     with "'TrainerState' object is not subscriptable"; with the check the run ends naming the row."""
     script = tmp_path / "score.py"
     script.write_text(REAL_SCORING)
@@ -358,7 +385,7 @@ def test_ms_swift_s_own_scoring_of_a_nan_row_fails_unrelated_and_the_check_names
             "(completion '?'; solution='1') (accuracy: nan)") in checked.stderr  # fmt: skip
 
 
-def test_vllm_inspects_the_model_class_in_place_only_once_cuda_is_up(site, monkeypatch):
+def test_vllm_inspects_the_model_class_in_place_only_once_cuda_is_up(monkeypatch):
     """GRPO_RIG_VLLM_INSPECT_HERE: the colocated trainer (CUDA initialised) reads the class's interfaces
     itself; a process without CUDA (the rollout server, `evaluate`) keeps vLLM's subprocess."""
     spawned = []
@@ -380,7 +407,7 @@ def test_vllm_inspects_the_model_class_in_place_only_once_cuda_is_up(site, monke
             return "info from a subprocess"
 
     registry = types.SimpleNamespace(_LazyRegisteredModel=_LazyRegisteredModel, _ModelInfo=_ModelInfo)
-    site._inspect_here_once_cuda_is_up(registry)
+    inspect_here._inspect_here_once_cuda_is_up(registry)
     cuda = types.SimpleNamespace(is_initialized=lambda: False)
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
     assert _LazyRegisteredModel().inspect_model_cls() == "info from a subprocess" and spawned == [True]
@@ -388,7 +415,7 @@ def test_vllm_inspects_the_model_class_in_place_only_once_cuda_is_up(site, monke
     assert _LazyRegisteredModel().inspect_model_cls() == "info of Qwen2ForCausalLM" and spawned == [True]
 
 
-def test_a_colocated_engine_builds_only_the_final_output_of_a_plain_request(site, monkeypatch):
+def test_a_colocated_engine_builds_only_the_final_output_of_a_plain_request(monkeypatch):
     """GRPO_RIG_VLLM_LEAN: ms-swift's colocate generation reads only finished outputs, so a request with n=1
     and no logprobs asks vLLM for FINAL_ONLY; one that streams deltas, samples n>1 or wants logprobs keeps
     what it asked for."""
@@ -412,7 +439,7 @@ def test_a_colocated_engine_builds_only_the_final_output_of_a_plain_request(site
         def add_request(self, request_id, prompt, params, arrival_time=None):
             seen.append((request_id, params.output_kind))
 
-    site._final_outputs_only(types.SimpleNamespace(LLMEngine=LLMEngine))
+    lean._final_outputs_only(types.SimpleNamespace(LLMEngine=LLMEngine))
     engine = LLMEngine()
     engine.add_request("plain", "p", SamplingParams())
     engine.add_request("n2", "p", SamplingParams(n=2))
@@ -422,7 +449,7 @@ def test_a_colocated_engine_builds_only_the_final_output_of_a_plain_request(site
                     ("logprobs", RequestOutputKind.CUMULATIVE), ("stream", RequestOutputKind.DELTA)]  # fmt: skip
 
 
-def test_the_trainer_s_start_up_heap_is_frozen_once_it_is_built(site, monkeypatch):
+def test_the_trainer_s_start_up_heap_is_frozen_once_it_is_built(monkeypatch):
     """GRPO_RIG_VLLM_LEAN: once GRPOTrainer.__init__ returns, its objects leave the collector's generations
     (gc.freeze), so the oldest generation's collections stop walking them during generation."""
     import gc
@@ -431,7 +458,7 @@ def test_the_trainer_s_start_up_heap_is_frozen_once_it_is_built(site, monkeypatc
         def __init__(self):
             self.heap = [[i] for i in range(1000)]
 
-    site._freeze_startup_heap(types.SimpleNamespace(GRPOTrainer=GRPOTrainer))
+    lean._freeze_startup_heap(types.SimpleNamespace(GRPOTrainer=GRPOTrainer))
     try:
         before = gc.get_freeze_count()
         GRPOTrainer()
@@ -441,7 +468,7 @@ def test_the_trainer_s_start_up_heap_is_frozen_once_it_is_built(site, monkeypatc
 
 
 @pytest.mark.slow  # imports vLLM (about 15 s on 2 cores)
-def test_top_k_first_masks_the_logits_exactly_as_vllm_s_sort_does(site, monkeypatch):
+def test_top_k_first_masks_the_logits_exactly_as_vllm_s_sort_does(monkeypatch):
     """GRPO_RIG_VLLM_TOP_K_FIRST: vLLM 0.8.5's own apply_top_k_top_p and the top-k-first path give the same
     masked logits (so the same samples): random rows, ties at the k-th value, per-row k and p. A batch with a
     row whose ties run past the top k, or a row without top-k, goes to vLLM's sort."""
@@ -454,7 +481,7 @@ def test_top_k_first_masks_the_logits_exactly_as_vllm_s_sort_does(site, monkeypa
         sorted_calls.append(len(logits))
         return ops.apply_top_k_top_p(logits, k, p)
 
-    fast = site.top_k_first(vllm_sort)
+    fast = top_k_first.top_k_first(vllm_sort)
     torch.manual_seed(0)
     vocab = 5000
     logits = torch.randn(5, vocab) * 3
@@ -492,7 +519,7 @@ def test_top_k_first_masks_the_logits_exactly_as_vllm_s_sort_does(site, monkeypa
 
 
 @pytest.mark.slow  # imports vLLM (about 15 s on 2 cores)
-def test_top_k_first_takes_k_from_vllm_s_batch_without_reading_the_gpu_back(site, monkeypatch):
+def test_top_k_first_takes_k_from_vllm_s_batch_without_reading_the_gpu_back(monkeypatch):
     """GRPO_RIG_VLLM_TOP_K_FIRST: on the batch vLLM 0.8.5 builds (InputBatch, as ms-swift's requests set it:
     top_k 50, top_p 0.9, and one request with its own), the largest k comes from the batch's host copy: the
     masked logits are vLLM's and no tensor's max is taken on the way (on a GPU that would wait for the
@@ -504,7 +531,7 @@ def test_top_k_first_takes_k_from_vllm_s_batch_without_reading_the_gpu_back(site
 
     monkeypatch.setattr(gpu_input_batch.InputBatch, "_make_sampling_metadata",
                         gpu_input_batch.InputBatch._make_sampling_metadata)  # fmt: skip
-    site._top_k_from_the_host(gpu_input_batch)
+    top_k_first._top_k_from_the_host(gpu_input_batch)
     vocab = 151936
     batch = gpu_input_batch.InputBatch(8, 64, 4, torch.device("cpu"), False, vocab)
     for i, (top_k, top_p) in enumerate([(50, 0.9)] * 5 + [(20, 1e-9)]):  # the last: only the likeliest stays
@@ -533,14 +560,14 @@ def test_top_k_first_takes_k_from_vllm_s_batch_without_reading_the_gpu_back(site
         return ops.apply_top_k_top_p(logits, k, p)
 
     monkeypatch.setattr(torch.Tensor, "max", no_read_back)
-    got = site.top_k_first(vllm_sort)(logits.clone(), k, p)
+    got = top_k_first.top_k_first(vllm_sort)(logits.clone(), k, p)
     assert sorted_calls == []  # the top-k path
     assert torch.equal(got, expected)
     kept = (got > -float("inf")).sum(1).tolist()
     assert all(1 < n <= 50 for n in kept[:5]) and kept[5] == 1, kept
 
 
-def test_scheduler_steps_reach_ms_swift_s_colocated_engine(site, monkeypatch):
+def test_scheduler_steps_reach_ms_swift_s_colocated_engine():
     """GRPO_RIG_VLLM_SCHEDULER_STEPS: GRPOVllmEngine (built by ms-swift 3.6.4's prepare_vllm with keyword
     arguments and no engine_kwargs) gets num_scheduler_steps among its engine arguments, and outputs of
     unfinished requests once per schedule; engine arguments a caller passes are kept, and its own win."""
@@ -549,8 +576,7 @@ def test_scheduler_steps_reach_ms_swift_s_colocated_engine(site, monkeypatch):
         def __init__(self, model_dir, torch_dtype, *, engine_kwargs=None, max_num_seqs=256):
             self.engine_kwargs, self.max_num_seqs = engine_kwargs, max_num_seqs
 
-    monkeypatch.setattr(site, "_SCHEDULER_STEPS", 8)
-    site._scheduler_steps(types.SimpleNamespace(GRPOVllmEngine=GRPOVllmEngine))
+    scheduler_steps._scheduler_steps(types.SimpleNamespace(GRPOVllmEngine=GRPOVllmEngine), 8)
     assert GRPOVllmEngine("/m", "bf16", max_num_seqs=32).engine_kwargs == {
         "num_scheduler_steps": 8, "multi_step_stream_outputs": False}  # fmt: skip
     kept = GRPOVllmEngine("/m", "bf16", engine_kwargs={"seed": 1, "num_scheduler_steps": 4})
@@ -558,7 +584,7 @@ def test_scheduler_steps_reach_ms_swift_s_colocated_engine(site, monkeypatch):
 
 
 @pytest.mark.slow  # imports vLLM (about 15 s on 2 cores)
-def test_v0_multi_step_runner_exposes_the_model_ms_swift_syncs_weights_into(site):
+def test_v0_multi_step_runner_exposes_the_model_ms_swift_syncs_weights_into():
     """GRPO_RIG_VLLM_SCHEDULER_STEPS: ms-swift's weight sync reads engine.model_executor.driver_worker.worker
     .model_runner.model; vLLM 0.8.5's MultiStepModelRunner keeps the model on the runner it wraps."""
     from vllm.engine.arg_utils import EngineArgs
@@ -571,7 +597,7 @@ def test_v0_multi_step_runner_exposes_the_model_ms_swift_syncs_weights_into(site
     assert "model" not in vars(cls)
     with pytest.raises(AttributeError):
         _ = object.__new__(cls).model
-    site._multi_step_runner_model(multi_step_model_runner)
+    scheduler_steps._multi_step_runner_model(multi_step_model_runner)
     try:
         runner = object.__new__(cls)
         runner._base_model_runner = types.SimpleNamespace(model="the wrapped runner's model")

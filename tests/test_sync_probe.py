@@ -1,4 +1,4 @@
-"""The weight-sync probe (entrypoint/site/grpo_rig_probe.py) on the CPU: its verdict, and its measurement
+"""The weight-sync probe (entrypoint/child/sync_probe.py) on the CPU: its verdict, and its measurement
 against a stand-in for vLLM's engine that generates with the merged trained weights (a working sync) or
 with the base weights (a sync that never happened). tests/gpu/test_weight_sync.py runs it for real."""
 
@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib.util
 import sys
 import types
 from pathlib import Path
@@ -14,19 +13,17 @@ from pathlib import Path
 import pytest
 
 from entrypoint.world import models
-from tests.conftest import ROOT
+
+pytestmark = pytest.mark.cli  # each test starts the entrypoint or a process tree
 
 EMBEDDED = Path("~/.cache/grpo-rig/models").expanduser()
 
 
 @pytest.fixture(scope="module")
 def probe():
-    spec = importlib.util.spec_from_file_location(
-        "grpo_rig_probe", ROOT / "entrypoint" / "child" / "grpo_rig_probe.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from entrypoint.child import sync_probe
+
+    return sync_probe
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from entrypoint.child import hooks
 from entrypoint.errors import Problem
 from entrypoint.facts import catalog
 from entrypoint.facts.facts import MANIFEST, ROLLOUT_PORT_START, WEIGHT_SYNC_PORT, Facts, resolved, run_dir_of
@@ -46,13 +47,9 @@ from entrypoint.redact import env as redact_env
 from entrypoint.rewards import PLUGIN_FILE
 
 TRAIN_SUBDIR = "train"  # ms-swift's output_dir inside the run directory
-EVENTS_FILE = "events.jsonl"  # the trainer's phase timings (entrypoint/site/sitecustomize.py)
-SITE_DIR = Path(__file__).resolve().parents[1] / "child" / "site"
-SITE_HOOK_VARIABLES = (
-    "GRPO_RIG_EMULATE_VRAM_GB", "GRPO_RIG_VLLM_KEEP_POOLS", "GRPO_RIG_EVENTS", "GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS",
-    "GRPO_RIG_VLLM_INSPECT_HERE", "GRPO_RIG_REWARD_CHECK", "GRPO_RIG_VLLM_LEAN",
-    "GRPO_RIG_VLLM_TOP_K_FIRST", "GRPO_RIG_VLLM_SCHEDULER_STEPS",
-)  # fmt: skip
+EVENTS_FILE = "events.jsonl"  # the trainer's phase timings (entrypoint/child/hooks/events.py)
+SITE_DIR = Path(__file__).resolve().parents[1] / "child" / "site"  # its sitecustomize installs the hooks
+SITE_HOOK_VARIABLES = tuple(h.variable for h in hooks.ALL)  # the GRPO_RIG_* variables that turn hooks on
 CHECKPOINT = "<newest complete checkpoint>"  # the export's --adapters, known once training ends
 
 
@@ -121,7 +118,7 @@ class Plan:
     @property
     def written(self) -> list[str]:
         """Every path this plan tells a process to write (each --output_dir, the events file, a generated
-        dataset): preflight proves each is inside the run directory (issue 26)."""
+        dataset): preflight proves each is inside the run directory, so no run writes outside its own."""
         paths = [str(self.train_dir), *(self.dataset_paths if self.recipe.settings.DATASET_GENERATOR else [])]
         for p in self.processes:
             paths += [p.argv[i + 1] for i, a in enumerate(p.argv[:-1]) if a == "--output_dir"]
@@ -487,7 +484,7 @@ def _child_env(d: Draft) -> None:
 def plugin_files(recipe: Recipe, facts: Facts) -> list[str]:
     """--external_plugins of every child: the image's reward plugin, then the recipe's files (a relative
     path resolved against the checkout when it is there: facts.resolved)."""
-    return [str(PLUGIN_FILE)] + [resolved(p, facts.paths) for p in recipe.args("external_plugins")]
+    return [str(PLUGIN_FILE)] + [resolved(p, facts.paths) for p in recipe.trainer_args.external_plugins]
 
 
 def _rollout(d: Draft) -> None:
@@ -562,8 +559,8 @@ def _size_rollout(d: Draft) -> None:
 
 
 def _vllm_env(enforce_eager: bool) -> dict[str, str]:
-    """The site hooks of a process that starts a vLLM engine (entrypoint/site/sitecustomize.py says why):
-    top-k/top-p sampled without a sort over the vocabulary (issue 28: a fifth of a decode step), and CUDA
+    """The hooks of a process that starts a vLLM engine (entrypoint/child/hooks/ says why):
+    top-k/top-p sampled without a sort over the vocabulary (the sort was a fifth of a decode step), and CUDA
     graphs only for the batch sizes it can run (about 35 s of a 24 GiB card's start-up)."""
     graphs = {} if enforce_eager else {"GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS": "1"}
     return {"GRPO_RIG_VLLM_TOP_K_FIRST": "1", **graphs}
@@ -573,24 +570,26 @@ def _multi_step_env(steps: int) -> dict[str, str]:
     """A colocated engine with `steps` > 1 decode steps per schedule (VLLM_SCHEDULER_STEPS, shape.engine_options
     says when the planner chooses it): vLLM's V0 engine, the only one with multi-step scheduling in 0.8.5
     (VLLM_USE_V1=1 with it raises: vllm/engine/arg_utils.py:1327-1330), given the steps through ms-swift's
-    engine_kwargs (entrypoint/site/sitecustomize.py, GRPO_RIG_VLLM_SCHEDULER_STEPS)."""
+    engine_kwargs (entrypoint/child/hooks/scheduler_steps.py, GRPO_RIG_VLLM_SCHEDULER_STEPS)."""
     return {"VLLM_USE_V1": "0", "GRPO_RIG_VLLM_SCHEDULER_STEPS": str(steps)} if steps > 1 else {}
 
 
 def _trainer_env(d: Draft) -> dict[str, str]:
     s, layout = d.recipe.settings, d.layout
     env = dict(d.common)
-    # The trainer's hooks (entrypoint/site/sitecustomize.py says why each exists).
+    # The trainer's hooks (entrypoint/child/hooks/ says why each exists; DISABLE_HOOKS drops them later).
     env["GRPO_RIG_EVENTS"] = str(d.run_dir / "logs" / EVENTS_FILE)
-    env["GRPO_RIG_REWARD_CHECK"] = "1"  # a reward's bad answer ends the run naming it (issue 26)
+    env["GRPO_RIG_REWARD_CHECK"] = "1"  # a reward's bad answer ends the run naming it
     a = d.recipe.trainer_args
     if layout.mode == "colocate" and a.sleep_level >= 1:
         env["GRPO_RIG_VLLM_KEEP_POOLS"] = "1"
     if layout.mode == "colocate":
         env.update(_vllm_env(a.vllm_enforce_eager))
-        env.update(_multi_step_env(s.VLLM_SCHEDULER_STEPS))
+        # multi-step scheduling exists only through its hook; V0 without it is slower than V1
+        steps = 1 if "scheduler_steps" in s.disabled_hooks else s.VLLM_SCHEDULER_STEPS
+        env.update(_multi_step_env(steps))
         env["GRPO_RIG_VLLM_INSPECT_HERE"] = "1"  # the engine starts in this process, after CUDA did
-        env["GRPO_RIG_VLLM_LEAN"] = "1"  # ms-swift reads only each request's final output (issue 28)
+        env["GRPO_RIG_VLLM_LEAN"] = "1"  # ms-swift reads only each request's final output
     if layout.train_gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, layout.train_gpus))
         if not _worker_directly(d):
@@ -614,7 +613,7 @@ def _worker_directly(d: Draft) -> bool:
     NPROC_PER_NODE or NNODES is set (v3.6.4:swift/cli/main.py:28-66); a lone process needs no torchrun, as
     ms-swift sets RANK=0 and WORLD_SIZE=1 itself (v3.6.4:swift/utils/torch_utils.py:373-383, "It runs
     normally with Python as well"). The two extra interpreters cost 5.8 s of the 74 s warm start-up on the
-    lent H200: the CLI's imports 3.9 s, torchrun's 1.9 s (docs/benchmarks/raw/h200-2026-12-02/, events).
+    lent H200: the CLI's imports 3.9 s, torchrun's 1.9 s (bench/startup/2026-12-02-0445-startup/, events).
     Where the worker file cannot be found in this interpreter, or GRPO_RIG_SWIFT names a CLI, the CLI runs."""
     return bool(d.facts.swift_worker) and d.layout.nproc_per_node == 1 and d.recipe.settings.NNODES == 1
 
@@ -636,7 +635,7 @@ def _trainer(d: Draft) -> None:
         argv += ["--resume_from_checkpoint", d.resume_from]
     if not d.rollout_only:
         d.processes.append(Process("trainer", _trainer_env(d), argv))
-    d.processes[:] = [_with_site_hooks(p, d.facts.env) for p in d.processes]
+    d.processes[:] = [_with_site_hooks(p, d.facts.env, d.recipe.settings.disabled_hooks) for p in d.processes]
     if d.layout.local_rollout and not d.facts.ports.weight_sync_free:
         d.problems.append(
             Problem(
@@ -683,12 +682,15 @@ def _memory(plan: Plan) -> Plan:
     note = b.note
     if w.dims.params > memory.CALIBRATED_MAX_PARAMS:
         note += (f"; extrapolated: the coefficients were fitted on models up to 1.5B parameters, this one has "
-                 f"{w.dims.params / 1e9:.1f}B (docs/benchmarks/memory-calibration.json)")  # fmt: skip
+                 f"{w.dims.params / 1e9:.1f}B (bench/calibration/memory-calibration.json)")  # fmt: skip
     return dataclasses.replace(plan, memory=tuple(b.estimates(plan.layout)), memory_note=(note,))
 
 
-def _with_site_hooks(process: Process, env: Mapping[str, str]) -> Process:
-    """Put entrypoint/site first on PYTHONPATH of a child that has a GRPO_RIG_* hook variable."""
+def _with_site_hooks(process: Process, env: Mapping[str, str], disabled: frozenset[str]) -> Process:
+    """Drop the variables of the hooks DISABLE_HOOKS names, then put entrypoint/child/site first on
+    PYTHONPATH of a child that still has a GRPO_RIG_* hook variable (its sitecustomize installs them)."""
+    off = {h.variable for h in hooks.ALL if h.name in disabled}
+    process = dataclasses.replace(process, env={k: v for k, v in process.env.items() if k not in off})
     if not any(k in process.env for k in SITE_HOOK_VARIABLES):
         return process
     path = [str(SITE_DIR)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])

@@ -4,7 +4,7 @@ A recipe holds three kinds of keys (README, "Recipes"):
 - these owned keys (placement, run identity, output, safety switches), defined here;
 - ms-swift `swift rlhf` arguments, upper-cased (`NUM_GENERATIONS=6` -> `--num_generations 6`);
 - ms-swift `swift rollout` arguments with a `ROLLOUT_` prefix (`ROLLOUT_MAX_MODEL_LEN=4096`);
-plus NCCL variables and a few environment variables passed to the children (`recipe.py`).
+plus NCCL variables and a few environment variables passed to the children (`load.py`).
 
 Values arrive as strings from env files, the environment and the command line; pydantic coerces them to
 the types below, and a value that does not fit is reported with the key's name.
@@ -19,10 +19,11 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from entrypoint.child.hooks import NAMES as HOOK_NAMES
 from entrypoint.rewards.tasks import TASKS
 
-# One directory under OUTPUT_DIR: no '/', never '.' or '..', nothing a shell or a URL would mangle (issue 26:
-# RUN_NAME=../../etc/x wrote the run outside OUTPUT_DIR). 128 stays far below a file name's 255 bytes.
+# One directory under OUTPUT_DIR: no '/', never '.' or '..', nothing a shell or a URL would mangle (else
+# RUN_NAME=../../etc/x writes the run outside OUTPUT_DIR). 128 stays far below a file name's 255 bytes.
 RUN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
@@ -46,7 +47,7 @@ def split_address(text: str) -> tuple[str, int | None]:
 
 def run_name_problem(value: str) -> tuple[str, str] | None:
     """(what is wrong, the fix) for a RUN_NAME that is not one plain path component, None when it is.
-    Source of the rule: issue 26 (names that stay inside OUTPUT_DIR)."""
+    The rule: a name stays inside OUTPUT_DIR (RUN_NAME_RE)."""
     if not value or RUN_NAME_RE.fullmatch(value):
         return None
     if value in (".", ".."):
@@ -166,6 +167,13 @@ class Settings(BaseModel):
         description="steps: a line per step, milestones, failures, a heartbeat (console.py); all: every line",
     )
 
+    # The children's hooks (entrypoint/child/hooks/: what each patches upstream, why, when it can go)
+    DISABLE_HOOKS: str = Field(
+        "",
+        description="hooks left out of every child, comma-separated names (empty: none; `plan` shows the "
+        f"children's GRPO_RIG_* variables): {', '.join(HOOK_NAMES)}",
+    )
+
     # Lifecycle
     STOP_GRACE_SECONDS: float = Field(
         20.0, ge=0, description="seconds between SIGTERM and SIGKILL for child processes"
@@ -199,6 +207,28 @@ class Settings(BaseModel):
                 else f"use one of {', '.join(TASKS)}, or DATASET_GENERATOR= (empty) with DATASET=<your file>",
             )
         return value
+
+    @field_validator("DISABLE_HOOKS", mode="before")
+    @classmethod
+    def _hook_names(cls, value: str) -> str:
+        """Names separated by commas (spaces around them and case ignored), each a hook of
+        entrypoint/child/hooks/; kept as "a,b" in the registry's order."""
+        names = [n.strip().lower() for n in str(value).split(",") if n.strip()]
+        unknown = [n for n in names if n not in HOOK_NAMES]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], HOOK_NAMES, n=1)
+            fix = f"did you mean DISABLE_HOOKS={close[0]}?" if close else "name hooks from the list above"
+            raise Refused(
+                f"{', '.join(map(repr, unknown))} {'is not a hook' if len(unknown) == 1 else 'are not hooks'}; "
+                f"hooks: {', '.join(HOOK_NAMES)} (entrypoint/child/hooks/)",
+                fix,
+            )
+        return ",".join(n for n in HOOK_NAMES if n in names)
+
+    @property
+    def disabled_hooks(self) -> frozenset[str]:
+        """The hook names DISABLE_HOOKS leaves out."""
+        return frozenset(filter(None, self.DISABLE_HOOKS.split(",")))
 
     @field_validator("RUN_NAME")
     @classmethod

@@ -11,9 +11,11 @@ Every line of every child goes to `<run>/logs/<role>.log` (launch.Supervisor); t
   exception line, with one line saying the whole of it is in the role's log (a run that fails explains
   itself at the end: deaths.explain; seen on the cases re-run: 60 lines of torch's save traceback above
   the one-line "disk full" summary);
+- a child hook that could not install ("grpo-rig hook NAME not installed: ...", entrypoint/child/runtime.py),
+  once per hook whichever processes and ranks said it;
 - a heartbeat when the console has been quiet for HEARTBEAT_SECONDS, saying what the trainer is doing
   (loading, generating N completions, training), from the phase events the trainer's site hook writes
-  (entrypoint/site/sitecustomize.py, GRPO_RIG_EVENTS), naming the step as the step lines do ("step 2/4").
+  (entrypoint/child/hooks/events.py, GRPO_RIG_EVENTS), naming the step as the step lines do ("step 2/4").
 
 `Progress` does the same for work counted in units (evaluate's prompts): a line per batch with an ETA,
 a heartbeat in between.
@@ -30,6 +32,7 @@ import re
 import time
 from pathlib import Path
 
+from entrypoint.child.runtime import NOT_INSTALLED
 from entrypoint.supervise.deaths import TRACEBACK_START, in_traceback
 
 HEARTBEAT_SECONDS = 30.0
@@ -65,12 +68,19 @@ class Console:
         self.step_at = self.started
         self.step_elapsed = 0.0  # ms-swift's elapsed_time at the last step line, seconds
         self.first: tuple[int, float] | None = None  # (step, elapsed s) of the first step line
+        self.hooks_said: set[str] = set()  # child hooks whose not-installed line was shown
 
     def shown(self, role: str, line: str) -> str | None:
         """The console text for a child's line, or None to keep it to the log."""
         if self.show_all:
             return line
         line = line.rsplit("\r", 1)[-1]  # tqdm redraws with \r: its last frame
+        hook = NOT_INSTALLED.search(line)
+        if hook:  # every process and rank of every role says it: once per hook
+            if hook["hook"] in self.hooks_said:
+                return None
+            self.hooks_said.add(hook["hook"])
+            return line[hook.start() :]
         if role in self.folding:
             if in_traceback(line):
                 return None
@@ -128,7 +138,7 @@ class Console:
     def _eta(self, done: int, total: int, elapsed: float | None, remaining: object) -> str:
         """The time left at the pace of the steps after the first step line. Step 1 holds the warm-up (the
         first generation, allocator and kernel caches): ms-swift's remaining_time extrapolates from it (a new
-        user read "13 min" after step 1, issue 27). After step 1 the line says when an ETA comes."""
+        user read "13 min" after step 1). After step 1 the line says when an ETA comes."""
         if elapsed is None:
             return f"ETA {remaining or '?'}"
         if self.first is None or done <= self.first[0]:
@@ -211,7 +221,7 @@ class Progress:
 
 
 GRPO_PHASES = ("sync", "generate", "rollout", "train")
-# what the trainer does after each start-up mark (entrypoint/site/sitecustomize.py writes them)
+# what the trainer does after each start-up mark (entrypoint/child/hooks/events.py writes them)
 AFTER_MARK = {
     "model loaded": "loading the dataset and setting up the trainer",
     "dataset ready": "setting up LoRA and the trainer",

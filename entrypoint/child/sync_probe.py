@@ -1,4 +1,5 @@
-"""Does vLLM generate from the weights the trainer trained? A check inside the trainer (GRPO_RIG_SYNC_PROBE).
+"""Does vLLM generate from the weights the trainer trained? A check inside the trainer (GRPO_RIG_SYNC_PROBE,
+installed by hooks/sync_probe.py).
 
 In colocate mode ms-swift 3.6.4 merges the LoRA adapter into the policy, copies the merged weights into
 the colocated vLLM engine (`llm_model.load_weights`) and unmerges, before every generation round

@@ -1,0 +1,140 @@
+"""GRPO_RIG_EVENTS=PATH: rank 0 of the trainer appends one JSON line per GRPO phase to PATH:
+{"t": unix seconds, "phase": "sync" | "generate" | "rollout" | "train", "seconds": ..., ...},
+where `rollout` is generation plus scoring and log-probs (ms-swift 3.6.4
+GRPOTrainer._generate_and_score_completions), `generate` the generation inside it
+(_generate_completions), `sync` the weight push to vLLM (_move_model_to_vllm) and `train` one
+micro-batch's training_step, which holds the round's rollout on the round's first micro-batch (HF
+Trainer.training_step -> ms-swift _prepare_inputs). The console heartbeat and the throughput
+benchmark read them; ms-swift's own logs stay as they are. Each phase event records the garbage
+collector's seconds inside it (`gc_seconds`).
+
+Start-up is recorded in the same file, so a reader can name the cause of each second before the first
+step: {"phase": "start", "process": "swift" | "launcher" | "worker"} when each process of the trainer's
+tree starts, {"phase": "import", "module": ..., "seconds": ...} for the heavy imports of the worker,
+and {"phase": "startup", "mark": ..., "seconds": ...} for "arguments parsed", "model loaded", "dataset ready",
+"vLLM engine starting", "vLLM engine ready", "trainer ready" and "first step logged" (ms-swift 3.6.4
+SwiftPipeline._parse_args, SwiftRLHF._prepare_model_tokenizer, SwiftSft._encode_dataset, GRPOTrainer.__init__,
+prepare_vllm and log). entrypoint/supervise/startup.py turns them into the start-up table.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+from entrypoint.child import runtime
+from entrypoint.child.hooks import After, Hook, Target
+from entrypoint.child.runtime import Events, timed
+
+# the worker's imports whose seconds are recorded: the libraries, ms-swift's training code, its GRPO trainer
+WORKER_IMPORTS = ("torch", "transformers", "swift.llm.train", "peft", "trl", "deepspeed", "vllm",
+                  "swift.trainers.rlhf_trainer.grpo_trainer")  # fmt: skip
+GRPO_TRAINER = "swift.trainers.rlhf_trainer.grpo_trainer"
+
+
+def _phase(phase, count=None):
+    def make_row(self, args, seconds):
+        state = getattr(self, "state", None)
+        row = {"phase": phase, "seconds": seconds, "step": getattr(state, "global_step", None)}
+        if count is not None and args:
+            row["completions"] = count(args[0])
+        return row
+
+    return make_row
+
+
+def _mark(mark, once=False):
+    done = []
+
+    def make_row(self, args, seconds):
+        if once and done:
+            return None
+        done.append(True)
+        return {"phase": "startup", "mark": mark, "seconds": seconds}
+
+    return make_row
+
+
+def _record_phases(grpo, events: Events) -> None:
+    if not runtime.rank0():
+        return
+    cls = runtime.need(grpo, "GRPOTrainer", getattr(grpo, "__name__", GRPO_TRAINER))
+    timed(cls, "_move_model_to_vllm", _phase("sync"), events)
+    timed(cls, "_generate_completions", _phase("generate", count=len), events)
+    timed(cls, "_generate_and_score_completions", _phase("rollout", count=len), events)
+    timed(cls, "training_step", _phase("train"), events)
+    timed(cls, "__init__", _mark("trainer ready"), events)
+    timed(cls, "log", _mark("first step logged", once=True), events)
+    prepare = runtime.need(cls, "prepare_vllm", f"{cls.__module__}.{cls.__qualname__}")
+
+    @functools.wraps(prepare)
+    def prepare_vllm(self, *args, **kwargs):
+        events.write({"phase": "startup", "mark": "vLLM engine starting"})
+        return prepare(self, *args, **kwargs)
+
+    cls.prepare_vllm = prepare_vllm
+    timed(cls, "prepare_vllm", _mark("vLLM engine ready"), events)
+
+
+def _record_arguments(base, events: Events) -> None:
+    if runtime.rank0():
+        timed(base.SwiftPipeline, "_parse_args", _mark("arguments parsed", once=True), events)
+
+
+def _record_model_load(rlhf, events: Events) -> None:
+    if runtime.rank0():
+        timed(rlhf.SwiftRLHF, "_prepare_model_tokenizer", _mark("model loaded"), events)
+
+
+def _record_dataset(sft, events: Events) -> None:
+    if runtime.rank0():
+        timed(sft.SwiftSft, "_encode_dataset", _mark("dataset ready"), events)
+
+
+def install(value: str, after: After) -> None:
+    """On with a path (the plan gives <run>/logs/events.jsonl); writes this process's `start` event now."""
+    if not value:
+        return
+    events = Events(value)
+    runtime.GcClock.start()
+    after.patch(GRPO_TRAINER, lambda grpo: _record_phases(grpo, events))
+    after.patch("swift.llm.base", lambda base: _record_arguments(base, events))
+    after.patch("swift.llm.train.rlhf", lambda rlhf: _record_model_load(rlhf, events))
+    after.patch("swift.llm.train.sft", lambda sft: _record_dataset(sft, events))
+    label = runtime.process_label()
+    if runtime.rank0() and label in ("swift", "launcher", "worker"):
+        events.write({"phase": "start", "process": label, "t": round(time.time(), 3)})
+        if label == "worker":
+            for module in WORKER_IMPORTS:
+                after.time(module, events.write)
+
+
+def _grpo(method: str, sha256: str) -> Target:
+    return Target(GRPO_TRAINER, f"GRPOTrainer.{method}", sha256)
+
+
+HOOK = Hook(
+    name="events",
+    variable="GRPO_RIG_EVENTS",
+    targets=(
+        _grpo("_move_model_to_vllm", "9dbe2d6b57381929"),
+        _grpo("_generate_completions", "f4acb19c36bdbcdd"),
+        _grpo("_generate_and_score_completions", "6cf8850dc6ebf3a7"),
+        _grpo("training_step", "70e01535973f852f"),
+        _grpo("__init__", "3a0e5d68a4fc474d"),
+        _grpo("log", "b174e7b3a6f16ca1"),
+        _grpo("prepare_vllm", "a720724ba2f4d471"),
+        Target("swift.llm.base", "SwiftPipeline._parse_args", "e4541b5162ae599b"),
+        Target("swift.llm.train.rlhf", "SwiftRLHF._prepare_model_tokenizer", "8bffb78524e9d695"),
+        Target("swift.llm.train.sft", "SwiftSft._encode_dataset", "54f0a8bf57d2965f"),
+    ),
+    upstream=("ms-swift==3.6.4",),
+    why="The trainer's phases (sync, generate, rollout, train) and start-up marks as JSON lines in the run's "
+    "logs/events.jsonl: the console's heartbeat says what the trainer is doing from them, `train` prints the "
+    "start-up table (supervise/startup.py), and the benchmarks time steps by them.",
+    saves="no time itself: the evidence of every other hook's saving comes from these events (the start-up "
+    "cuts of bench/startup/2026-12-02-0445-startup/, the rounds of bench/countdown_throughput.py)",
+    delete_when="when ms-swift reports its GRPO phase and start-up timings itself (per-phase seconds in its "
+    "logs) and the console, supervise/startup.py and bench/ read those instead",
+    install=install,
+)
