@@ -11,10 +11,11 @@ reported per variant: seconds per round (median, all), per decode step, and the 
 per round (a decode step bound by the host's launches uses one core all through).
 
 --engine v1 (vLLM 0.8.5's default, what ms-swift colocates): the top-k/top-p step as vLLM does it (a sort
-over the vocabulary; FlashInfer is absent), as entrypoint/site/sitecustomize.py's top_k_first did it up to
-the ninth lease (`top_k_first_ninth_lease` below), as it does it now (k from the batch's host copy, fewer
-launches), and without top-k/top-p (what the sampler costs at all). Then the sampler's operations on a
-[32, vocabulary] logits tensor, GPU time by CUDA events.
+over the vocabulary; FlashInfer is absent), as the top-k-first hook (entrypoint/child/hooks/top_k_first.py) did
+it at git 999dc10 (`top_k_first_with_read_backs` below, labelled "top-k first, with read-backs"; the archived
+results of bench/generation/2026-12-03-0828-engines name it by the last run that used it), as it does it now
+(k from the batch's host copy, fewer launches), and without top-k/top-p (what the sampler costs at all). Then
+the sampler's operations on a [32, vocabulary] logits tensor, GPU time by CUDA events.
 --engine v0 (VLLM_USE_V1=0, vLLM's previous engine: whole-model CUDA graphs for decode) with
 --scheduler-steps N (its multi-step scheduling): vLLM's sort and no top-k/top-p.
 """
@@ -26,6 +27,7 @@ import importlib.util
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -35,12 +37,13 @@ PROMPT = (
     "operations (+, -, *, /) and each number can only be used once. Show your work in <think> </think> tags. "
     "And return the final answer in <answer> </answer> tags."
 )
-SITE = Path(__file__).resolve().parents[1] / "entrypoint" / "child" / "site" / "sitecustomize.py"
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def top_k_first_ninth_lease(original):
-    """sitecustomize.top_k_first as the seventh to ninth leases ran it (git 999dc10): k's max and the ties'
-    check read back from the GPU, 22 launches; kept here for the comparison only."""
+def top_k_first_with_read_backs(original):
+    """The top-k-first hook as the throughput runs of 2026-12-02 22:03 to 2026-12-03 07:11 ran it (git 999dc10,
+    then in sitecustomize.py): k's max and the ties' check read back from the GPU, 22 launches; kept here for
+    the comparison only."""
     import torch
 
     def apply_top_k_top_p(logits, k, p):
@@ -68,13 +71,13 @@ def top_k_first_ninth_lease(original):
 
 
 def load_site():
-    """entrypoint/site/sitecustomize.py as a module, with no hook variable set (so it installs nothing)."""
-    for key in [k for k in os.environ if k.startswith("GRPO_RIG_")]:
-        del os.environ[key]
-    spec = importlib.util.spec_from_file_location("grpo_rig_site", SITE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The top_k_first hook's module (entrypoint/child/hooks/top_k_first.py), imported, nothing installed: its
+    top_k_first and _top_k_from_the_host are applied below by hand."""
+    if importlib.util.find_spec("entrypoint") is None:
+        sys.path.append(str(ROOT))
+    from entrypoint.child.hooks import top_k_first
+
+    return top_k_first
 
 
 def one_round(llm, prompts, params) -> tuple[float, float, int]:
@@ -118,10 +121,10 @@ def sampler_ops(vocab: int, site) -> dict:
     logits = torch.randn(ROUND, vocab, device="cuda", dtype=torch.float32)
     k = torch.full((ROUND,), 50, device="cuda", dtype=torch.long)
     p = torch.full((ROUND,), 0.9, device="cuda", dtype=torch.float32)
-    ninth, lean = top_k_first_ninth_lease(apply_top_k_top_p), site.top_k_first(apply_top_k_top_p)
+    old, lean = top_k_first_with_read_backs(apply_top_k_top_p), site.top_k_first(apply_top_k_top_p)
     ops = {
         "vLLM's apply_top_k_top_p (k 50, p 0.9)": lambda: apply_top_k_top_p(logits.clone(), k, p),
-        "top-k first, ninth lease": lambda: ninth(logits.clone(), k, p),
+        "top-k first, with read-backs": lambda: old(logits.clone(), k, p),
         "top-k first, now": lambda: lean(logits.clone(), k, p),
         "torch.topk(100)": lambda: logits.topk(100, dim=-1),
         "clone": lambda: logits.clone(),
@@ -171,14 +174,14 @@ def main() -> None:
 
         site._top_k_from_the_host(gpu_input_batch)  # only marks k and p; vLLM's own path ignores the marks
         vllm_own = ops.apply_top_k_top_p
-        ninth, lean = top_k_first_ninth_lease(vllm_own), site.top_k_first(vllm_own)
+        old, lean = top_k_first_with_read_backs(vllm_own), site.top_k_first(vllm_own)
 
         def using(fn):
             return lambda: setattr(ops, "apply_top_k_top_p", fn)
 
         variants = {
             "vLLM's sort (top_k 50, top_p 0.9)": (swift, using(vllm_own)),
-            "top-k first, ninth lease": (swift, using(ninth)),
+            "top-k first, with read-backs": (swift, using(old)),
             "top-k first, now": (swift, using(lean)),
             "no top-k/top-p": (plain, using(vllm_own)),
         }

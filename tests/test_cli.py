@@ -1,21 +1,36 @@
-"""The command line's first words (issue 27): a mistyped command gets the command it is closest to, a
-recipe's bare name after a command is `recipe=NAME`, and `keys` lists every owned key in one column."""
+"""The command line: one parser per command (entrypoint/commands/, registered in REGISTRY), the words read
+as typed. A mistyped command gets the command it is closest to, a recipe's bare name after a command is
+`recipe=NAME`, words that are not a command's go to train (the default), ms-swift-style --flags reach the
+recipe parser beside their values, and `keys` lists every owned key in one column."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from entrypoint.cli import bare_words
+from entrypoint import cli
+from entrypoint.commands import REGISTRY
+from entrypoint.commands.words import recipe_words
 from entrypoint.errors import BadInput
 from entrypoint.recipe.settings import Settings
 from tests.conftest import ROOT, clean_env, run_cli
 
+INVENTORY = f"INVENTORY={ROOT / 'examples' / 'inventories' / '1x4090-driver535.json'}"
+
 
 def refused(*argv: str) -> str:
+    """The one problem found in a command line's first word."""
     with pytest.raises(BadInput) as caught:
-        bare_words(list(argv), {})
+        cli.choose(cli.build(REGISTRY), list(argv), {})
     (problem,) = caught.value.problems
     return problem.render()
+
+
+def chosen(*argv: str) -> tuple[str, list[str]]:
+    """The command a command line runs, and the words its parser reads."""
+    picked = cli.choose(cli.build(REGISTRY), list(argv), {})
+    return picked.command.module.NAME, picked.words
 
 
 def test_a_mistyped_command_gets_a_did_you_mean():
@@ -26,21 +41,96 @@ def test_a_mistyped_command_gets_a_did_you_mean():
     assert "write train recipe=smoke" in refused("smoke")  # a recipe where the command goes
 
 
+def test_words_that_name_no_command_go_to_train_as_typed():
+    # the image's ENTRYPOINT is `python -m entrypoint`: `docker compose run train recipe=X` passes bare words
+    assert chosen("recipe=smoke", "MAX_STEPS=2") == ("train", ["recipe=smoke", "MAX_STEPS=2"])
+    assert chosen("--num_generations", "8") == ("train", ["--num_generations", "8"])
+    assert chosen() == ("train", [])
+    assert chosen("validate", "smoke") == ("validate", ["smoke"])
+
+
 def test_a_bare_recipe_name_after_a_command_is_the_recipe():
-    assert bare_words(["validate", "smoke"], {}) == ["validate", "recipe=smoke"]
-    assert bare_words(["plan", "smoke-gpu", "MAX_STEPS=2"], {}) == ["plan", "recipe=smoke-gpu", "MAX_STEPS=2"]
-    assert bare_words(["validate", "recipe=smoke", "smoke"], {}) == ["validate", "recipe=smoke", "smoke"]
-    assert "did you mean recipe=smoke?" in refused("validate", "smok")
-    assert bare_words(["recipe=smoke"], {}) == ["train", "recipe=smoke"]  # train stays the default
-    assert bare_words([], {}) == ["train"]
+    assert recipe_words(["smoke"], {}) == ["recipe=smoke"]
+    assert recipe_words(["smoke-gpu", "MAX_STEPS=2"], {}) == ["recipe=smoke-gpu", "MAX_STEPS=2"]
+    assert recipe_words(["recipe=smoke", "smoke"], {}) == ["recipe=smoke", "smoke"]
+    assert recipe_words(["smoke"], {"RECIPE": "smoke-gpu"}) == ["smoke"]  # a recipe is named already
+    with pytest.raises(BadInput) as caught:
+        recipe_words(["smok"], {})
+    assert "did you mean recipe=smoke?" in caught.value.problems[0].render()
 
 
+def test_every_registered_command_has_a_parser_and_a_main():
+    parsers = cli.build(REGISTRY)
+    names = [module.NAME for module in REGISTRY]
+    assert len(set(names)) == len(names) and list(parsers.commands) == names
+    for module in REGISTRY:
+        assert parsers.commands[module.NAME].parser.prog == f"python -m entrypoint {module.NAME}"
+        assert callable(module.main) and module.main.__doc__, module.NAME
+    assert {
+        "train",
+        "rollout",
+        "plan",
+        "validate",
+        "doctor",
+        "prepare-model",
+        "keys",
+        "import",
+        "evaluate",
+    } <= set(names)
+
+
+@pytest.mark.cli
+def test_help_lists_every_registered_command():
+    out = run_cli("--help", env=clean_env(), timeout=60).stdout
+    names = [module.NAME for module in REGISTRY]
+    assert "{" + ",".join(names) + "}" in out  # the usage line, in the registry's order
+    for name in names:  # the table of cli.py's docstring: one line per command
+        assert any(line.startswith(f"    {name} ") for line in out.splitlines()), name
+
+
+@pytest.mark.cli
+def test_an_unknown_first_word_is_refused_naming_the_commands():
+    proc = run_cli("frobnicate", "recipe=smoke", env=clean_env(), timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    names = ", ".join(module.NAME for module in REGISTRY)
+    assert f"error: command line 'frobnicate': is not a command\n  fix: the commands: {names};" in proc.stderr
+
+
+@pytest.mark.cli
+def test_a_command_that_takes_no_words_refuses_them_as_argparse_does():
+    proc = run_cli("doctor", "extra", env=clean_env(), timeout=60)
+    assert (
+        proc.returncode == 2 and "python -m entrypoint: error: unrecognized arguments: extra" in proc.stderr
+    )
+    proc = run_cli("import", "a.sh", "b.sh", env=clean_env(), timeout=60)
+    assert proc.returncode == 2 and "python -m entrypoint: error: unrecognized arguments: b.sh" in proc.stderr
+
+
+def test_an_ms_swift_flag_reaches_the_recipe_parser_beside_its_value(capsys):
+    # before the recipe, so a positional would have taken the 8 and left the flag alone
+    assert cli.main(["validate", "--num_generations", "8", "recipe=smoke"]) == 2
+    err = capsys.readouterr().err
+    assert "error: command line '--num_generations': arguments are KEY=VALUE words, not --flags" in err
+    assert "fix: write NUM_GENERATIONS=8" in err
+
+
+@pytest.mark.cli
+def test_plan_json_stands_anywhere_among_the_words(tmp_path):
+    proc = run_cli(
+        "plan", "recipe=smoke", INVENTORY, "--json", f"OUTPUT_DIR={tmp_path}", env=clean_env(), timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["recipe"] == "smoke"
+
+
+@pytest.mark.cli
 def test_validate_with_a_bare_recipe_name_validates_it():
     proc = run_cli("validate", "smoke", env=clean_env())
     assert proc.returncode == 0, proc.stderr
     assert "recipe smoke: valid" in proc.stdout
 
 
+@pytest.mark.cli
 def test_keys_lists_every_owned_key_in_one_column():
     out = run_cli("keys", env=clean_env()).stdout.splitlines()
     assert [line.split("=", 1)[0] for line in out] == list(Settings.model_fields)
@@ -69,9 +159,10 @@ ds.error("an error still shows")
 """
 
 
+@pytest.mark.cli
 def test_prepare_model_and_evaluate_keep_library_notices_off_the_console():
     """The tokenizer's "legacy" paragraph, DeepSpeed's accelerator lines (twice) and a tqdm bar on
-    `prepare-model` and `evaluate`, which the train console already kept in the log (issue 27)."""
+    `prepare-model` and `evaluate`, which the train console already keeps in the log."""
     import subprocess
     import sys
 
@@ -90,9 +181,10 @@ def test_prepare_model_and_evaluate_keep_library_notices_off_the_console():
     assert "legacy" in loud.stderr and "Setting accelerator" in loud.stdout and "GGUF" in loud.stderr
 
 
+@pytest.mark.cli
 def test_the_quiet_settings_come_before_any_library_is_imported():
-    """tqdm reads TQDM_DISABLE when it is imported, and `from entrypoint import run` imports it: the bar of
-    prepare-model's GGUF conversion still showed on a new user's console when the settings came after."""
+    """tqdm reads TQDM_DISABLE when it is imported, and importing the commands imports it: set after that,
+    the settings leave the bar of prepare-model's GGUF conversion on the console."""
     import subprocess
     import sys
 
@@ -100,7 +192,8 @@ def test_the_quiet_settings_come_before_any_library_is_imported():
 
     fake_prepare = (
         "import sys\n"
-        "from entrypoint import cli, models\n"
+        "from entrypoint import cli\n"
+        "from entrypoint.world import models\n"
         "def prepare(*args, **kwargs):\n"
         "    from tqdm.auto import tqdm\n"
         "    list(tqdm(range(3), desc='Converting and de-quantizing GGUF tensors...'))\n"
@@ -116,18 +209,23 @@ def test_the_quiet_settings_come_before_any_library_is_imported():
     assert "GGUF" not in proc.stderr and proc.stdout.startswith("embedded model"), proc.stdout + proc.stderr
 
 
+@pytest.mark.cli
 def test_help_is_a_command_too():
-    """New-user walk: `python -m entrypoint help` was refused as 'not a command'."""
+    """`help` is --help and `help COMMAND` is `COMMAND --help`; a word that names no command is refused as
+    the first word would be."""
     assert "usage: python -m entrypoint" in run_cli("help", env=clean_env(), timeout=60).stdout
     assert (
         "usage: python -m entrypoint evaluate"
         in run_cli("help", "evaluate", env=clean_env(), timeout=60).stdout
     )
+    mistyped = run_cli("help", "trian", env=clean_env(), timeout=60)
+    assert mistyped.returncode == 2 and "fix: did you mean train?" in mistyped.stderr
 
 
+@pytest.mark.cli
 def test_train_with_an_inventory_of_gpus_this_machine_lacks_is_refused_and_plan_is_not(tmp_path):
-    """New-user trial: following the GPU refusal's fix (INVENTORY=...) made `train` start ms-swift here, which
-    downloaded the model and died without a GPU. INVENTORY describes a machine for plan/validate; train on a
+    """Following the GPU refusal's fix (INVENTORY=...) must not make `train` start ms-swift here, to download
+    the model and die without a GPU. INVENTORY describes a machine for plan/validate; train on a
     machine whose NVML sees fewer GPUs is refused before anything starts, naming what to do."""
     if not _no_gpu_here():
         pytest.skip("this machine has a GPU")

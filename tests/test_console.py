@@ -1,4 +1,4 @@
-"""The console a person follows (issue 19): a real smoke run's trainer output (tests/fixtures/
+"""The console a person follows: a real smoke run's trainer output (tests/fixtures/
 smoke-trainer.log, 600 lines: the argument dump, the model structure, tqdm, library notices, four step
 dicts) comes out as a few milestones and one line per step; failures always show; a quiet console gets a
 heartbeat naming the phase."""
@@ -53,7 +53,7 @@ def test_failures_always_show_and_a_traceback_folds_to_its_exception():
 
 def test_the_eta_comes_from_the_steps_after_the_first():
     """The recorded smoke run: step 1 took 45 s (the warm-up), steps 2-4 about 28 s each. ms-swift's ETA
-    after step 1 extrapolates from step 1 (2m 15s here; a new user read "13 min", issue 27). After step 1
+    after step 1 extrapolates from step 1 (2m 15s here; a new user read "13 min"). After step 1
     the line says when an ETA comes; after that, the pace since step 1."""
     out = shown(Console(), LOG)
     etas = [s.rsplit(" | ", 1)[1] for s in out if s.startswith("step ")]
@@ -79,7 +79,7 @@ def test_the_heartbeat_says_what_the_trainer_is_doing(tmp_path):
 
 def test_steps_are_named_alike_on_step_lines_and_heartbeats(tmp_path):
     """One spelling, step N/M, where there were three ("step 1: training ...", "step 2 of 4: ...", "step 1/4
-    | ..."; issue 27); the total from the plan's MAX_STEPS until the first step line gives it."""
+    | ..."); the total from the plan's MAX_STEPS until the first step line gives it."""
     events = tmp_path / "events.jsonl"
     events.write_text('{"t": 1, "phase": "generate", "seconds": 12.7, "step": 0, "completions": 8}\n')
     console = Console(events=events, clock=lambda: 0.0, total_steps=4)
@@ -143,7 +143,7 @@ def test_seconds_per_step_agree_with_elapsed_time():
 
 
 def test_evaluate_progress_has_an_eta_and_a_heartbeat_between_batches():
-    """`evaluate` ran 16 minutes with four lines and no ETA (issue 27): a line per batch with the ETA of
+    """`evaluate` ran 16 minutes with four lines and no ETA: a line per batch with the ETA of
     both models' prompts (model loading not counted in the pace), a heartbeat while a batch runs."""
     now = [0.0]
     progress = Progress(24, clock=lambda: now[0])  # 12 prompts, base model then adapter
@@ -168,7 +168,7 @@ def test_evaluate_progress_has_an_eta_and_a_heartbeat_between_batches():
 
 
 def test_after_step_1_the_heartbeat_says_the_trainer_generates_and_milestones_show_once(tmp_path):
-    """The new-user walk of issue 27 saw "step 2/4: setting up the trainer" for a minute: the last event
+    """A new user's first run saw "step 2/4: setting up the trainer" for a minute: the last event
     was the "first step logged" mark, which the trainer writes after step 1's line. And ms-swift's "Loading
     the model using model_dir" came twice."""
     events = tmp_path / "events.jsonl"
@@ -178,3 +178,15 @@ def test_after_step_1_the_heartbeat_says_the_trainer_generates_and_milestones_sh
     assert console.heartbeat().startswith("step 2/4: generating completions")
     loading = "[INFO:swift] Loading the model using model_dir: /models/SmolLM2-135M-Instruct"
     assert shown(Console(), [loading, loading]) == [loading.split("] ", 1)[1]]
+
+
+def test_a_child_hook_that_did_not_install_shows_once_per_hook_whichever_process_said_it():
+    """Every process and rank that imports the patched library prints the hook's notice (its log keeps
+    them all); the console shows each hook's once, and still every other failure."""
+    notice = ("grpo-rig hook top_k_first not installed: vllm.v1.sample.ops.topk_topp_sampler has no "
+              "apply_top_k_top_p; the run goes on without it (DISABLE_HOOKS=top_k_first turns it off)")  # fmt: skip
+    other = notice.replace("top_k_first", "lean")
+    console = Console()
+    out = [console.shown("trainer", notice), console.shown("trainer", f"[rank1]: {notice}"),
+           console.shown("rollout", notice), console.shown("trainer", f"[rank1]: {other}")]  # fmt: skip
+    assert out == [notice, None, None, other]

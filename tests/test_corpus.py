@@ -12,7 +12,6 @@ the recipe sets, except those the entrypoint composes itself (COMPOSED says whic
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,8 @@ import pytest
 from entrypoint.recipe import keys, swift_schema
 from entrypoint.recipe.load import read_env_file
 from tests.conftest import INVENTORIES, RECIPES, ROOT, SETUP, clean_env, run_cli
+
+pytestmark = pytest.mark.cli  # each test starts the entrypoint or a process tree
 
 # Flags the recipe may set that do not reach argv as written, and why.
 COMPOSED = {
@@ -83,10 +84,9 @@ def test_plan_argv_carries_every_flag_the_recipe_sets(recipe, modelscope_cache, 
         assert got == spec.coerce(value.value), (key, got)
 
 
-def test_validate_of_the_shipped_recipes_stays_fast():
-    """Preflight is the seconds-long check before heavy work: every shipped recipe validates on the machine
-    it is for (tcm-4x4090 with its sample data) in under 5 s (issue 15; bench/validate_time.py measured a
-    0.9 s median with a training running on the same 2 cores)."""
+def test_every_shipped_recipe_validates_on_the_machine_it_is_for():
+    """Every shipped recipe validates on the machine it is for (tcm-4x4090 with its sample data). How long
+    that takes is a benchmark, not a test: bench/validate_time.py (target: under 5 s on 2 cores)."""
     cases = (("smoke", None, ()), ("smoke-gpu", "1x4090-driver535", ()), ("smoke-server", "2x4090-driver535", ()),
              ("countdown-1x4090", "1x4090-driver535", ()), ("arithmetic-gpu", "1x4090-driver535", ()),
              ("tcm-4x4090", "5x4090-driver535", (f"DATASET={ROOT / 'examples' / 'tcm' / 'sample.jsonl'}",)))  # fmt: skip
@@ -95,8 +95,6 @@ def test_validate_of_the_shipped_recipes_stays_fast():
     )
     for recipe, inventory, words in cases:
         extra = [f"INVENTORY={INVENTORIES / (inventory + '.json')}"] if inventory else []
-        start = time.monotonic()
         proc = run_cli("validate", f"recipe={recipe}", *extra, *words, env=clean_env())
-        elapsed = time.monotonic() - start
         assert proc.returncode == 0, (recipe, proc.stderr)
-        assert elapsed < 5, f"validate recipe={recipe} took {elapsed:.1f} s"
+        assert f"recipe {recipe}: valid" in proc.stdout, (recipe, proc.stdout)

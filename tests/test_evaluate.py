@@ -1,4 +1,4 @@
-"""`evaluate` (issue 18): base model vs the run's adapter on held-out prompts, scored by the run's rewards.
+"""`evaluate`: base model vs the run's adapter on held-out prompts, scored by the run's rewards.
 
 The slow test is a real CPU evaluation of the smoke run's adapter; the others are the bad-input cases,
 refused with exit 2 and the fix before any model is loaded.
@@ -15,6 +15,8 @@ import pytest
 from entrypoint.commands import evaluate
 from entrypoint.supervise.console import Progress
 from tests.conftest import clean_env, run_cli
+
+pytestmark = pytest.mark.cli  # each test starts the entrypoint or a process tree
 
 
 def refused(*pairs: str) -> str:
@@ -118,7 +120,7 @@ def test_settings_come_from_the_environment_too(tmp_path):
 
 
 def test_a_run_that_did_not_finish_is_evaluated_saying_so_and_which_checkpoint(tmp_path):
-    """Issue 26: the adapter of a failed or stopped run is its newest complete checkpoint's."""
+    """The adapter of a failed or stopped run is its newest complete checkpoint's."""
     run = fake_run(tmp_path, "cut", adapter=True, recipe={"DATASET": "/data/train.jsonl"})
     data = json.loads((run / "manifest.json").read_text())
     data.update(status="failed", checkpoint="train/checkpoint-4", steps={"completed": 4, "planned": 10},
@@ -152,7 +154,7 @@ def test_the_heartbeat_speaks_while_a_batch_runs_and_stops_with_it():
 
 
 def test_eval_png_labels_every_bar_with_its_value_zero_included():
-    """The countdown reward's bars were 0 for both models: nothing to see in eval.png (issue 27)."""
+    """The countdown reward's bars were 0 for both models: nothing to see in eval.png."""
     summary = {name: {model: {"mean": mean, "low": max(0.0, mean - 0.05), "high": mean + 0.05}
                       for model, mean in (("base", base), ("adapter", tuned))}
                for name, base, tuned in (("countdown", 0.0, 0.0), ("format_partial", 0.271, 0.833))}  # fmt: skip

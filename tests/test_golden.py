@@ -8,6 +8,8 @@ import pytest
 
 from tests.golden import scenarios
 
+pytestmark = pytest.mark.cli  # each test starts the entrypoint or a process tree
+
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> Path:

@@ -1,6 +1,6 @@
-"""`python -m entrypoint import`: an ms-swift command line or script becomes a recipe (issue 16).
+"""`python -m entrypoint import`: an ms-swift command line or script becomes a recipe.
 
-The source documents' commands (tests/fixtures/seed-*.sh, copied from ../shared/seeds/) import into
+The source documents' commands (tests/fixtures/seed-*.sh, copied from the two seed write-ups) import into
 recipes that, once the problems `import` prints are fixed as their fixes say, validate and plan the same
 swift arguments as the shipped recipes made from those seeds, except where the shipped recipe's comments
 say why not. Every corpus recipe (ms-swift's own examples, tests/test_corpus.py) survives the round trip:
@@ -18,6 +18,8 @@ import pytest
 from entrypoint.recipe import importer, keys
 from entrypoint.recipe.load import read_env_file
 from tests.conftest import INVENTORIES, RECIPES, ROOT, SETUP, clean_env, inventory_file, run_cli
+
+pytestmark = pytest.mark.cli  # each test starts the entrypoint or a process tree
 
 FIXTURES = ROOT / "tests" / "fixtures"
 IGNORED = {"output_dir", "run_name", "add_version", "logging_dir"}  # the run directory: per run
@@ -270,7 +272,7 @@ def test_a_local_server_without_gpus_named_gets_its_own_gpu_beside_the_trainer(t
 def test_vllm_device_auto_on_two_visible_gpus_becomes_one_trainer_and_a_rollout_server(tmp_path):
     """ms-swift <= 3.5's --vllm_device auto put vLLM on the GPU after the training processes: with
     CUDA_VISIBLE_DEVICES=0,1 and NPROC_PER_NODE unset, GPU 1, the trainer on GPU 0. The import promised a
-    rollout server on its own GPU but wrote TRAIN_GPUS=0,1 (issue 27); where no GPU is left beside the
+    rollout server on its own GPU but wrote TRAIN_GPUS=0,1; where no GPU is left beside the
     trainers, the comment says vLLM is colocated."""
     base = "swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct --use_vllm true --vllm_device auto"
     two = importer.to_recipe(f"CUDA_VISIBLE_DEVICES=0,1 {base}")
@@ -286,7 +288,7 @@ def test_vllm_device_auto_on_two_visible_gpus_becomes_one_trainer_and_a_rollout_
 
 def test_a_two_gpu_import_gets_the_rollout_share_that_fits_its_card(tmp_path):
     """Left at ms-swift's 0.9, the rollout GPU's share drew the memory check's own warning, "lower
-    ROLLOUT_GPU_MEMORY_UTILIZATION to 0.82" (issue 27): the planner chooses 0.82 on a 24 GiB card."""
+    ROLLOUT_GPU_MEMORY_UTILIZATION to 0.82": the planner chooses 0.82 on a 24 GiB card."""
     script = tmp_path / "two.sh"
     script.write_text("CUDA_VISIBLE_DEVICES=0,1 swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct "
                       "--dataset examples/tcm/sample.jsonl --reward_funcs format --use_vllm true --vllm_device auto\n")  # fmt: skip
@@ -309,7 +311,7 @@ def test_a_two_gpu_import_gets_the_rollout_share_that_fits_its_card(tmp_path):
 
 def test_without_an_inventory_every_problem_comes_at_once(tmp_path):
     """`import` without INVENTORY on a machine with no GPU reported only the missing GPU, hiding a key typo
-    and a missing dataset that `validate` showed once the machine was described (issue 27)."""
+    and a missing dataset that `validate` showed once the machine was described."""
     script = tmp_path / "typo.sh"
     script.write_text(f"CUDA_VISIBLE_DEVICES=0 swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct "
                       f"--dataset {tmp_path / 'missing.jsonl'} --reward_funcs format --use_vllm true "

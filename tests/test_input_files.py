@@ -1,5 +1,5 @@
 """Every file the entrypoint reads, when it is binary, a directory or missing: refused with exit 2, what is
-wrong and why, and no traceback (issue 26: `import` of such files died in cli.py with UnicodeDecodeError,
+wrong and why, and no traceback (before, `import` of such files died in cli.py with UnicodeDecodeError,
 IsADirectoryError or FileNotFoundError; a binary SYSTEM prompt with UnicodeDecodeError)."""
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import pytest
 
 from entrypoint.recipe import load as recipe
 from tests.conftest import FAKES, refused, run_cli
+
+pytestmark = pytest.mark.cli  # each test starts the entrypoint or a process tree
 
 BINARY = bytes(range(256)) * 4  # NUL bytes and bytes that are not UTF-8
 

@@ -1,6 +1,6 @@
 """Supervision of the rollout server and the trainer, with a fake `swift` (tests/fakes/swift).
 
-../shared/cases C10: the rollout server is slow to start, or dies; the entrypoint waits on its health
+Case C10 (tests/cases.md): the rollout server is slow to start, or dies; the entrypoint waits on its health
 endpoint with its own budget, starts the trainer only once it is healthy, and stops at once with the
 rollout's last lines if it dies. No process is left holding a GPU or a port.
 """
@@ -20,6 +20,8 @@ import pytest
 
 from entrypoint.world import ports
 from tests.conftest import FAKE_SWIFT, FAKES, ROOT, clean_env
+
+pytestmark = pytest.mark.cli  # each test starts the entrypoint or a process tree
 
 RECIPE = FAKES / "server.env"
 CORPUS_MODELS = ROOT / "tests" / "corpus" / "models"

@@ -41,7 +41,9 @@ def test_a_decision_that_reads_the_world_breaks_the_contract(tmp_path):
     """plan/build.py importing host (the module that probes ports, files and hubs) is refused, by name."""
     proc = planted(tmp_path, "plan/build.py", "from entrypoint.world import host")
     assert proc.returncode != 0, proc.stdout
-    assert "BROKEN" in proc.stdout and "entrypoint.plan.build -> entrypoint.world.host" in proc.stdout, proc.stdout
+    assert "BROKEN" in proc.stdout and "entrypoint.plan.build -> entrypoint.world.host" in proc.stdout, (
+        proc.stdout
+    )
 
 
 def test_a_check_that_starts_a_process_breaks_the_contract(tmp_path):

@@ -1,4 +1,4 @@
-"""GPU layout (../shared/cases C04, C05, C06)."""
+"""GPU layout (cases C04, C05, C06 in tests/cases.md)."""
 
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def test_c04_entrypoint_composes_the_server_flags_and_the_plan_shows_the_mode():
     ],
 )
 def test_colocate_only_keys_in_server_mode_warn_naming_the_rollout_key(key, value, acts):
-    """Issue 26: a maintainer-style server-mode recipe that also sets the colocate keys is valid (ms-swift
+    """A maintainer-style server-mode recipe that also sets the colocate keys is valid (ms-swift
     3.6.4 only warns, `_external_vllm_warning`): a warning naming the ROLLOUT_* key that acts, no refusal."""
     p = plan_for("recipe=tcm-4x4090", f"{key}={value}", gpus=5)
     assert not fatal(p)
@@ -166,8 +166,9 @@ def test_parse_ordinals_refuses(text):
         layout.parse_ordinals(text)
 
 
+@pytest.mark.cli
 def test_a_maintainer_style_server_mode_recipe_with_the_colocate_keys_validates_with_warnings():
-    """Issue 26's false refusal, as a user runs it."""
+    """The same recipe, once refused, as a user runs it."""
     proc = run_cli(
         "validate", "recipe=tcm-4x4090", f"INVENTORY={INVENTORIES / '5x4090-driver535.json'}",
         f"DATASET={ROOT / 'examples/tcm/sample.jsonl'}", "VLLM_GPU_MEMORY_UTILIZATION=0.5", "VLLM_MAX_MODEL_LEN=4096",
@@ -197,6 +198,7 @@ def test_gpu_lists_other_tools_write_are_refused_naming_the_ordinal_spelling(tex
     assert layout.parse_ordinals("0-2,4") == [0, 1, 2, 4]
 
 
+@pytest.mark.cli
 def test_an_inventory_without_gpus_is_named_not_answered_with_add_inventory(tmp_path):
     """Cases re-run: INVENTORY= a file with no GPU got 'No GPU is visible on this machine ... add INVENTORY='."""
     data = json.loads((INVENTORIES / "1x4090-driver535.json").read_text())
@@ -207,12 +209,14 @@ def test_an_inventory_without_gpus_is_named_not_answered_with_add_inventory(tmp_
     assert "add INVENTORY=" not in proc.stderr
 
 
+@pytest.mark.cli
 def test_without_a_gpu_the_example_inventory_offered_has_the_gpus_the_recipe_names():
     """New-user walk: a 2-GPU import was offered the 1-GPU example, then told 'GPU 1 does not exist'."""
     proc = run_cli("validate", "recipe=smoke-server", env=clean_env())  # TRAIN_GPUS=0 ROLLOUT_GPUS=1
     assert proc.returncode == 2 and "INVENTORY=examples/inventories/2x4090-driver535.json (" in proc.stderr
 
 
+@pytest.mark.cli
 def test_a_mistyped_recipe_name_gets_a_did_you_mean():
     proc = run_cli("validate", "recipe=smok", env=clean_env())
     assert proc.returncode == 2 and "fix: did you mean recipe=smoke? use one of:" in proc.stderr

@@ -1,4 +1,4 @@
-"""The Makefile, the command surface a new user starts from (issue 27): `make help` reads well in a pipe
+"""The Makefile, the command surface a new user starts from: `make help` reads well in a pipe
 and in a terminal, every command the README sends a user to has a target, and Python 3.10 is found where
 pyenv keeps it."""
 

@@ -1,4 +1,4 @@
-"""Memory planner (../shared/cases C09) and its calibration against real GRPO runs."""
+"""Memory planner (case C09, tests/cases.md) and its calibration against real GRPO runs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from entrypoint.plan import memory
 from tests.conftest import INVENTORIES, ROOT, build_plan, clean_env, flag, refused, run_cli
 
-CALIBRATION = ROOT / "docs" / "benchmarks" / "memory-calibration.json"
+CALIBRATION = ROOT / "bench" / "calibration" / "memory-calibration.json"
 
 
 @pytest.mark.parametrize(
@@ -31,6 +31,7 @@ def test_parameter_counts_from_config(model, billions):
     assert memory.ModelDims.from_config(config).params / 1e9 == pytest.approx(billions, rel=0.01)
 
 
+@pytest.mark.cli
 def test_c09_3b_colocated_with_default_vllm_share_is_refused_naming_the_knobs(tmp_path):
     err = refused(
         tmp_path,
@@ -58,6 +59,7 @@ def test_c09_3b_colocated_with_default_vllm_share_is_refused_naming_the_knobs(tm
         assert knob in err
 
 
+@pytest.mark.cli
 def test_c09_memory_check_warn_lets_the_user_try(tmp_path):
     proc = run_cli(
         "validate", "recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}", "MODEL=Qwen/Qwen2.5-3B-Instruct",
@@ -68,6 +70,7 @@ def test_c09_memory_check_warn_lets_the_user_try(tmp_path):
     assert "warning: memory: does not fit" in proc.stdout
 
 
+@pytest.mark.cli
 def test_c09_a_model_the_planner_cannot_size_is_refused_only_at_vllms_default_share(tmp_path):
     """Cases re-run: a model outside the shipped table, not in the hub cache and not a local directory, gave a
     warning and ms-swift's 0.9 colocated share, the run C09 describes. Whatever the model, that share
@@ -103,6 +106,7 @@ def test_c09_a_model_the_planner_cannot_size_is_refused_only_at_vllms_default_sh
         ),
     ],
 )
+@pytest.mark.cli
 def test_c09_shipped_gpu_recipes_fit_24gb_with_headroom(recipe, inventory, extra):
     proc = run_cli(
         "plan",
@@ -121,6 +125,7 @@ def test_c09_shipped_gpu_recipes_fit_24gb_with_headroom(recipe, inventory, extra
         assert e["peak_gib"] <= 0.9 * e["card_gib"], e
 
 
+@pytest.mark.cli
 def test_shipped_single_gpu_recipe_gets_an_explicit_fitting_vllm_share():
     """C09: never ms-swift's default 0.9 on a shared card; the planner sizes it when the recipe does not."""
     proc = run_cli(
@@ -138,6 +143,7 @@ def test_shipped_single_gpu_recipe_gets_an_explicit_fitting_vllm_share():
     assert {c["key"] for c in plan["shape"]} >= {"VLLM_GPU_MEMORY_UTILIZATION", "PER_DEVICE_TRAIN_BATCH_SIZE"}
 
 
+@pytest.mark.cli
 def test_emulated_card_size_is_used():
     proc = run_cli(
         "plan",
@@ -154,6 +160,7 @@ def test_emulated_card_size_is_used():
     assert gpu0["card_gib"] == 24.0 and gpu0["parts"]["vLLM"] == pytest.approx(util * 24, abs=0.01)
 
 
+@pytest.mark.cli
 def test_dedicated_rollout_gpu_too_small_for_one_sequence_is_refused(tmp_path):
     err = refused(
         tmp_path, "recipe=tcm-4x4090", f"INVENTORY={INVENTORIES / '5x4090-driver535.json'}", f"DATASET={ROOT / 'examples/tcm/sample.jsonl'}",
@@ -187,6 +194,7 @@ def test_more_memory_for_more_tokens_and_full_fine_tuning():
     assert peak(zero2) < peak(full) * 1.1  # fp32 states, but a quarter of them
 
 
+@pytest.mark.cli
 def test_calibration_measurements_are_committed_and_the_planner_is_within_15_percent():
     sys.path.insert(0, str(ROOT))
     from bench.fit_memory import workload
@@ -203,10 +211,11 @@ def test_calibration_measurements_are_committed_and_the_planner_is_within_15_per
         assert predicted == pytest.approx(m["measured_reserved_gib"], rel=0.15), m["name"]
 
 
+@pytest.mark.cli
 def test_vllm_colocate_lever_calibration_card_peaks_within_10_percent_where_the_planner_chooses():
     """Real vLLM 0.8.5.post1 colocate runs on a 24 GiB-capped H200 (NVML every 0.25 s, the run's own
-    processes), issue 28's levers: micro-batch 4 to 32, gradient checkpointing on and off, liger's fused loss,
-    vLLM's share, sleep mode. Issue 28 asks 10 %: every run on what the planner itself chooses (expandable
+    processes), the throughput levers: micro-batch 4 to 32, gradient checkpointing on and off, liger's fused loss,
+    vLLM's share, sleep mode. The requirement is 10 %: every run on what the planner itself chooses (expandable
     segments without sleep mode; torch's allocator, which sleep mode requires) is within it. On torch's
     allocator without sleep mode, a recipe's own opt-out, the peak grows by whole working sets at steps
     that vary from run to run (memory.py, "vLLM side"): 16 %."""
@@ -241,12 +250,13 @@ def test_expandable_segments_shrink_the_predicted_training_part():
     m = next(
         m
         for m in data["colocate_measurements"]
-        if m["source"].endswith("lease6/lever-gradient-checkpointing-off")
+        if m["source"].endswith("2026-12-02-1733-levers-expandable-segments/lever-gradient-checkpointing-off")
     )
     assert expandable(m)
     assert colocate_prediction(m) < colocate_prediction({**m, "pytorch_cuda_alloc_conf": ""}) - 2.0
 
 
+@pytest.mark.cli
 def test_emulate_vram_hook_caps_torch_when_cuda_initialises():
     code = "import torch; print(len(torch.cuda._queued_calls))"
     site = str(ROOT / "entrypoint" / "child" / "site")
@@ -261,7 +271,7 @@ def test_emulate_vram_hook_caps_torch_when_cuda_initialises():
     assert int(with_cap.stdout.split()[-1]) == int(without.stdout.split()[-1]) + 1, with_cap.stderr
 
 
-# Sharding, tensor parallelism, the rollout server's sizing (issue 15) ---------------------------------------
+# Sharding, tensor parallelism, the rollout server's sizing --------------------------------------------------
 
 QWEN72B = json.loads((ROOT / "tests/corpus/models/Qwen--Qwen2.5-72B-Instruct/config.json").read_text())
 QWEN7B = json.loads((ROOT / "tests/corpus/models/Qwen--Qwen2.5-7B-Instruct/config.json").read_text())
@@ -345,6 +355,7 @@ def test_rollout_gpu_with_little_headroom_warns():
     assert not [p for p in memory_problems(shipped, fatal=False) if "rollout (vLLM)" in p.message]
 
 
+@pytest.mark.cli
 def test_c09_literal_refused_though_the_model_is_beyond_the_measured_ones(tmp_path):
     """The case as written: 3B, colocate, no vLLM setting (the planner chooses the share), batch 8,
     completions of 1024. The 3B model is beyond the calibration, but 1.6x the card is past any error the
@@ -359,6 +370,7 @@ def test_c09_literal_refused_though_the_model_is_beyond_the_measured_ones(tmp_pa
     assert "OFFLOAD_MODEL=true" in err and "MAX_COMPLETION_LENGTH" in err
 
 
+@pytest.mark.cli
 def test_a_model_whose_two_copies_fill_the_card_is_told_to_leave_colocate(tmp_path):
     proc = run_cli("validate", "recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
                    "MODEL=Qwen/Qwen2.5-7B-Instruct", "MEMORY_CHECK=warn", f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
@@ -368,6 +380,7 @@ def test_a_model_whose_two_copies_fill_the_card_is_told_to_leave_colocate(tmp_pa
     assert "VLLM_GPU_MEMORY_UTILIZATION=1.00" not in proc.stdout
 
 
+@pytest.mark.cli
 def test_a_model_no_vllm_share_can_hold_is_refused_even_beyond_the_calibration(tmp_path):
     """Cases re-run: a 7B on a 24 GiB card was 'valid' with 'vLLM would refuse to start' as a warning, as
     every model past the measured ones warns. But two copies of the weights larger than any share is
@@ -388,7 +401,7 @@ OOM_15B = ("recipe=countdown-1x4090", "MODEL=Qwen/Qwen2.5-1.5B-Instruct", "NUM_G
 
 
 def test_an_oom_fix_names_the_largest_shape_that_fits_and_following_it_fits():
-    """Issue 27: the fix said "lower VLLM_GPU_MEMORY_UTILIZATION (e.g. 0.3-0.4 on 24 GB)" of a share that was
+    """The OOM fix once said "lower VLLM_GPU_MEMORY_UTILIZATION (e.g. 0.3-0.4 on 24 GB)" of a share that was
     0.4 already, and named no micro-batch. It now writes the key line of the largest micro-batch the
     planner predicts to fit (shape.largest_fit), and how to let the planner choose; both validate."""
     closed = (
@@ -420,7 +433,7 @@ def test_an_oom_fix_names_the_largest_shape_that_fits_and_following_it_fits():
     for fits in (written, chosen):
         assert not memory_problems(fits), [p.render() for p in memory_problems(fits)]
     # left to the planner, it may turn a lever (liger, checkpointing) that fits a larger micro-batch
-    assert int(chosen.recipe.raw("PER_DEVICE_TRAIN_BATCH_SIZE")) >= 2
+    assert chosen.recipe.trainer_args.per_device_train_batch_size >= 2
 
 
 def test_an_oom_fix_lowers_a_users_vllm_share_only_to_a_value_that_holds_the_round():

@@ -1,4 +1,4 @@
-"""NCCL policy (../shared/cases C01 and the seeds' RTX 4090 advice)."""
+"""NCCL policy (case C01 in tests/cases.md, and the seeds' RTX 4090 advice)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ def test_c01_single_gpu_job_on_two_old_driver_4090s_gets_both_variables():
     assert "NCCL_P2P_DISABLE=1 (2 GPUs visible" in p.render()
 
 
+@pytest.mark.cli
 def test_c01_reason_is_recorded_in_the_run_manifest(tmp_path):
     env = clean_env(GRPO_RIG_SWIFT=str(FAKE_SWIFT), FAKE_TRAINER="ok")
     proc = run_cli(

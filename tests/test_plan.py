@@ -6,8 +6,10 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 import swift
 
+from entrypoint.child import hooks
 from tests.conftest import ROOT, build_plan, clean_env, flag, run_cli
 
 
@@ -57,7 +59,7 @@ def test_countdown_1x4090_plan_colocates_vllm_on_gpu0():
 
 
 def test_one_process_starts_ms_swift_s_worker_without_its_cli_and_torchrun():
-    """Issue 24's start-up cut (plan._worker_directly): the command ms-swift's CLI would run, minus two
+    """The start-up cut (plan._worker_directly): the command ms-swift's CLI would run, minus two
     interpreters. More than one process, more than one node, or a CLI named by GRPO_RIG_SWIFT keep
     `swift rlhf`, with torchrun's NPROC_PER_NODE where there is more than one process."""
     (one,) = build("recipe=countdown-1x4090", "RUN_NAME=c", inventory="1x4090-driver535").processes
@@ -90,11 +92,13 @@ def test_the_worker_file_is_ms_swift_s_only(tmp_path, monkeypatch):
 
 
 def test_every_vllm_engine_captures_cuda_graphs_only_up_to_its_batch():
-    """The start-up cut of issue 24 (entrypoint/site/sitecustomize.py): the hook is on wherever vLLM starts
+    """The start-up cut of the inspect_here hook (entrypoint/child/hooks/inspect_here.py): the hook is on wherever vLLM starts
     with CUDA graphs, and off where it does not (eager mode, HF generation, the CPU)."""
     hook = "GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS"
     (trainer,) = build("recipe=countdown-1x4090", "RUN_NAME=c", inventory="1x4090-driver535").processes
-    assert trainer.env[hook] == "1" and trainer.env["PYTHONPATH"].split(":")[0].endswith("entrypoint/child/site")
+    assert trainer.env[hook] == "1" and trainer.env["PYTHONPATH"].split(":")[0].endswith(
+        "entrypoint/child/site"
+    )
     server = build("recipe=smoke-server", "RUN_NAME=s", inventory="2x4090-driver535")
     assert server.process("rollout").env[hook] == "1" and hook not in server.process("trainer").env
     # the model-class inspection in place: only where the engine starts inside the trainer (colocate)
@@ -197,6 +201,7 @@ def test_tcm_4x4090_plan_on_5_cards_is_4_trainers_and_1_rollout_server():
     assert "--vllm_device" not in argv and "--vllm_gpu_memory_utilization" not in argv
 
 
+@pytest.mark.cli
 def test_plan_json_cli_has_processes_with_role_env_argv():
     proc = run_cli(
         "plan",
@@ -214,6 +219,7 @@ def test_plan_json_cli_has_processes_with_role_env_argv():
     assert data["layout"]["mode"] == "server"
 
 
+@pytest.mark.cli
 def test_plan_works_without_gpu_and_without_the_embedded_model(tmp_path):
     proc = run_cli("plan", "recipe=smoke", f"EMBEDDED_MODEL_DIR={tmp_path}", env=clean_env())
     assert proc.returncode == 0, proc.stderr
@@ -247,7 +253,7 @@ def test_a_generator_and_a_dataset_in_the_same_layer_are_refused():
 def test_a_dataset_named_in_a_later_layer_replaces_the_recipes_generator(tmp_path):
     """`validate recipe=smoke DATASET=data/my.jsonl` was refused: "set together with
     DATASET_GENERATOR=countdown in the same layer", though the generator is the recipe's and the file the
-    command line's (issue 27). A later layer wins, as for any key; a warning says the generator is unused."""
+    command line's. A later layer wins, as for any key; a warning says the generator is unused."""
     data = tmp_path / "my.jsonl"
     row = {
         "messages": [{"role": "user", "content": "Make 6 from [1, 2, 3]."}],
@@ -263,6 +269,7 @@ def test_a_dataset_named_in_a_later_layer_replaces_the_recipes_generator(tmp_pat
     assert not [x for x in p.problems if x.fatal]
 
 
+@pytest.mark.cli
 def test_a_local_model_directory_is_planned_from_its_config(tmp_path):
     """MODEL=/path/to/dir (a downloaded or converted model) is not a hub id: the plan reads its
     config.json and never asks a hub cache about the path (it used to end in HFValidationError)."""
@@ -280,7 +287,7 @@ def test_a_local_model_directory_is_planned_from_its_config(tmp_path):
 
 def test_a_container_runs_closing_lines_are_for_the_host(tmp_path, monkeypatch):
     """After `docker compose run ... train` the closing lines said `python -m entrypoint evaluate ...
-    OUTPUT_DIR=/output` and /output paths, which the host's shell has neither of (issue 27)."""
+    OUTPUT_DIR=/output` and /output paths, which the host's shell has neither of."""
     from entrypoint.commands.train import summary_lines
     from entrypoint.facts import facts as facts_mod
 
@@ -314,3 +321,31 @@ def test_a_short_embedded_model_name_gets_the_full_one_as_its_fix():
     (other,) = [x for x in build("recipe=smoke", "MODEL_SOURCE=embedded", "MODEL=org/other").problems
                 if x.where.startswith("MODEL")]  # fmt: skip
     assert other.fix.startswith("name an embedded model, or MODEL_SOURCE=hub")
+
+
+def test_disabled_hooks_leave_every_child_s_environment():
+    """DISABLE_HOOKS=top_k_first: the trainer's (and the export's) environment loses that hook's variable
+    and keeps the others; with every hook the plan sets disabled, no child gets the site folder either."""
+    pairs = ("recipe=countdown-1x4090", "RUN_NAME=c", "EXPORT_MERGED=true")
+    shipped = build(*pairs, inventory="1x4090-driver535")
+    (trainer, export) = build(*pairs, "DISABLE_HOOKS=top_k_first", inventory="1x4090-driver535").processes
+    topk = "GRPO_RIG_VLLM_TOP_K_FIRST"
+    assert shipped.process("trainer").env[topk] == "1" and shipped.process("export").env[topk] == "1"
+    assert topk not in trainer.env and topk not in export.env
+    assert {k: v for k, v in shipped.process("trainer").env.items() if k != topk} == trainer.env
+    planned = [h.name for h in hooks.ALL if h.variable in shipped.process("trainer").env]
+    bare = build(*pairs, f"DISABLE_HOOKS={','.join(planned)}", inventory="1x4090-driver535").processes[0]
+    assert not any(k.startswith("GRPO_RIG_") for k in bare.env) and "PYTHONPATH" not in bare.env
+    server = build("recipe=smoke-server", "RUN_NAME=s", "DISABLE_HOOKS=graphs_up_to_max_seqs",
+                   inventory="2x4090-driver535").process("rollout")  # fmt: skip
+    assert "GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS" not in server.env and server.env[topk] == "1"
+
+
+def test_without_the_scheduler_steps_hook_the_colocated_engine_runs_vllm_s_v1():
+    """The multi-step engine exists only through the hook; V0 stepping once per schedule would be slower
+    than V1, so the plan gives V1 (entrypoint/child/hooks/scheduler_steps.py)."""
+    pairs = ("recipe=countdown-1x4090", "RUN_NAME=c", "VLLM_SCHEDULER_STEPS=8")
+    (multi,) = build(*pairs, inventory="1x4090-driver535").processes
+    (plain,) = build(*pairs, "DISABLE_HOOKS=scheduler_steps", inventory="1x4090-driver535").processes
+    assert multi.env["VLLM_USE_V1"] == "0" and multi.env["GRPO_RIG_VLLM_SCHEDULER_STEPS"] == "8"
+    assert "VLLM_USE_V1" not in plain.env and "GRPO_RIG_VLLM_SCHEDULER_STEPS" not in plain.env

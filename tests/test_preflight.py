@@ -2,7 +2,7 @@
 
 Each test runs `python -m entrypoint train ...` with a fake `swift` that records every start
 (tests/fakes/swift) and asserts exit status 2, the message, and that the fake never ran.
-../shared/cases C02, C03, C07, C08 (C09: tests/test_memory.py).
+Cases C02, C03, C07, C08 of tests/cases.md (C09: tests/test_memory.py).
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from tests.conftest import (
     run_cli,
     tmpfs,
 )
+
+pytestmark = pytest.mark.cli  # each test starts the entrypoint or a process tree
 
 COLOCATE = FAKES / "colocate.env"
 SERVER = FAKES / "server.env"
@@ -480,7 +482,7 @@ def test_output_dir_not_writable_names_uid_and_fix(tmp_path):
 
 @pytest.mark.parametrize("where", ["itself", "its parent"])
 def test_output_dir_that_is_a_file_says_so(tmp_path, where):
-    """Issue 26: a regular file was reported as "not writable ... chown"."""
+    """A regular file was once reported as "not writable ... chown"."""
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
     out = blocker if where == "itself" else blocker / "runs"
@@ -565,7 +567,7 @@ def test_latin1_dataset_is_a_problem_not_a_traceback(tmp_path):
 
 def test_byte_order_mark_and_json_array_in_a_jsonl_file_are_accepted_as_ms_swift_reads_them(tmp_path):
     """ms-swift 3.6.4 loads .jsonl with datasets' json builder, which reads a file behind a UTF-8 byte-order
-    mark and one JSON array of objects: refusing them was a false refusal (../shared/cases C08 variants)."""
+    mark and one JSON array of objects: refusing them was a false refusal (case C08's variants, tests/cases.md)."""
     import datasets
 
     row = '{"messages": [{"role": "user", "content": "q"}], "solution": "1"}'
@@ -898,7 +900,7 @@ def test_room_for_one_checkpoint_but_not_for_all_of_them_is_a_warning_naming_the
 
 
 def test_the_free_space_asked_for_comes_from_what_a_run_of_the_recipe_writes():
-    """Issue 26: 1.0 GiB was asked for a smoke run that wrote 67 MB (2 checkpoints of 29.8 MB, the adapter
+    """1.0 GiB was once asked for a smoke run that wrote 67 MB (2 checkpoints of 29.8 MB, the adapter
     9.8 MB, logs): now its checkpoints, the export and a margin."""
     from entrypoint.preflight import environment
 
@@ -929,7 +931,7 @@ def test_every_path_a_plan_writes_is_inside_its_run_directory(name):
     assert f"the run would write outside {plan.run_dir}: /elsewhere" in problem.message
 
 
-# What a new user sees on the host (issue 27) ---------------------------------------------------------------
+# What a new user sees on the host --------------------------------------------------------------------------
 
 
 def test_a_missing_plugin_file_is_named_for_where_the_command_runs():

@@ -1,4 +1,4 @@
-"""Prompts are exactly the chat template's rendering (issue 18): ms-swift's template, on the tokenizer the
+"""Prompts are exactly the chat template's rendering: ms-swift's template, on the tokenizer the
 run loads, renders a dataset row without a doubled BOS.
 
 Before: the embedded SmolLM2's converted tokenizer prepended its BOS (`<|im_start|>`) and ms-swift's
@@ -40,6 +40,7 @@ def expected_chatml(messages: list[dict]) -> str:
     )
 
 
+@pytest.mark.cli
 def test_the_converted_tokenizer_names_the_original_special_tokens():
     if not models.is_prepared(models.lookup(models.DEFAULT_MODEL), EMBEDDED.parent):
         pytest.skip("the embedded model is not converted here (make model)")

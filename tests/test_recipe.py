@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from entrypoint.errors import BadInput
 from entrypoint.recipe import load as recipe
+from entrypoint.recipe import swift_schema
+from entrypoint.recipe.args import RolloutArgs, TrainerArgs
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 
@@ -73,6 +76,47 @@ def test_values_are_normalised_for_the_swift_cli(tmp_path):
     assert r.trainer["use_vllm"] == ["true"]
     assert r.trainer["reward_funcs"] == ["countdown", "format"]
     assert r.trainer["system"] == ["You are a helpful assistant."]  # a str, not a list: one token
+
+
+def test_list_arguments_are_typed_tuples_in_the_recipes_order(tmp_path):
+    write(
+        tmp_path,
+        "r",
+        "MODEL=Qwen/Qwen2.5-0.5B-Instruct\nREWARD_FUNCS=countdown   format\nREWARD_WEIGHTS=1 0.5\n"
+        "DATASET=data/a.jsonl data/b.jsonl#10\nEXTERNAL_PLUGINS=plugins/mine.py\nSOFT_CACHE_LENGTH=64\n",
+    )
+    a = recipe.load(["recipe=r", "REWARD_MODEL=org/rm-a org/rm-b"], {}, tmp_path).trainer_args
+    assert a.model == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert a.reward_funcs == ("countdown", "format")
+    assert a.reward_weights == (1.0, 0.5) and all(type(w) is float for w in a.reward_weights)
+    assert a.dataset == ("data/a.jsonl", "data/b.jsonl#10")
+    assert a.external_plugins == ("plugins/mine.py",)
+    assert a.reward_model == ("org/rm-a", "org/rm-b")
+    assert a.soft_cache_length == 64
+
+
+def test_list_arguments_a_recipe_leaves_out_are_ms_swifts_defaults(tmp_path):
+    """ms-swift's [] and None both read as no items; an empty value on the command line hands a list back
+    to ms-swift (REWARD_WEIGHTS then weighs every reward 1.0 at run time)."""
+    write(tmp_path, "r", "REWARD_FUNCS=countdown\nREWARD_WEIGHTS=2\n")
+    a = recipe.load(["recipe=r", "REWARD_FUNCS=", "REWARD_WEIGHTS="], {}, tmp_path).trainer_args
+    assert a.reward_funcs == () and a.reward_weights == ()
+    assert a.dataset == a.val_dataset == a.external_plugins == ()
+    assert a.reward_model == a.reward_model_plugin == ()
+    assert a.model is None and a.soft_cache_length is None and a.device_map is None
+    assert a.vllm_gpu_memory_utilization == 0.9  # ms-swift's declared default, typed
+
+
+@pytest.mark.parametrize("cls, command", [(TrainerArgs, "rlhf"), (RolloutArgs, "rollout")])
+def test_every_list_argument_is_typed_as_a_tuple_of_its_schema_type(cls, command):
+    """A field is a tuple exactly where ms-swift takes a list (nargs "+"), of the item type it parses."""
+    schema = swift_schema.load(command)
+    for field in dataclasses.fields(cls):
+        spec = schema[field.name]
+        if spec.nargs == "+":
+            assert field.type == f"tuple[{spec.type}, ...]", field.name
+        else:
+            assert not field.type.startswith("tuple"), field.name
 
 
 def test_unknown_key_gets_did_you_mean(tmp_path):
@@ -154,6 +198,7 @@ def test_ms_swift_environment_knobs_are_accepted_as_environment(tmp_path):
     assert "max_pixels" not in r.trainer
 
 
+@pytest.mark.cli
 def test_keys_lists_the_values_the_schema_accepts():
     """`keys` says what each owned key takes, from the field that checks it: each listed value of
     MEMORY_CHECK validates, and an unlisted one (`refuse`, which the old text suggested) is refused."""
@@ -183,7 +228,7 @@ def test_keys_lists_the_values_the_schema_accepts():
     ],
 )
 def test_a_run_name_that_is_not_one_path_component_is_refused_with_a_name_that_is(tmp_path, name, said, fix):
-    """Issue 26: RUN_NAME=../../etc/x, /abs and .. wrote the run outside OUTPUT_DIR."""
+    """RUN_NAME=../../etc/x, /abs and .. once wrote the run outside OUTPUT_DIR."""
     write(tmp_path, "r", "MODEL=m\n")
     with pytest.raises(BadInput) as exc:
         recipe.load(["recipe=r", f"RUN_NAME={name}"], {}, tmp_path)
@@ -197,3 +242,25 @@ def test_a_run_name_that_is_not_one_path_component_is_refused_with_a_name_that_i
 def test_plain_run_names_are_accepted(tmp_path, name):
     write(tmp_path, "r", "MODEL=m\n")
     assert name == recipe.load(["recipe=r", f"RUN_NAME={name}"], {}, tmp_path).settings.RUN_NAME
+
+
+def test_disable_hooks_takes_hook_names_and_refuses_others_naming_the_accepted_ones(tmp_path):
+    write(tmp_path, "r", "MODEL=m\n")
+    r = recipe.load(["recipe=r", "DISABLE_HOOKS= Top_K_First, lean"], {}, tmp_path)
+    assert r.settings.disabled_hooks == {"top_k_first", "lean"}
+    assert recipe.load(["recipe=r"], {}, tmp_path).settings.disabled_hooks == frozenset()
+    with pytest.raises(BadInput) as exc:
+        recipe.load(["recipe=r", "DISABLE_HOOKS=lean,top_k"], {}, tmp_path)
+    (problem,) = exc.value.problems
+    assert problem.where == "DISABLE_HOOKS (command line)" and "'top_k' is not a hook" in problem.message
+    assert "emulate_vram, keep_pools, graphs_up_to_max_seqs, inspect_here, top_k_first" in problem.message
+    assert problem.fix == "did you mean DISABLE_HOOKS=top_k_first?"
+
+
+def test_a_hook_variable_given_as_a_key_is_refused_with_the_key_that_turns_the_hook_off(tmp_path):
+    write(tmp_path, "r", "MODEL=m\n")
+    with pytest.raises(BadInput) as exc:
+        recipe.load(["recipe=r", "GRPO_RIG_VLLM_TOP_K_FIRST=0", "GRPO_RIG_EMULATE_VRAM_GB=24"], {}, tmp_path)
+    fixes = {p.where: p.fix for p in exc.value.problems}
+    assert fixes["GRPO_RIG_VLLM_TOP_K_FIRST (command line)"] == "DISABLE_HOOKS=top_k_first turns it off in every child"  # fmt: skip
+    assert fixes["GRPO_RIG_EMULATE_VRAM_GB (command line)"].endswith("; EMULATE_VRAM_GB sets its value")

@@ -1,8 +1,10 @@
-"""Run reports (entrypoint/report.py): a failed run's training curves say so (issue 27)."""
+"""Run reports (entrypoint/report.py): a failed run's training curves say so."""
 
 from __future__ import annotations
 
 import json
+
+import pytest
 
 from entrypoint.record import export, report
 
@@ -12,6 +14,7 @@ def rows(steps: int, planned: int) -> list[dict]:
             for s in range(1, steps + 1)]  # fmt: skip
 
 
+@pytest.mark.cli
 def test_a_failed_runs_curves_are_marked_with_its_status_and_last_step(tmp_path):
     """The curves of a run that failed at step 3 of 10 looked like those of a finished run."""
     assert report.unfinished(rows(3, 10), "failed") == "FAILED after step 3 of 10: not a finished run"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from entrypoint.record import export
 from tests.conftest import ROOT, clean_env, run_cli
 
@@ -20,6 +22,7 @@ def checkpoint(path: Path, step: int, complete: bool) -> None:
         (path / "trainer_state.json").write_text(json.dumps({"global_step": step, "max_steps": 10}))
 
 
+@pytest.mark.cli
 def test_incomplete_checkpoint_is_set_aside_and_the_newest_complete_one_resumed(tmp_path):
     first = run_cli("train", RECIPE, f"OUTPUT_DIR={tmp_path}", "RUN_NAME=r", env=clean_env(**FAKE))
     assert first.returncode == 0, first.stdout + first.stderr

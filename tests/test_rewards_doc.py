@@ -6,11 +6,14 @@ import importlib.util
 import sys
 import types
 
+import pytest
+
 from tests.conftest import ROOT, clean_env, run_cli
 
 EXAMPLE = ROOT / "examples" / "rewards"
 
 
+@pytest.mark.cli
 def test_the_documented_command_validates():
     proc = run_cli("validate", "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={EXAMPLE / 'example.jsonl'}",
                    f"EXTERNAL_PLUGINS={EXAMPLE / 'my_rewards.py'}", "REWARD_FUNCS=exact_answer format_partial",

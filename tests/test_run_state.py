@@ -1,4 +1,4 @@
-"""Run state you can trust (issue 26), with the fake `swift` (tests/fakes/swift) and faults injected: one run
+"""Run state you can trust, with the fake `swift` (tests/fakes/swift) and faults injected: one run
 per run directory, deaths explained, a full disk that fails cleanly and resumes, SIGTERM at any moment, a
 dying log pump, an exception in export. Each asserts what a user sees: the exit status, the console, the
 manifest."""
@@ -26,6 +26,8 @@ from entrypoint.plan.build import Process
 from entrypoint.record import export
 from entrypoint.supervise import supervisor
 from tests.conftest import FAKE_SWIFT, FAKES, ROOT, clean_env, tmpfs
+
+pytestmark = pytest.mark.cli  # each test starts the entrypoint or a process tree
 
 RECIPE = FAKES / "colocate.env"
 
@@ -144,7 +146,7 @@ def test_evaluate_is_refused_while_a_training_holds_the_run(tmp_path):
     run_dir.mkdir(parents=True)
     (run_dir / "manifest.json").write_text(json.dumps({"status": "running"}))
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from pathlib import Path; from entrypoint.runlock import RunLock; "
+        [sys.executable, "-c", "import sys; from pathlib import Path; from entrypoint.record.runlock import RunLock; "
          "l = RunLock(); l.take(Path(sys.argv[1])); print('held', flush=True); sys.stdin.read()", str(run_dir)],
         cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -16,7 +16,7 @@ from entrypoint.record import runlock
 from tests.conftest import ROOT
 
 HOLD = (
-    "import sys; from pathlib import Path; from entrypoint.runlock import RunLock; "
+    "import sys; from pathlib import Path; from entrypoint.record.runlock import RunLock; "
     "lock = RunLock(); lock.take(Path(sys.argv[1])); print('held', flush=True); sys.stdin.read()"
 )
 
@@ -39,7 +39,7 @@ def test_a_held_directory_is_refused_naming_the_holder_and_its_file_is_not_touch
         (problem,) = exc.value.problems
         assert problem.message.startswith(f"is in use by another run: PID {other.pid} since ")
         assert (
-            f"{sys.executable} -c 'import sys; from pathlib import Path; from entrypoint.runlock"
+            f"{sys.executable} -c 'import sys; from pathlib import Path; from entrypoint.record.runlock"
             in problem.message
         )
         assert f"kill -TERM {other.pid}" in problem.fix and "another RUN_NAME" in problem.fix

@@ -1,18 +1,19 @@
-"""The step-time model (entrypoint/speed.py) against the lever runs it was fitted to."""
+"""The step-time model (entrypoint/plan/speed.py) against the lever runs it was fitted to."""
 
 from __future__ import annotations
 
 import json
+import tarfile
 from pathlib import Path
 
 from entrypoint.plan import memory, speed
 
 ROOT = Path(__file__).resolve().parent.parent
-CALIBRATION = ROOT / "docs" / "benchmarks" / "speed-calibration.json"
+CALIBRATION = ROOT / "bench" / "calibration" / "speed-calibration.json"
 
 
 def test_every_lever_run_is_within_25_percent_of_the_fitted_micro_batch_time():
-    """Issue 28: each lever's time is measured (median micro-batch of a 5-step run on the lent H200); runs of
+    """Each lever's time is measured (median micro-batch of a 5-step run on the lent H200); runs of
     the same configuration differ by up to 25 % there (0.41 and 0.54 s for countdown-1x4090's shape)."""
     points = json.loads(CALIBRATION.read_text())["points"]
     assert {p["lever"] for p in points} == set(speed.LEVERS)
@@ -40,12 +41,20 @@ def test_a_step_costs_its_micro_batches_and_checkpointing_costs_time():
     assert one.micro_batches == 1 and one.seconds < shipped.seconds
 
 
-GENERATION = ROOT / "docs" / "benchmarks" / "generation-calibration.json"
+GENERATION = ROOT / "bench" / "calibration" / "generation-calibration.json"
+
+
+def archived_manifest(run: str) -> bool:
+    """Whether a run named as its archive extracted in place (bench/QUESTION/ARCHIVE/RUN) has its manifest.json
+    in bench/QUESTION/ARCHIVE.tar.gz."""
+    question, archive, *member = Path(run).relative_to("bench").parts
+    with tarfile.open(ROOT / "bench" / question / f"{archive}.tar.gz") as tar:
+        return "/".join([archive, *member, "manifest.json"]) in tar.getnames()
 
 
 def test_every_measured_generation_round_is_within_10_percent_of_its_engine_s_fit():
-    """Issue 28: the generation round of each engine the planner chooses between (ms-swift's V1; vLLM's V0
-    with 8 decode steps per schedule) is measured in the trainer on the lent H200 (docs/benchmarks/raw/), and
+    """The generation round of each engine the planner chooses between (ms-swift's V1; vLLM's V0
+    with 8 decode steps per schedule) is measured in the trainer on an H200 (runs archived under bench/), and
     the committed coefficients are bench/fit_generation.py's fit of those points."""
     import sys
 
@@ -57,7 +66,7 @@ def test_every_measured_generation_round_is_within_10_percent_of_its_engine_s_fi
     c = speed.generation_coefficients()
     assert fit(points).items() <= c.items()
     for p in points:
-        assert (ROOT / p["run"] / "manifest.json").exists()
+        assert archived_manifest(p["run"]), p["run"]
         predicted = p["decode_steps"] * c[p["engine"]]
         assert abs(predicted / p["round_s"] - 1) <= 0.10, p["run"]
 

@@ -7,7 +7,8 @@ import gzip
 from entrypoint.supervise import startup
 from tests.conftest import ROOT
 
-LEASE = ROOT / "docs" / "benchmarks" / "raw" / "h200-2026-12-01" / "countdown-1x4090-shipped"
+# the trainer's log of countdown-1x4090 on an H200 (bench/throughput/2026-12-01-1622-countdown-first)
+TRAINER_LOG = ROOT / "tests" / "fixtures" / "countdown-1x4090-2026-12-01-trainer.log.gz"
 
 
 def test_marks_count_from_the_command_and_keep_the_last_attempt():
@@ -49,7 +50,7 @@ def test_a_worker_started_without_ms_swift_s_cli_is_the_trainer_s_start_too():
 
 def test_vllm_parts_from_the_engine_log_of_the_lent_h200():
     """The shipped recipe's first GPU run: 39 of the engine's 61 s were CUDA graph capture (67 sizes)."""
-    text = gzip.decompress((LEASE / "trainer.log.gz").read_bytes()).decode("utf-8", "replace")
+    text = gzip.decompress(TRAINER_LOG.read_bytes()).decode("utf-8", "replace")
     assert startup.vllm_parts(text) == {
         "weights": 0.22,
         "torch.compile": 10.54,

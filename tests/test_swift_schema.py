@@ -14,7 +14,7 @@ from entrypoint.recipe import swift_schema
 def test_committed_schema_matches_the_installed_ms_swift(command):
     committed = json.loads(swift_schema.path_for(command).read_text())
     assert swift_schema.generate(command) == committed, (
-        f"regenerate: python -m entrypoint.swift_schema --write ({command})"
+        f"regenerate: python -m entrypoint.recipe.swift_schema --write ({command})"
     )
 
 
@@ -32,6 +32,7 @@ def test_schema_knows_the_grpo_arguments_and_not_the_removed_ones():
     assert rlhf["torch_dtype"].choices == ("bfloat16", "float16", "float32", "None")
 
 
+@pytest.mark.cli
 def test_committed_environment_scan_matches_the_installed_ms_swift():
     """The environment knobs a recipe may set are those the lock's ms-swift reads (AST scan, no import)."""
     import importlib.util
@@ -42,7 +43,7 @@ def test_committed_environment_scan_matches_the_installed_ms_swift():
         pytest.skip("ms-swift is not installed in this environment")
     scanned = swift_schema.scan_environment(Path(spec.origin).parent)
     committed = json.loads(swift_schema.ENV_FILE.read_text())
-    assert scanned == committed, "regenerate: python -m entrypoint.swift_schema --write"
+    assert scanned == committed, "regenerate: python -m entrypoint.recipe.swift_schema --write"
     # ms-swift's GRPO code reads these; a recipe that sets them must reach the trainer
     for name in ("MAX_PIXELS", "SWIFT_DEBUG", "NPROC_PER_NODE"):
         assert name in swift_schema.environment_variables()

@@ -90,6 +90,7 @@ def test_zizmor_offline_reports_nothing():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.cli
 def test_workflows_match_the_github_workflow_schema():
     proc = run_tool(
         tool("check-jsonschema"),
@@ -286,6 +287,7 @@ def project_version() -> str:
     return re.search(r'^version\s*=\s*"([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)[1]
 
 
+@pytest.mark.cli
 def test_release_tag_matching_the_project_version_passes(tmp_path):
     version = project_version()
     init = (ROOT / "entrypoint" / "__init__.py").read_text()
@@ -296,6 +298,7 @@ def test_release_tag_matching_the_project_version_passes(tmp_path):
     assert re.search(r"^lock_sha256=[0-9a-f]{64}$", output, re.M)
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("tag", ["v99.0.0", "v0.1", "release-1"])
 def test_release_tag_not_matching_the_project_version_fails(tmp_path, tag):
     proc, output = run_release_check(tmp_path, tag)
@@ -303,6 +306,7 @@ def test_release_tag_not_matching_the_project_version_fails(tmp_path, tag):
     assert tag in proc.stderr
 
 
+@pytest.mark.cli
 def test_release_check_reads_both_version_sources(tmp_path):
     """A bump of pyproject.toml alone (entrypoint/__init__.py forgotten) is refused."""
     version = project_version()
@@ -322,6 +326,7 @@ SMOKE_RECIPES = [
 ]
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize(("recipe", "inventory", "mode"), SMOKE_RECIPES)
 def test_gpu_smoke_recipe_plans(recipe, inventory, mode, tmp_path):
     proc = run_cli(
@@ -340,6 +345,7 @@ def test_gpu_smoke_recipe_plans(recipe, inventory, mode, tmp_path):
     assert not [w for w in plan["warnings"] if f"recipes/{recipe}.env" in w], plan["warnings"]
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize(("recipe", "inventory", "mode"), SMOKE_RECIPES)
 def test_gpu_smoke_recipe_validates(recipe, inventory, mode, tmp_path):
     """`validate` passes; on a machine where the embedded model is not converted yet (`make model`),

@@ -1,5 +1,5 @@
 #!/bin/bash
-# All the GPU work of one lease of the lent H200, with the project's exact locked stack (torch 2.6.0+cu124,
+# All the GPU work of one lent H200 machine, with the project's exact locked stack (torch 2.6.0+cu124,
 # vLLM 0.8.5.post1, ms-swift 3.6.4, ... as Python 3.12 builds: ../shared/device/README.md) unpacked in
 # /tmp/devsite. Started in the background (setsid) by the call that unpacks the stack, so the work goes on
 # between calls; bench/device/collect.sh waits for it and hands back the results through $OUT.
@@ -15,28 +15,29 @@
 # keeps the models it built. CALIBRATE_ONLY=NAME,... limits the calibration (bench/calibrate_memory.py).
 # GPU_WORK=tests: steps 1-2, then only the GPU tests, two files side by side (each its own emulated card),
 # their runs kept under /tmp/work/pytest-*.
-# GPU_WORK=learn (issue 24): steps 1-2 with the embedded SmolLM2 prepared from its wheel in .device/kit, then
+# GPU_WORK=learn: steps 1-2 with the embedded SmolLM2 prepared from its wheel in .device/kit, then
 #   side by side: the GPU learning benchmark (bench/learning.py, recipe arithmetic-gpu, vLLM colocated, then
 #   evaluate with vLLM) and the weight-sync GPU test (tests/gpu/test_weight_sync.py); then alone on the GPU
 #   the start-up and throughput benchmark (BENCH_ONLY configurations of bench/countdown_throughput.py).
-# GPU_WORK=final (issue 28): steps 1-2, then the benchmark alone on the GPU with the committed planner: shipped,
-#   seed, before (8 steps each), then the shipped recipe on vLLM's V1 engine and at vLLM share 0.25, the host's
-#   CPU watched (cpu.log); about 12 minutes after the stack is unpacked: a second call's collect.sh picks up the rest.
-# GPU_WORK=sync (issue 28): steps 1-2 with the embedded SmolLM2 prepared from its wheel (SMOLLM2_WHEEL), then
+# GPU_WORK=final: steps 1-2, then the countdown throughput benchmark alone on the GPU with the committed planner:
+#   shipped, seed (seed 001's settings: the countdown source document's command line), before (8 steps
+#   each), then the shipped recipe on vLLM's V1 engine and at vLLM share 0.25, the host's CPU watched
+#   (cpu.log); about 12 minutes after the stack is unpacked: a second call's collect.sh picks up the rest.
+# GPU_WORK=sync: steps 1-2 with the embedded SmolLM2 prepared from its wheel (SMOLLM2_WHEEL), then
 #   tests/gpu/test_weight_sync.py alone: arithmetic-gpu as the planner now runs it (vLLM's V0 engine, 8 decode
 #   steps per schedule), synced and with the sync skipped, side by side.
-# GPU_WORK=sampler (issue 28): steps 1-2, then bench/generation_sampler.py (vLLM alone: a decode step's parts).
-# GPU_WORK=gap (issue 28): steps 1-2, then alone on the GPU: vLLM alone on V1 with py-spy on its rounds; the
+# GPU_WORK=sampler: steps 1-2, then bench/generation_sampler.py (vLLM alone: a decode step's parts).
+# GPU_WORK=gap: steps 1-2, then alone on the GPU: vLLM alone on V1 with py-spy on its rounds; the
 #   shipped trainer on V1 with py-spy on its steps (where its round loses ~0.5 s against vLLM alone's); the
 #   shipped trainer on V0 with 8 steps per schedule (GRPO_RIG_VLLM_SCHEDULER_STEPS) at vLLM's share 0.25 and
 #   0.15; 6 steps each. GPU_WORK=final can follow on the same machine.
-# GPU_WORK=explore (issue 28): steps 1-2, then alone on the GPU: bench/generation_sampler.py on vLLM's V1 engine
+# GPU_WORK=explore: steps 1-2, then alone on the GPU: bench/generation_sampler.py on vLLM's V1 engine
 #   (the top-k/top-p variants) and on its V0 engine (one step and 8 steps per schedule), then the shipped
 #   recipe's trainer on V0 (VLLM_USE_V1=0), 6 steps; GPU_WORK=final can follow on the same machine.
-# GPU_WORK=sweep (issue 28): steps 1-2, then alone on the GPU the levers the planner models, at the shipped
+# GPU_WORK=sweep: steps 1-2, then alone on the GPU the levers the planner models, at the shipped
 #   card shape, NVML sampled every 0.25 s, py-spy on one lever's trainer (the calibration's runs).
-# GPU_WORK=startup (issues 24 and 28): steps 1-2, then alone on the GPU the start-up and throughput benchmark
-#   with issue 28's levers (BENCH_ONLY overrides the list).
+# GPU_WORK=startup: steps 1-2, then alone on the GPU the start-up and throughput benchmark
+#   with the throughput levers (BENCH_ONLY overrides the list).
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
 W=/tmp/work
@@ -44,7 +45,8 @@ W=/tmp/work
 mkdir -p "$W" && rm -rf /tmp/grpo-rig && mkdir /tmp/grpo-rig \
   && tar -C "$src" --exclude=./.device/parts --exclude=./.device/stack --exclude=./.device/c -cf - . | tar -C /tmp/grpo-rig -xf - \
   && cd /tmp/grpo-rig || exit 1
-# no GRPO_RIG_SWIFT: it would make every run go through ms-swift's CLI (host.swift_worker says why)
+# no GRPO_RIG_SWIFT: it would make every run go through ms-swift's CLI (entrypoint/world/host.py swift_worker
+# says why)
 export PYTHONPATH=/tmp/devsite:$PWD PATH=/tmp/devsite/bin:$PATH
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export HF_HUB_OFFLINE=1 MODELSCOPE_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
@@ -112,7 +114,7 @@ if [ "${GPU_WORK:-all}" = learn ]; then
 fi
 
 if [ "${GPU_WORK:-all}" = sync ]; then
-  # issue 28: the weight-sync test on the path the planner now takes for arithmetic-gpu (vLLM's V0 engine,
+  # the weight-sync test on the path the planner now takes for arithmetic-gpu (vLLM's V0 engine,
   # 8 decode steps per schedule): vLLM must generate from the trained weights there too
   step "weight-sync test (arithmetic-gpu as planned: $(python3 -m entrypoint plan recipe=arithmetic-gpu EMULATE_VRAM_GB=24 OFFLINE=true 2>&1 | grep -o 'VLLM_SCHEDULER_STEPS=[0-9]*' | head -1))"
   python3 -m pytest -p no:cacheprovider -m gpu tests/gpu/test_weight_sync.py -v -rA -s --basetemp="$W/pytest-sync" \
@@ -122,7 +124,7 @@ if [ "${GPU_WORK:-all}" = sync ]; then
 fi
 
 if [ "${GPU_WORK:-all}" = startup ]; then
-  # issue 24's start-up and issue 28's levers: every configuration alone on the GPU, the cold one first; the
+  # start-up and the throughput levers: every configuration alone on the GPU, the cold one first; the
   # levers reuse the shipped recipe's compile caches, so they run before `before` empties them
   bench_alone_then_done "start-up, throughput and levers, alone on the GPU" \
     "countdown-1x4090 (shipped) cold caches,countdown-1x4090 (shipped),lever: gradient checkpointing off,lever: liger fused loss at micro-batch 16,lever: liger at micro-batch 16 without gradient checkpointing,seed 001 settings,countdown-1x4090 before"
@@ -142,7 +144,8 @@ profile_trainer() {
     [ "$(grep -c '"loss"' "$W/${2:-bench}/runs/$1/train/logging.jsonl" 2>/dev/null)" -ge 2 ] 2>/dev/null && { logged=1; break; }
     sleep 2
   done
-  # not another run's trainer instead (the ninth lease's file, named for the last run, sampled the one before it)
+  # not another run's trainer instead (on 2026-12-03 07:11 the file named for the last run sampled the one before
+  # it: bench/throughput/2026-12-03-0711-countdown-pyspy)
   [ -n "$logged" ] || { step "py-spy: $1 logged no 2 steps in 400 s; not sampled"; return; }
   pid=$(pgrep -o -f 'swift/cli/rlhf.py') || return  # the oldest: the trainer, not its dataloader workers
   /tmp/py-spy record -p "$pid" -d 8 -r 200 --idle --nonblocking -f raw -o "$W/pyspy-$1.txt" > "$W/pyspy-$1.log" 2>&1
@@ -211,24 +214,26 @@ if [ "${GPU_WORK:-all}" = gap ]; then
 fi
 
 if [ "${GPU_WORK:-all}" = final ]; then
-  # issue 28's benchmark in one call: the planner as committed (its memory and step-time models fitted to
-  # GPU_WORK=sweep's runs, docs/benchmarks/raw/h200-2026-12-02-lease6), the three runs the issue compares
-  # first, then vLLM's share (the one lever the sixth lease did not reach) should time remain
+  # the countdown throughput benchmark in one call: the planner as committed (its memory and step-time models
+  # fitted to GPU_WORK=sweep's runs, bench/calibration/2026-12-02-1733-levers-expandable-segments), the three
+  # runs the benchmark compares first, then vLLM's share (the one lever the 2026-12-02 17:33 sweep did not
+  # reach) should time remain
   python3 -m entrypoint plan recipe=countdown-1x4090 "MODEL=$W/models/q05" DATASET_GENERATOR=countdown EMULATE_VRAM_GB=24 > "$W/plan-shipped.txt" 2>&1
   cpu_watch &
   # 8 steps, 6 measured: a generation round's seconds vary by up to 70 % between steps of one run (the
-  # seventh and eighth leases), so 4 measured steps left the ratio to chance. After the three compared runs,
-  # the engine lever undone (V1, the eleventh lease's shipped shape) and V0 at a second share (calibration)
-  BENCH_STEPS=${BENCH_STEPS:-8} BENCH_SET=GPU_MONITOR_INTERVAL=0.25 bench_alone_then_done "issue 28's benchmark, alone on the GPU" \
+  # runs of 2026-12-02 22:03 and 22:17), so 4 measured steps left the ratio to chance. After the three
+  # compared runs, the engine lever undone (V1, the shipped shape of 2026-12-03 09:03) and V0 at a second
+  # share (calibration)
+  BENCH_STEPS=${BENCH_STEPS:-8} BENCH_SET=GPU_MONITOR_INTERVAL=0.25 bench_alone_then_done "the throughput benchmark, alone on the GPU" \
     "countdown-1x4090 (shipped),seed 001 settings,countdown-1x4090 before,lever: shipped on vLLM's V1 engine,lever: shipped at vLLM share 0.25"
 fi
 
 if [ "${GPU_WORK:-all}" = sweep ]; then
-  # issue 28's calibration: every lever alone on the GPU under the planner's defaults (expandable segments,
+  # the calibration: every lever alone on the GPU under the planner's defaults (expandable segments,
   # top-k first), NVML every 0.25 s (a training phase's peak lasts about a second); py-spy samples one
   # lever's trainer. Refit here with bench/fit_memory.py --runs and bench/fit_speed.py --allocator (README).
   profile_trainer lever-gradient-checkpointing-off &
-  BENCH_SET=${BENCH_SET:-GPU_MONITOR_INTERVAL=0.25} bench_alone_then_done "issue 28's levers, alone on the GPU" \
+  BENCH_SET=${BENCH_SET:-GPU_MONITOR_INTERVAL=0.25} bench_alone_then_done "the throughput levers, alone on the GPU" \
     "lever: micro-batch 4,lever: micro-batch 16,lever: gradient checkpointing off,lever: gradient checkpointing off at micro-batch 4,lever: liger fused loss at micro-batch 16,lever: liger fused loss at micro-batch 32,lever: liger at micro-batch 8 without gradient checkpointing,lever: liger at micro-batch 16 without gradient checkpointing,lever: vLLM share 0.35"
 fi
 
@@ -258,7 +263,7 @@ step "calibration: $(grep -c measured_nvml_gib "$W/calib.log") runs"
 step "phase 2: fit, then the throughput benchmark alone on the GPU"
 python3 bench/fit_memory.py --colocate "$W/calib/colocate-measurements.json" > "$W/fit.log" 2>&1
 tail -3 "$W/fit.log" | tee -a "$W/progress.log"
-cp docs/benchmarks/memory-calibration.json entrypoint/data/memory_coefficients.json "$W/" 2>/dev/null
+cp bench/calibration/memory-calibration.json entrypoint/data/memory_coefficients.json "$W/" 2>/dev/null
 python3 -m entrypoint plan recipe=countdown-1x4090 "MODEL=$W/models/q05" DATASET_GENERATOR=countdown EMULATE_VRAM_GB=24 > "$W/plan-shipped.txt" 2>&1
 python3 -m entrypoint plan recipe=countdown-1x4090 INVENTORY=examples/inventories/1x4090-driver535.json > "$W/plan-1x4090.txt" 2>&1
 python3 bench/countdown_throughput.py --models "$W/models" --out "$W/bench" --steps 6 --warmup 2 > "$W/bench.log" 2>&1

@@ -1,3 +1,12 @@
-"""The commands of `python -m entrypoint`: each reads the world once at the edge, decides, checks, and acts.
+"""The commands of `python -m entrypoint`: each reads the world once at the edge (edge.py), decides, checks,
+and acts. The top layer below cli.py: a command may use every package beneath it; nothing imports a command.
 
-The top layer below cli.py: a command may use every package beneath it; nothing imports a command."""
+Each command is one module with `NAME` (its command word), `add_parser(subparsers)` (its arguments and
+help; returns its parser) and `main(args, environ) -> int` (the exit status; BadInput for bad input, exit 2).
+REGISTRY holds them in the order `--help` lists them; cli.py builds the parser from it and calls the
+chosen command's main.
+"""
+
+from entrypoint.commands import doctor, evaluate, import_, keys, plan, prepare_model, rollout, train, validate
+
+REGISTRY = (train, rollout, plan, validate, doctor, prepare_model, keys, import_, evaluate)

@@ -24,6 +24,7 @@ EVAL_GPU_MEMORY_UTILIZATION of the card (default 0.5: evaluate runs alone on it)
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import difflib
@@ -33,7 +34,7 @@ import statistics
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from entrypoint.errors import BadInput, Problem
 from entrypoint.facts import datasets
@@ -48,6 +49,25 @@ from entrypoint.supervise.console import Progress
 from entrypoint.world import dataset_files
 
 EVAL_FILES = ("eval.json", "eval.md", "eval.png")
+NAME = "evaluate"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """`evaluate run=NAME [KEY=VALUE ...]`: KEY=VALUE words only (argparse refuses a --flag)."""
+    parser = subparsers.add_parser(
+        NAME,
+        description="Did training help? The base model and the run's adapter on held-out prompts, scored by "
+        "the run's own rewards; writes eval.json, eval.md and eval.png in the run directory.",
+    )
+    parser.add_argument(
+        "pairs", nargs="*", metavar="KEY=VALUE", help="run=NAME [EVAL_PROMPTS=32 EVAL_GENERATIONS=4 ...]"
+    )
+    return parser
+
+
+def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """The `evaluate` command (cli.py quiets the libraries' notices before anything imports them)."""
+    return evaluate(args.pairs, environ)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,8 +96,15 @@ def confidence(values: Sequence[float]) -> Summary:
 KEYS = frozenset({"OUTPUT_DIR", *(k for k in Settings.model_fields if k.startswith("EVAL_"))})
 
 
-def parse_pairs(pairs: Sequence[str], environ: Mapping[str, str] | None = None) -> tuple[str, Settings]:
-    """(run, settings) from `run=NAME KEY=VALUE ...` over the same keys in `environ` (the image sets
+class Asked(NamedTuple):
+    """What `evaluate run=NAME KEY=VALUE ...` asks for."""
+
+    run: str  # a RUN_NAME under OUTPUT_DIR, `latest`, or a run directory's path
+    settings: Settings  # OUTPUT_DIR and the EVAL_* keys, typed
+
+
+def parse_pairs(pairs: Sequence[str], environ: Mapping[str, str] | None = None) -> Asked:
+    """The run and the settings from `run=NAME KEY=VALUE ...` over the same keys in `environ` (the image sets
     OUTPUT_DIR=/output; `make eval RUN=x EVAL_PROMPTS=4` passes them as environment), parsed and typed as
     `train` parses its keys (recipe.parse_cli_pairs, settings.Settings). Raises BadInput with every problem."""
     cli, problems = recipe_mod.parse_cli_pairs(list(pairs))
@@ -95,19 +122,19 @@ def parse_pairs(pairs: Sequence[str], environ: Mapping[str, str] | None = None) 
     settings = recipe_mod.settings_of({k: v.value for k, v in values.items() if k in KEYS}, values, problems)
     if problems:
         raise BadInput(problems)
-    return run.value, settings
+    return Asked(run.value, settings)
 
 
 def latest(output_dir: str) -> str:
     """The newest run under OUTPUT_DIR (by its manifest's start time), "" when there is none."""
     root = Path(output_dir).expanduser()
-    runs = []
+    started: dict[str, str] = {}  # run name -> its manifest's started_at (ISO 8601, so it sorts as text)
     for m in root.glob(f"*/{MANIFEST}") if root.is_dir() else []:
         try:
-            runs.append((json.loads(m.read_text()).get("started_at") or "", m.parent.name))
+            started[m.parent.name] = json.loads(m.read_text()).get("started_at") or ""
         except ValueError:
             continue
-    return max(runs)[1] if runs else ""
+    return max(started, key=lambda name: (started[name], name), default="")
 
 
 def find_run(run: str, output_dir: str) -> Path:
@@ -143,26 +170,31 @@ def trainer_args(data: Mapping[str, Any]) -> dict[str, list[str]]:
     return out
 
 
-def held_out(
-    data: Mapping[str, Any], args: Mapping[str, list[str]], settings: Settings
-) -> tuple[list[dict], str]:
-    """(rows the trainer never saw, how they were chosen). Raises BadInput when there are none."""
+class HeldOut(NamedTuple):
+    """The prompts `evaluate` asks, and how they were chosen (eval.md says it)."""
+
+    rows: list[dict]  # rows the trainer never saw
+    how: str
+
+
+def held_out(data: Mapping[str, Any], args: Mapping[str, list[str]], settings: Settings) -> HeldOut:
+    """The rows the trainer never saw, and how they were chosen. Raises BadInput when there are none."""
     recipe = {k: v["value"] for k, v in data.get("resolved_recipe", {}).items()}
     if settings.EVAL_DATASET:
-        return _read_rows(
-            Path(settings.EVAL_DATASET), settings.EVAL_PROMPTS, "EVAL_DATASET"
-        ), f"EVAL_DATASET {settings.EVAL_DATASET}"
+        rows = _read_rows(Path(settings.EVAL_DATASET), settings.EVAL_PROMPTS, "EVAL_DATASET")
+        return HeldOut(rows, f"EVAL_DATASET {settings.EVAL_DATASET}")
     if recipe.get("DATASET_GENERATOR") in tasks.TASKS:
         name = recipe["DATASET_GENERATOR"]
         seen_rows = int(recipe.get("DATASET_ROWS", 256))
         fresh = tasks.held_out(
             tasks.TASKS[name], settings.EVAL_PROMPTS, settings.EVAL_SEED, seen_rows, int(data.get("seed", 42))
         )
-        return fresh, f"{len(fresh)} fresh {name} tasks (seed {settings.EVAL_SEED}; training tasks removed)"
+        return HeldOut(
+            fresh, f"{len(fresh)} fresh {name} tasks (seed {settings.EVAL_SEED}; training tasks removed)"
+        )
     if recipe.get("VAL_DATASET"):
-        return _read_rows(
-            Path(recipe["VAL_DATASET"]), settings.EVAL_PROMPTS, "VAL_DATASET"
-        ), f"the run's VAL_DATASET {recipe['VAL_DATASET']}"
+        rows = _read_rows(Path(recipe["VAL_DATASET"]), settings.EVAL_PROMPTS, "VAL_DATASET")
+        return HeldOut(rows, f"the run's VAL_DATASET {recipe['VAL_DATASET']}")
     raise BadInput([Problem("EVAL_DATASET", f"the run trained on {', '.join(data.get('dataset', [])) or 'its dataset'} with no held-out "
                             "split, so every row was seen in training", "give EVAL_DATASET=<a JSONL of held-out rows in the same format>")])  # fmt: skip
 
@@ -247,6 +279,13 @@ def _render(tokenizer, prompts: list[list[dict]]) -> list[str]:
     return [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in prompts]
 
 
+class Answers(NamedTuple):
+    """Both models' completions: per prompt, EVAL_GENERATIONS texts each."""
+
+    base: list[list[str]]
+    tuned: list[list[str]]  # the adapter's
+
+
 def generate_vllm(
     model_path: str,
     adapter: Path,
@@ -255,8 +294,8 @@ def generate_vllm(
     settings: Settings,
     progress: Progress | None = None,
     say: Callable[[str], None] = lambda line: None,
-) -> tuple[list[list[str]], list[list[str]]]:
-    """(base completions, adapter completions): `settings.EVAL_GENERATIONS` per prompt from one vLLM engine, the
+) -> Answers:
+    """Base and adapter completions, `settings.EVAL_GENERATIONS` per prompt from one vLLM engine, the
     adapter served as a LoRA request; the same per-request seeds for both. `say` gets a line per model."""
     from transformers import AutoTokenizer
     from vllm import LLM, SamplingParams
@@ -298,7 +337,7 @@ def generate_vllm(
         core = getattr(llm.llm_engine, "engine_core", None)
         if core is not None and hasattr(core, "shutdown"):
             core.shutdown()
-    return base, tuned
+    return Answers(base, tuned)
 
 
 def _vllm_lora_rank(rank: int) -> int:
@@ -475,7 +514,7 @@ def _plot(path: Path, result: dict) -> None:
 
 def figure(result: dict):
     """eval.png's figure: per reward, base and adapter means with their 95 % intervals, each bar labelled
-    with its value (a mean of 0 has no bar to see: the countdown reward of the embedded model, issue 27)."""
+    with its value (a mean of 0 has no bar to see: the countdown reward of the embedded model)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -505,8 +544,8 @@ def figure(result: dict):
 @contextlib.contextmanager
 def heartbeat(progress: Progress, say: Callable[[str], None], every: float = 1.0) -> Iterator[None]:
     """While the block runs, `say` the progress's heartbeat whenever it is due (console.HEARTBEAT_SECONDS
-    of quiet, checked every `every` seconds): on 2 loaded cores a batch of 8 prompts took minutes (issue 27:
-    16 minutes, four lines)."""
+    of quiet, checked every `every` seconds): on 2 loaded cores a batch of 8 prompts took minutes (once 16
+    minutes, with four lines printed in all)."""
     stop = threading.Event()
 
     def tick() -> None:
@@ -524,15 +563,22 @@ def heartbeat(progress: Progress, say: Callable[[str], None], every: float = 1.0
         thread.join()
 
 
-def _gpu_and_vllm(environ: Mapping[str, str]) -> tuple[bool, bool]:
-    """(a GPU is visible, vLLM is installed), asked of NVML: torch.cuda.is_available() would initialise CUDA
+class Engines(NamedTuple):
+    """What `evaluate` may generate with here."""
+
+    gpu: bool  # NVML sees a GPU
+    vllm: bool  # vLLM is installed
+
+
+def _gpu_and_vllm(environ: Mapping[str, str]) -> Engines:
+    """Whether a GPU is visible and vLLM is installed, a GPU asked of NVML: torch.cuda.is_available() would initialise CUDA
     here, and vLLM's engine process, forked from this one, then fails ("Cannot re-initialize CUDA in
     forked subprocess"; seen on the lent H200)."""
     import importlib.util
 
     from entrypoint.world import hardware
 
-    return hardware.gpu_visible(environ), importlib.util.find_spec("vllm") is not None
+    return Engines(hardware.gpu_visible(environ), importlib.util.find_spec("vllm") is not None)
 
 
 def evaluate(pairs: Sequence[str], environ: Mapping[str, str], printer=print) -> int:
@@ -570,7 +616,8 @@ def _evaluate(run_dir: Path, settings: Settings, environ: Mapping[str, str], pri
     note = unfinished(data)
     if note:
         printer(f"note: {note}")
-    engine = choose_engine(settings.EVAL_ENGINE, *_gpu_and_vllm(environ))
+    here = _gpu_and_vllm(environ)
+    engine = choose_engine(settings.EVAL_ENGINE, here.gpu, here.vllm)
     args = trainer_args(data)
     rows, how = held_out(data, args, settings)
     if len(rows) < 2:

@@ -20,8 +20,8 @@ run (its children, a full disk, an error in export, a signal at any moment), the
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
-import datetime as dt
 import errno
 import json
 import shutil
@@ -29,19 +29,16 @@ import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 import psutil
-from pydantic import ValidationError
 
-from entrypoint import preflight
+from entrypoint.commands import edge, words
 from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE, BadInput, Problem, raise_if_fatal
-from entrypoint.facts.facts import MANIFEST, WEIGHT_SYNC_PORT, host_path, run_dir_of
-from entrypoint.facts.inventory import Inventory
+from entrypoint.facts.facts import MANIFEST, host_path
 from entrypoint.plan import build as plan_mod
 from entrypoint.plan.build import EVENTS_FILE, Plan
 from entrypoint.preflight import environment
-from entrypoint.recipe import load as recipe_mod
 from entrypoint.record import export, manifest, report, runlock
 from entrypoint.rewards import tasks
 from entrypoint.supervise import deaths, monitor, nodes, startup
@@ -52,102 +49,47 @@ from entrypoint.supervise.supervisor import (
     Interrupted,
     Outcome,
     Printer,
-    Supervisor,
     deferred_signals,
     interruptible,
     launch,
     supervised,
 )
-from entrypoint.world import hardware, host
 
 END_OF_MAIN = "End time of running main"  # ms-swift's last log line (v3.6.4:swift/llm/base.py:50)
 
+NAME = "train"
 
-def inventory_for(r: recipe_mod.Recipe) -> Inventory:
-    """The INVENTORY file when the recipe names one, else NVML."""
-    path = r.settings.INVENTORY
-    if not path:
-        return hardware.probe()
-    _, why = recipe_mod.read_user_file(Path(path))
-    try:
-        if why:
-            raise ValueError(f"{path} {why}")
-        return hardware.load(path)
-    except ValidationError as exc:  # pydantic's own text is a screen with a link: the fields, one line
-        fields = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'the file'}: {e['msg']}" for e in exc.errors()[:3]
-        )
-        more = f" (and {exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
-        why = f"{path} is not an inventory: {fields}{more}"
-    except (OSError, ValueError) as exc:
-        why = str(exc) if why else f"cannot read {path}: {exc}"
-    raise BadInput(
-        [
-            Problem(
-                f"INVENTORY ({r.source('INVENTORY')})",
-                why,
-                "pass a file written by `doctor --save-inventory` on the machine it describes, or one of "
-                "examples/inventories/*.json",
-            )
-        ]
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """`train [recipe=NAME] [KEY=VALUE ...]`: the words go to the recipe parser (words.py)."""
+    parser = subparsers.add_parser(
+        NAME,
+        description="Run GRPO for a recipe: load, probe, plan, check, supervise, export. The default command: "
+        "`python -m entrypoint recipe=smoke` is `python -m entrypoint train recipe=smoke`.",
+        allow_abbrev=False,  # `--he` is a word for the recipe parser, not --help
     )
+    return words.take_recipe_words(parser, "[-h] [KEY=VALUE ...]")
 
 
-def make_plan(
-    cli_pairs: list[str],
-    environ: Mapping[str, str],
-    for_train: bool,
-    rollout_only: bool = False,
-    lock: runlock.RunLock | None = None,
-    launches: bool = False,
-) -> Plan:
-    """Resolve the recipe and the inventory, read the host once, build and check the plan. Raises
-    BadInput with every fatal problem found. With `lock`, the directory this node writes is locked as soon
-    as the recipe names it, before the slow checks: a second start of a running run is refused at once,
-    naming the holder (runlock.py). `launches`: the plan is about to start processes here (train, rollout),
-    so an INVENTORY file must describe GPUs this machine has (described_elsewhere)."""
-    now = dt.datetime.now(dt.timezone.utc)
-    r = recipe_mod.load(cli_pairs, environ, recipe_mod.recipes_dir(environ), strict=False)
-    if lock is not None and not any(p.fatal for p in r.problems):  # a refused RUN_NAME names no directory
-        lock.take(here_of(run_dir_of(r, now), r.settings.NODE_RANK, rollout_only), required=False)
-    inventory = inventory_for(r)
-    facts = host.gather(r, environ, now=now)
-    built = plan_mod.build(r, inventory, facts, rollout_only=rollout_only)
-    uses_gpus = built.placed and bool(built.layout.used_gpus)
-    if launches and uses_gpus and r.settings.INVENTORY and not environ.get("GRPO_RIG_SWIFT"):
-        built.problems.extend(described_elsewhere(r, inventory, hardware.probe()))
-    # without a layout (no GPU) the checks that need none still run: every problem at once
-    built.problems.extend(preflight.check(built, facts, for_train=for_train))
-    raise_if_fatal(built.problems)
-    return built
+def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """The `train` command: the run's exit status (errors.EXIT_*)."""
+    return train(words.recipe_words(args.words, environ), environ)
 
 
-def described_elsewhere(r: recipe_mod.Recipe, described: Inventory, here: Inventory) -> list[Problem]:
-    """INVENTORY describes a machine for `plan` and `validate`; `train` and `rollout` start processes on this
-    one. A file listing more GPUs than NVML sees here would launch ms-swift (model download, vLLM) toward
-    GPUs that are not there, to fail after minutes: refused. A simulated trainer (GRPO_RIG_SWIFT, the
-    tests' fake ms-swift) may run against a described machine, so make_plan does not ask then."""
-    if len(here.gpus) >= len(described.gpus):
-        return []
-    seen = f"NVML sees {len(here.gpus)} GPU(s) here" + (f" ({here.nvml_error})" if here.nvml_error else "")
-    return [
-        Problem(
-            f"INVENTORY ({r.source('INVENTORY')})",
-            f"describes {len(described.gpus)} GPU(s) for planning, but this command starts the run on this "
-            f"machine and {seen}",
-            "leave INVENTORY out where you train (the run reads the GPUs through NVML); use it with `plan` or "
-            "`validate` to check a recipe for another machine",
-        )
-    ]
+class Steps(NamedTuple):
+    """Where the newest complete checkpoint stands (its trainer_state.json)."""
+
+    completed: int  # its global step; 0 without a complete checkpoint
+    planned: int | None  # the max_steps it trained toward; None without a complete checkpoint
 
 
-def completed_steps(plan: Plan) -> tuple[int, int | None]:
-    """(global step of the newest complete checkpoint, max_steps it was planned for)."""
+def completed_steps(plan: Plan) -> Steps:
+    """The steps of the newest complete checkpoint in the run's train/ directory."""
     newest = export.newest_complete(plan.train_dir)
     if newest is None:
-        return 0, None
+        return Steps(0, None)
     state = json.loads((newest / "trainer_state.json").read_text())
-    return int(state.get("global_step", 0)), state.get("max_steps")
+    return Steps(int(state.get("global_step", 0)), state.get("max_steps"))
 
 
 def _already_complete(plan: Plan) -> bool:
@@ -155,21 +97,20 @@ def _already_complete(plan: Plan) -> bool:
     previous = plan.facts.previous.manifest
     if not previous or previous.get("status") not in ("completed", EXPORT_FAILED):
         return False
-    done, _ = completed_steps(plan)
-    wanted = plan.recipe.args("max_steps")
-    return not wanted or int(wanted[0]) <= done
+    # max_steps -1 (the epochs decide, ms-swift's default): a training that finished is complete
+    return plan.recipe.trainer_args.max_steps <= completed_steps(plan).completed
 
 
 def train(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO | None = None) -> int:
     """Run GRPO for a recipe; returns the process exit status (errors.EXIT_*). `environ` is the process
     environment: read once (host.gather) and inherited by the children. The run directory is locked for the
-    whole command (runlock.py); SIGINT/SIGTERM at any moment end it through its cleanup (issue 26)."""
+    whole command (runlock.py); SIGINT/SIGTERM at any moment end it through its cleanup."""
     printer = Printer(console) if console else Printer()
     with runlock.RunLock() as lock, interruptible():
-        plan = make_plan(cli_pairs, environ, for_train=True, lock=lock, launches=True)
+        plan = edge.make_plan(cli_pairs, environ, for_train=True, lock=lock, launches=True)
         lock.take(node_dir(plan))  # preflight passed, so the directory can be made
         if _already_complete(plan):
-            done, _ = completed_steps(plan)
+            done = completed_steps(plan).completed
             if plan.process("export") and not (plan.run_dir / "merged").is_dir():
                 return _export_only(plan, printer, environ, done)
             printer.say(
@@ -336,54 +277,9 @@ def _export_only(plan: Plan, printer: Printer, environ: Mapping[str, str], done:
     return EXIT_RUNTIME_FAILURE
 
 
-def rollout(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO | None = None) -> int:
-    """Serve the vLLM rollout on this node's ROLLOUT_GPUS for trainers on other nodes, until stopped."""
-    printer = Printer(console) if console else Printer()
-    with runlock.RunLock() as lock, interruptible():
-        plan = make_plan(cli_pairs, environ, for_train=True, rollout_only=True, lock=lock, launches=True)
-        here = here_of(plan.run_dir, plan.recipe.settings.NODE_RANK, rollout_only=True)
-        lock.take(here)
-        for line in plan.render().splitlines():
-            printer.say(line)
-        process = plan.process("rollout")
-        grace, secrets = plan.recipe.settings.STOP_GRACE_SECONDS, list(plan.facts.secret_values)
-        try:
-            with supervised(here / "logs", grace, printer, secrets, environ) as supervisor:
-                return _serve(plan, process, supervisor, printer)
-        except ChildFailed as exc:
-            printer.say(exc.render())
-            return EXIT_RUNTIME_FAILURE
-        except Interrupted as exc:
-            return 128 + exc.signum
-
-
-def _serve(plan: Plan, process: plan_mod.Process, supervisor: Supervisor, printer: Printer) -> int:
-    """Start the rollout server, wait for its health, then for its end."""
-    child = supervisor.start(process)
-    supervisor.wait_healthy(child, process.health_url, plan.recipe.settings.ROLLOUT_STARTUP_TIMEOUT)
-    printer.say(
-        f"rollout server healthy; trainers on other nodes: ROLLOUT_HOST=<this node's address> ROLLOUT_PORT={process.port}"
-    )
-    printer.say(
-        f"open to the trainer nodes: TCP {process.port} (HTTP) and {WEIGHT_SYNC_PORT} (weight sync), plus NCCL's ports"
-    )
-    rc = supervisor.wait(child)
-    printer.say(f"rollout server exited with status {rc}")
-    return EXIT_OK if rc == 0 else EXIT_RUNTIME_FAILURE
-
-
-def here_of(run_dir: Path, rank: int, rollout_only: bool = False) -> Path:
-    """Where one node's command keeps its manifest, logs and lock: the run directory on node 0,
-    nodes/node<N>/ on the others, nodes/rollout/ for `rollout` (so nodes sharing an output volume never
-    write the same file, nor wait on each other's lock)."""
-    if rollout_only:
-        return run_dir / "nodes" / "rollout"
-    return run_dir if rank == 0 else run_dir / "nodes" / f"node{rank}"
-
-
 def node_dir(plan: Plan) -> Path:
     """here_of for this plan's node (`train`)."""
-    return here_of(plan.run_dir, plan.recipe.settings.NODE_RANK)
+    return edge.here_of(plan.run_dir, plan.recipe.settings.NODE_RANK)
 
 
 def check_nodes(plan: Plan, printer: Printer) -> list[dict[str, Any]]:
@@ -439,11 +335,17 @@ def prepare(plan: Plan, printer: Printer) -> Path:
     return here
 
 
+class Supervised(NamedTuple):
+    """How the children ended, and what the GPU monitor saw."""
+
+    outcome: Outcome
+    peaks: dict | None  # per GPU (_peaks); None without NVML
+
+
 def supervise(
     plan: Plan, here: Path, printer: Printer, secrets: list[str], environ: Mapping[str, str]
-) -> tuple[Outcome, dict | None]:
-    """Launch the planned children (launch.py owns the policy) with the GPU monitor beside them.
-    Returns the outcome and the GPU peaks (None without NVML)."""
+) -> Supervised:
+    """Launch the planned children (supervise/supervisor.py owns the policy) with the GPU monitor beside them."""
     s = plan.recipe.settings
     if printer.shown is None:
         printer.shown = Console(show_all=s.CONSOLE == "all", events=here / "logs" / EVENTS_FILE,
@@ -467,7 +369,7 @@ def supervise(
     )
     for line in lost:
         printer.say(f"warning: {line}")
-    return dataclasses.replace(outcome, log_errors=lost), _peaks(plan, gpu_monitor)
+    return Supervised(dataclasses.replace(outcome, log_errors=lost), _peaks(plan, gpu_monitor))
 
 
 def _peaks(plan: Plan, gpu_monitor: monitor.GpuMonitor | None) -> dict | None:
@@ -569,8 +471,11 @@ def finish_run(
     (a full disk) makes the run `failed`, saying where and how much is free; the previous export stays whole
     (export.py). A failed run's manifest explains it (`_explained`)."""
     run_dir, status, failure = plan.run_dir, outcome.status, outcome.failure
-    done, planned = completed_steps(plan)
-    fields: dict[str, Any] = {"steps": {"completed": done, "planned": planned}, "exported": {}}
+    steps = completed_steps(plan)
+    fields: dict[str, Any] = {
+        "steps": {"completed": steps.completed, "planned": steps.planned},
+        "exported": {},
+    }
     exported: dict[str, str] = {}
     try:
         if plan.recipe.settings.NODE_RANK == 0:  # only node 0 exports; its checkpoints hold the weights
@@ -661,7 +566,7 @@ def _explained(plan: Plan, failure: dict[str, Any], fields: dict[str, Any], oom_
     exported = next(
         (d for d in ("adapter/", "model/") if any(k.startswith(d) for k in fields["exported"])), ""
     )
-    wanted = int(plan.recipe.args("max_steps")[0]) if plan.recipe.args("max_steps") else 0
+    wanted = plan.recipe.trainer_args.max_steps  # -1: the epochs decide, so no step count to name
     ctx = deaths.Context(
         step=monitor.latest_step(plan.train_dir / "logging.jsonl"), planned=wanted if wanted > 0 else None,
         checkpoint=fields.get("checkpoint", ""), exported=exported, oom_kills=(oom_before, monitor.oom_kills()),

@@ -1,6 +1,6 @@
 """The embedded models, as data: which PyPI wheel holds each one's GGUF, and where it is converted to.
 
-plan.py and the checks read this catalog; models.py downloads and converts (prepare-model). This module
+plan/build.py and the checks read this catalog; world/models.py downloads and converts (prepare-model). This module
 reads nothing.
 """
 

@@ -1,6 +1,6 @@
 """What this machine says, as data: the `Facts` host.gather reads once, and the constants decisions need.
 
-Decision modules (plan.py, the preflight checks, layout.py ...) take these values and never read the world
+Decision modules (plan/, preflight/) take these values and never read the world
 themselves, so tests hand them made-up facts. This module reads nothing.
 """
 
@@ -106,7 +106,7 @@ class Facts:
     hub: Mapping[str, str | None]  # "models:org/name:hf" -> local snapshot or None
     hub_expected: Mapping[str, str] = MappingProxyType({})  # same keys -> where the hub's library keeps it
     ports: Ports = Ports()
-    plugins: Mapping[str, Any] | None = None  # the probe's answer (rewards/probe.py), None: failed
+    plugins: Mapping[str, Any] | None = None  # the probe's answer (world/plugin_probe.py), None: failed
     plugin_error: str = ""
     system_text: str | None = None  # a SYSTEM prompt file's text
     system_error: str = ""  # why the SYSTEM prompt file could not be read (recipe.read_user_file)

@@ -1,6 +1,6 @@
 """What a machine has, as data: GPUs, peer-to-peer links, InfiniBand/RoCE ports, /dev/shm.
 
-The types every decision takes (layout.py, nccl.py, plan.py); hardware.py fills them from NVML and sysfs, or
+The types every decision takes (plan/layout.py, plan/nccl.py, plan/build.py); world/hardware.py fills them from NVML and sysfs, or
 from an inventory JSON file (`doctor --save-inventory FILE`). This module reads nothing.
 
 Ordinals are NVML indices as seen inside the container (Docker renumbers exposed GPUs from 0). Child

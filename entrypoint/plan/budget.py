@@ -193,7 +193,7 @@ def allocator(recipe: Recipe, layout: Layout, sleep_level: int | None = None) ->
     peak that grows in steps during a run (countdown-1x4090 on a 24 GiB card: 15.15 -> 19.32 GiB at its fourth
     step). Expandable segments grow one mapping instead (torch docs, "Optimizing memory usage with
     PYTORCH_CUDA_ALLOC_CONF"): the same run without gradient checkpointing peaked flat at 17.26 -> 17.42 GiB
-    instead of 21.11 (docs/benchmarks/raw/h200-2026-12-02-lease5/). vLLM's sleep mode allocates through its
+    instead of 21.11 (bench/calibration/2026-12-02-1424-levers/). vLLM's sleep mode allocates through its
     own memory pool, which refuses expandable segments (vllm 0.8.5.post1 device_allocator/cumem.py:146)."""
     sleep = recipe.trainer_args.sleep_level if sleep_level is None else sleep_level
     if not recipe.settings.AUTO_SHAPE or recipe.is_set("PYTORCH_CUDA_ALLOC_CONF"):
@@ -206,7 +206,7 @@ def allocator(recipe: Recipe, layout: Layout, sleep_level: int | None = None) ->
 def expandable(recipe: Recipe, layout: Layout) -> bool:
     """Whether the trainer's allocator grows expandable segments (the recipe's PYTORCH_CUDA_ALLOC_CONF, else
     `allocator`)."""
-    conf = recipe.raw("PYTORCH_CUDA_ALLOC_CONF") or allocator(recipe, layout) or ""
+    conf = recipe.env.get("PYTORCH_CUDA_ALLOC_CONF") or allocator(recipe, layout) or ""
     return "expandable_segments:true" in conf.replace(" ", "").lower()
 
 
@@ -235,7 +235,7 @@ def colocate_settings(
 
 
 def card_size(recipe: Recipe, inventory: Inventory) -> Callable[[int], float]:
-    """GiB of a GPU as the run sees it: EMULATE_VRAM_GB caps every card (sitecustomize.py)."""
+    """GiB of a GPU as the run sees it: EMULATE_VRAM_GB caps every card (child/hooks/emulate_vram.py)."""
     emulated = recipe.settings.EMULATE_VRAM_GB
 
     def card(gpu: int) -> float:

@@ -11,7 +11,7 @@ Modes (`Layout.mode`):
 ms-swift 3.6.4 asserts the trainer process sees exactly NPROC_PER_NODE GPUs (`is_mp()`,
 v3.6.4:swift/utils/env.py:71-81, "GRPO with vLLM is not compatible with device_map",
 rlhf_args.py:257-259), so the trainer gets CUDA_VISIBLE_DEVICES=<training GPUs> and the rollout a
-disjoint CUDA_VISIBLE_DEVICES=<rollout GPUs> (../shared/cases C05).
+disjoint CUDA_VISIBLE_DEVICES=<rollout GPUs> (case C05, tests/cases.md).
 """
 
 from __future__ import annotations
@@ -424,12 +424,13 @@ def _check_parallel_sizes(
                 "choose a divisor",
             )
         )
-    dp = recipe.rollout.get("data_parallel_size")
-    if rollout and dp and int(dp[0]) * tp != len(rollout):  # the entrypoint passes rollout GPUs / tp
+    dp = recipe.rollout_args.data_parallel_size
+    # a layer's value only: the entrypoint passes rollout GPUs / tp itself
+    if rollout and "data_parallel_size" in recipe.rollout and dp * tp != len(rollout):
         problems.append(
             Problem(
                 f"ROLLOUT_DATA_PARALLEL_SIZE ({recipe.source('ROLLOUT_DATA_PARALLEL_SIZE')})",
-                f"{dp[0]} engine(s) x tensor parallel {tp} is not the {len(rollout)} rollout GPU(s) "
+                f"{dp} engine(s) x tensor parallel {tp} is not the {len(rollout)} rollout GPU(s) "
                 f"({_fmt(tuple(rollout))}); the server runs one engine per {tp} GPU(s) it is given",
                 f"set ROLLOUT_DATA_PARALLEL_SIZE={len(rollout) // tp if len(rollout) >= tp else 1}, or leave it "
                 "unset (the entrypoint derives it from ROLLOUT_GPUS)",
@@ -499,6 +500,7 @@ def _check_mode_keys(recipe: Recipe, mode: str, rollout_only: bool, problems: li
                     Problem(
                         f"{key} ({recipe.source(key)})",
                         f"only acts in colocate mode; in server mode ms-swift ignores it{acts} [source: {COLOCATE_ONLY_SOURCE}]",
+                        # the user's own text, moved to the server's key
                         f"set {replacement}={recipe.raw(key)} instead (the server's own key)"
                         if replacement
                         else f"remove {key} (server mode)",

@@ -18,7 +18,7 @@ the same model with adapters disabled (v3.6.4:swift/trainers/rlhf_trainer/grpo_t
 fine-tuning with BETA > 0 loads a second copy.
 
 The coefficients of activations, logits, OVERHEAD and CONSTANT are fitted to measurements of real
-ms-swift 3.6.4 GRPO runs on an H200 (docs/benchmarks/memory-calibration.json, fitted by
+ms-swift 3.6.4 GRPO runs on an H200 (bench/calibration/memory-calibration.json, fitted by
 bench/fit_memory.py); tests/test_memory.py checks every measurement is within 15 %.
 
 vLLM side, colocated (what NVML sees on the card, sleep level 0 unless said), three parts with a meaning,
@@ -33,12 +33,13 @@ with one set of coefficients per allocator (colocate_* with expandable segments,
   cache is allocated: the CUDA context and the trainer's weights, already there, count against that share,
   beside vLLM's own copy of the weights, its profiling peak and the KV cache (vllm 0.8.5.post1
   v1/worker/gpu_worker.py:170-215). Measured: share 0.25 -> 0.35 of a 24 GiB card moved the peak from 19.32
-  to 21.80 GiB, 1.03 GiB per GiB of share (docs/benchmarks/raw/h200-2026-12-02-lease5/).
+  to 21.80 GiB, 1.03 GiB per GiB of share (bench/calibration/2026-12-02-1424-levers/).
   The V0 engine (VLLM_USE_V1=0; multi-step scheduling runs only there) measures from a snapshot taken when
   it starts, so its share holds only its own weights, profiling peak and KV cache (worker/worker.py:162-181, 225-264):
   the CUDA context and the trainer's weights come on top ("context and weights before vLLM (V0)":
   colocate_v0_before_gib + the weights). At share 0.25 its KV cache was 4.75 GiB against V1's 2.69, at 0.10
-  1.15 GiB (docs/benchmarks/raw/h200-2026-12-03-lease10-explore, -lease12). Fitted with the other expandable-
+  1.15 GiB (bench/generation/2026-12-03-0828-engines/, bench/throughput/2026-12-03-1051-countdown-v0-engine/).
+  Fitted with the other expandable-
   segment coefficients to the three V0 runs and the rest: 0.69 GiB, below the ~1.1 GiB NVML sees outside
   torch's allocator, the difference within the "training" part's spread (+-7 %).
 - "training": what a training step adds on top: gradients and optimizer states, activations (the trainer
@@ -47,7 +48,8 @@ with one set of coefficients per allocator (colocate_* with expandable segments,
   drops the policy's, not the reference's). The same process holds vLLM's KV cache and the trainer's
   tensors, and torch's default caching allocator keeps a freed block for a same-size request: when a longer
   batch of completions arrives, the working set is allocated again beside the old one (countdown-1x4090
-  went 15.15 -> 19.32 GiB at its fourth step, lease5), at steps that vary from run to run. Fitted: 32 bytes
+  went 15.15 -> 19.32 GiB at its fourth step, bench/calibration/2026-12-02-1424-levers/), at steps that vary
+  from run to run. Fitted: 32 bytes
   per entry on torch's allocator, 18 with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which the
   planner sets without sleep mode (budget.allocator), and whose peak stays flat; 11 and 10 with liger.
   Without gradient checkpointing a colocated step keeps 1.35x (1.14x) the activations the trainer-side
@@ -59,10 +61,10 @@ with one set of coefficients per allocator (colocate_* with expandable segments,
   vLLM's pool meet on the card at the next wake-up: -1.5 GiB fitted against torch's allocator awake, so
   SLEEP_LEVEL=1 saves little peak memory without OFFLOAD_MODEL / OFFLOAD_OPTIMIZER, and its pool refuses
   expandable segments (vllm 0.8.5.post1 device_allocator/cumem.py:146).
-Fitted by bench/fit_memory.py (data/memory_coefficients.json) to docs/benchmarks/memory-calibration.json:
+Fitted by bench/fit_memory.py (data/memory_coefficients.json) to bench/calibration/memory-calibration.json:
 the runs the planner's own choices make (expandable segments; sleep mode) within 7 %, torch's allocator
-without sleep mode (a recipe's opt-out) within 16 % (tests/test_memory.py); run directories under
-docs/benchmarks/raw/ (lease4, lease5, lease6).
+without sleep mode (a recipe's opt-out) within 16 % (tests/test_memory.py); the runs are
+listed in bench/calibration/README.md.
 vLLM refuses to start when its share leaves no room for one sequence of max_model_len in the KV cache
 (`kv_budget`).
 
@@ -86,12 +88,12 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 # reserved was 1.93 GiB in the first benchmark runs on an H200 (git 6942c32) and 1.13-1.16 GiB in the four of
 # 2026-12-02 (docs/benchmarks/countdown-throughput.json); the larger is kept, so this errs high.
 CUDA_CONTEXT_GIB = 1.9
-# The largest model the coefficients were fitted on (Qwen2.5-1.5B, docs/benchmarks/memory-calibration.json).
+# The largest model the coefficients were fitted on (Qwen2.5-1.5B, bench/calibration/memory-calibration.json).
 # Beyond it the estimate is extrapolated: the colocate calibration is left out and a predicted OOM warns.
 CALIBRATED_MAX_PARAMS = 1.6e9
 # An extrapolated prediction this far over the card is refused all the same: the fitted planner's largest
 # error on measured runs was 12.4 % (docs/gpu-evidence.md), and twice that is allowed for the
-# extrapolation. ../shared cases C09: a 3B colocate run predicted at 38 GiB on a 24 GiB card.
+# extrapolation. Case C09 (tests/cases.md): a 3B colocate run predicted at 38 GiB on a 24 GiB card.
 EXTRAPOLATED_REFUSE_RATIO = 1.25
 # The most of a card the planner gives a colocated vLLM: the last 5 % stay for the CUDA context and others.
 VLLM_UTILIZATION_CEILING = 0.95

@@ -8,7 +8,7 @@ Rules (each decision carries its reason into `plan`, the train log and the manif
   driver older than 550.40.07. accelerate then raises NotImplementedError for any job unless both
   NCCL_P2P_DISABLE and NCCL_IB_DISABLE are present, and it lists GPUs through nvidia-smi, which ignores
   CUDA_VISIBLE_DEVICES, so single-GPU jobs on such machines fail too
-  (accelerate 1.6.0: state.py:301-308, utils/environment.py:147-172; ../shared/cases C01).
+  (accelerate 1.6.0: state.py:301-308, utils/environment.py:147-172; case C01, tests/cases.md).
   GeForce RTX 4090s have no P2P on stock drivers (NVIDIA developer forum), and older drivers could
   report peer access yet hang (nccl-tests issue #117).
 - NCCL_IB_DISABLE=1 when no InfiniBand/RoCE port is ACTIVE under /sys/class/infiniband; NCCL then

@@ -9,7 +9,7 @@ recipe does not set them, `choose` picks (AUTO_SHAPE=true, the default):
 - PER_DEVICE_TRAIN_BATCH_SIZE: the largest divisor of the per-process completions whose predicted peak
   leaves at least HEADROOM of every training card free. Larger micro-batches are faster: the GPU runs one
   forward/backward over 8 completions in about the time of two over one (countdown-1x4090 on a 24 GiB
-  card: micro-batch 8 ran 3.5x the completion tokens/s of micro-batch 1, ../shared/device/README.md).
+  card: micro-batch 8 x 4 ran 4.1x the completion tokens/s of 1 x 32, bench/startup/2026-12-02-1114-startup-levers/).
 - GRADIENT_ACCUMULATION_STEPS: what keeps the completions per optimizer step (one generation round per
   step, ms-swift's default steps_per_generation = gradient_accumulation_steps).
 - VLLM_GPU_MEMORY_UTILIZATION (colocate): the smallest share, in steps of 0.05, whose KV cache holds this
@@ -20,12 +20,12 @@ recipe does not set them, `choose` picks (AUTO_SHAPE=true, the default):
 - VLLM_SCHEDULER_STEPS (colocate, one training process): 8 or 1, whichever gives the least predicted step
   (speed.generation_time + speed.training_time) with a shape that fits: vLLM's V0 engine with 8 decode steps
   per schedule pays a decode step's host work once per 8 (a round of 32 x 256 tokens: 1.28 s against V1's
-  2.22 s in the trainer, docs/benchmarks/raw/h200-2026-12-03-lease12); V0 counts only its own memory against
+  2.22 s in the trainer, bench/throughput/2026-12-03-1051-countdown-v0-engine/); V0 counts only its own memory against
   its share, so its share is sized by its own rule (memory.kv_budget) and the process's earlier memory is
   added to its peak (memory.colocate_peak). `engine_options` says where the choice is open.
 - SLEEP_LEVEL (colocate): 0. In ms-swift 3.6.4 sleeping saves little peak memory unless the model or the
   optimizer is offloaded (memory.py, "vLLM side"): at micro-batch 8 on a 24 GiB card, torch's allocator,
-  18.7 GiB asleep against 19.4 awake (docs/benchmarks/raw/h200-2026-12-02-lease4); it rules out expandable
+  18.7 GiB asleep against 19.4 awake (bench/startup/2026-12-02-1114-startup-levers/); it rules out expandable
   segments, which hold the logits at about half the bytes, and every step pays for the offload and the reload.
   With OFFLOAD_MODEL or OFFLOAD_OPTIMIZER set, 1.
 
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import NamedTuple
 
 from entrypoint.plan import memory, speed
 from entrypoint.plan.budget import Batch, Budget
@@ -47,13 +48,13 @@ from entrypoint.plan.layout import Layout
 from entrypoint.plan.memory import GpuEstimate, Workload
 from entrypoint.recipe.load import Recipe
 
-HEADROOM = 0.10  # at least this share of every card stays free (DEVELOPERS.md, issue "Fast by default")
+HEADROOM = 0.10  # at least this share of every card stays free (memory.HEADROOM_WARNING warns under it)
 UTILIZATION_STEP = 0.05
 UTILIZATION_FLOOR = 0.10
 UTILIZATION_CEILING = memory.VLLM_UTILIZATION_CEILING
 KV_MARGIN = 1.25  # vLLM's block rounding and the prompts' spread around the planner's estimate
 # Decode steps per schedule when the planner turns multi-step scheduling on: vLLM alone ran a round of 32 x 256
-# tokens in 0.99 s at 8 against 1.66 s at 1 on its V0 engine (docs/benchmarks/raw/h200-2026-12-03-lease10-explore).
+# tokens in 0.99 s at 8 against 1.66 s at 1 on its V0 engine (bench/generation/2026-12-03-0828-engines/).
 MULTI_STEP = 8
 
 
@@ -64,12 +65,19 @@ class Choice:
     reason: str
 
 
-def step_completions(r: Recipe, b: Batch) -> tuple[int, int]:
-    """(completions per optimizer step, per training process; 0 when they do not divide): the work the
-    planner keeps while it cuts it into micro-batches. GENERATION_BATCH_SIZE when a layer sets it (one
-    generation round per step), else PER_DEVICE_TRAIN_BATCH_SIZE x processes x GRADIENT_ACCUMULATION_STEPS."""
+class StepWork(NamedTuple):
+    """The completions of one optimizer step: in all, and per training process (0 when they do not divide)."""
+
+    total: int
+    per_process: int
+
+
+def step_completions(r: Recipe, b: Batch) -> StepWork:
+    """The work the planner keeps while it cuts it into micro-batches: GENERATION_BATCH_SIZE when a layer
+    sets it (one generation round per step), else PER_DEVICE_TRAIN_BATCH_SIZE x processes x
+    GRADIENT_ACCUMULATION_STEPS."""
     total = b.generation_batch if r.is_set("GENERATION_BATCH_SIZE") else b.per_device * b.world * b.grad_accum
-    return total, (total // b.world if total % b.world == 0 else 0)
+    return StepWork(total, total // b.world if total % b.world == 0 else 0)
 
 
 def divisors(n: int) -> list[int]:
@@ -78,6 +86,39 @@ def divisors(n: int) -> list[int]:
 
 def _round_up(x: float, step: float) -> float:
     return round(-(-x // step) * step, 2)
+
+
+# keys whose value from any layer fixes the shape there: the planner never changes them
+_SHAPE_KEYS = ("PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "GENERATION_BATCH_SIZE",
+               "STEPS_PER_GENERATION", "VLLM_GPU_MEMORY_UTILIZATION", "SLEEP_LEVEL")  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class _Cut:
+    """How one optimizer step's completions are cut into micro-batches: in all, per training process, the
+    processes, and the shape keys a layer sets (_SHAPE_KEYS)."""
+
+    total: int
+    per_process: int
+    world: int
+    user: frozenset[str]
+
+    def choices(self, pd: int, why: str) -> list[Choice]:
+        """Micro-batch `pd` and the accumulation that keeps the step's completions, those the recipe leaves
+        open."""
+        out = []
+        if "PER_DEVICE_TRAIN_BATCH_SIZE" not in self.user:
+            out.append(Choice("PER_DEVICE_TRAIN_BATCH_SIZE", str(pd), why))
+        if "GRADIENT_ACCUMULATION_STEPS" not in self.user:
+            out.append(
+                Choice(
+                    "GRADIENT_ACCUMULATION_STEPS",
+                    str(self.per_process // pd),
+                    f"{self.total} completions per optimizer step / ({pd} per micro-batch x {self.world} "
+                    "process(es)): one generation round per step",
+                )
+            )
+        return out
 
 
 def choose(
@@ -89,100 +130,133 @@ def choose(
     """The values the planner sets for recipe `r` on `layout`, given its budget at the recipe's current
     shape (budget.workload None when the model's dimensions are unknown). `estimate(w, colocate)` predicts
     the card peaks (default: the budget's, budget.per_gpu on the layout's cards). vLLM's colocated share
-    and sleep level are chosen whenever the recipe leaves them open, whether or not it fixes the batch."""
+    and sleep level are chosen whenever the recipe leaves them open, whether or not it fixes the batch.
+
+    Stages: vLLM's share (_vllm_share), the micro-batches that keep the step (_candidates), then ms-swift's
+    default without an estimate, the fastest shape where levers or engines are open (_fastest_choices),
+    else the largest micro-batch that fits (_largest_that_fits)."""
     b, w = budget.batch, budget.workload
     if b is None:
         return []
-    user = {k for k in ("PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "GENERATION_BATCH_SIZE",
-                        "STEPS_PER_GENERATION", "VLLM_GPU_MEMORY_UTILIZATION", "SLEEP_LEVEL") if r.is_set(k)}  # fmt: skip
-    if (
+    user = frozenset(k for k in _SHAPE_KEYS if r.is_set(k))
+    work = step_completions(r, b)
+    cut = _Cut(work.total, work.per_process, b.world, user)
+    auto = r.settings.AUTO_SHAPE and layout.mode != "cpu" and w is not None
+    current = Colocated(None, [])
+    if auto and layout.mode == "colocate" and cut.per_process:  # sized even when the user fixed the batch
+        current = _vllm_share(r, layout, budget, cut.per_process, user)
+    candidates = _candidates(b, cut)
+    if not _batch_open(user) or not candidates:
+        return current.choices
+    if not auto:
+        return cut.choices(min(candidates), f"ms-swift's default micro-batch ({_not_auto_why(r, layout)})")
+    estimate = estimate or (lambda wl, co: budget.estimates(layout, wl, co))
+    fastest = _fastest_choices(r, layout, budget, cut, candidates, current, estimate)
+    if fastest is not None:
+        return fastest
+    return _largest_that_fits(w, cut, candidates, current.colocate, estimate) + current.choices
+
+
+def _batch_open(user: frozenset[str]) -> bool:
+    """Whether the planner may cut the step: not when a layer sets STEPS_PER_GENERATION, nor both the
+    micro-batch and the accumulation."""
+    return not (
         "STEPS_PER_GENERATION" in user
         or {"PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS"} <= user
-    ):
-        batch_open = False
-    else:
-        batch_open = True
-    total, per_process = step_completions(r, b)
-    auto = r.settings.AUTO_SHAPE and layout.mode != "cpu" and w is not None
-    out: list[Choice] = []
-    colocate = None
-    if auto and layout.mode == "colocate" and per_process:  # sized even when the user fixed the batch
-        colocate, out = _vllm_share(r, layout, budget, per_process, user)
-    if "PER_DEVICE_TRAIN_BATCH_SIZE" in user:
-        candidates = [b.per_device]
-    elif "GRADIENT_ACCUMULATION_STEPS" in user:
-        candidates = [per_process // b.grad_accum] if per_process and per_process % b.grad_accum == 0 else []
-    else:
-        candidates = divisors(per_process) if per_process else []
-    if not batch_open or not candidates:
-        return out
+    )
 
-    def accumulate(pd: int, why: str) -> list[Choice]:
-        out = []
-        if "PER_DEVICE_TRAIN_BATCH_SIZE" not in user:
-            out.append(Choice("PER_DEVICE_TRAIN_BATCH_SIZE", str(pd), why))
-        if "GRADIENT_ACCUMULATION_STEPS" not in user:
-            out.append(
-                Choice(
-                    "GRADIENT_ACCUMULATION_STEPS",
-                    str(per_process // pd),
-                    f"{total} completions per optimizer step / ({pd} per micro-batch x {b.world} process(es)): "
-                    "one generation round per step",
-                )
-            )
-        return out
 
-    if not auto:
-        why = (
-            "AUTO_SHAPE=false"
-            if not r.settings.AUTO_SHAPE
-            else "no GPU"
-            if layout.mode == "cpu"
-            else "the model's memory cannot be estimated"
-        )
-        return accumulate(min(candidates), f"ms-swift's default micro-batch ({why})")
+def _candidates(b: Batch, cut: _Cut) -> list[int]:
+    """The micro-batches that keep the step's completions: the recipe's own, the one its accumulation
+    leaves (none when it does not divide), else every divisor of the completions per process."""
+    if "PER_DEVICE_TRAIN_BATCH_SIZE" in cut.user:
+        return [b.per_device]
+    if "GRADIENT_ACCUMULATION_STEPS" in cut.user:
+        divides = cut.per_process and cut.per_process % b.grad_accum == 0
+        return [cut.per_process // b.grad_accum] if divides else []
+    return divisors(cut.per_process) if cut.per_process else []
 
-    estimate = estimate or (lambda wl, co: budget.estimates(layout, wl, co))
+
+def _not_auto_why(r: Recipe, layout: Layout) -> str:
+    """Why the planner keeps ms-swift's default micro-batch."""
+    if not r.settings.AUTO_SHAPE:
+        return "AUTO_SHAPE=false"
+    return "no GPU" if layout.mode == "cpu" else "the model's memory cannot be estimated"
+
+
+def _fastest_choices(
+    r: Recipe,
+    layout: Layout,
+    budget: Budget,
+    cut: _Cut,
+    candidates: list[int],
+    current: Colocated,
+    estimate: Callable[[Workload, memory.Colocate | None], list[GpuEstimate]],
+) -> list[Choice] | None:
+    """Where levers (lever_options) or engines (engine_options) are open: the shape with the least predicted
+    step among those that fit, its levers and engine where the recipe leaves them open, and vLLM's choices
+    for that engine. None when there is nothing to choose or nothing fits."""
+    w = budget.workload
     levers = lever_options(r, layout, w)
-    engines = engine_options(r, layout, w, budget) if colocate is not None else []
-    if len(levers) > 1 or len(engines) > 1:
-        runs = _by_predicted_step(r, layout, budget, per_process, user, engines, (colocate, out),
-                                  lambda co: _fastest(w, co, per_process, candidates, levers, estimate))  # fmt: skip
-        if runs:
-            _, steps, fastest, out, _ = runs[0]
-            chosen = accumulate(fastest.per_device, fastest.why)
-            lever_why = f"the fastest shape that fits ({fastest.why.split(';')[0]})"
-            if not r.is_set("GRADIENT_CHECKPOINTING"):
-                chosen.append(Choice("GRADIENT_CHECKPOINTING", str(fastest.checkpointing).lower(), lever_why))
-            if not r.is_set("USE_LIGER_KERNEL"):
-                chosen.append(Choice("USE_LIGER_KERNEL", str(fastest.liger).lower(), lever_why))
-            if len(engines) > 1:
-                chosen.append(Choice("VLLM_SCHEDULER_STEPS", str(steps), _engine_why(runs)))
-            return chosen + out
-    verdicts = []
+    engines = engine_options(r, layout, w, budget) if current.colocate is not None else []
+    if len(levers) <= 1 and len(engines) <= 1:
+        return None
+    runs = _by_predicted_step(r, layout, budget, cut.per_process, cut.user, engines, current,
+                              lambda co: _fastest(w, co, cut.per_process, candidates, levers, estimate))  # fmt: skip
+    if not runs:
+        return None
+    best = runs[0]
+    chosen = cut.choices(best.shape.per_device, best.shape.why)
+    lever_why = f"the fastest shape that fits ({best.shape.why.split(';')[0]})"
+    if not r.is_set("GRADIENT_CHECKPOINTING"):
+        chosen.append(Choice("GRADIENT_CHECKPOINTING", str(best.shape.checkpointing).lower(), lever_why))
+    if not r.is_set("USE_LIGER_KERNEL"):
+        chosen.append(Choice("USE_LIGER_KERNEL", str(best.shape.liger).lower(), lever_why))
+    if len(engines) > 1:
+        chosen.append(Choice("VLLM_SCHEDULER_STEPS", str(best.scheduler_steps), _engine_why(runs)))
+    return chosen + best.vllm
+
+
+class Verdict(NamedTuple):
+    """A micro-batch tried, and the fullest training card at it."""
+
+    per_device: int
+    worst: GpuEstimate
+
+
+def _largest_that_fits(
+    w: Workload,
+    cut: _Cut,
+    candidates: list[int],
+    colocate: memory.Colocate | None,
+    estimate: Callable[[Workload, memory.Colocate | None], list[GpuEstimate]],
+) -> list[Choice]:
+    """The largest candidate micro-batch whose predicted peak leaves HEADROOM free on every training card
+    (naming the one above it, which does not); the smallest candidate when none does."""
+    bigger: Verdict | None = None
     for pd in sorted(candidates, reverse=True):
-        trial = dataclasses.replace(w, per_device=pd, generation_per_device=per_process)
+        trial = dataclasses.replace(w, per_device=pd, generation_per_device=cut.per_process)
         trainers = [e for e in estimate(trial, colocate) if not e.role.startswith("rollout")]
         worst = min(trainers, key=lambda e: e.headroom)
-        verdicts.append((pd, worst))
         if worst.headroom >= HEADROOM:
             why = (
                 f"the largest micro-batch whose predicted peak, {worst.peak_gib:.1f} of {worst.card_gib:.1f} GiB on GPU "
                 f"{worst.gpu}, leaves at least {HEADROOM:.0%} free ({worst.headroom:.0%})"
             )
-            if len(verdicts) > 1:
-                bigger, e = verdicts[-2]
-                why += f"; {bigger} would need {e.peak_gib:.1f} GiB"
-            return accumulate(pd, why) + out
-    pd, worst = verdicts[-1]
-    why = f"no micro-batch leaves {HEADROOM:.0%} free; even {pd} is predicted at {worst.peak_gib:.1f} of {worst.card_gib:.1f} GiB"
-    return accumulate(pd, why) + out
+            if bigger is not None:
+                why += f"; {bigger.per_device} would need {bigger.worst.peak_gib:.1f} GiB"
+            return cut.choices(pd, why)
+        bigger = Verdict(pd, worst)
+    smallest = bigger  # candidates is never empty here
+    why = (f"no micro-batch leaves {HEADROOM:.0%} free; even {smallest.per_device} is predicted at "
+           f"{smallest.worst.peak_gib:.1f} of {smallest.worst.card_gib:.1f} GiB")  # fmt: skip
+    return cut.choices(smallest.per_device, why)
 
 
 def lever_options(r: Recipe, layout: Layout, w: Workload) -> list[tuple[bool, bool]]:
     """(gradient checkpointing, liger's fused loss) pairs the planner may choose among: those the recipe
     leaves open, for a colocated LoRA or full run without DeepSpeed (where the memory and time models were
-    measured: docs/benchmarks/memory-calibration.json, speed-calibration.json). Neither changes what is
+    measured: bench/calibration/memory-calibration.json, speed-calibration.json). Neither changes what is
     learned: checkpointing recomputes activations, liger computes ms-swift's same GRPO loss (its loss_type,
     beta, epsilon, temperature) from the hidden states a chunk at a time (v3.6.4 grpo_trainer.py:212-224)."""
     ckpt = [w.gradient_checkpointing] if r.is_set("GRADIENT_CHECKPOINTING") else [True, False]
@@ -205,7 +279,7 @@ def engine_options(r: Recipe, layout: Layout, w: Workload, budget: Budget) -> li
     V1 engine) and MULTI_STEP (vLLM's V0 engine, multi-step scheduling); [] when the choice is not open: the
     recipe sets VLLM_SCHEDULER_STEPS or VLLM_USE_V1, or the run is outside where both were measured (one
     colocated training process without vLLM tensor parallelism, sleep mode or offload, a model within
-    memory.CALIBRATED_MAX_PARAMS: docs/benchmarks/generation-calibration.json). Neither changes what is
+    memory.CALIBRATED_MAX_PARAMS: bench/calibration/generation-calibration.json). Neither changes what is
     learned: the same sampling parameters draw from the same weights (the V0 sampler, vllm 0.8.5.post1
     model_executor/layers/sampler.py, against V1's v1/sample/sampler.py)."""
     a = r.trainer_args
@@ -224,34 +298,68 @@ def engine_options(r: Recipe, layout: Layout, w: Workload, budget: Budget) -> li
     return [1, MULTI_STEP]
 
 
-def _by_predicted_step(r, layout, budget, per_process, user, engines, current, fastest) -> list[tuple]:
-    """[(predicted step seconds, scheduler steps, Fastest, vLLM's colocate choices, GenerationTime)] for each
-    engine in `engines` whose shape fits (`fastest(colocate)`, its share sized for that engine), least first;
-    without engines to choose, the one run at `current` (colocate, choices), its round left out."""
+class EngineRun(NamedTuple):
+    """One engine's fastest fitting shape, as _by_predicted_step ranks them."""
+
+    seconds: float  # predicted step: training plus the generation round (without engines to choose, training)
+    scheduler_steps: int  # VLLM_SCHEDULER_STEPS; 0 when no engine is chosen
+    shape: Fastest
+    vllm: list[Choice]  # vLLM's colocate choices for this engine
+    generation: speed.GenerationTime | None  # None when no engine is chosen
+
+
+def _by_predicted_step(
+    r: Recipe,
+    layout: Layout,
+    budget: Budget,
+    per_process: int,
+    user: frozenset[str],
+    engines: list[int],
+    current: Colocated,
+    fastest: Callable[[memory.Colocate | None], Fastest | None],
+) -> list[EngineRun]:
+    """The run of each engine in `engines` whose shape fits (`fastest(colocate)`, its share sized for that
+    engine), least predicted step first; without engines to choose, the one run at `current`, its round
+    left out."""
     runs = []
     for steps in engines or [0]:
         co, co_out = current if not engines else _vllm_share(r, layout, budget, per_process, user, steps > 1)
         shape = fastest(co)
         gen = speed.generation_time(budget.workload, steps, co.engine_v0) if engines else None
         if shape is not None and (gen is not None or not engines):
-            runs.append((shape.seconds + (gen.seconds if gen else 0.0), steps, shape, co_out, gen))
-    return sorted(runs, key=lambda run: run[0])
+            runs.append(EngineRun(shape.seconds + (gen.seconds if gen else 0.0), steps, shape, co_out, gen))
+    return sorted(runs, key=lambda run: run.seconds)
 
 
-def _engine_why(runs: list) -> str:
+def _engine_why(runs: list[EngineRun]) -> str:
     """The reason of the engine choice: each engine's predicted step (round + training) and peak."""
 
-    def one(run) -> str:
-        seconds, steps, fastest, _, gen = run
+    def one(run: EngineRun) -> str:
+        steps, fastest, gen = run.scheduler_steps, run.shape, run.generation
         what = "vLLM's V0 engine, multi-step scheduling" if steps > 1 else "ms-swift's V1 engine"
-        return (f"{what} ({steps} decode step(s) per schedule): {seconds:.1f} s per step (generation round "
+        return (f"{what} ({steps} decode step(s) per schedule): {run.seconds:.1f} s per step (generation round "
                 f"{gen.seconds:.1f} s: {gen.render()}; training {fastest.seconds:.1f} s), peak "
                 f"{fastest.worst.peak_gib:.1f} of {fastest.worst.card_gib:.1f} GiB")  # fmt: skip
 
     best = one(runs[0])
     rest = "; ".join(one(run) for run in runs[1:]) or "no other engine fits"
     return (f"the least predicted step time of the engines whose shape fits: {best}; against {rest} "
-            "(speed.generation_time, docs/benchmarks/generation-calibration.json)")  # fmt: skip
+            "(speed.generation_time, bench/calibration/generation-calibration.json)")  # fmt: skip
+
+
+class _Trial(NamedTuple):
+    """A shape that fits, as _fastest ranks them."""
+
+    per_device: int
+    checkpointing: bool
+    liger: bool
+    worst: GpuEstimate  # the fullest training card
+    time: speed.TrainingTime
+    changed: int  # levers turned away from the recipe's (or ms-swift's) own
+
+    def rank(self) -> tuple[float, int, int]:
+        """Least training time (to 0.01 s), then the fewest levers turned, then the larger micro-batch."""
+        return round(self.time.seconds, 2), self.changed, -self.per_device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -277,7 +385,7 @@ def _fastest(
     """The shape with the least predicted training time per step (speed.training_time) whose predicted peak
     leaves HEADROOM free on every training card; on a tie the recipe's own levers, then the larger
     micro-batch. None when nothing fits."""
-    fits = []
+    fits: list[_Trial] = []
     for pd in candidates:
         for ckpt, liger in levers:
             trial = dataclasses.replace(w, per_device=pd, generation_per_device=per_process,
@@ -287,28 +395,27 @@ def _fastest(
                 (e for e in estimate(trial, co) if not e.role.startswith("rollout")), key=lambda e: e.headroom
             )
             if worst.headroom >= HEADROOM:
-                t = speed.training_time(trial, per_process)
                 changed = (ckpt != w.gradient_checkpointing) + (liger != w.liger)
-                fits.append((round(t.seconds, 2), changed, -pd, pd, ckpt, liger, worst, t))
+                fits.append(_Trial(pd, ckpt, liger, worst, speed.training_time(trial, per_process), changed))
     if not fits:
         return None
-    fits.sort(key=lambda f: f[:3])
-    _, _, _, pd, ckpt, liger, worst, t = fits[0]
+    fits.sort(key=_Trial.rank)
+    best, t = fits[0], fits[0].time
     why = (f"the least predicted training time per step (forward and backward; the generation round, the same "
            f"for every shape, aside), {t.seconds:.1f} s ({t.render()}), of the shapes whose "
-           f"predicted peak leaves at least {HEADROOM:.0%} free: {worst.peak_gib:.1f} of {worst.card_gib:.1f} GiB")  # fmt: skip
-    own = [f for f in fits if f[1] == 0]
-    if own and own[0] is not fits[0]:
+           f"predicted peak leaves at least {HEADROOM:.0%} free: {best.worst.peak_gib:.1f} of {best.worst.card_gib:.1f} GiB")  # fmt: skip
+    own = [f for f in fits if f.changed == 0]
+    if own and own[0] is not best:
         why += (f"; without turning a lever (checkpointing and liger as the recipe or ms-swift has them), micro-batch "
-                f"{own[0][3]}: {own[0][7].seconds:.1f} s ({own[0][7].render()})")  # fmt: skip
-    return Fastest(pd, ckpt, liger, t.seconds, worst, why)
+                f"{own[0].per_device}: {own[0].time.seconds:.1f} s ({own[0].time.render()})")  # fmt: skip
+    return Fastest(best.per_device, best.checkpointing, best.liger, t.seconds, best.worst, why)
 
 
 def rollout_share(r: Recipe, layout: Layout, budget: Budget) -> list[Choice]:
     """ROLLOUT_GPU_MEMORY_UTILIZATION for a local rollout server when no layer sets it: the largest share
     that leaves the memory check's headroom on its smallest card (memory.rollout_share_with_headroom),
-    instead of ms-swift's 0.9, which the memory check warns about on a 24 GiB card (issue 27: an import
-    warned about its own default)."""
+    instead of ms-swift's 0.9, which the memory check warns about on a 24 GiB card (else an imported
+    recipe would be warned about the default it was given)."""
     if not layout.local_rollout or not r.settings.AUTO_SHAPE or r.is_set("ROLLOUT_GPU_MEMORY_UTILIZATION"):
         return []
     card = min(budget.card(g) for g in layout.rollout_gpus)
@@ -318,14 +425,20 @@ def rollout_share(r: Recipe, layout: Layout, budget: Budget) -> list[Choice]:
                    f"the CUDA context ({memory.CUDA_CONTEXT_GIB} GiB); ms-swift's default is 0.9")]  # fmt: skip
 
 
-def smallest_share(
-    budget: Budget, layout: Layout, per_process: int, v0: bool | None = None
-) -> tuple[float, bool, float]:
-    """(vLLM's share, whether it holds, GiB it must hold): the smallest colocated share, in steps of
-    UTILIZATION_STEP, whose KV cache holds this process's generation round (`per_process` sequences) and one
-    sequence of max_model_len with KV_MARGIN, after the context and both copies of the weights on the
-    smallest training card (`v0`: vLLM's V0 engine, which counts only its own; default the budget's engine);
-    UTILIZATION_CEILING when none holds. Needs budget.workload and budget.colocate."""
+class VllmShare(NamedTuple):
+    """A colocated vLLM's share of the card, whether its KV cache holds what it must, and that need (GiB)."""
+
+    utilization: float
+    holds: bool
+    need_gib: float
+
+
+def smallest_share(budget: Budget, layout: Layout, per_process: int, v0: bool | None = None) -> VllmShare:
+    """The smallest colocated share, in steps of UTILIZATION_STEP, whose KV cache holds this process's
+    generation round (`per_process` sequences) and one sequence of max_model_len with KV_MARGIN, after the
+    context and both copies of the weights on the smallest training card (`v0`: vLLM's V0 engine, which
+    counts only its own; default the budget's engine); UTILIZATION_CEILING when none holds. Needs
+    budget.workload and budget.colocate."""
     w, current = budget.workload, budget.colocate
     v0 = current.engine_v0 if v0 is None else v0
     card = min(budget.card(g) for g in layout.train_gpus)
@@ -338,7 +451,8 @@ def smallest_share(
         and memory.kv_budget(w.dims, w.dtype_bytes, card, util, resident, engine_v0=v0) < need
     ):
         util = min(UTILIZATION_CEILING, _round_up(util + UTILIZATION_STEP, UTILIZATION_STEP))
-    return util, memory.kv_budget(w.dims, w.dtype_bytes, card, util, resident, engine_v0=v0) >= need, need
+    holds = memory.kv_budget(w.dims, w.dtype_bytes, card, util, resident, engine_v0=v0) >= need
+    return VllmShare(util, holds, need)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -370,9 +484,9 @@ def largest_fit(r: Recipe, layout: Layout, budget: Budget) -> Fit | None:
         2,
         3,
     ):  # the user's value
-        util, holds, _ = smallest_share(budget, layout, per_process)
-        if holds and util < budget.colocate.utilization:
-            shares.append(dataclasses.replace(budget.colocate, utilization=util))
+        smaller = smallest_share(budget, layout, per_process)
+        if smaller.holds and smaller.utilization < budget.colocate.utilization:
+            shares.append(dataclasses.replace(budget.colocate, utilization=smaller.utilization))
     for colocate in shares:
         for pd in sorted(divisors(per_process), reverse=True):
             # a user's STEPS_PER_GENERATION keeps the rounds per step: the round grows with the micro-batch
@@ -393,9 +507,16 @@ def largest_fit(r: Recipe, layout: Layout, budget: Budget) -> Fit | None:
     return None
 
 
+class Colocated(NamedTuple):
+    """A colocated vLLM's settings once the planner has chosen (None: not colocated), and its choices."""
+
+    colocate: memory.Colocate | None
+    choices: list[Choice]
+
+
 def _vllm_share(
-    r: Recipe, layout: Layout, budget: Budget, per_process: int, user: set[str], v0: bool | None = None
-) -> tuple[memory.Colocate, list[Choice]]:
+    r: Recipe, layout: Layout, budget: Budget, per_process: int, user: frozenset[str], v0: bool | None = None
+) -> Colocated:
     """vLLM's share and sleep level for colocate (those the recipe leaves open), and the Colocate they make;
     `v0`: for vLLM's V0 engine (default the budget's engine)."""
     w, current = budget.workload, budget.colocate
@@ -436,7 +557,7 @@ def _vllm_share(
                 if offload
                 else "sleeping saves little peak memory without offload in ms-swift 3.6.4 (torch's cache and "
                 "vLLM's pool meet at the next wake-up; measured at 8 x 4 on torch's allocator: 18.7 GiB asleep, "
-                "19.4 awake, docs/benchmarks/raw/h200-2026-12-02-lease4), rules out expandable segments (vLLM's "
+                "19.4 awake, bench/startup/2026-12-02-1114-startup-levers), rules out expandable segments (vLLM's "
                 "sleep-mode pool refuses them) and costs the offload and reload of vLLM every step",
             )
         )
@@ -448,11 +569,14 @@ def _vllm_share(
                           "GiB at the fourth step of countdown-1x4090), expandable segments grow one mapping ("
                           f"{memory.coefficients()['colocate_logit_bytes']:.0f} bytes per logit entry on the card "
                           f"against {memory.coefficients()['colocate_torch_logit_bytes']:.0f}, fitted: "
-                          "docs/benchmarks/memory-calibration.json; budget.allocator)"))  # fmt: skip
-    return dataclasses.replace(
-        current,
-        utilization=util,
-        sleep_level=sleep,
-        expandable=bool(alloc) or current.expandable,
-        engine_v0=v0,
-    ), out
+                          "bench/calibration/memory-calibration.json; budget.allocator)"))  # fmt: skip
+    return Colocated(
+        dataclasses.replace(
+            current,
+            utilization=util,
+            sleep_level=sleep,
+            expandable=bool(alloc) or current.expandable,
+            engine_v0=v0,
+        ),
+        out,
+    )

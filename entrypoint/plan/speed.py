@@ -8,9 +8,10 @@ was measured on,
 
 with `lever` one of "plain", "plain, checkpointing", "liger", "liger, checkpointing" (liger's fused loss,
 gradient checkpointing). The coefficients are fitted by bench/fit_speed.py to the phase events of the
-throughput benchmark's lever runs (docs/benchmarks/speed-calibration.json; tests/test_speed.py checks every
+throughput benchmark's lever runs (bench/calibration/speed-calibration.json; tests/test_speed.py checks every
 point): Qwen2.5-0.5B, countdown-1x4090's 32 completions per step, on the lent H200 capped at 24 GiB, with
-the planner's expandable segments (sixth lease, docs/gpu-evidence.md). There a micro-batch's time hardly
+the planner's expandable segments (bench/calibration/2026-12-02-1733-levers-expandable-segments/). There a
+micro-batch's time hardly
 depends on its size (the small model leaves the GPU waiting on kernel launches: 0.37 s at micro-batch 4,
 0.41 s at 16 with checkpointing), so fewer, larger micro-batches win; checkpointing recomputes each
 layer's forward (0.22 s without it at micro-batch 8, 0.23 s with liger at 16); liger's fused loss computes
@@ -20,12 +21,12 @@ when memory allows) is the same.
 The generation round (a colocated vLLM engine, weight sync included) is the same for every micro-batch and
 differs by engine: vLLM 0.8.5's V1 engine, or its V0 engine with N decode steps per schedule (multi-step
 scheduling, VLLM_SCHEDULER_STEPS). At countdown-1x4090's 32 sequences of a 0.5B model a decode step is one
-host core's work (docs/benchmarks/raw/h200-2026-12-03-lease10-explore: CPU seconds = wall seconds), so
+host core's work (bench/generation/2026-12-03-0828-engines/: CPU seconds = wall seconds), so
 
     round = MAX_COMPLETION_LENGTH decode steps x seconds per decode step[engine]
 
 with the seconds per step fitted to the trainer's measured rounds (bench/fit_generation.py,
-docs/benchmarks/generation-calibration.json, data/generation_coefficients.json; tests/test_speed.py checks
+bench/calibration/generation-calibration.json, data/generation_coefficients.json; tests/test_speed.py checks
 every point). Multi-step scheduling pays the host's scheduling and output handling once per N steps.
 """
 
@@ -49,9 +50,10 @@ DEFAULT_COEFFICIENTS = {
 }
 
 
-# Engines data/generation_coefficients.json lacks (bench/fit_generation.py fits the measured ones): the ninth to
-# eleventh leases' trainer rounds over 256 decode steps; "v0, 8 steps" from vLLM alone on the tenth lease (0.993 s a
-# round) plus the trainer's weight sync (0.11 s), until a trainer's rounds are measured.
+# Engines data/generation_coefficients.json lacks (bench/fit_generation.py fits the measured ones): the trainer's
+# rounds of 2026-12-03 07:11-09:10 over 256 decode steps (bench/throughput/, bench/generation/); "v0, 8 steps" from
+# vLLM alone (0.993 s a round, bench/generation/2026-12-03-0828-engines/) plus the trainer's weight sync (0.11 s),
+# until a trainer's rounds are measured.
 DEFAULT_GENERATION = {"v1": 0.0084, "v0": 0.0067, "v0, 8 steps": 0.0043}
 
 

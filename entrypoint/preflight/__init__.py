@@ -36,7 +36,7 @@ def _plugin_files(plan: Plan) -> list[str]:
 
 def check_model(plan: Plan, facts: Facts) -> list[Problem]:
     r = plan.recipe
-    value = r.raw("MODEL") or ""
+    value = r.trainer_args.model or ""
     if not value or r.settings.MODEL_SOURCE == "embedded":
         if value in catalog.CATALOG and not facts.embedded_ready:
             return [
@@ -93,7 +93,7 @@ def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
     """The reward plugins, and the dataset against the columns the rewards read."""
     r, s = plan.recipe, plan.recipe.settings
     infos, problems = rewards_check.check(
-        _plugin_files(plan), r.args("reward_funcs"), facts.plugins, facts.plugin_error,
+        _plugin_files(plan), list(r.trainer_args.reward_funcs), facts.plugins, facts.plugin_error,
         lambda f: facts.path(Path(f)).unusable_file(), facts.in_container,
     )  # fmt: skip
     needed: dict[str, list[str]] = {}
@@ -107,14 +107,14 @@ def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
     a = r.trainer_args
     # held-out rows go through the same rewards: the same columns, no batch to fill
     problems += dataset.check(
-        r.args("val_dataset"), needed, 0, 0.0, plan.offline, a.use_hf, facts, "VAL_DATASET"
-    )[0]
+        a.val_dataset, needed, 0, 0.0, plan.offline, a.use_hf, facts, "VAL_DATASET"
+    ).problems
     if not s.DATASET_GENERATOR:
-        found, _ = dataset.check(
+        found = dataset.check(
             plan.dataset_paths, needed, prompts_needed, a.split_dataset_ratio, plan.offline, a.use_hf, facts,
             batch_fix=batch_fix(plan),
         )  # fmt: skip
-        return problems + found
+        return problems + found.problems
     generated = set(tasks.TASKS[s.DATASET_GENERATOR].columns)
     for column, readers in needed.items():
         if column not in generated:

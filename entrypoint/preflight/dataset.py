@@ -1,4 +1,4 @@
-"""Dataset checks before any download or model load (../shared/cases C08).
+"""Dataset checks before any download or model load (case C08, tests/cases.md).
 
 For a local file (JSONL, JSON, CSV or parquet): it exists and is readable; it parses (the failing line is named); each row has
 a `messages` conversation (or a query/prompt column ms-swift converts); every column a selected reward
@@ -13,9 +13,9 @@ must exist. ms-swift's `#N` suffix samples N rows.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from entrypoint.errors import LOCAL, Problem
 from entrypoint.facts.datasets import (
@@ -155,8 +155,16 @@ def check_columns(path: Path, rows: list[tuple[int, dict]], needed: dict[str, li
     return problems
 
 
+class FirstSeen(NamedTuple):
+    """A column's JSON type where it first has a value, and that line."""
+
+    kind: str
+    line: int
+
+
 def check_types(path: Path, rows: list[tuple[int, dict]]) -> list[Problem]:
-    first: dict[str, tuple[str, int]] = {}
+    """Each column keeps one JSON type on every row (nulls aside): the first row that changes it."""
+    first: dict[str, FirstSeen] = {}
     problems: list[Problem] = []
     reported: set[str] = set()
     for number, row in rows:
@@ -165,13 +173,13 @@ def check_types(path: Path, rows: list[tuple[int, dict]]) -> list[Problem]:
             if kind == "null":
                 continue
             if column not in first:
-                first[column] = (kind, number)
-            elif first[column][0] != kind and column not in reported:
+                first[column] = FirstSeen(kind, number)
+            elif first[column].kind != kind and column not in reported:
                 reported.add(column)
                 problems.append(
                     Problem(
                         f"dataset {path} line {number}",
-                        f"column `{column}` is a {kind} here but a {first[column][0]} on line {first[column][1]} "
+                        f"column `{column}` is a {kind} here but a {first[column].kind} on line {first[column].line} "
                         "(a dataset column must keep one type)",
                         f"make `{column}` the same JSON type on every row",
                     )
@@ -179,8 +187,15 @@ def check_types(path: Path, rows: list[tuple[int, dict]]) -> list[Problem]:
     return problems
 
 
+class DatasetCheck(NamedTuple):
+    """What `check` found: the problems, and the prompts in the local files (None: unknown, a hub dataset)."""
+
+    problems: list[Problem]
+    prompts: int | None
+
+
 def check(
-    specs: list[str],
+    specs: Sequence[str],
     needed: dict[str, list[str]],
     prompts_needed: int,
     holdout: float,
@@ -189,9 +204,9 @@ def check(
     facts: Facts,
     key: str = "DATASET",
     batch_fix: str = "lower PER_DEVICE_TRAIN_BATCH_SIZE / GRADIENT_ACCUMULATION_STEPS",
-) -> tuple[list[Problem], int | None]:
+) -> DatasetCheck:
     """Check every dataset (as host.gather read it into `facts`) of recipe key `key` (DATASET or
-    VAL_DATASET). Returns (problems, number of training prompts in local files or None if unknown). A file
+    VAL_DATASET): its problems and the training prompts in local files (None if unknown). A file
     not there yet, or not readable, is of kind LOCAL. `batch_fix`: the knobs that shrink a generation
     batch in this recipe (preflight.batch_fix)."""
     problems: list[Problem] = []
@@ -212,7 +227,7 @@ def check(
                     f"add prompts, or {batch_fix} so a generation batch needs <= {train_prompts} prompt(s)",
                 )
             )
-    return problems, total_prompts
+    return DatasetCheck(problems, total_prompts)
 
 
 def _check_one(

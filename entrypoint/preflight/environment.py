@@ -246,7 +246,7 @@ def _check_writable(plan: Plan, facts: Facts) -> list[Problem]:
         out if info.exists and not info.is_dir else Path(info.nearest) if not info.nearest_is_dir else None
     )
     run = facts.path(plan.run_dir)
-    if in_the_way is not None:  # issue 26: this said "not writable ... chown", never that it is a file
+    if in_the_way is not None:  # a file in the way: say so, not "not writable ... chown"
         problems.append(
             Problem(
                 f"OUTPUT_DIR {out}",
@@ -332,7 +332,7 @@ def disk_need(plan: Plan, facts: Facts) -> DiskNeed:
     and AdamW's two fp32 states, 8 more, as PEFT and torch save them; full: weights in TORCH_DTYPE plus 12
     bytes of optimizer state), the exported adapter or model, the merged model (EXPORT_MERGED), the logged
     completions and DISK_MARGIN_GIB. The smoke run measured 67 MB against a peak of 116 MiB predicted
-    (issue 26: a flat 1.0 GiB was asked before)."""
+    (a flat 1.0 GiB is 15 times what it writes)."""
     from entrypoint.plan import memory
 
     a = plan.recipe.trainer_args

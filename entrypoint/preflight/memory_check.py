@@ -1,4 +1,4 @@
-"""The refusal of a run whose predicted memory does not fit (../shared/cases C09): reads the budget and the
+"""The refusal of a run whose predicted memory does not fit (case C09, tests/cases.md): reads the budget and the
 per-GPU peaks plan.build computed (budget.py)."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _not_estimated(plan: Plan, note: str) -> list[Problem]:
     """A plan without a memory estimate (the model's config.json unknown here). Where vLLM is colocated at
     ms-swift's default share (0.9, no value from the recipe or the planner) and stays awake while training,
     that share is taken from every training GPU before the first step, leaving the trainer a tenth: the run
-    ../shared/cases C09 describes, refused whatever the model (MEMORY_CHECK=warn starts it anyway). Otherwise
+    case C09 describes (tests/cases.md), refused whatever the model (MEMORY_CHECK=warn starts it anyway). Otherwise
     a warning."""
     r, s = plan.recipe, plan.recipe.settings
     a = r.trainer_args
@@ -72,10 +72,10 @@ def _share_knob(plan: Plan, colocate: memory.Colocate) -> str:
         return ("fewer or shorter completions per generation round (vLLM's share, VLLM_GPU_MEMORY_UTILIZATION="
                 f"{colocate.utilization:.2f}, was chosen by the planner to hold them)")  # fmt: skip
     b = plan.budget
-    per_process = shape.step_completions(plan.recipe, b.batch)[1] if b.batch else 0
-    util, holds, _ = shape.smallest_share(b, plan.layout, per_process) if per_process else (1.0, False, 0.0)
-    if holds and util < colocate.utilization:
-        return (f"VLLM_GPU_MEMORY_UTILIZATION={util:.2f} (now {colocate.utilization:.2f}; the smallest share whose KV "
+    per_process = shape.step_completions(plan.recipe, b.batch).per_process if b.batch else 0
+    smaller = shape.smallest_share(b, plan.layout, per_process) if per_process else None
+    if smaller is not None and smaller.holds and smaller.utilization < colocate.utilization:
+        return (f"VLLM_GPU_MEMORY_UTILIZATION={smaller.utilization:.2f} (now {colocate.utilization:.2f}; the smallest share whose KV "
                 "cache holds a generation round)")  # fmt: skip
     return (f"fewer or shorter completions per generation round (a share below {colocate.utilization:.2f} would not "
             "hold them)")  # fmt: skip
@@ -148,6 +148,7 @@ def _fit_text(plan: Plan) -> str:
     at, and, where the recipe closed the shape, how to let the planner choose; "" when none fits."""
     r = plan.recipe
     fit = shape.largest_fit(r, plan.layout, plan.budget)
+    # the fix is a line to write: none when the recipe already has that text (raw: as the user wrote it)
     if fit is None or all(r.raw(k) == v for k, v in fit.values.items()):
         return ""
     e = fit.worst
@@ -192,70 +193,82 @@ def _alike(estimates: list[GpuEstimate]) -> list[tuple[GpuEstimate, str]]:
 def _vllm_fits(
     plan: Plan, w: Workload, card, colocate: memory.Colocate | None, offload: bool = False
 ) -> list[Problem]:
-    """vLLM refuses to start unless one sequence of max_model_len fits in its KV cache budget."""
-    r, layout = plan.recipe, plan.layout
-    strict = r.settings.MEMORY_CHECK == "error"  # MEMORY_CHECK=warn: the user tries anyway
-    calibrated = w.dims.params <= memory.CALIBRATED_MAX_PARAMS
-    out: list[Problem] = []
+    """vLLM refuses to start unless one sequence of max_model_len fits in its KV cache budget: the colocated
+    engine on the training cards (_colocated_fits), else a local rollout server on its cards (_rollout_fits)."""
     if colocate is not None:
-        tp = w.vllm_tp
-        need = memory.kv_gib(w.dims, w.dtype_bytes, colocate.max_model_len, tp)
-        # OFFLOAD_MODEL: ms-swift builds the engine with the trainer's weights in CPU memory
-        # (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:274-280, offload_context)
-        model_offloaded = offload and r.trainer_args.offload_model
-        resident = 0.0 if model_offloaded else memory.estimate_training(w).weights
-        by_card: dict[float, list[int]] = {}
-        for gpu in layout.train_gpus:
-            by_card.setdefault(round(card(gpu), 2), []).append(gpu)
-        for size, gpus in by_card.items():
-            v0 = colocate.engine_v0
-            budget = memory.kv_budget(w.dims, w.dtype_bytes, size, colocate.utilization, resident, tp, v0)
-            at_most = memory.kv_budget(
-                w.dims, w.dtype_bytes, size, memory.VLLM_UTILIZATION_CEILING, resident, tp, v0
+        return _colocated_fits(plan, w, card, colocate, offload)
+    if not plan.layout.local_rollout:
+        return []
+    return _rollout_fits(plan, w, card)
+
+
+def _refuses(plan: Plan, w: Workload, at_most: float, need: float) -> bool:
+    """Whether a KV cache that cannot hold one sequence refuses the run: not with MEMORY_CHECK=warn (the user
+    tries anyway); beyond the measured models only when no share at all (`at_most` GiB) holds it (`need`
+    GiB), which is arithmetic on the parameter count, not a calibrated guess (a 7B on 24 GiB, cases C09)."""
+    calibrated = w.dims.params <= memory.CALIBRATED_MAX_PARAMS
+    return plan.recipe.settings.MEMORY_CHECK == "error" and (calibrated or at_most < need)
+
+
+def _colocated_fits(plan: Plan, w: Workload, card, colocate: memory.Colocate, offload: bool) -> list[Problem]:
+    """Per size of training card, the colocated engine's KV cache at its share (after the CUDA context and
+    the weights; its V0 engine counts only its own) against one sequence of its max_model_len."""
+    tp, v0 = w.vllm_tp, colocate.engine_v0
+    need = memory.kv_gib(w.dims, w.dtype_bytes, colocate.max_model_len, tp)
+    # OFFLOAD_MODEL: ms-swift builds the engine with the trainer's weights in CPU memory
+    # (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:274-280, offload_context)
+    model_offloaded = offload and plan.recipe.trainer_args.offload_model
+    resident = 0.0 if model_offloaded else memory.estimate_training(w).weights
+    by_card: dict[float, list[int]] = {}
+    for gpu in plan.layout.train_gpus:
+        by_card.setdefault(round(card(gpu), 2), []).append(gpu)
+    out: list[Problem] = []
+    for size, gpus in by_card.items():
+        budget = memory.kv_budget(w.dims, w.dtype_bytes, size, colocate.utilization, resident, tp, v0)
+        if budget >= need:
+            continue
+        at_most = memory.kv_budget(
+            w.dims, w.dtype_bytes, size, memory.VLLM_UTILIZATION_CEILING, resident, tp, v0
+        )
+        fix = (
+            "raise VLLM_GPU_MEMORY_UTILIZATION, set VLLM_MAX_MODEL_LEN to prompt + completion tokens, or "
+            "raise VLLM_TENSOR_PARALLEL_SIZE"
+            if at_most >= need
+            else f"no share of this {size:.0f} GiB card holds both copies of the weights and one sequence: "
+            "OFFLOAD_MODEL=true (ms-swift builds vLLM while the trainer's weights are in CPU memory), a rollout "
+            "server on its own GPU (ROLLOUT_GPUS), VLLM_TENSOR_PARALLEL_SIZE over several GPUs, or a smaller MODEL"
+        )
+        counted = (
+            f"vLLM's weights (1/{tp} per GPU; its V0 engine counts only its own) are"
+            if v0
+            else f"the CUDA context, the trainer's and vLLM's weights (1/{tp} per GPU) are"
+        )
+        out.append(
+            Problem(
+                "VLLM_GPU_MEMORY_UTILIZATION",
+                f"{colocate.utilization} x {size:.1f} GiB (GPU {','.join(map(str, gpus))}) leaves {budget:.1f} GiB "
+                f"for vLLM's KV cache once {counted} counted; one sequence of {colocate.max_model_len} tokens "
+                f"needs {need:.2f} GiB (vLLM would refuse to start)",
+                fix,
+                fatal=_refuses(plan, w, at_most, need),
             )
-            fix = (
-                "raise VLLM_GPU_MEMORY_UTILIZATION, set VLLM_MAX_MODEL_LEN to prompt + completion tokens, or "
-                "raise VLLM_TENSOR_PARALLEL_SIZE"
-                if at_most >= need
-                else f"no share of this {size:.0f} GiB card holds both copies of the weights and one sequence: "
-                "OFFLOAD_MODEL=true (ms-swift builds vLLM while the trainer's weights are in CPU memory), a rollout "
-                "server on its own GPU (ROLLOUT_GPUS), VLLM_TENSOR_PARALLEL_SIZE over several GPUs, or a smaller MODEL"
-            )
-            if budget < need:
-                # beyond the measured models only warn, unless no share at all holds the weights: that is
-                # arithmetic on the parameter count, not a calibrated guess (a 7B on 24 GiB, cases C09)
-                fatal = strict and (calibrated or at_most < need)
-                out.append(
-                    Problem(
-                        "VLLM_GPU_MEMORY_UTILIZATION",
-                        f"{colocate.utilization} x {size:.1f} GiB (GPU {','.join(map(str, gpus))}) leaves {budget:.1f} GiB "
-                        "for vLLM's KV cache once "
-                        + (
-                            f"vLLM's weights (1/{tp} per GPU; its V0 engine counts only its own) are"
-                            if v0
-                            else f"the CUDA context, the trainer's and vLLM's weights (1/{tp} per GPU) are"
-                        )
-                        + " counted; one sequence of "
-                        f"{colocate.max_model_len} tokens needs {need:.2f} GiB (vLLM would refuse to start)",
-                        fix,
-                        fatal=fatal,
-                    )
-                )
-        return out
-    if not layout.local_rollout:
-        return out
-    ra = r.rollout_args
-    util, tp, length = (
-        ra.gpu_memory_utilization,
-        ra.tensor_parallel_size,
-        ra.max_model_len or w.prompt_tokens + w.completion_tokens,
-    )
+        )
+    return out
+
+
+def _rollout_fits(plan: Plan, w: Workload, card) -> list[Problem]:
+    """Per rollout GPU, the local server's KV cache at ROLLOUT_GPU_MEMORY_UTILIZATION (after its share of the
+    weights and vLLM's other memory) against one sequence of ROLLOUT_MAX_MODEL_LEN (else prompt +
+    completion); under HEADROOM_WARNING of its share left for the cache warns."""
+    ra = plan.recipe.rollout_args
+    util, tp = ra.gpu_memory_utilization, ra.tensor_parallel_size
+    length = ra.max_model_len or w.prompt_tokens + w.completion_tokens
     weights = w.dims.params * w.dtype_bytes / GIB / tp
     need = memory.kv_gib(w.dims, w.dtype_bytes, length, tp)
-    for gpu in layout.rollout_gpus:
+    out: list[Problem] = []
+    for gpu in plan.layout.rollout_gpus:
         kv_budget = util * card(gpu) - weights - VLLM_NON_KV_GIB
         at_most = memory.VLLM_UTILIZATION_CEILING * card(gpu) - weights - VLLM_NON_KV_GIB
-        fatal = strict and (calibrated or at_most < need)
         what = (f"{util} x {card(gpu):.1f} GiB leaves {kv_budget:.1f} GiB for vLLM's KV cache on GPU {gpu} after "
                 f"{weights:.1f} GiB of weights (1/{tp} of the model); one sequence of {length} tokens needs {need:.2f} GiB")  # fmt: skip
         if kv_budget < need:
@@ -264,7 +277,7 @@ def _vllm_fits(
                     "ROLLOUT_GPU_MEMORY_UTILIZATION",
                     f"{what} (vLLM would refuse to start)",
                     "raise ROLLOUT_GPU_MEMORY_UTILIZATION, lower ROLLOUT_MAX_MODEL_LEN, or raise ROLLOUT_TENSOR_PARALLEL_SIZE",
-                    fatal=fatal,
+                    fatal=_refuses(plan, w, at_most, need),
                 )
             )
         elif kv_budget < HEADROOM_WARNING * util * card(gpu):

@@ -27,7 +27,7 @@ DEEPSPEED_NAMES = {
 def evaluates(plan: Plan) -> bool:
     """ms-swift turns evaluation off when nothing is held out (v3.6.4:swift/llm/argument/train_args.py:185)."""
     a = plan.recipe.trainer_args
-    return (a.split_dataset_ratio > 0 or bool(plan.recipe.args("val_dataset"))) and a.eval_strategy != "no"
+    return (a.split_dataset_ratio > 0 or bool(a.val_dataset)) and a.eval_strategy != "no"
 
 
 def check(plan: Plan, facts: Facts) -> list[Problem]:
@@ -104,13 +104,13 @@ def _check_fractions(plan: Plan, facts: Facts, where) -> list[Problem]:
     r = plan.recipe
     problems: list[Problem] = []
     for key, value in (
-        ("VLLM_GPU_MEMORY_UTILIZATION", r.args("vllm_gpu_memory_utilization")),
-        ("ROLLOUT_GPU_MEMORY_UTILIZATION", r.rollout.get("gpu_memory_utilization")),
-    ):
-        if value and not 0 < float(value[0]) <= 1:
+        ("VLLM_GPU_MEMORY_UTILIZATION", r.trainer_args.vllm_gpu_memory_utilization),
+        ("ROLLOUT_GPU_MEMORY_UTILIZATION", r.rollout_args.gpu_memory_utilization),
+    ):  # ms-swift's default, 0.9, where no layer sets them
+        if not 0 < value <= 1:
             problems.append(
                 Problem(
-                    where(key), f"{value[0]} is not a fraction in (0, 1]", f"set {key} between 0.1 and 0.95"
+                    where(key), f"{value:g} is not a fraction in (0, 1]", f"set {key} between 0.1 and 0.95"
                 )
             )
     return problems
@@ -118,14 +118,13 @@ def _check_fractions(plan: Plan, facts: Facts, where) -> list[Problem]:
 
 def _check_system(plan: Plan, facts: Facts, where) -> list[Problem]:
     """A SYSTEM prompt file is a text file this process reads."""
-    r = plan.recipe
     problems: list[Problem] = []
-    system = r.args("system")
-    if system and system[0].endswith(".txt") and (facts.system_error or facts.system_text is None):
+    system = plan.recipe.trainer_args.system or ""
+    if system.endswith(".txt") and (facts.system_error or facts.system_text is None):
         problems.append(
             Problem(
                 where("SYSTEM"),
-                f"the system prompt file {system[0]} {facts.system_error or 'does not exist'}",
+                f"the system prompt file {system} {facts.system_error or 'does not exist'}",
                 "give a UTF-8 text file inside the container (recipes/prompts/... or /data/...)"
                 if facts.in_container
                 else "give a UTF-8 text file on this machine (recipes/prompts/..., relative to the checkout)",
@@ -139,7 +138,7 @@ def _check_vllm(plan: Plan, facts: Facts, where) -> list[Problem]:
     r = plan.recipe
     problems: list[Problem] = []
     use_vllm = r.trainer_args.use_vllm
-    if use_vllm and r.args("device_map"):
+    if use_vllm and r.trainer_args.device_map:
         problems.append(
             Problem(
                 where("DEVICE_MAP"),
@@ -184,11 +183,9 @@ def _check_vllm(plan: Plan, facts: Facts, where) -> list[Problem]:
 
 def _check_deepspeed(plan: Plan, facts: Facts, where) -> list[Problem]:
     """DEEPSPEED names a built-in config, a file or JSON, and a GPU run."""
-    r = plan.recipe
     problems: list[Problem] = []
-    deepspeed = r.args("deepspeed")
-    if deepspeed:
-        value = deepspeed[0]
+    value = plan.recipe.trainer_args.deepspeed  # "": none
+    if value:
         if value not in DEEPSPEED_NAMES and not facts.path(Path(value)).is_file:
             try:
                 json.loads(value)
@@ -211,11 +208,9 @@ def _check_deepspeed(plan: Plan, facts: Facts, where) -> list[Problem]:
 
 def _check_rewards(plan: Plan, facts: Facts, where) -> list[Problem]:
     """Reward functions, weights and the settings some of them need."""
-    r = plan.recipe
+    a = plan.recipe.trainer_args
     problems: list[Problem] = []
-    funcs = r.args("reward_funcs")
-    models = r.args("reward_model")
-    weights = r.args("reward_weights")
+    funcs, models, weights = a.reward_funcs, a.reward_model, a.reward_weights
     # ms-swift appends the reward models to the reward functions before it counts the weights
     # (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:138-167)
     if weights and len(weights) != len(funcs) + len(models):
@@ -227,7 +222,7 @@ def _check_rewards(plan: Plan, facts: Facts, where) -> list[Problem]:
                 "give one weight per REWARD_FUNCS entry, then one per REWARD_MODEL entry, in that order",
             )
         )
-    plugins = r.args("reward_model_plugin")
+    plugins = a.reward_model_plugin
     if plugins and len(plugins) != len(models):
         problems.append(
             Problem(
@@ -237,7 +232,7 @@ def _check_rewards(plan: Plan, facts: Facts, where) -> list[Problem]:
                 "give one REWARD_MODEL_PLUGIN per REWARD_MODEL entry (default, or a plugin name)",
             )
         )
-    if "soft_overlong" in funcs and not r.args("soft_cache_length"):
+    if "soft_overlong" in funcs and a.soft_cache_length is None:
         problems.append(
             Problem(
                 where("REWARD_FUNCS"),
@@ -245,7 +240,7 @@ def _check_rewards(plan: Plan, facts: Facts, where) -> list[Problem]:
                 "set SOFT_CACHE_LENGTH (tokens)",
             )
         )
-    if not funcs and not r.args("reward_model"):
+    if not funcs and not models:
         problems.append(
             Problem(
                 "REWARD_FUNCS",
@@ -264,7 +259,7 @@ def _check_train_type(plan: Plan, facts: Facts, where) -> list[Problem]:
     r = plan.recipe
     problems: list[Problem] = []
     train_type = r.trainer_args.train_type
-    if train_type == "full" and r.arg("quant_method") == "bnb" and r.arg("quant_bits"):
+    if train_type == "full" and r.trainer_args.quant_method == "bnb" and r.trainer_args.quant_bits:
         problems.append(
             Problem(
                 f"TRAIN_TYPE=full with QUANT_METHOD=bnb ({r.source('QUANT_METHOD')})",

@@ -1,11 +1,13 @@
 """The `swift rlhf` and `swift rollout` arguments the decisions read, typed, built once per recipe.
 
 A recipe keeps each argument as the argv tokens it will pass (Recipe.trainer, Recipe.rollout: strings,
-already checked against ms-swift's own types by swift_schema.ArgSpec.coerce). Decisions need numbers and
-booleans: `TrainerArgs.of(tokens)` converts them here, once, by the generated schema's type
-(entrypoint/data/swift_rlhf_args.json), and fills what the recipe leaves out with ms-swift's default:
-its dataclass default, else the one it sets at run time (RUNTIME_DEFAULTS). `Recipe.trainer_args` and
-`Recipe.rollout_args` hold the result; no other module converts an argument's text.
+already checked against ms-swift's own types by swift_schema.ArgSpec.coerce). Decisions need numbers,
+booleans and lists: `TrainerArgs.of(tokens)` converts them here, once, by the generated schema's type and
+nargs (entrypoint/data/swift_rlhf_args.json), and fills what the recipe leaves out with ms-swift's default:
+its dataclass default, else the one it sets at run time (RUNTIME_DEFAULTS). A list argument (nargs "+",
+`List[str]` / `List[float]` in ms-swift's dataclasses) is a tuple of typed items, () where ms-swift leaves
+it None or empty. `Recipe.trainer_args` and `Recipe.rollout_args` hold the result; no other module
+converts or splits an argument's text.
 """
 
 from __future__ import annotations
@@ -37,12 +39,22 @@ def _typed(text: str | None, kind: str) -> Any:
     return text
 
 
+def _typed_items(given: list[str] | None, spec: swift_schema.ArgSpec) -> tuple[Any, ...]:
+    """A list argument's items typed by its schema; ms-swift's default list when the recipe gives none
+    (None there: ms-swift leaves the argument unset, which reads as no items)."""
+    items = given if given else (spec.default or [])
+    return tuple(_typed(str(item), spec.type) for item in items)
+
+
 def _values(cls, command: str, tokens: Mapping[str, list[str]]) -> dict[str, Any]:
     schema = swift_schema.load(command)
     out: dict[str, Any] = {}
     for field in dataclasses.fields(cls):
         spec = schema[field.name]
         given = tokens.get(field.name)
+        if spec.nargs == "+":
+            out[field.name] = _typed_items(given, spec)
+            continue
         if given:
             text = given[0]
         elif isinstance(spec.default, bool):
@@ -59,8 +71,25 @@ def _values(cls, command: str, tokens: Mapping[str, list[str]]) -> dict[str, Any
 class TrainerArgs:
     """`swift rlhf` arguments as the run will see them. None: ms-swift derives the value itself (the
     accumulation from 16 / per-device / world, the generation batch from the others, vLLM's context from
-    the model)."""
+    the model). Lists are tuples in the recipe's order (ms-swift's types: swift/llm/argument/rlhf_args.py,
+    base_args/data_args.py, base_args/base_args.py, swift/trainers/arguments.py at v3.6.4).
 
+    `model` is the recipe's MODEL as written (a hub id or a path; ms-swift's ModelArguments.model,
+    base_args/model_args.py:35), a field like any other argument: the path the run passes instead (the
+    embedded model's directory, an offline snapshot) is the plan's `model_path`."""
+
+    model: str | None
+    dataset: tuple[str, ...]  # ms-swift: [] (data_args.py:30)
+    val_dataset: tuple[str, ...]  # ms-swift: [] (data_args.py:32)
+    external_plugins: tuple[str, ...]  # ms-swift: [] (base_args.py:75); the image adds its own file first
+    reward_funcs: tuple[str, ...]  # ms-swift: [] (rlhf_args.py:53)
+    # (): every reward weighs 1.0, set at run time (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:163-169)
+    reward_weights: tuple[float, ...]
+    reward_model: tuple[str, ...]  # ms-swift: None (rlhf_args.py:16)
+    # (): "default" for each reward model, set at run time (grpo_trainer.py:141-143)
+    reward_model_plugin: tuple[str, ...]
+    soft_cache_length: int | None  # tokens; soft_overlong needs it (trainers/arguments.py:215)
+    device_map: str | None  # JSON or a name; ms-swift parses it at run time (model_args.py:78-79)
     per_device_train_batch_size: int
     gradient_accumulation_steps: int | None
     steps_per_generation: int | None
@@ -72,6 +101,8 @@ class TrainerArgs:
     max_length: int | None
     torch_dtype: str
     train_type: str
+    quant_method: str | None  # bnb, hqq, eetq, quanto, fp8; None: not quantized
+    quant_bits: str | None  # one of the schema's choices ("4", "8", "float8", ...)
     lora_rank: int
     beta: float
     deepspeed: str
@@ -98,7 +129,6 @@ class TrainerArgs:
     system: str | None
     use_hf: bool
     dataloader_num_workers: int
-    max_steps: int
     save_strategy: str
     save_steps: float
     save_total_limit: int | None

@@ -33,6 +33,7 @@ from pathlib import Path
 from dotenv.parser import parse_stream
 from pydantic import ValidationError
 
+from entrypoint.child import hooks as child_hooks
 from entrypoint.errors import BadInput, Problem
 from entrypoint.recipe import keys, swift_schema
 from entrypoint.recipe.args import RolloutArgs, TrainerArgs
@@ -89,27 +90,10 @@ class Recipe:
         value = self.env.get("VLLM_USE_V1")
         return None if value is None else bool(int(value))
 
-    def arg(self, name: str, fallback: str | None = None) -> str | None:
-        """A `swift rlhf` argument as the run will see it: the recipe's value, else ms-swift's declared
-        default (booleans as "true"/"false"), else `fallback` for defaults ms-swift sets at run time
-        (GRPO's beta 0.04, the model's own dtype). The one accessor for an argument's effective value."""
-        tokens = self.trainer.get(name)
-        if tokens:
-            return tokens[0]
-        return _default(swift_schema.load("rlhf")[name].default, fallback)
-
-    def args(self, name: str) -> list[str]:
-        """The tokens the recipe gives a `swift rlhf` argument ([] when it leaves it to ms-swift)."""
-        return list(self.trainer.get(name) or [])
-
-    def rollout_arg(self, name: str, fallback: str | None = None) -> str | None:
-        """A `swift rollout` argument's effective value, as `arg`."""
-        tokens = self.rollout.get(name)
-        if tokens:
-            return tokens[0]
-        return _default(swift_schema.load("rollout")[name].default, fallback)
-
     def raw(self, key: str) -> str | None:
+        """The text a layer gave `key`, as the user wrote it (None when no layer sets it): for what repeats the
+        user's own words (a fix that moves a value to another key, the identity record). A decision reads
+        `settings`, `trainer_args`, `rollout_args` or `env`, typed."""
         v = self.values.get(key)
         return v.value if v is not None else None
 
@@ -162,12 +146,6 @@ class Recipe:
         return {k: {"value": v.value, "source": v.source} for k, v in sorted(self.values.items())}
 
 
-def _default(default, fallback: str | None) -> str | None:
-    if isinstance(default, bool):
-        return "true" if default else "false"
-    return fallback if default is None else str(default)
-
-
 def classify(key: str) -> str | None:
     """The kind of a recipe key ("owned", "trainer", "rollout", "nccl", "env"), or None if unknown.
 
@@ -186,6 +164,15 @@ def explain_unknown(key: str, source: str) -> Problem:
         return Problem(where, f"{r.message} [source: {r.source}]", r.fix)
     if found is not None and found.managed:
         return Problem(where, "is set by the entrypoint, not by recipes", found.managed)
+    hook = child_hooks.BY_VARIABLE.get(key)
+    if hook is not None:  # a child hook's switch: the plan sets it where the hook applies
+        instead = f"; {hook.recipe_key} sets its value" if hook.recipe_key else ""
+        return Problem(
+            where,
+            f"turns the child hook {hook.name} on or off, which the entrypoint decides per child (`plan` shows "
+            "where; entrypoint/child/hooks/)",
+            f"DISABLE_HOOKS={hook.name} turns it off in every child{instead}",
+        )
     underscored = key.replace("-", "_")
     if underscored != key and keys.lookup(underscored) is not None:  # `tuner-type`, as on ms-swift's CLI
         if classify(underscored) is not None:
@@ -216,8 +203,8 @@ TEXT_FILE_LIMIT = 16 * 1024**2  # bytes: a recipe, prompt, script or inventory i
 def read_user_file(path: Path) -> tuple[str | None, str]:
     """(text, "") of a text file a user names (a recipe, a SYSTEM prompt, an inventory, a script to import),
     else (None, why it cannot be used: missing, a directory, not a regular file, unreadable, binary, too
-    large), a phrase to follow the path. A UTF-8 byte-order mark (Windows editors) is dropped. Issue 26:
-    such files ended in UnicodeDecodeError / IsADirectoryError tracebacks."""
+    large), a phrase to follow the path. A UTF-8 byte-order mark (Windows editors) is dropped. Without it
+    such files end in UnicodeDecodeError / IsADirectoryError tracebacks."""
     try:
         mode = path.expanduser().stat().st_mode
         if stat.S_ISDIR(mode):

@@ -7,7 +7,7 @@ it and fails on any difference, so it cannot drift from the lock.
 
 Source of the lists: `dataclasses.fields(RLHFArguments | RolloutArguments)` (all init fields) and the
 argparse actions `transformers.HfArgumentParser` builds from them, the same parser ms-swift's CLI uses
-(v3.6.4:swift/utils/utils.py:142-152). Regenerate: `python -m entrypoint.swift_schema --write`.
+(v3.6.4:swift/utils/utils.py:142-152). Regenerate: `python -m entrypoint.recipe.swift_schema --write`.
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ def start(plan: Plan, previous: dict[str, Any] | None) -> dict[str, Any]:
         "resolved_recipe": plan.recipe.resolved(),
         "seed": plan.recipe.trainer_args.seed,
         "model": {
-            "id": plan.recipe.raw("MODEL"),
+            "id": plan.recipe.trainer_args.model,
             "source": plan.recipe.settings.MODEL_SOURCE,
             "path": plan.model_path,
         },

@@ -4,6 +4,7 @@ GPU memory plots (PNG) drawn from ms-swift's logging.jsonl and the monitor's gpu
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -77,7 +78,7 @@ BUILTIN_REWARD_CLASSES = {"ReactORM": "toolbench", "MathORM": "math", "MathAccur
                           "SoftOverlong": "soft_overlong"}  # fmt: skip
 
 
-def reward_names(plugins: dict | None, reward_funcs: list[str]) -> dict[str, str]:
+def reward_names(plugins: dict | None, reward_funcs: Collection[str]) -> dict[str, str]:
     """{class name as logged: the name the recipe used}, from the plugin probe's answer (facts.plugins)."""
     names = dict(BUILTIN_REWARD_CLASSES)
     for name, info in ((plugins or {}).get("registered") or {}).items():
@@ -205,14 +206,14 @@ def write(plan: Plan, run_dir: Path, status: str = "completed") -> dict[str, str
             README.format(
                 run=plan.run_name,
                 recipe=plan.recipe.name,
-                model=plan.recipe.raw("MODEL"),
+                model=plan.recipe.trainer_args.model,
                 base_path=plan.model_path,
                 swift_extra=swift_extra,
             )
         )
     written = ["README.md"]
-    names = reward_names(plan.facts.plugins, plan.recipe.args("reward_funcs"))
-    title = f"{plan.run_name} ({plan.recipe.name}, {plan.recipe.raw('MODEL')})"
+    names = reward_names(plan.facts.plugins, plan.recipe.trainer_args.reward_funcs)
+    title = f"{plan.run_name} ({plan.recipe.name}, {plan.recipe.trainer_args.model})"
     if training_curves(run_dir / "logging.jsonl", run_dir / "training_curves.png", title, names, status):
         written.append("training_curves.png")
     predicted = {e.gpu: e.peak_gib for e in plan.memory}

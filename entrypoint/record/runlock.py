@@ -6,7 +6,7 @@ that is gone (it exited, was killed, OOM-killed, or its machine rebooted) never 
 next command simply takes the lock over. A second start while the holder lives is refused at once
 (errors.BadInput, exit 2) naming the holder's PID, host, start time and command line, which the holder
 writes into the file once it holds the lock; a refused start only reads the file, so nothing of the first
-run is touched (issue 26: two trainings of one RUN_NAME shared logs/trainer.log and overwrote each other's
+run is touched (unlocked, two trainings of one RUN_NAME share logs/trainer.log and overwrite each other's
 manifest). The descriptor is not inherited by the children (os.open's default), so the lock ends with the
 entrypoint itself.
 """

@@ -6,7 +6,7 @@
     format.py            the <think>/<answer> format reward with partial credit
     tcm.py               the TCM syndrome-differentiation accuracy reward
     grpo_rig_rewards.py  the ms-swift plugin file: a thin shim that registers the rewards above as ORMs
-    probe.py             imports reward plugin files the way ms-swift does, in a throwaway process
+    (world/plugin_probe.py imports reward plugin files the way ms-swift does, in a throwaway process)
     check.py             what preflight makes of the probe's answer (unknown names, import errors, columns)
 
 The reward modules are plain Python (no ms-swift import) and unit-tested on their own; the plugin file

@@ -1,4 +1,4 @@
-"""Reward plugins: the files exist, import the way ms-swift imports them (rewards/probe.py, run at the
+"""Reward plugins: the files exist, import the way ms-swift imports them (world/plugin_probe.py, run at the
 edge by host.gather), and register every reward function the recipe names; and which dataset columns
 each of those functions reads."""
 
@@ -58,7 +58,7 @@ def check(
     unusable,
     in_container: bool = True,
 ) -> tuple[dict[str, RewardInfo], list[Problem]]:
-    """What the probe's `result` (rewards/probe.py; None with `error` when it failed) says of the plugin
+    """What the probe's `result` (world/plugin_probe.py; None with `error` when it failed) says of the plugin
     files and the rewards the recipe names. `unusable(path)` says why a file cannot be read ("" when it
     can: facts.PathInfo.unusable_file); `in_container`: inside the grpo-rig image (facts.in_container),
     else on a user's host, which the messages name. Returns (name -> RewardInfo for the requested rewards,

@@ -1,6 +1,6 @@
-"""Why a child died, in a user's words. Pure: launch.py and run.py read the world and pass it in.
+"""Why a child died, in a user's words. Pure: supervisor.py and commands/train.py read the world and pass it in.
 
-Issue 26: a trainer killed by SIGKILL was reported as "trainer exited with status 247. Its last lines:"
+Before this module, a trainer killed by SIGKILL was reported as "trainer exited with status 247. Its last lines:"
 followed by the model's module tree from start-up; the signal, the step it died at and that re-running
 resumes were never said. Here:
 
@@ -169,18 +169,18 @@ def disk_full(lines: Iterable[str]) -> str | None:
     return _last(lines, r"No space left on device|\[Errno 28\]")
 
 
-REWARD_MARK = "grpo-rig reward check:"  # the line site/sitecustomize.py prints before it ends a run
+REWARD_MARK = "grpo-rig reward check:"  # the line child/hooks/reward_check.py prints before it ends a run
 
 
 def reward_failure(lines: Iterable[str]) -> str | None:
-    """What the reward check in the trainer (site/sitecustomize.py) said when it ended the run, or None."""
+    """What the reward check in the trainer (child/hooks/reward_check.py) said when it ended the run, or None."""
     line = _last(lines, re.escape(REWARD_MARK))
     return line.split(REWARD_MARK, 1)[1].strip() if line else None
 
 
 @dataclasses.dataclass(frozen=True)
 class Context:
-    """What run.py knows of the run at its end, for `explain`."""
+    """What commands/train.py knows of the run at its end, for `explain`."""
 
     step: int | None = None  # the last step logged (logging.jsonl)
     planned: int | None = None  # max_steps

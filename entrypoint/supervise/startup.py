@@ -1,8 +1,8 @@
 """Where the seconds before the first training step go: the start-up table of a run, from its events.
 
-The trainer's site hook (entrypoint/site/sitecustomize.py, GRPO_RIG_EVENTS) writes a line when each
+The trainer's site hook (entrypoint/child/hooks/events.py, GRPO_RIG_EVENTS) writes a line when each
 process of the trainer's tree starts, when the worker's heavy imports finish, and at the start-up marks
-below; run.py writes the entrypoint's own start. vLLM's engine logs how long its parts took
+below; commands/train.py writes the entrypoint's own start. vLLM's engine logs how long its parts took
 (vllm 0.8.5.post1: "Loading weights took", "torch.compile takes ... in total", "Graph capturing finished
 in", "init engine ... took"). `table` lines both up: seconds from the command to each mark, and what
 happened in between.

@@ -163,7 +163,7 @@ def install_signal_handlers() -> Callable[[], None]:
 @contextlib.contextmanager
 def interruptible() -> Iterator[None]:
     """SIGINT/SIGTERM raise Interrupted anywhere inside the block (a whole command's life, so that every
-    moment of it ends through its cleanup, never by the default action: issue 26, SIGTERM at any moment)."""
+    moment of it ends through its cleanup, never by the default action, whenever SIGTERM comes)."""
     restore = install_signal_handlers()
     try:
         yield
@@ -268,8 +268,8 @@ class Supervisor:
 
     def _pump(self, child: Child) -> None:
         """Copy the child's output to its log, its tail and the console until it closes. Nothing here may
-        end the loop early: a child whose pipe is no longer read blocks on its next write (issue 26: a full
-        disk killed this thread with ENOSPC). A log that cannot be written is given up, with the reason."""
+        end the loop early: a child whose pipe is no longer read blocks on its next write (a full disk
+        once killed this thread with ENOSPC). A log that cannot be written is given up, with the reason."""
         log = None
         try:
             log = child.log_path.open("a", encoding="utf-8")

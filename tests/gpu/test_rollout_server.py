@@ -1,4 +1,4 @@
-"""The real `swift rollout` server on one GPU (issue 20, the part one GPU allows): `python -m entrypoint
+"""The real `swift rollout` server on one GPU (the part of server mode one GPU allows): `python -m entrypoint
 rollout` starts it with the plan's flags (the planner's --max_num_seqs), waits on /health/, and it serves
 the endpoints the trainer uses; SIGTERM stops its whole tree. The trainer's side (NCCL weight sync)
 needs a second GPU: NCCL refuses two ranks on one device (tests/gpu/test_server.py)."""

@@ -1,4 +1,4 @@
-"""Server mode on two GPUs (issue 20): a `swift rollout` server on one GPU, the trainer on the other,
+"""Server mode on two GPUs: a `swift rollout` server on one GPU, the trainer on the other,
 NCCL peer-to-peer and InfiniBand off as the plan sets them for RTX 40 cards, each process capped to an
 emulated 24 GiB card. Skipped where NVML lists fewer than 2 GPUs (not yet run: the 2-GPU lent machine was
 not available; docs/gpu-evidence.md)."""

@@ -1,8 +1,8 @@
-"""vLLM generates from the weights the trainer trained (issue 24): the colocated path `make train-single` takes.
+"""vLLM generates from the weights the trainer trained: the colocated path `make train-single` takes.
 
 Two real runs of recipe arithmetic-gpu (the embedded SmolLM2-135M-Instruct: real weights, so a step moves
 them in a direction that matters) side by side on one GPU, each on an emulated 24 GiB card, with the
-trainer's sync probe on (entrypoint/site/grpo_rig_probe.py): after the first optimizer step, the run's
+trainer's sync probe on (entrypoint/child/sync_probe.py): after the first optimizer step, the run's
 own vLLM engine answers fixed prompts greedily, and the trainer's model scores the same tokens with the
 adapter on and off. One run syncs as ms-swift does; the other skips the weight push
 (GRPO_RIG_SYNC_PROBE_BREAK=1), the fault this test exists to catch, and the same assertion must fail on it.
@@ -12,7 +12,6 @@ A high learning rate moves the policy well past the bf16 noise between vLLM's an
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -20,22 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from entrypoint.child import sync_probe as probe
 from entrypoint.world import models
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.gpu
-
-
-def _probe_module():
-    spec = importlib.util.spec_from_file_location(
-        "grpo_rig_probe", ROOT / "entrypoint" / "child" / "grpo_rig_probe.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-probe = _probe_module()
 
 
 @pytest.fixture(scope="module")
