@@ -21,6 +21,7 @@ from entrypoint.child.hooks import (
     inspect_here,
     keep_pools,
     lean,
+    offload_before_wake,
     reward_check,
     scheduler_steps,
     top_k_first,
@@ -46,6 +47,25 @@ GIB = 1024**3
 )
 def test_emulated_card_as_vllm_reads_it(free, total, used, expected):
     assert emulate_vram.emulated_mem_info(free, total, used, 24 * GIB) == expected
+
+
+@pytest.mark.parametrize(
+    ("free", "total", "expected"),
+    [
+        # an idle H200 emulating 24 GiB: torch's allocator is capped at 24 GiB of its 140
+        (139 * GIB, 140 * GIB, 24 / 140),
+        # a ballast holds all but 24 GiB (23.5 free once this context exists): the card itself is the limit,
+        # and vLLM's sleeping pool is not counted as allocated
+        (int(23.5 * GIB), 140 * GIB, None),
+        (24 * GIB, 140 * GIB, None),
+        # a real card smaller than the emulation: nothing to cap
+        (20 * GIB, 22 * GIB, None),
+    ],
+)
+def test_the_allocator_is_capped_only_where_the_card_has_more_free_than_the_emulated_one(
+    free, total, expected
+):
+    assert emulate_vram.cap_fraction(free, total, 24 * GIB) == expected
 
 
 def test_the_emulated_card_counts_this_process_s_own_use_from_nvml(monkeypatch):
@@ -606,3 +626,123 @@ def test_v0_multi_step_runner_exposes_the_model_ms_swift_syncs_weights_into():
         assert runner._base_model_runner.model == "loaded again"
     finally:
         del cls.model
+
+
+# One weight copy on the GPU at a time (GRPO_RIG_OFFLOAD_BEFORE_WAKE) ----------------------------------------
+class _Executor:
+    def __init__(self, gpu):
+        self.gpu, self.is_sleeping, self.tags = gpu, True, {"weights", "kv_cache"}
+
+
+class _Engine:
+    """vLLM's LLMEngine as ms-swift drives it: wake_up by tags, sleep, reset_prefix_cache."""
+
+    def __init__(self, gpu):
+        self.gpu, self.executor = gpu, _Executor(gpu)
+
+    def wake_up(self, tags):
+        self.gpu.event(f"wake {tags[0]}")
+        self.executor.tags -= set(tags)
+        self.executor.is_sleeping = bool(self.executor.tags)
+        if "weights" in tags:
+            self.gpu.copies.add("vllm")
+
+    def reset_prefix_cache(self):
+        self.gpu.event("reset prefix cache")
+
+    def sleep(self, level):
+        self.gpu.event("sleep")
+        self.gpu.copies.discard("vllm")
+        self.executor.is_sleeping, self.executor.tags = True, {"weights", "kv_cache"}
+
+
+class _Gpu:
+    """The weight copies on the GPU after each event; `peak` is the most at once."""
+
+    def __init__(self):
+        self.copies, self.events, self.peak = {"trainer"}, [], 1
+
+    def event(self, name):
+        self.events.append(name)
+        self.peak = max(self.peak, len(self.copies))
+
+
+def _fake_grpo_module(gpu):
+    """ms-swift 3.6.4's GRPOTrainer._fast_infer order for colocate + sleep + offload (grpo_trainer.py:799-851,
+    the sync-mode path), over an engine and offload that count weight copies."""
+
+    class GRPOTrainer:
+        vllm_mode, async_generate, request_config = "colocate", False, None
+
+        def __init__(self, sleep_level=1, offload_model=True):
+            self.args = types.SimpleNamespace(sleep_level=sleep_level, offload_model=offload_model)
+            self.engine = types.SimpleNamespace(engine=_Engine(gpu))
+            self.engine.inner_model_executor = self.engine.engine.executor
+            self.state, self._last_loaded_step = types.SimpleNamespace(global_step=1), 0
+
+        def _fast_infer(self, inputs):
+            if self.engine.inner_model_executor.is_sleeping:
+                self.engine.engine.wake_up(tags=["weights"])
+            if self.state.global_step != self._last_loaded_step:
+                self._move_model_to_vllm()
+                self._last_loaded_step = self.state.global_step
+            with self.offload_context():
+                self.engine.engine.wake_up(tags=["kv_cache"])
+                outputs = self._infer_single_or_multi_turn(inputs, None)
+                self.engine.engine.reset_prefix_cache()
+                self.engine.engine.sleep(level=1)
+            return inputs, outputs
+
+        def _move_model_to_vllm(self):
+            gpu.event("sync merged weights")
+
+        @contextlib.contextmanager
+        def offload_context(self):
+            if self.args.offload_model:
+                gpu.copies.discard("trainer")
+            gpu.event("trainer offloaded")
+            yield
+            gpu.copies.add("trainer")
+            gpu.event("trainer back")
+
+        @contextlib.contextmanager
+        def multi_turn_completion_length_context(self):
+            yield
+
+        def _infer_single_or_multi_turn(self, inputs, request_config):
+            gpu.event("generate")
+            return [f"completion of {x}" for x in inputs]
+
+    return types.SimpleNamespace(GRPOTrainer=GRPOTrainer, empty_cache=lambda: None)
+
+
+def test_the_trainer_leaves_the_gpu_before_vllm_s_weights_wake():
+    """ms-swift's order holds two weight copies at the generation's start (the 7B OOM on a 24 GiB card);
+    with the hook one copy is on the GPU at any time, and the step's sync, generation and sleep still
+    happen, in that order, with the completions returned."""
+    plain = _Gpu()
+    _fake_grpo_module(plain).GRPOTrainer()._fast_infer(["p"])
+    assert plain.peak == 2 and plain.events[:2] == ["wake weights", "sync merged weights"]
+
+    gpu = _Gpu()
+    grpo = _fake_grpo_module(gpu)
+    offload_before_wake._offload_first(grpo)
+    assert grpo.GRPOTrainer()._fast_infer(["p"]) == (["p"], ["completion of p"])
+    assert gpu.peak == 1
+    assert gpu.events == ["trainer offloaded", "wake weights", "sync merged weights", "wake kv_cache",
+                          "generate", "reset prefix cache", "sleep", "trainer back"]  # fmt: skip
+
+
+@pytest.mark.parametrize("settings", [{"sleep_level": 0}, {"offload_model": False}])
+def test_without_sleep_or_model_offload_ms_swift_s_own_order_runs(settings):
+    gpu = _Gpu()
+    grpo = _fake_grpo_module(gpu)
+    offload_before_wake._offload_first(grpo)
+    grpo.GRPOTrainer(**settings)._fast_infer(["p"])
+    assert gpu.events[:2] == ["wake weights", "sync merged weights"]
+
+
+def test_a_trainer_without_the_methods_the_new_order_calls_is_a_notice(monkeypatch):
+    grpo = types.SimpleNamespace(GRPOTrainer=type("GRPOTrainer", (), {"_fast_infer": lambda self, i: i}))
+    with pytest.raises(runtime.MissingTarget, match="has no _move_model_to_vllm"):
+        offload_before_wake._offload_first(grpo)

@@ -2,7 +2,9 @@
 an H200, for everything that sizes itself from the card:
 
 - torch's allocator is capped at N GiB (`set_per_process_memory_fraction`, applied when CUDA initialises
-  through `torch.cuda._lazy_call`, so importing torch creates no CUDA context);
+  through `torch.cuda._lazy_call`, so importing torch creates no CUDA context), unless the card already has
+  no more than N GiB free because another process holds the rest (bench/device/ballast.py): the cap
+  counts vLLM's sleeping pool as allocated, so sleep-mode and offload runs need the physical card;
 - `torch.cuda.mem_get_info()` answers total = N GiB and free = N GiB minus what this process uses.
   vLLM sizes itself from exactly these two numbers: its KV cache is gpu_memory_utilization x total
   minus what the process already holds (vllm 0.8.5.post1 v1/worker/gpu_worker.py:170-215;
@@ -70,16 +72,31 @@ def emulated_mem_info(free: int, total: int, used: int, limit: float) -> tuple[i
     return max(0, min(free, card - used)), card
 
 
+def cap_fraction(free: int, total: int, limit: float) -> float | None:
+    """The allocator cap (a fraction of `total`) that makes a card of `total` bytes, `free` of them free
+    once this process's context exists, act as one of `limit` bytes; None where the card is already that
+    small because another process holds the rest (a ballast): the physical limit is then the faithful one.
+    The cap counts memory torch's allocator has handed out, and vLLM's sleeping pool (sleep mode's
+    CuMemAllocator) is such memory: under the cap a run with SLEEP_LEVEL >= 1 runs out of memory that a
+    real card of `limit` bytes has ("23.95 GiB is allocated by PyTorch" while NVML showed 3.89 GiB in use,
+    Qwen2.5-7B on the lent H200, 2026-12-03; bench/device/ballast.py makes the physical card instead)."""
+    if free <= limit:
+        return None
+    return min(1.0, limit / total)
+
+
 def _emulate_card(torch, gib: float) -> None:
     limit = gib * GIB
+    real_mem_get_info = torch.cuda.memory.mem_get_info
 
     def cap():
         for index in range(torch.cuda.device_count()):
-            total = torch.cuda.get_device_properties(index).total_memory
-            torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total), index)
+            free, total = real_mem_get_info(index)
+            fraction = cap_fraction(free, total, limit)
+            if fraction is not None:
+                torch.cuda.set_per_process_memory_fraction(fraction, index)
 
     torch.cuda._lazy_call(cap)
-    real_mem_get_info = torch.cuda.memory.mem_get_info
 
     @functools.wraps(real_mem_get_info)
     def mem_get_info(device=None):
