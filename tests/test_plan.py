@@ -341,6 +341,21 @@ def test_disabled_hooks_leave_every_child_s_environment():
     assert "GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS" not in server.env and server.env[topk] == "1"
 
 
+def test_a_colocated_trainer_with_sleep_and_model_offload_leaves_the_gpu_before_vllm_wakes():
+    """ms-swift 3.6.4 wakes vLLM's weights before it offloads the trainer (two weight copies at once): the
+    plan turns the reordering hook on exactly where that happens, colocated with SLEEP_LEVEL >= 1 and
+    OFFLOAD_MODEL, and a user can turn it off by name."""
+    variable = "GRPO_RIG_OFFLOAD_BEFORE_WAKE"
+    pairs = ("recipe=countdown-1x4090", "RUN_NAME=c", "MEMORY_CHECK=warn")
+    both = build(*pairs, "SLEEP_LEVEL=1", "OFFLOAD_MODEL=true", inventory="1x4090-driver535")
+    assert both.process("trainer").env[variable] == "1"
+    for other in (("SLEEP_LEVEL=0", "OFFLOAD_MODEL=true"), ("SLEEP_LEVEL=1", "OFFLOAD_MODEL=false")):
+        assert variable not in build(*pairs, *other, inventory="1x4090-driver535").process("trainer").env
+    off = build(*pairs, "SLEEP_LEVEL=1", "OFFLOAD_MODEL=true", "DISABLE_HOOKS=offload_before_wake",
+                inventory="1x4090-driver535")  # fmt: skip
+    assert variable not in off.process("trainer").env
+
+
 def test_without_the_scheduler_steps_hook_the_colocated_engine_runs_vllm_s_v1():
     """The multi-step engine exists only through the hook; V0 stepping once per schedule would be slower
     than V1, so the plan gives V1 (entrypoint/child/hooks/scheduler_steps.py)."""

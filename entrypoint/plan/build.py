@@ -583,6 +583,8 @@ def _trainer_env(d: Draft) -> dict[str, str]:
     a = d.recipe.trainer_args
     if layout.mode == "colocate" and a.sleep_level >= 1:
         env["GRPO_RIG_VLLM_KEEP_POOLS"] = "1"
+        if a.offload_model:  # else both weight copies meet on the GPU at each generation's start
+            env["GRPO_RIG_OFFLOAD_BEFORE_WAKE"] = "1"
     if layout.mode == "colocate":
         env.update(_vllm_env(a.vllm_enforce_eager))
         # multi-step scheduling exists only through its hook; V0 without it is slower than V1
