@@ -20,6 +20,7 @@ import argparse
 import difflib
 import logging
 import os
+import signal
 import sys
 from collections.abc import Mapping, Sequence
 from types import ModuleType
@@ -77,6 +78,16 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + exc.signum
     except BadInput as exc:
         return _refused(exc)
+    except BrokenPipeError:  # the reader went away (`keys | head`): what it read stands, no traceback
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """Point stdout at /dev/null so the interpreter's flush at exit cannot fail again; 128 + SIGPIPE, the
+    status a shell gives a command a closed pipe ended (the Python docs' "Note on SIGPIPE", signal module)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
 
 
 def build(registry: Sequence[ModuleType]) -> Parsers:

@@ -249,3 +249,22 @@ def _no_gpu_here() -> bool:
     from entrypoint.world import hardware
 
     return not hardware.probe().gpus
+
+
+@pytest.mark.cli
+def test_a_reader_that_stops_early_gets_no_traceback():
+    """`keys | head -1`: the reader is gone while keys still writes (here from the start: its pipe's read end
+    is closed before it runs); the command ends as a closed pipe ends a shell command (128 + SIGPIPE), with
+    nothing on stderr."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "entrypoint", "keys"], cwd=ROOT, env=clean_env(),
+                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=60)  # fmt: skip
+    finally:
+        os.close(write)
+    assert proc.returncode == 141 and "Traceback" not in proc.stderr, proc.stderr
