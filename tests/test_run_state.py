@@ -138,6 +138,27 @@ def test_a_launcher_killed_with_sigkill_leaves_a_lock_the_next_start_takes_over(
     assert [a["status"] for a in data["attempts"]] == ["unrecorded", "completed"]
 
 
+def test_a_launcher_killed_with_sigkill_takes_its_trainer_with_it(tmp_path):
+    """kill -9 of `python -m entrypoint train`: its trainer and the trainer's worker (their own session) are
+    ended within the grace period, so no orphan writes into the next attempt's files."""
+    out = tmp_path / "out"
+    first = start(tmp_path, out, "MAX_STEPS=200", "STOP_GRACE_SECONDS=2", FAKE_TRAINER="steps",
+                  FAKE_WRAP="1", FAKE_STEP_SECONDS="0.3", FAKE_OUTPUT_LIKE_LOGGING="1")  # fmt: skip
+    wait_for(out / "r" / "train" / "checkpoint-1" / "trainer_state.json", first)
+    children = pids(tmp_path, "trainer") + pids(tmp_path, "worker")
+    assert children and all(alive(p) for p in children)
+    first.kill()
+    first.communicate(timeout=30)
+    deadline = time.monotonic() + 20
+    while any(alive(p) for p in children) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    orphans = [p for p in children if alive(p)]
+    for pid in orphans:  # a failing run of this test leaves nothing behind either
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert not orphans
+
+
 def test_evaluate_is_refused_while_a_training_holds_the_run(tmp_path):
     from entrypoint.commands import evaluate
     from entrypoint.record import runlock

@@ -47,6 +47,7 @@ import psutil
 from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE
 from entrypoint.plan.build import Process
 from entrypoint.supervise import deaths
+from entrypoint.supervise.reaper import Reaper
 
 TAIL_LINES = 40
 POLL_SECONDS = 0.2
@@ -244,6 +245,7 @@ class Supervisor:
         self.base_env = dict(base_env)
         self.popen, self.clock, self.sleep, self.health, self.ports_of = popen, clock, sleep, health, ports_of
         self.children: list[Child] = []
+        self.reaper: Reaper | None = None  # started with the first real child (reaper.py says why)
 
     def start(self, process: Process) -> Child:
         """Start `process` in a new session with the base environment plus its own env."""
@@ -259,6 +261,11 @@ class Supervisor:
             raise ChildFailed(
                 process.role, None, [], f"could not start ({process.argv[0]}: {exc.strerror})"
             ) from exc
+        # real processes only: a test's stand-in PIDs are nobody's sessions
+        if self.popen is subprocess.Popen:
+            if self.reaper is None:
+                self.reaper = Reaper(self.grace_seconds)
+            self.reaper.watch(popen.pid)
         child = Child(process.role, popen, log_path, deaths.Tail(TAIL_LINES), None)
         if popen.stdout is not None:
             child.reader = threading.Thread(target=self._pump, args=(child,), daemon=True)
@@ -374,6 +381,12 @@ class Supervisor:
             if child.reader is not None:
                 child.reader.join(timeout=5)
 
+    def close(self) -> None:
+        """After stop_all: the reaper, finding nothing left of the children's sessions, exits."""
+        if self.reaper is not None:
+            self.reaper.close()
+            self.reaper = None
+
 
 def _close_quietly(f) -> None:
     """Close a log file whose last write may have failed (its buffer cannot be flushed either)."""
@@ -408,6 +421,7 @@ def supervised(
     finally:
         with deferred_signals():  # a second Ctrl-C must not leave children running
             supervisor.stop_all()
+            supervisor.close()
         restore()
 
 
