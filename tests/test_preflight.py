@@ -1088,3 +1088,28 @@ def test_expandable_segments_with_sleep_mode_are_refused_before_vllm_stops_on_th
     assert "fix: set SLEEP_LEVEL=0 (expandable segments, no sleeping)" in refused.stderr
     awake = run_cli("validate", *base, "SLEEP_LEVEL=0", env=clean_env())
     assert awake.returncode == 0, awake.stderr
+
+
+def test_a_folder_of_the_user_s_is_not_taken_for_a_run_directory(tmp_path):
+    """RUN_NAME naming an existing folder with the user's files and no manifest.json: refused before anything
+    is written, the files untouched; a directory holding only what a start writes before its manifest (a
+    start that died early, other nodes' folders) is a run and is accepted."""
+    folder = tmp_path / "out" / "r"
+    folder.mkdir(parents=True)
+    (folder / "README.md").write_text("my notes\n")
+    (folder / "results.csv").write_text("a,b\n")
+    err = refused(tmp_path, "recipe=smoke")
+    assert (f"error: RUN_NAME r: {folder} already holds files that are not a grpo-rig run (README.md, results.csv) "
+            "and no manifest.json") in err  # fmt: skip
+    assert "fix: choose another RUN_NAME" in err
+    assert sorted(p.name for p in folder.iterdir()) == ["README.md", "results.csv"]
+    assert (folder / "README.md").read_text() == "my notes\n"
+
+    early = tmp_path / "early"
+    for name in ("logs", "data", "train", "nodes"):
+        (early / "out" / "r" / name).mkdir(parents=True)
+    (early / "out" / "r" / "run.lock").write_text("")
+    proc = run_cli("validate", "recipe=smoke", f"OUTPUT_DIR={early / 'out'}", "RUN_NAME=r", env=clean_env())
+    assert proc.returncode == 0 and "not a grpo-rig run" not in proc.stdout + proc.stderr, (
+        proc.stdout + proc.stderr
+    )

@@ -26,6 +26,7 @@ WEIGHT_SYNC_PORT = 51216
 # swift rollout's default; its find_free_port walks 8000..8099 (v3.6.4:swift/utils/utils.py:239-250).
 ROLLOUT_PORT_START = 8000
 ROLLOUT_PORT_SPAN = 100
+ENTRIES_LISTED = 64  # a directory's names read: enough to tell a run directory from a user's folder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +43,7 @@ class PathInfo:
     nearest: str = ""  # the nearest existing ancestor (itself when it exists)
     disk_free_gib: float | None = None  # free space where it would be written
     nearest_is_dir: bool = True  # False: the nearest existing ancestor is a file, so nothing can go under it
+    entries: tuple[str, ...] = ()  # a directory's names, sorted (at most ENTRIES_LISTED)
 
     def unusable_file(self) -> str:
         """Why this path cannot be read as a file, a phrase to follow the path ("" when it can)."""

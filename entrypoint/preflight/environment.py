@@ -237,6 +237,21 @@ def check_run_paths(plan: Plan) -> list[Problem]:
     ]
 
 
+# What a start writes before its manifest (runlock.py's lock, the logs, a generated dataset, the trainer's
+# output_dir, other nodes' and a rollout's nodes/): a directory holding only these is a run that died before
+# it recorded itself, or one whose node 0 has not started yet.
+BEFORE_THE_MANIFEST = frozenset({"run.lock", "logs", "data", "train", "nodes"})
+
+
+def _not_a_run(run: facts_mod.PathInfo) -> str:
+    """The first names of an existing directory that is not a run directory ('' when it is one, is empty, or
+    does not exist): no manifest.json, and names a start does not write."""
+    if not run.is_dir or facts_mod.MANIFEST in run.entries:
+        return ""
+    foreign = [n for n in run.entries if n not in BEFORE_THE_MANIFEST]
+    return ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+
+
 def _check_writable(plan: Plan, facts: Facts) -> list[Problem]:
     uid, gid = facts.uid, facts.gid
     problems = []
@@ -263,6 +278,15 @@ def _check_writable(plan: Plan, facts: Facts) -> list[Problem]:
                 f"RUN_NAME {plan.run_name}",
                 f"{plan.run_dir} is a file, not a run directory",
                 "choose another RUN_NAME, or move that file away",
+            )
+        )
+    elif foreign := _not_a_run(run):
+        problems.append(
+            Problem(
+                f"RUN_NAME {plan.run_name}",
+                f"{plan.run_dir} already holds files that are not a grpo-rig run ({foreign}) and no "
+                f"{facts_mod.MANIFEST}: the run would mix its files into them and replace a README.md",
+                "choose another RUN_NAME (a new directory under OUTPUT_DIR), or move those files away",
             )
         )
     elif not info.writable:

@@ -26,6 +26,7 @@ import psutil
 
 from entrypoint import redact
 from entrypoint.errors import BadInput, Problem
+from entrypoint.facts.facts import MANIFEST
 
 LOCK_FILE = "run.lock"
 
@@ -67,6 +68,7 @@ class RunLock:
         self.path: Path | None = None
         self.fd: int | None = None
         self.created: list[Path] = []  # directories this lock made, deepest last
+        self.made_file = False  # the lock file did not exist before this holder
         self.previous: dict = {}  # what the file said before this holder: a holder that is gone
 
     def __enter__(self) -> RunLock:
@@ -86,6 +88,7 @@ class RunLock:
         self.release()
         try:
             self._make(directory)
+            self.made_file = not path.exists()
             for _ in range(5):  # the file may be removed by a releasing holder between open and flock
                 fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # never O_TRUNC: it may be someone's
                 if self._lock(fd, path, directory):
@@ -159,11 +162,14 @@ class RunLock:
         path, fd = self.path, self.fd
         self.path = self.fd = None
         try:
-            if self.created and [p.name for p in path.parent.iterdir()] == [LOCK_FILE]:
+            names = [p.name for p in path.parent.iterdir()]
+            if self.created and names == [LOCK_FILE]:
                 path.unlink()  # still locked: a start waiting on this inode re-checks it (_lock)
                 for directory in reversed(self.created):
                     with contextlib.suppress(OSError):
                         directory.rmdir()
+            elif self.made_file and MANIFEST not in names:  # a refused start in a directory that was there
+                path.unlink()
         except OSError:
             pass
         finally:

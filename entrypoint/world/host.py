@@ -10,8 +10,10 @@ facts)` and the preflight checks are functions of these values, so tests hand th
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import importlib.util
+import itertools
 import json
 import os
 import shutil
@@ -26,6 +28,7 @@ from entrypoint import redact
 from entrypoint.facts import datasets as dataset_checks
 from entrypoint.facts.facts import (
     CACHE_VARIABLES,
+    ENTRIES_LISTED,
     ROLLOUT_PORT_START,
     WEIGHT_SYNC_PORT,
     DatasetFile,
@@ -108,7 +111,12 @@ def path_info(path: Path) -> PathInfo:
         except OSError:
             writable = False
     st = nearest.stat()
+    entries: tuple[str, ...] = ()
+    if path.is_dir():
+        with contextlib.suppress(OSError):
+            entries = tuple(sorted(itertools.islice(os.listdir(path), ENTRIES_LISTED)))
     return PathInfo(
+        entries=entries,
         nearest_is_dir=nearest.is_dir(),
         exists=path.exists(),
         is_file=path.is_file(),
