@@ -7,6 +7,8 @@ refused with exit 2 and the fix before any model is loaded.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -189,3 +191,31 @@ def test_a_bad_eval_dataset_is_refused_naming_the_line_or_why(tmp_path):
                        (tmp_path / "dir.jsonl", "is a directory"), (tmp_path / "no.jsonl", "does not exist")):  # fmt: skip
         err = refused("run=r", f"EVAL_DATASET={path}", f"OUTPUT_DIR={tmp_path}")
         assert says in err and "Traceback" not in err, err
+
+
+def test_a_cut_manifest_is_refused_naming_the_file_and_the_fix(tmp_path):
+    run = fake_run(tmp_path, "cut", adapter=True)
+    text = (run / "manifest.json").read_text()
+    (run / "manifest.json").write_text(text[: len(text) // 2])
+    err = refused("run=cut", f"OUTPUT_DIR={tmp_path}")
+    assert f"{run / 'manifest.json'} is not readable JSON" in err and "same RUN_NAME" in err
+
+
+def test_ctrl_c_during_evaluate_is_one_line_and_128_plus_the_signal(tmp_path, monkeypatch, capsys):
+    """Ctrl-C while the models generate: no KeyboardInterrupt traceback, exit 130, and the console says
+    nothing was written (SIGTERM takes the same path: supervisor.install_signal_handlers)."""
+    signum = signal.SIGINT
+    from entrypoint import cli
+    from entrypoint.commands import evaluate as evaluate_command
+
+    fake_run(tmp_path, "r", adapter=True)
+
+    def generating(*args, **kwargs):
+        os.kill(os.getpid(), signum)
+        time.sleep(30)  # the handler raises here, as it would inside torch's generate
+
+    monkeypatch.setattr(evaluate_command, "_evaluate", generating)
+    assert cli.main(["evaluate", "run=r", f"OUTPUT_DIR={tmp_path}"]) == 128 + signum
+    out = capsys.readouterr()
+    assert f"evaluate stopped by {signal.Signals(signum).name}: no eval.* written" in out.out
+    assert "Traceback" not in out.err + out.out

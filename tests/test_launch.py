@@ -271,6 +271,7 @@ def test_rollout_command_serves_until_stopped(tmp_path):
     (model / "config.json").write_bytes(
         (CORPUS_MODELS / "Qwen--Qwen2.5-3B-Instruct" / "config.json").read_bytes()
     )
+    (model / "model.safetensors").write_bytes(b"")  # the fake server loads nothing; preflight wants weights
     recipe = tmp_path / "serve.env"
     recipe.write_text("".join(line for line in RECIPE.read_text().splitlines(keepends=True)
                               if not line.startswith(("PER_DEVICE", "GRADIENT_ACC", "MODEL="))) + f"MODEL={model}\n")  # fmt: skip

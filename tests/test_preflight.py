@@ -1113,3 +1113,19 @@ def test_a_folder_of_the_user_s_is_not_taken_for_a_run_directory(tmp_path):
     assert proc.returncode == 0 and "not a grpo-rig run" not in proc.stdout + proc.stderr, (
         proc.stdout + proc.stderr
     )
+
+
+def test_a_model_directory_with_a_config_but_no_weights_is_refused_naming_the_download(tmp_path):
+    """A download that stopped after config.json: refused before the start-up, where loading it would fail;
+    the same directory with weights (a single file or a sharded index) is valid."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(QWEN_CONFIG))
+    (model / "tokenizer.json").write_text("{}")
+    err = refused(tmp_path, "recipe=smoke", f"MODEL={model}", "MODEL_SOURCE=hub")
+    assert f"{model} has a config.json but no weights" in err and "--local-dir" in err
+    for weights in ("model.safetensors.index.json", "pytorch_model.bin"):
+        (model / weights).write_text("{}")
+        proc = run_cli("validate", "recipe=smoke", f"MODEL={model}", "MODEL_SOURCE=hub", env=clean_env())
+        assert "no weights" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+        (model / weights).unlink()

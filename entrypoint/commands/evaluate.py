@@ -30,6 +30,7 @@ import dataclasses
 import difflib
 import json
 import math
+import signal
 import statistics
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -46,6 +47,7 @@ from entrypoint.record import manifest as manifest_mod
 from entrypoint.record import runlock
 from entrypoint.rewards import PLUGIN_FILE, tasks
 from entrypoint.supervise.console import Progress
+from entrypoint.supervise.supervisor import Interrupted, interruptible
 from entrypoint.world import dataset_files
 
 EVAL_FILES = ("eval.json", "eval.md", "eval.png")
@@ -586,9 +588,15 @@ def evaluate(pairs: Sequence[str], environ: Mapping[str, str], printer=print) ->
     Raises BadInput for bad input (exit 2)."""
     run, settings = parse_pairs(pairs, environ)
     run_dir = find_run(run, settings.OUTPUT_DIR)
-    with runlock.RunLock() as lock:  # a training of this run writes the same manifest: one at a time
+    # Ctrl-C or SIGTERM at any moment: one line and 128 + the signal (cli.py), not a KeyboardInterrupt
+    # traceback from inside torch or vLLM; eval.* are written only at the end, so nothing half-written stays
+    with interruptible(), runlock.RunLock() as lock:  # a training of this run writes the same manifest
         lock.take(run_dir, required=False)
-        return _evaluate(run_dir, settings, environ, printer)
+        try:
+            return _evaluate(run_dir, settings, environ, printer)
+        except Interrupted as exc:
+            printer(f"evaluate stopped by {signal.Signals(exc.signum).name}: no eval.* written in {run_dir}")
+            raise
 
 
 def unfinished(data: Mapping[str, Any]) -> str:
@@ -608,7 +616,13 @@ def unfinished(data: Mapping[str, Any]) -> str:
 
 def _evaluate(run_dir: Path, settings: Settings, environ: Mapping[str, str], printer) -> int:
     """`evaluate` once the run directory is held: generate, score, write."""
-    data = manifest_mod.read(run_dir) or {}
+    try:
+        data = manifest_mod.read(run_dir) or {}
+    except ValueError as exc:  # cut short (a full disk, a copy that stopped): not JSON
+        raise BadInput([Problem(f"run {run_dir.name}", f"{run_dir / MANIFEST} is not readable JSON ({exc}): "
+                                "evaluate reads the run's plan (its trainer's arguments, rewards and dataset) from it",
+                                "restore manifest.json from a copy; or start the run again with the same RUN_NAME "
+                                "(it resumes from its newest checkpoint and writes a new manifest)")]) from None  # fmt: skip
     adapter = run_dir / "adapter"
     if not (adapter / "adapter_config.json").is_file():
         raise BadInput([Problem(f"run {run_dir.name}", f"has no adapter yet (status {data.get('status', 'unknown')}; "

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from entrypoint.errors import LOCAL, Problem
 from entrypoint.facts import catalog
+from entrypoint.facts.facts import ENTRIES_LISTED
 from entrypoint.plan import build as plan_mod
 from entrypoint.preflight import dataset, environment, memory_check, values
 from entrypoint.rewards import check as rewards_check
@@ -32,6 +33,12 @@ HUB_MODEL_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 def _plugin_files(plan: Plan) -> list[str]:
     """The --external_plugins every child gets (plan.plugin_files composes them, with or without a layout)."""
     return plan_mod.plugin_files(plan.recipe, plan.facts)
+
+
+# What transformers loads a model's weights from (its *_NAME constants: model.safetensors and its index,
+# pytorch_model.bin and shards; .pt/.pth for some trust_remote_code models); sharded checkpoints name their
+# index *.index.json.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".index.json", ".pt", ".pth")
 
 
 def check_model(plan: Plan, facts: Facts) -> list[Problem]:
@@ -59,6 +66,18 @@ def check_model(plan: Plan, facts: Facts) -> list[Problem]:
                 else "give the path of a model directory here (with its config.json), or a hub id"
             )
             return [Problem(where, f"{path} is not a model directory with a config.json {here}", fix)]
+        listed = facts.path(path).entries
+        if len(listed) < ENTRIES_LISTED and not any(n.endswith(WEIGHT_SUFFIXES) for n in listed):
+            return [
+                Problem(
+                    where,
+                    f"{path} has a config.json but no weights ({', '.join(WEIGHT_SUFFIXES)}): a download that "
+                    "stopped early, or only the configuration copied; loading it would fail after the start-up",
+                    "download the model again into that directory (e.g. `huggingface-cli download <id> --local-dir "
+                    f"{path}`), or point MODEL at the directory that holds the weights",
+                    kind=LOCAL,  # `plan` needs only the config
+                )
+            ]
         return []
     if not HUB_MODEL_RE.match(value):
         return [
