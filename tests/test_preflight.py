@@ -793,18 +793,34 @@ def test_empty_solution_values_are_refused(tmp_path):
     assert "`solution` is empty (10 of 20 rows read)" in err and "fill `solution`" in err
 
 
-def test_rows_ending_with_an_assistant_turn_are_refused(tmp_path):
+def test_rows_ending_with_an_assistant_turn_are_valid_as_ms_swift_drops_it(tmp_path):
+    """ms-swift 3.6.4 removes a final assistant turn before generating (Template.encode when not training,
+    swift/llm/template/base.py:482): a local copy of a set like AI-MO/NuminaMath-TIR (its answer as the last
+    message, the reference in `solution`) validates as its hub id does."""
     rows = [json.dumps({"messages": [USER, {"role": "assistant", "content": "42"}], "solution": "42"})] * 20
-    err = refused_dataset(tmp_path, write_dataset(tmp_path, rows), "accuracy")
-    assert "ends with an assistant turn" in err and "drop the final assistant message" in err
+    proc = run_cli("validate", "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={write_dataset(tmp_path, rows)}",
+                   "REWARD_FUNCS=accuracy", env=clean_env())  # fmt: skip
+    assert proc.returncode == 0 and "assistant turn" not in proc.stdout + proc.stderr, (
+        proc.stdout + proc.stderr
+    )
 
 
-def test_alpaca_rows_get_the_alpaca_fix(tmp_path):
-    """instruction/input/output: the answer is in `output` and `messages` is missing; never "rename
-    `instruction` to `solution`"."""
+@pytest.mark.parametrize("prompt", ["problem", "input", "query", "instruction"])
+def test_a_prompt_in_any_column_ms_swift_reads_it_from_is_valid(tmp_path, prompt):
+    """ms-swift's ResponsePreprocessor reads the prompt from query, prompt, input, instruction, question or
+    problem (swift/llm/dataset/preprocessor/core.py:347): rows with one of them and `solution` train."""
+    rows = [json.dumps({prompt: "What is 6 x 7?", "solution": "42"})] * 20
+    proc = run_cli("validate", "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={write_dataset(tmp_path, rows)}",
+                   "REWARD_FUNCS=accuracy", env=clean_env())  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_alpaca_rows_for_accuracy_are_asked_for_a_solution_from_output(tmp_path):
+    """instruction/input/output: the prompt is read (ms-swift's preprocessor), but accuracy compares with
+    `solution`, which an SFT set keeps in `output`; never "rename `instruction` to `solution`"."""
     rows = [json.dumps({"instruction": "Add", "input": "6 + 7", "output": "13"})] * 20
     err = refused_dataset(tmp_path, write_dataset(tmp_path, rows), "accuracy")
-    assert "has `instruction` and `output` (an SFT row)" in err and "move `output`" in err
+    assert "`output`" in err and "solution" in err, err
     assert "rename the `instruction` column" not in err
 
 

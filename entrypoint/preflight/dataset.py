@@ -35,13 +35,23 @@ if TYPE_CHECKING:
     from entrypoint.facts.facts import Facts
 
 ROLES = {"system", "user", "assistant", "tool", "tool_call", "tool_response"}
-PROMPT_COLUMNS = ("messages", "query", "prompt", "instruction", "question", "conversations", "conversation")
-# Columns users commonly have instead of the one a reward reads.
-# Columns that ms-swift's preprocessors turn into the assistant turn (v3.6.4:swift/llm/dataset/preprocessor/
-# core.py, AlpacaPreprocessor / ResponsePreprocessor)
-ANSWER_COLUMNS = ("response", "output")
+# Columns ms-swift 3.6.4 reads a row's prompt from: the conversation columns (datasets.MESSAGE_COLUMNS) and
+# ResponsePreprocessor's query keys (v3.6.4:swift/llm/dataset/preprocessor/core.py:347).
+PROMPT_COLUMNS = ("messages", "conversations", "conversation", "query", "prompt", "input", "instruction", "question",
+                  "problem")  # fmt: skip
+# Columns users commonly have instead of the one a reward reads (an SFT set's answer: response, output).
 SYNONYMS = {
-    "solution": ["answer", "answers", "label", "ground_truth", "reference", "target", "gold", "response"]
+    "solution": [
+        "answer",
+        "answers",
+        "label",
+        "ground_truth",
+        "reference",
+        "target",
+        "gold",
+        "response",
+        "output",
+    ]
 }
 
 
@@ -67,14 +77,9 @@ def _row_problem(path: Path, number: int, row: dict) -> Problem | None:
     """The first fault of one row's prompt, or None."""
     where = f"dataset {path} line {number}"
     column = message_column(row)
-    answer = next((c for c in ANSWER_COLUMNS if c in row), None)
-    if column is None and answer:
-        prompt = next((c for c in PROMPT_COLUMNS if c in row), "instruction")
-        return Problem(where, f"has `{prompt}` and `{answer}` (an SFT row): ms-swift turns `{answer}` into an assistant "
-                       "turn, which GRPO's rollout would continue instead of answering",
-                       f'write "messages": [{{"role": "user", "content": <{prompt}> (+ input)}}] and move `{answer}` '
-                       "into `solution` (what accuracy-style rewards compare with)")  # fmt: skip
     if column is None:
+        # a prompt column with or without an answer column (response, output): ms-swift's preprocessor makes a
+        # user turn of it, and an answer turn that the rollout drops before generating (as below)
         if any(c in row for c in PROMPT_COLUMNS):
             return None
         return Problem(where, f"has no prompt: no `messages` column (columns: {', '.join(sorted(row)) or 'none'})",
@@ -98,10 +103,9 @@ def _row_problem(path: Path, number: int, row: dict) -> Problem | None:
             f"`{column}` has no user turn: nothing to prompt with",
             "add the question as a user message",
         )
-    if messages[-1]["role"] == "assistant":
-        return Problem(where, f"`{column}` ends with an assistant turn: GRPO generates that turn itself, and ms-swift "
-                       "would hand this one to the rollout as the start of the answer (an SFT row)",
-                       "drop the final assistant message; put its content into `solution` if a reward needs the answer")  # fmt: skip
+    # A final assistant turn is valid: ms-swift 3.6.4 drops it before generating (Template.encode when not
+    # training, v3.6.4:swift/llm/template/base.py:482; GRPOTrainer, grpo_trainer.py:684), and rewards read
+    # their reference from their own column (`solution`), which check_columns asks for.
     return None
 
 
