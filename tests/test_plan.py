@@ -10,7 +10,7 @@ import pytest
 import swift
 
 from entrypoint.child import hooks
-from tests.conftest import ROOT, build_plan, clean_env, flag, run_cli
+from tests.conftest import ROOT, build_plan, clean_env, flag, load_recipe, run_cli
 
 
 def build(*pairs, inventory="5x4090-driver535", environ=None):
@@ -364,3 +364,50 @@ def test_without_the_scheduler_steps_hook_the_colocated_engine_runs_vllm_s_v1():
     (plain,) = build(*pairs, "DISABLE_HOOKS=scheduler_steps", inventory="1x4090-driver535").processes
     assert multi.env["VLLM_USE_V1"] == "0" and multi.env["GRPO_RIG_VLLM_SCHEDULER_STEPS"] == "8"
     assert "VLLM_USE_V1" not in plain.env and "GRPO_RIG_VLLM_SCHEDULER_STEPS" not in plain.env
+
+
+def _resumed(*pairs: str, before: dict[str, str] | None):
+    """The plan of a restart of run `c` (the smoke recipe), whose last attempt recorded the smoke recipe's
+    values with `before` over them as its resolved recipe (None: a manifest without one) and left
+    checkpoint-2."""
+    from entrypoint.facts.facts import Previous
+
+    smoke = {k: v.value for k, v in load_recipe("recipe=smoke", "RUN_NAME=c").values.items()}
+    recorded = (
+        None
+        if before is None
+        else {k: {"value": v, "source": "recipe"} for k, v in {**smoke, **before}.items()}
+    )
+    data = {"identity": {}} | ({} if recorded is None else {"resolved_recipe": recorded})
+    previous = Previous(manifest=data, newest_checkpoint="checkpoint-2")
+    return build_plan("recipe=smoke", "RUN_NAME=c", *pairs, inventory="1x4090-driver535", previous=previous)
+
+
+def test_a_resume_with_a_changed_learning_rate_is_refused_as_the_checkpoint_keeps_the_old_one():
+    """transformers' Trainer restores the optimizer and the schedule from the checkpoint: a resume at another
+    LEARNING_RATE trained at the old one while the manifest said the new (scheduler.pt base_lrs)."""
+    plan = _resumed("LEARNING_RATE=5e-4", before={"LEARNING_RATE": "1e-4"})
+    (problem,) = [p for p in plan.problems if "learning-rate schedule keep the old values" in p.message]
+    assert (
+        problem.fatal
+        and "LEARNING_RATE: 1e-4 -> 5e-4" in problem.message
+        and "RESUME_ONLY_MODEL=true" in problem.fix
+    )
+    weights_only = _resumed("LEARNING_RATE=5e-4", "RESUME_ONLY_MODEL=true", before={"LEARNING_RATE": "1e-4"})
+    assert not any("keep the old values" in p.message for p in weights_only.problems)
+    same = _resumed("LEARNING_RATE=1e-4", before={"LEARNING_RATE": "1e-4"})
+    assert not any("resumes from" in p.message for p in same.problems)
+
+
+def test_a_resume_with_changed_sampling_values_goes_on_saying_so():
+    plan = _resumed(
+        "NUM_GENERATIONS=4", "BETA=0.1", before={"NUM_GENERATIONS": "2", "BETA": "0.04", "SEED": "1"}
+    )
+    (warning,) = [p for p in plan.problems if "with changed values" in p.message]
+    assert not warning.fatal
+    assert "NUM_GENERATIONS: 2 -> 4" in warning.message and "BETA: 0.04 -> 0.1" in warning.message
+
+
+def test_a_manifest_without_a_resolved_recipe_is_not_compared():
+    plan = _resumed("LEARNING_RATE=5e-4", before=None)
+    assert not any("resumes from" in p.message for p in plan.problems)

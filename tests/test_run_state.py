@@ -397,3 +397,27 @@ def test_a_log_that_cannot_be_written_never_stops_the_pump(tmp_path):
         assert sup.wait(child) == 0
     assert "No space left on device" in child.log_error
     assert list(child.tail)[-1] == "line 19999 " + "x" * 40
+
+
+def test_a_rerun_with_another_learning_rate_is_refused_and_one_with_another_beta_says_so(tmp_path):
+    """The checkpoint's optimizer and schedule would keep the old learning rate while the manifest said the
+    new one: refused, naming RESUME_ONLY_MODEL. Another BETA resumes, saying which values changed, and the
+    manifest records what each attempt trained with."""
+    out = tmp_path / "out"
+    done = train(
+        tmp_path, out, "MAX_STEPS=2", "LEARNING_RATE=1e-4", FAKE_TRAINER="steps", FAKE_STEP_SECONDS="0"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    again = train(
+        tmp_path, out, "MAX_STEPS=3", "LEARNING_RATE=5e-4", FAKE_TRAINER="steps", FAKE_STEP_SECONDS="0"
+    )
+    assert again.returncode == 2 and "LEARNING_RATE: 1e-4 -> 5e-4" in again.stderr, (
+        again.stdout + again.stderr
+    )
+    assert "RESUME_ONLY_MODEL=true" in again.stderr
+    beta = train(tmp_path, out, "MAX_STEPS=3", "LEARNING_RATE=1e-4", "BETA=0.2", FAKE_TRAINER="steps",
+                 FAKE_STEP_SECONDS="0")  # fmt: skip
+    assert beta.returncode == 0, beta.stdout + beta.stderr
+    assert "with changed values (BETA:" in beta.stdout + beta.stderr
+    attempts = manifest(out / "r")["attempts"]
+    assert attempts[-1]["values"]["BETA"] == "0.2" and attempts[0]["values"].get("BETA") != "0.2"

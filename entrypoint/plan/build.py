@@ -40,6 +40,7 @@ from entrypoint.plan import layout as layout_mod
 from entrypoint.plan import memory, nccl, shape
 from entrypoint.plan.budget import Budget
 from entrypoint.plan.layout import Layout
+from entrypoint.recipe import keys
 from entrypoint.recipe.keys import SHARED_WITH_ROLLOUT
 from entrypoint.recipe.load import Recipe
 from entrypoint.redact import argv as redact_argv
@@ -322,7 +323,42 @@ def _run(d: Draft) -> None:
                 "restore those values to resume it, or choose a new RUN_NAME for a new run",
             )  # fmt: skip
         )
+    if isinstance(previous.manifest.get("resolved_recipe"), dict):
+        d.resume_problems += _resume_changes(d, previous.manifest["resolved_recipe"])
     d.resume_from = previous.newest_checkpoint
+
+
+def _resume_changes(d: Draft, before: Mapping[str, Any]) -> list[Problem]:
+    """Values changed since the run's last attempt (its manifest's resolved recipe, which lists every key a
+    layer set: a key absent from it was unset): refused where the checkpoint restores the old one (keys.RESUME_RESTORED), a warning
+    where the steps from here on use the new one (keys.RESUME_CHANGES). Nothing to resume, nothing to say."""
+    if not d.facts.previous.newest_checkpoint:
+        return []
+
+    def changed(names: tuple[str, ...]) -> dict[str, tuple[str, str]]:
+        old = {k: str((before.get(k) or {}).get("value", "")) for k in names}
+        return {k: (v, d.recipe.raw(k) or "") for k, v in old.items() if v != (d.recipe.raw(k) or "")}
+
+    def said(pairs: dict[str, tuple[str, str]]) -> str:
+        return "; ".join(
+            f"{k}: {old or '(unset)'!s} -> {new or '(unset)'!s}" for k, (old, new) in pairs.items()
+        )
+
+    where, problems = f"RUN_NAME {d.run_name}", []
+    restored = changed(keys.RESUME_RESTORED)
+    if restored and not d.recipe.trainer_args.resume_only_model:
+        problems.append(Problem(where, f"resumes from {d.facts.previous.newest_checkpoint}, whose optimizer and "
+                                f"learning-rate schedule keep the old values ({said(restored)}): the run would "
+                                "train with the old ones while its record said the new",
+                                "restore those values to resume it; or RESUME_ONLY_MODEL=true to resume the weights "
+                                "with a new optimizer and schedule at the new values; or a new RUN_NAME"))  # fmt: skip
+    changes = changed(keys.RESUME_CHANGES)
+    if changes:
+        problems.append(Problem(where, f"resumes from {d.facts.previous.newest_checkpoint} with changed values "
+                                f"({said(changes)}): the steps before it used the old ones (manifest.json keeps "
+                                "each attempt's recipe)", "restore them to resume unchanged, or choose a new "
+                                "RUN_NAME for a run with the new values throughout", fatal=False))  # fmt: skip
+    return problems
 
 
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "MODELSCOPE_OFFLINE", "TRANSFORMERS_OFFLINE")

@@ -133,6 +133,7 @@ class TrainerArgs:
     save_steps: float
     save_total_limit: int | None
     save_only_model: bool
+    resume_only_model: bool
     log_completions: bool
 
     @classmethod

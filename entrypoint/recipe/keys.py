@@ -332,6 +332,22 @@ IDENTITY = (
     "REWARD_FUNCS", "REWARD_WEIGHTS", "SEED",
 )  # fmt: skip
 
+# What a resume restores from the checkpoint whatever the recipe now says: the optimizer's and the
+# learning-rate schedule's state (transformers' Trainer._load_optimizer_and_scheduler; a run resumed with
+# LEARNING_RATE changed kept the checkpoint's scheduler.pt base_lrs while its manifest said the new value).
+# A resume with one of them changed is refused unless RESUME_ONLY_MODEL=true (weights only: a new optimizer
+# and schedule with the new values, ms-swift's --resume_only_model).
+RESUME_RESTORED = (
+    "LEARNING_RATE", "LR_SCHEDULER_TYPE", "WARMUP_RATIO", "WARMUP_STEPS", "WEIGHT_DECAY", "ADAM_BETA1",
+    "ADAM_BETA2", "ADAM_EPSILON", "OPTIM", "MAX_GRAD_NORM",
+)  # fmt: skip
+# What GRPO's steps after a resume use as the recipe now says, though the steps before used the old values:
+# the resume goes on, saying which values changed at which step (the manifest keeps every attempt's recipe).
+RESUME_CHANGES = (
+    "NUM_GENERATIONS", "BETA", "TEMPERATURE", "TOP_P", "TOP_K", "REPETITION_PENALTY", "MAX_COMPLETION_LENGTH",
+    "MAX_LENGTH", "SYSTEM", "EPSILON", "EPSILON_HIGH", "LOSS_TYPE", "SCALE_REWARDS", "NUM_ITERATIONS",
+)  # fmt: skip
+
 # Keys that may differ between the nodes of one run (everything else must match: nodes.py).
 NODE_LOCAL = (
     "NODE_RANK", "OUTPUT_DIR", "INVENTORY", "EMBEDDED_MODEL_DIR", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from entrypoint import redact
 from entrypoint.facts.facts import MANIFEST
+from entrypoint.recipe.keys import RESUME_CHANGES, RESUME_RESTORED
 from entrypoint.recipe.load import PROJECT_DIR
 from entrypoint.record.export import write_json_atomic
 
@@ -73,7 +74,14 @@ def start(plan: Plan, previous: dict[str, Any] | None) -> dict[str, Any]:
     attempts = [dict(a) for a in previous.get("attempts", [])] if previous else []
     for attempt in attempts:  # an attempt that never recorded its end: its process was killed
         attempt.setdefault("status", "unrecorded")
-    attempts.append({"started_at": now_iso(), "resume_from": plan.resume_from or None})
+    # what each attempt trained with, of the values a resume may change (keys.RESUME_CHANGES; RESUME_RESTORED
+    # only with RESUME_ONLY_MODEL): resolved_recipe below is the last attempt's
+    trained_with = {
+        k: plan.recipe.raw(k) for k in RESUME_RESTORED + RESUME_CHANGES if plan.recipe.raw(k) is not None
+    }
+    attempts.append(
+        {"started_at": now_iso(), "resume_from": plan.resume_from or None, "values": trained_with}
+    )
     data = {
         "schema": SCHEMA_VERSION,
         "status": "running",
