@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from entrypoint.supervise import deaths
+from entrypoint.supervise import deaths, monitor
 from tests.conftest import ROOT
 
 
@@ -27,7 +29,7 @@ def test_exit_statuses_are_decoded(returncode, reported, name, said):
 
 
 def test_the_likely_cause_of_a_sigkill_comes_from_the_oom_kill_count():
-    assert "the kernel's out-of-memory killer (the container's OOM-kill count rose from 0 to 1" in (
+    assert "the kernel's out-of-memory killer (its kill count rose from 0 to 1" in (
         deaths.likely_cause("SIGKILL", (0, 1))
     )
     assert deaths.likely_cause("SIGKILL", (2, 2)).startswith("someone or something stopped it")
@@ -110,3 +112,17 @@ def test_a_reward_failure_is_the_summary_of_the_run():
         "no complete checkpoint yet: fix the reward function named above, then run the same command again "
         "to start over",  # the same command alone fails the same way (cases re-run)
     ]
+
+
+def test_the_oom_kill_count_is_the_machine_s_first_as_a_global_oom_kill_leaves_the_cgroup_s_unchanged(
+    tmp_path,
+):
+    """/proc/vmstat's oom_kill counts every OOM kill on the machine (the global OOM killer included, which a
+    cgroup's memory.events does not count); the cgroup's count is the fallback where vmstat has none."""
+    vmstat, events = tmp_path / "vmstat", tmp_path / "memory.events"
+    vmstat.write_text("nr_free_pages 12\noom_kill 7\n")
+    events.write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
+    assert monitor.oom_kills((vmstat, events)) == 7
+    assert monitor.oom_kills((tmp_path / "none", events)) == 0
+    assert monitor.oom_kills((tmp_path / "none",)) is None
+    assert monitor.OOM_FILES[0] == Path("/proc/vmstat")

@@ -8,8 +8,8 @@ resumes were never said. Here:
   SIGKILL, 139 SIGSEGV) and 256-N (ms-swift's `swift` CLI hands its child's -N to sys.exit, which exits
   256-N: 247 is SIGKILL; v3.6.4:swift/cli/main.py `sys.exit(result.returncode)`), or the signal torchrun
   reported in the log (launch.exit_signal);
-- `likely_cause` says who sends such a signal: the kernel's OOM killer when the cgroup's OOM-kill count
-  rose during the run (cgroup v2 memory.events `oom_kill`, v1 memory.oom_control), else someone or
+- `likely_cause` says who sends such a signal: the kernel's OOM killer when its OOM-kill count
+  rose during the run (/proc/vmstat `oom_kill`, else the cgroup's: monitor.OOM_FILES), else someone or
   something stopping it;
 - `Tail` keeps a child's last lines without start-up dumps (ms-swift prints the model's module tree and
   `RLHFArguments(...)`, hundreds of lines each): a dump becomes one line saying where it is;
@@ -128,18 +128,20 @@ def describe_exit(returncode: int | None, reported: str | None = None) -> str:
 
 
 def likely_cause(signame: str | None, oom_kills: tuple[int | None, int | None]) -> str:
-    """Who sends `signame`, given the cgroup's OOM-kill count (before, after; None: not readable here)."""
+    """Who sends `signame`, given the kernel's OOM-kill count (monitor.oom_kills: before, after; None: not readable here)."""
     before, after = oom_kills
     if signame == "SIGKILL":
         if before is not None and after is not None and after > before:
-            return (f"the kernel's out-of-memory killer (the container's OOM-kill count rose from {before} to "
-                    f"{after} during the run): the run needed more RAM than the machine or the container's memory "
-                    "limit gives; give it more memory, or lower PER_DEVICE_TRAIN_BATCH_SIZE or DATALOADER_NUM_WORKERS")  # fmt: skip
+            return (f"the kernel's out-of-memory killer (its kill count rose from {before} to {after} during the "
+                    "run): the run needed more RAM than the machine or the container's memory limit gives; give it "
+                    "more memory, shorten the prompts or MAX_LENGTH, or lower PER_DEVICE_TRAIN_BATCH_SIZE or "
+                    "DATALOADER_NUM_WORKERS")  # fmt: skip
         if before is not None and after is not None:
             return ("someone or something stopped it (kill -9, docker kill, docker stop after its timeout, a job "
-                    "scheduler's limit); not the kernel's out-of-memory killer: the container's OOM-kill count did not change")  # fmt: skip
+                    "scheduler's limit); not the kernel's out-of-memory killer: its kill count did not change")  # fmt: skip
         return ("the kernel's out-of-memory killer, or someone or something stopping it (kill -9, docker kill, a job "
-                "scheduler); this host does not let the run read its OOM-kill count (memory.events) to tell which")  # fmt: skip
+                "scheduler); this host does not let the run read the kernel's OOM-kill count (/proc/vmstat, "
+                "memory.events) to tell which")  # fmt: skip
     if signame in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"):
         return "someone or something asked it to stop (kill, docker stop, a job scheduler)"
     if signame in ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE"):

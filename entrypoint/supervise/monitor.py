@@ -41,14 +41,23 @@ def latest_step(logging_jsonl: Path) -> int:
     return 0
 
 
-# The kernel counts the processes its OOM killer ended, per cgroup: cgroup v2's memory.events `oom_kill`
-# (Documentation/admin-guide/cgroup-v2.rst), cgroup v1's memory.oom_control `oom_kill` (Linux >= 4.13).
-OOM_FILES = (Path("/sys/fs/cgroup/memory.events"), Path("/sys/fs/cgroup/memory/memory.oom_control"))
+# The kernel counts the processes its OOM killer ended: machine-wide in /proc/vmstat `oom_kill` (Linux >=
+# 4.13; not namespaced, so a container reads the host's), and per cgroup in cgroup v2's memory.events
+# `oom_kill` (Documentation/admin-guide/cgroup-v2.rst) or v1's memory.oom_control. The machine's count comes
+# first: a global OOM kill (the machine out of RAM, no container limit reached) leaves the cgroup's count
+# unchanged; seen on 2026-12-03, a trainer at 22.3 GB RSS killed by the global OOM killer was reported "not
+# the kernel's out-of-memory killer".
+OOM_FILES = (
+    Path("/proc/vmstat"),
+    Path("/sys/fs/cgroup/memory.events"),
+    Path("/sys/fs/cgroup/memory/memory.oom_control"),
+)
 
 
 def oom_kills(files: tuple[Path, ...] = OOM_FILES) -> int | None:
-    """How many processes of this container's cgroup the kernel's OOM killer has ended, None where the host
-    does not let us read it (deaths.likely_cause compares the count before and after a run)."""
+    """How many processes the kernel's OOM killer has ended (on this machine, else in this container's
+    cgroup: OOM_FILES), None where the host lets us read neither (deaths.likely_cause compares the count
+    before and after a run)."""
     for path in files:
         try:
             text = path.read_text()
