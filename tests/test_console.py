@@ -190,3 +190,27 @@ def test_a_child_hook_that_did_not_install_shows_once_per_hook_whichever_process
     out = [console.shown("trainer", notice), console.shown("trainer", f"[rank1]: {notice}"),
            console.shown("rollout", notice), console.shown("trainer", f"[rank1]: {other}")]  # fmt: skip
     assert out == [notice, None, None, other]
+
+
+def test_the_automatic_stall_bound_is_ten_longest_steps_and_never_before_the_first_or_after_the_last():
+    from entrypoint.supervise.console import Console
+
+    now = [0.0]
+    console = Console(clock=lambda: now[0], total_steps=10)
+    assert console.stalled() == ""  # the start-up: model downloads, compilation
+    for step, at in ((1, 100.0), (2, 130.0), (3, 150.0)):  # steps of 30 s and 20 s
+        now[0] = at
+        console.shown(
+            "trainer", f"{{'loss': 0.1, 'global_step/max_steps': '{step}/10', 'elapsed_time': '{at}s'}}"
+        )
+    now[0] = 150.0 + 599
+    assert console.stalled() == ""  # 10 x 30 s is below the 600 s floor
+    now[0] = 150.0 + 601
+    said = console.stalled()
+    assert (
+        said.startswith("stalled: step 4/10")
+        and "10 x the longest step before (30 s), at least 600 s" in said
+    )
+    console.shown("trainer", "{'loss': 0.1, 'global_step/max_steps': '10/10', 'elapsed_time': '9000s'}")
+    now[0] += 10_000
+    assert console.stalled() == ""  # the final save and exit are not steps

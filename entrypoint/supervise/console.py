@@ -36,6 +36,8 @@ from entrypoint.child.runtime import NOT_INSTALLED
 from entrypoint.supervise.deaths import TRACEBACK_START, in_traceback
 
 HEARTBEAT_SECONDS = 30.0
+STALL_FLOOR_SECONDS = 600.0  # the automatic stall bound never goes below (the first steps warm caches up)
+STALL_FACTOR = 10  # x the longest step so far: the automatic stall bound
 MILESTONES = (
     "Loading the model using model_dir", "model_parameter_info", "The logging file will be saved",
     "Saving model checkpoint", "End time of running main", "last_model_checkpoint", "Downloading the model",
@@ -56,8 +58,11 @@ class Console:
         events: Path | None = None,
         clock=time.monotonic,
         total_steps: int | None = None,
+        stall_seconds: float = 0.0,
     ):
         self.show_all, self.events, self.clock = show_all, events, clock
+        self.stall_seconds = stall_seconds  # STALL_SECONDS: 0 automatic (stalled())
+        self.longest = 0.0  # the longest wait between two step lines so far, seconds
         self.started = clock()
         self.folding: set[str] = set()  # roles inside a traceback: its frames stay in the log
         self.folded: set[str] = set()  # roles whose console already said where their tracebacks are
@@ -125,6 +130,8 @@ class Console:
         else:
             per_step = (now - self.step_at) / max(1, done - before)
         self.step_elapsed = elapsed or 0.0
+        if self.step:  # between two step lines (the first holds the start-up)
+            self.longest = max(self.longest, now - self.step_at)
         self.step, self.step_at, self.total = (done, total), now, total
         reward = row.get("reward")
         parts = [f"step {done}/{total}"]
@@ -147,6 +154,29 @@ class Console:
             return f"ETA after step {done + 1}" if done == 1 and total > 1 else f"ETA {remaining or '?'}"
         pace = (elapsed - self.first[1]) / (done - self.first[0])
         return f"ETA {format_seconds(pace * max(0, total - done))}"
+
+    def stalled(self) -> str:
+        """Why the run counts as stalled ('' while it does not): after the first step line, no next one for
+        STALL_SECONDS, or by default for 10 x the longest step so far and at least STALL_FLOOR_SECONDS. The
+        watchdogs upstream wait 30 minutes (NCCL's, ms-swift's weight sync) or forever (a reward function
+        that never returns); a GRPO step is seconds to minutes."""
+        if not self.step or (
+            self.total and self.step[0] >= self.total
+        ):  # before step 1, or saving at the end
+            return ""
+        bound = self.stall_seconds or max(STALL_FLOOR_SECONDS, STALL_FACTOR * self.longest)
+        waited = self.clock() - self.step_at
+        if waited < bound:
+            return ""
+        rule = (f"STALL_SECONDS={self.stall_seconds:g}" if self.stall_seconds else
+                f"{STALL_FACTOR} x the longest step before ({self.longest:.0f} s), at least {STALL_FLOOR_SECONDS:.0f} s")  # fmt: skip
+        doing = self.heartbeat().split(" (full output")[0]
+        return (
+            f"stalled: {doing}, with no step for {waited:.0f} s ({rule}); the usual causes: a reward "
+            "function that never returns, a weight sync or NCCL collective that hangs; where it waits: "
+            "`py-spy dump --pid <trainer pid>` (its last lines below, all of them in logs/trainer.log); "
+            "raise STALL_SECONDS if a step can truly take this long"
+        )
 
     def heartbeat(self) -> str:
         """What the trainer is doing now, from its last event (start-up marks, then GRPO phases), with the

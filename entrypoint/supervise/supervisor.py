@@ -87,6 +87,10 @@ class ChildFailed(Exception):
         return f"{self.role} {self.reason}. Its last lines:\n{lines}"
 
 
+class Stalled(Exception):
+    """The trainer made no progress for the stall bound (console.Console.stalled): the run is ended."""
+
+
 class Printer:
     """The console: `say` for the entrypoint's own lines, `line` for a child's, one lock for both."""
 
@@ -110,6 +114,10 @@ class Printer:
             if text is None:
                 return
         self._write(self.prefix(role) + text)
+
+    def stalled(self) -> str:
+        """Why the run counts as stalled, '' while it does not (console.Console.stalled)."""
+        return self.shown.stalled() if self.shown is not None and hasattr(self.shown, "stalled") else ""
 
     def tick(self) -> None:
         """A heartbeat line when the console has been quiet for a while (console.HEARTBEAT_SECONDS)."""
@@ -354,6 +362,9 @@ class Supervisor:
                         child.state = ChildState.SUCCEEDED if rc == 0 else ChildState.FAILED
                         return child
             self.printer.tick()
+            stalled = self.printer.stalled()
+            if stalled:
+                raise Stalled(stalled)
             self.sleep(POLL_SECONDS)
 
     def stop_all(self) -> None:
@@ -440,7 +451,10 @@ def launch(
             if process.role == "rollout":
                 _start_healthy(supervisor, process, startup_timeout)
         trainer = supervisor.start(next(p for p in processes if p.role == "trainer"))
-        first = supervisor.wait_any()
+        try:
+            first = supervisor.wait_any()
+        except Stalled as exc:  # the policy: a stalled trainer ends the run as a failure of the trainer
+            raise ChildFailed("trainer", None, list(trainer.tail), str(exc)) from None
         if first is trainer and first.state is ChildState.SUCCEEDED:
             return Outcome("completed", EXIT_OK)
         rc = first.popen.returncode
