@@ -1145,3 +1145,27 @@ def test_a_model_directory_with_a_config_but_no_weights_is_refused_naming_the_do
         proc = run_cli("validate", "recipe=smoke", f"MODEL={model}", "MODEL_SOURCE=hub", env=clean_env())
         assert "no weights" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
         (model / weights).unlink()
+
+
+def test_prompts_longer_than_max_length_are_refused_when_every_row_is_and_warned_when_some_may_be(tmp_path):
+    """ms-swift drops a row longer than MAX_LENGTH after the model loaded (truncation_strategy 'delete'): 8
+    prompts of ~4,000 tokens at MAX_LENGTH=512 once validated and then grew to 22 GB of RAM."""
+    long_row = json.dumps({"messages": [{"role": "user", "content": "word " * 4000}], "solution": "1"})
+    short_row = json.dumps({"messages": [USER], "solution": "42"})
+    err = refused_dataset(tmp_path, write_dataset(tmp_path, [long_row] * 8), "accuracy", "MAX_LENGTH=512",
+                          "NUM_GENERATIONS=2")  # fmt: skip
+    assert "every row read has a prompt longer than MAX_LENGTH=512 (at least 3333 tokens)" in err
+    assert "raise MAX_LENGTH" in err
+    (tmp_path / "mixed").mkdir()
+    (tmp_path / "fits").mkdir()
+    mixed = write_dataset(tmp_path / "mixed", [short_row] * 19 + [long_row])
+    proc = run_cli("validate", "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={mixed}", "REWARD_FUNCS=accuracy",
+                   "MAX_LENGTH=512", env=clean_env())  # fmt: skip
+    said = proc.stdout + proc.stderr
+    assert (
+        proc.returncode == 0 and "1 of 20 rows read may have a prompt longer than MAX_LENGTH=512" in said
+    ), said
+    fits = write_dataset(tmp_path / "fits", [short_row] * 20)
+    proc = run_cli("validate", "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={fits}", "REWARD_FUNCS=accuracy",
+                   "MAX_LENGTH=512", env=clean_env())  # fmt: skip
+    assert "MAX_LENGTH" not in proc.stdout + proc.stderr

@@ -131,7 +131,7 @@ def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
     if not s.DATASET_GENERATOR:
         found = dataset.check(
             plan.dataset_paths, needed, prompts_needed, a.split_dataset_ratio, plan.offline, a.use_hf, facts,
-            batch_fix=batch_fix(plan),
+            batch_fix=batch_fix(plan), max_length=a.max_length,
         )  # fmt: skip
         return problems + found.problems
     generated = set(tasks.TASKS[s.DATASET_GENERATOR].columns)

@@ -30,6 +30,7 @@ from entrypoint.facts.datasets import (
     standard_messages,
     type_name,
 )
+from entrypoint.plan import memory
 
 if TYPE_CHECKING:
     from entrypoint.facts.facts import Facts
@@ -208,6 +209,7 @@ def check(
     facts: Facts,
     key: str = "DATASET",
     batch_fix: str = "lower PER_DEVICE_TRAIN_BATCH_SIZE / GRADIENT_ACCUMULATION_STEPS",
+    max_length: int | None = None,
 ) -> DatasetCheck:
     """Check every dataset (as host.gather read it into `facts`) of recipe key `key` (DATASET or
     VAL_DATASET): its problems and the training prompts in local files (None if unknown). A file
@@ -217,7 +219,7 @@ def check(
     total_prompts: int | None = 0
     for text in specs:
         spec = parse_spec(text)
-        found, prompts = _check_one(text, spec, needed, offline, use_hf, facts, key)
+        found, prompts = _check_one(text, spec, needed, offline, use_hf, facts, key, max_length=max_length)
         problems += found
         total_prompts = None if prompts is None or total_prompts is None else total_prompts + prompts
     if total_prompts is not None and prompts_needed:
@@ -243,6 +245,7 @@ def _check_one(
     facts: Facts,
     key: str = "DATASET",
     batch_fix: str = "lower PER_DEVICE_TRAIN_BATCH_SIZE / GRADIENT_ACCUMULATION_STEPS",
+    max_length: int | None = None,
 ) -> tuple[list[Problem], int | None]:
     """Problems of one dataset of recipe key `key` and its prompt count (None: unknown)."""
     where = f"{key} {text}"
@@ -292,4 +295,45 @@ def _check_one(
     if not rows:
         problems.append(Problem(where, "has no rows", "add rows"))
     problems += check_messages(path, rows) + check_columns(path, rows, needed) + check_types(path, rows)
+    problems += check_lengths(path, rows, max_length)
     return problems, min(data.count, spec.rows) if spec.rows else data.count
+
+
+def prompt_token_bounds(row: dict) -> tuple[int, int]:
+    """(at least, at most) tokens of a row's prompt, without a tokenizer: at least one per 6 ASCII characters
+    and per 2 other characters (a CJK character is 1-2 tokens in Qwen's and Llama's vocabularies); at most
+    memory.estimate_prompt_tokens (3.5 ASCII characters per token, 1 per other, 8 per message)."""
+    messages = row.get(message_column(row) or "") or [
+        {"content": str(next((row[c] for c in PROMPT_COLUMNS if c in row), ""))}
+    ]
+    text = "".join(
+        str(m.get("content", "")) if isinstance(m, dict) else str(m)
+        for m in (messages if isinstance(messages, list) else [messages])
+    )
+    ascii_chars = sum(1 for ch in text if ord(ch) < 128)
+    return ascii_chars // 6 + (len(text) - ascii_chars) // 2, memory.estimate_prompt_tokens([row])  # fmt: skip
+
+
+def check_lengths(path: Path, rows: list[tuple[int, dict]], max_length: int | None) -> list[Problem]:
+    """Prompts longer than MAX_LENGTH: ms-swift 3.6.4 drops a row whose encoding exceeds max_length (its
+    default truncation_strategy 'delete', v3.6.4:swift/llm/argument/base_args/template_args.py:63), once the
+    model has loaded; with every prompt too long nothing is left to train on (a run of ~5,000-token prompts
+    at MAX_LENGTH=512 grew to 22 GB of RAM until the kernel ended it). Refused when every row read is
+    surely too long, a warning when some may be."""
+    if not max_length or not rows:
+        return []
+    bounds = [(number, *prompt_token_bounds(row)) for number, row in rows if isinstance(row, dict)]
+    maybe = [(number, high) for number, low, high in bounds if high > max_length]
+    surely = [low for _, low, _ in bounds if low > max_length]
+    where, fix = f"dataset {path}", ("raise MAX_LENGTH above the longest prompt plus MAX_COMPLETION_LENGTH, or "
+                                     "shorten the prompts")  # fmt: skip
+    if bounds and len(surely) == len(bounds):
+        return [Problem(where, f"every row read has a prompt longer than MAX_LENGTH={max_length} (at least "
+                        f"{min(surely)} tokens): ms-swift drops such rows after loading the model, leaving nothing "
+                        "to train on", fix)]  # fmt: skip
+    if maybe:
+        number, high = max(maybe, key=lambda m: m[1])
+        return [Problem(where, f"{len(maybe)} of {len(bounds)} rows read may have a prompt longer than "
+                        f"MAX_LENGTH={max_length} (up to about {high} tokens, line {number}): ms-swift drops them",
+                        fix, fatal=False)]  # fmt: skip
+    return []
