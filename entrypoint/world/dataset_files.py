@@ -107,12 +107,14 @@ def _read_jsonl(path: Path) -> tuple[list[tuple[int, dict]], int, list[Problem]]
     rows: list[tuple[int, dict]] = []
     problems: list[Problem] = []
     total = 0
+    last: tuple[int, str] | None = None  # the last line past MAX_ROWS_PARSED: a file cut short ends there
     with path.open("r", encoding="utf-8-sig", errors="strict") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
             total += 1
             if len(rows) >= MAX_ROWS_PARSED:
+                last = (number, line)
                 continue
             try:
                 row = json.loads(line.rstrip("\r\n"))  # a column past the newline would point nowhere
@@ -134,4 +136,20 @@ def _read_jsonl(path: Path) -> tuple[list[tuple[int, dict]], int, list[Problem]]
                                         "one JSON object per line"))  # fmt: skip
                 continue
             rows.append((number, row))
-    return rows, total, problems
+    return rows, total, problems + _beyond_the_parsed(where, total, last)
+
+
+def _beyond_the_parsed(where: str, total: int, last: tuple[int, str] | None) -> list[Problem]:
+    """Past MAX_ROWS_PARSED rows only lines are counted (seconds, not minutes, for a million rows): the last
+    line is still parsed (a download or copy cut short ends mid-line, which `datasets` fails on only after
+    ms-swift loaded the model), and a warning says how much was checked."""
+    if last is None:
+        return []
+    number, line = last
+    try:
+        json.loads(line.rstrip("\r\n"))
+    except ValueError as exc:
+        return [Problem(f"{where} line {number}", f"(the last line) is not JSON ({exc.msg}): the file looks cut short",
+                        "write or copy the file again")]  # fmt: skip
+    return [Problem(where, f"has {total} rows: the first {MAX_ROWS_PARSED} were checked, the rest counted (and the "
+                    "last line parsed)", "split it, or check the rest with a script of your own", fatal=False)]  # fmt: skip
