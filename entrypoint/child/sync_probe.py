@@ -3,7 +3,8 @@ installed by hooks/sync_probe.py).
 
 In colocate mode ms-swift 3.6.4 merges the LoRA adapter into the policy, copies the merged weights into
 the colocated vLLM engine (`llm_model.load_weights`) and unmerges, before every generation round
-(GRPOTrainer._move_model_to_vllm). Should that copy not reach the engine, every rollout comes from the
+(GRPOTrainer._move_model_to_vllm); with hooks/adapter_sync.py the engine is given the adapter instead, and
+the probe generates with it. Should that copy not reach the engine, every rollout comes from the
 base model: training goes on, the loss moves, nothing fails, and the run learns from stale samples. So,
 once, at the first weight push after an optimizer step (global_step >= 1), rank 0:
 
@@ -20,7 +21,7 @@ moved away from the base model by more than that noise, or the comparison proves
 GRPO_RIG_SYNC_PROBE_BREAK=1 the push itself is skipped (vLLM keeps the base weights): the fault the check
 must see, used by tests/gpu/test_weight_sync.py to show that it does.
 
-Only with a colocated, awake engine (SLEEP_LEVEL=0); otherwise the line says why it was skipped.
+Only with a colocated engine; with sleep mode the probe runs at the generation after that push (install).
 """
 
 from __future__ import annotations
@@ -65,14 +66,17 @@ def verdict(record: dict) -> tuple[bool, str]:
     return False, f"vLLM's weights are neither clearly the trained nor the base model's ({numbers})"
 
 
-def _vllm_greedy(engine, prompt_ids: list[list[int]]) -> list[tuple[list[int], list[float]]]:
-    """(tokens, log-probabilities) of a greedy answer per prompt from a vLLM LLMEngine (V0 or V1)."""
+def _vllm_greedy(engine, prompt_ids: list[list[int]], lora_request=None) -> list[tuple[list[int], list[float]]]:
+    """(tokens, log-probabilities) of a greedy answer per prompt from a vLLM LLMEngine (V0 or V1), with the
+    adapter of `lora_request` (vLLM's LoRARequest) when the engine serves the trained adapter itself
+    (hooks/adapter_sync.py)."""
     from vllm import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=PROBE_TOKENS, logprobs=1)
     ids = [f"grpo-rig-probe-{i}" for i in range(len(prompt_ids))]
     for request_id, prompt in zip(ids, prompt_ids, strict=True):
-        engine.add_request(request_id, {"prompt_token_ids": prompt}, params)
+        adapter = {"lora_request": lora_request} if lora_request is not None else {}
+        engine.add_request(request_id, {"prompt_token_ids": prompt}, params, **adapter)
     done = {}
     while engine.has_unfinished_requests():
         for output in engine.step():
@@ -109,7 +113,7 @@ def measure(trainer) -> dict:
         )["input_ids"]
         for p in PROMPTS
     ]  # fmt: skip
-    answers = _vllm_greedy(trainer.engine.engine, prompts)
+    answers = _vllm_greedy(trainer.engine.engine, prompts, getattr(trainer, "_grpo_rig_lora_request", None))
     model = trainer.accelerator.unwrap_model(trainer.model)
     training = model.training
     model.eval()
@@ -150,10 +154,28 @@ def agreement(
     return statistics.fmean(a == t for a, t in pairs) if pairs else 0.0
 
 
+def _record(trainer, break_sync: bool) -> dict:
+    """The probe's record now, or why it could not be taken (the probe never ends the run it observes)."""
+    try:
+        record = measure(trainer)
+    except Exception as exc:
+        record = {"step": trainer.state.global_step, "error": repr(exc)}
+    record["sync_skipped"] = break_sync
+    return record
+
+
 def install(trainer_cls, path: str, break_sync: bool) -> None:
     """Wrap trainer_cls._move_model_to_vllm: the probe after the first push that follows an optimizer step;
-    with `break_sync`, no push at all (vLLM keeps the base weights)."""
+    with `break_sync`, no push at all (vLLM keeps the weights it had). With sleep mode, vLLM's KV cache is
+    still asleep at the push, so the probe waits for the generation that follows (trainer_cls._engine_infer),
+    where the whole engine is awake; the trainer's model may then be offloaded to the CPU, where it scores
+    the probe's tokens."""
     push = trainer_cls._move_model_to_vllm
+    engine_infer = trainer_cls._engine_infer
+
+    def write(record: dict) -> None:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
 
     def _move_model_to_vllm(self, *args, **kwargs):
         if not break_sync:
@@ -161,18 +183,19 @@ def install(trainer_cls, path: str, break_sync: bool) -> None:
         if self.state.global_step < 1 or getattr(self, "_grpo_rig_probed", False):
             return
         self._grpo_rig_probed = True
-        if getattr(self, "vllm_mode", None) != "colocate" or getattr(self.args, "sleep_level", 0) > 0:
-            record = {
-                "step": self.state.global_step,
-                "skipped": "the probe needs a colocated vLLM, SLEEP_LEVEL=0",
-            }
+        if getattr(self, "vllm_mode", None) != "colocate":
+            write({"step": self.state.global_step, "skipped": "the probe needs a colocated vLLM",
+                   "sync_skipped": break_sync})  # fmt: skip
+        elif getattr(self.args, "sleep_level", 0) > 0:
+            self._grpo_rig_probe_pending = True
         else:
-            try:
-                record = measure(self)
-            except Exception as exc:  # the probe must not end the run it observes
-                record = {"step": self.state.global_step, "error": repr(exc)}
-        record["sync_skipped"] = break_sync
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+            write(_record(self, break_sync))
+
+    def _engine_infer(self, *args, **kwargs):
+        if getattr(self, "_grpo_rig_probe_pending", False):
+            self._grpo_rig_probe_pending = False
+            write(_record(self, break_sync))
+        return engine_infer(self, *args, **kwargs)
 
     trainer_cls._move_model_to_vllm = _move_model_to_vllm
+    trainer_cls._engine_infer = _engine_infer

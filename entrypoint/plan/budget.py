@@ -36,7 +36,6 @@ PROMPT_SAMPLE_ROWS = 2000  # rows of each dataset the prompt-length estimate rea
 # swift/llm/dataset/dataset/llm.py:491-501, 324 characters with four two-digit numbers and a three-digit
 # target) under Qwen2.5's default system prompt is 127 by memory.estimate_prompt_tokens; 160 with margin.
 HUB_PROMPT_TOKENS = {"zouxuhong/Countdown-Tasks-3to4": 160}
-SLEEPING_VLLM_GIB = 0.3  # what a sleeping colocated vLLM keeps (allocator pools, NCCL)
 # The keys the batch arithmetic reads: while one of them is refused, the arithmetic would judge a default.
 BATCH_KEYS = {
     "PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "STEPS_PER_GENERATION", "GENERATION_BATCH_SIZE",
@@ -231,6 +230,7 @@ def colocate_settings(
         expandable=expandable,
         liger=a.use_liger_kernel,
         engine_v0=v0,
+        offload_model=a.offload_model,
     )
 
 
@@ -268,13 +268,12 @@ def per_gpu(
                 GpuEstimate(gpu, "trainer", total, CUDA_CONTEXT_GIB + train.peak, training_parts)
             )
         elif offload:
-            # Offloading empties torch's cache around generation, so the two phases do not meet on the card
-            # (not calibrated: no offload measurement yet).
-            vllm = colocate.utilization * total
-            sleeping = SLEEPING_VLLM_GIB if colocate.sleep_level >= 1 else vllm
-            peak = max(CUDA_CONTEXT_GIB + vllm, CUDA_CONTEXT_GIB + train.peak + sleeping)
-            estimates.append(GpuEstimate(gpu, "trainer + vLLM (colocate, offload)", total, peak,
-                                         {**training_parts, "vLLM": vllm}))  # fmt: skip
+            # the phases do not meet on the card: the peak is the larger one (memory.offload_phases)
+            phases = memory.offload_phases(train, total, colocate, coef)
+            sums = {name: sum(parts.values()) for name, parts in phases.items()}
+            larger = max(sums, key=sums.get)
+            estimates.append(GpuEstimate(gpu, f"trainer + vLLM (colocate, offload; peak in {larger})", total,
+                                         sums[larger], phases[larger]))  # fmt: skip
         else:
             calibrated = w.dims.params <= memory.CALIBRATED_MAX_PARAMS
             parts = memory.colocate_peak(train, total, colocate, coef, calibrated)

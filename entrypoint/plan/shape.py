@@ -438,12 +438,14 @@ def smallest_share(budget: Budget, layout: Layout, per_process: int, v0: bool | 
     """The smallest colocated share, in steps of UTILIZATION_STEP, whose KV cache holds this process's
     generation round (`per_process` sequences) and one sequence of max_model_len with KV_MARGIN, after the
     context and both copies of the weights on the smallest training card (`v0`: vLLM's V0 engine, which
-    counts only its own; default the budget's engine); UTILIZATION_CEILING when none holds. Needs
-    budget.workload and budget.colocate."""
+    counts only its own; default the budget's engine); UTILIZATION_CEILING when none holds. With OFFLOAD_MODEL
+    the trainer's weights are on the CPU while the engine starts (ms-swift builds it inside offload_context:
+    v3.6.4 grpo_trainer.py:274-280) and while it generates: only vLLM's copy counts. Needs budget.workload and
+    budget.colocate."""
     w, current = budget.workload, budget.colocate
     v0 = current.engine_v0 if v0 is None else v0
     card = min(budget.card(g) for g in layout.train_gpus)
-    resident = memory.estimate_training(w).weights
+    resident = 0.0 if current.offload_model else memory.estimate_training(w).weights
     tokens = w.prompt_tokens + w.completion_tokens
     need = KV_MARGIN * memory.kv_gib(w.dims, w.dtype_bytes, max(current.max_model_len, per_process * tokens))
     util = UTILIZATION_FLOOR
@@ -538,6 +540,8 @@ def _vllm_share(
                 + (
                     "vLLM's own weights (its V0 engine counts only what it allocates)"
                     if v0
+                    else "the context and vLLM's weights (the trainer's are on the CPU while vLLM generates)"
+                    if current.offload_model
                     else "the context and both copies of the weights"
                 )
                 + f"; the rest of the {card:.1f} GiB card trains"

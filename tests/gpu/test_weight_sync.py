@@ -6,6 +6,7 @@ trainer's sync probe on (entrypoint/child/sync_probe.py): after the first optimi
 own vLLM engine answers fixed prompts greedily, and the trainer's model scores the same tokens with the
 adapter on and off. One run syncs as ms-swift does; the other skips the weight push
 (GRPO_RIG_SYNC_PROBE_BREAK=1), the fault this test exists to catch, and the same assertion must fail on it.
+Both on each of the two sync paths (PATHS).
 A high learning rate moves the policy well past the bf16 noise between vLLM's and HF's kernels in one step
 (on the lent H200: 0.27 against 0.03 per token, docs/gpu-evidence.md).
 """
@@ -26,40 +27,52 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.gpu
 
 
+# The two ways the trained weights reach a colocated vLLM: ms-swift's (the adapter merged into a full copy of
+# the weights, copied into vLLM each step; arithmetic-gpu as planned) and the one-weight-copy path's (the
+# trainer offloaded around generation, vLLM asleep around training and given only the trained adapter:
+# entrypoint/child/hooks/adapter_sync.py, the path recipes/countdown-7b-1x4090.env takes).
+PATHS = {
+    "merged weights": (),
+    "adapter only": ("SLEEP_LEVEL=1", "OFFLOAD_MODEL=true", "OFFLOAD_OPTIMIZER=true"),
+}
+RUNS = {"synced": False, "sync skipped": True}
+
+
 @pytest.fixture(scope="module")
-def probe_records(gpu_env, tmp_path_factory) -> dict[str, dict]:
-    """{"synced" | "sync skipped": the probe's record}, from two runs started together."""
+def probe_records(gpu_env, tmp_path_factory) -> dict[tuple[str, str], dict]:
+    """{(path, "synced" | "sync skipped"): the probe's record}, from four runs started together."""
     embedded = Path(gpu_env.get("EMBEDDED_MODEL_DIR", "~/.cache/grpo-rig/models")).expanduser()
     if not models.is_prepared(models.lookup(models.DEFAULT_MODEL), embedded):
         pytest.skip(f"the embedded model is not prepared in {embedded}: run `make model`")
     out = tmp_path_factory.mktemp("weight-sync")
     procs = {}
-    for name, broken in (("synced", False), ("sync skipped", True)):
-        slug = name.replace(" ", "-")
-        # each run its own compile cache: two engines compiling the same graph at once share no files
-        env = {
-            **gpu_env,
-            "GRPO_RIG_SYNC_PROBE": str(out / f"{slug}.jsonl"),
-            "VLLM_CACHE_ROOT": str(out / f"{slug}-vllm"),
-        }
-        if broken:
-            env["GRPO_RIG_SYNC_PROBE_BREAK"] = "1"
-        argv = [sys.executable, "-m", "entrypoint", "train", "recipe=arithmetic-gpu", "EMULATE_VRAM_GB=24",
-                "MAX_STEPS=5", "SAVE_STEPS=5", "LEARNING_RATE=2e-3", "DATASET_ROWS=64", "OFFLINE=true",
-                f"OUTPUT_DIR={out}", f"RUN_NAME={slug}"]  # fmt: skip
-        log = (out / f"{slug}.console.log").open("w")
-        procs[name] = (subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), slug)  # noqa: S603
+    for path, pairs in PATHS.items():
+        for name, broken in RUNS.items():
+            slug = f"{path}-{name}".replace(" ", "-")
+            # each run its own compile cache: two engines compiling the same graph at once share no files
+            env = {
+                **gpu_env,
+                "GRPO_RIG_SYNC_PROBE": str(out / f"{slug}.jsonl"),
+                "VLLM_CACHE_ROOT": str(out / f"{slug}-vllm"),
+            }
+            if broken:
+                env["GRPO_RIG_SYNC_PROBE_BREAK"] = "1"
+            argv = [sys.executable, "-m", "entrypoint", "train", "recipe=arithmetic-gpu", "EMULATE_VRAM_GB=24",
+                    "MAX_STEPS=5", "SAVE_STEPS=5", "LEARNING_RATE=2e-3", "DATASET_ROWS=64", "OFFLINE=true",
+                    f"OUTPUT_DIR={out}", f"RUN_NAME={slug}", *pairs]  # fmt: skip
+            log = (out / f"{slug}.console.log").open("w")
+            procs[path, name] = (subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), slug)  # noqa: S603
     records = {}
-    for name, (proc, slug) in procs.items():
+    for key, (proc, slug) in procs.items():
         code = proc.wait(timeout=1500)
         console = (out / f"{slug}.console.log").read_text()
         assert code == 0, console[-4000:]
+        if key[0] == "adapter only":  # the plan put this run on the adapter path
+            assert "GRPO_RIG_ADAPTER_SYNC=" in console, console[:4000]
         lines = (out / f"{slug}.jsonl").read_text().splitlines() if (out / f"{slug}.jsonl").exists() else []
-        assert lines, f"the probe wrote nothing for the {name} run: {console[-3000:]}"
-        records[name] = json.loads(lines[0])
-        print(
-            f"{name}: {json.dumps({k: v for k, v in records[name].items() if k not in ('logprobs', 'tokens')})}"
-        )
+        assert lines, f"the probe wrote nothing for the {key} run: {console[-3000:]}"
+        records[key] = json.loads(lines[0])
+        print(f"{key}: {json.dumps({k: v for k, v in records[key].items() if k not in ('logprobs', 'tokens')})}")
     return records
 
 
@@ -70,6 +83,7 @@ def _assert_synced(record: dict) -> None:
     assert synced, why
 
 
+@pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize(
     "run",
     [
@@ -82,13 +96,14 @@ def _assert_synced(record: dict) -> None:
         ),
     ],
 )
-def test_vllm_generates_from_the_trained_weights(probe_records, run):
-    _assert_synced(probe_records[run])
+def test_vllm_generates_from_the_trained_weights(probe_records, path, run):
+    _assert_synced(probe_records[path, run])
 
 
-def test_with_the_sync_skipped_vllm_is_the_base_model(probe_records):
+@pytest.mark.parametrize("path", list(PATHS))
+def test_with_the_sync_skipped_vllm_is_the_base_model(probe_records, path):
     """The broken run's vLLM matches the base model about as well as the healthy run's matches the trainer."""
-    broken, healthy = probe_records["sync skipped"], probe_records["synced"]
+    broken, healthy = probe_records[path, "sync skipped"], probe_records[path, "synced"]
     synced, why = probe.verdict(broken)
     assert not synced and "closer to the base model" in why, why
     # and the trainer itself moved as far in both runs: the runs differ only in what reached vLLM

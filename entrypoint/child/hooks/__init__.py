@@ -57,6 +57,7 @@ class Hook:
 
 # The modules import Hook and Target from this package; they are imported once both exist.
 from entrypoint.child.hooks import (  # noqa: E402
+    adapter_sync,
     emulate_vram,
     events,
     graphs_up_to_max_seqs,
@@ -70,7 +71,8 @@ from entrypoint.child.hooks import (  # noqa: E402
     top_k_first,
 )
 
-# Install order: hooks on the same module run in this order once it is imported. lean and sync_probe come
+# Install order: hooks on the same module run in this order once it is imported. adapter_sync replaces the
+# weight sync before sync_probe and events wrap whichever sync is in place. lean and sync_probe come
 # before events' phase timers, so that "trainer ready" includes lean's one collection and the probe's
 # seconds are not counted as the sync's.
 ALL: tuple[Hook, ...] = (
@@ -80,6 +82,7 @@ ALL: tuple[Hook, ...] = (
     inspect_here.HOOK,
     top_k_first.HOOK,
     scheduler_steps.HOOK,
+    adapter_sync.HOOK,
     offload_before_wake.HOOK,
     lean.HOOK,
     sync_probe.HOOK,

@@ -37,12 +37,17 @@ def _offload_first(grpo_trainer) -> None:
                  "_infer_single_or_multi_turn"):  # fmt: skip
         runtime.need(trainer_cls, name, f"{GRPO_TRAINER}.GRPOTrainer")
     empty_cache = runtime.need(grpo_trainer, "empty_cache", GRPO_TRAINER)
+    torch = runtime.need(grpo_trainer, "torch", GRPO_TRAINER)
 
     def _fast_infer(self, inputs):
         if not _applies(self):
             return original(self, inputs)
         engine = self.engine.engine
         with self.offload_context():  # the trainer's weights and optimizer to the CPU first
+            # the copies are non-blocking: their GPU blocks return to the card only once they are done
+            # (without this, the first wake-up of a 7B run on a 24 GiB card overlapped them by 6.8 GiB)
+            torch.cuda.synchronize()
+            empty_cache()
             if self.engine.inner_model_executor.is_sleeping:
                 engine.wake_up(tags=["weights"])
             if self.state.global_step != self._last_loaded_step:
@@ -91,6 +96,7 @@ HOOK = Hook(
     "without the hook it ran out of memory at the first wake-up (docs/gpu-evidence.md, 2026-12-03 22:50; "
     "bench/one-card/). Its price there: the merge on the CPU, 24-26 s of a 30 s step",
     delete_when="when ms-swift's _fast_infer offloads the trainer before it wakes vLLM's weights (upstream "
-    "grpo_trainer.py still wakes first as of 3.6.4), or the rig syncs only the LoRA adapter into vLLM",
+    "grpo_trainer.py still wakes first as of 3.6.4); with adapter_sync the order is still needed (vLLM's base "
+    "weights wake while the trainer's would still be on the GPU)",
     install=install,
 )

@@ -35,6 +35,8 @@ HOOK = Hook(
     variable="GRPO_RIG_SYNC_PROBE",
     targets=(
         Target(GRPO_TRAINER, "GRPOTrainer._move_model_to_vllm", "9dbe2d6b57381929"),
+        # with sleep mode the probe runs at the next generation, where vLLM is awake
+        Target(GRPO_TRAINER, "GRPOTrainer._engine_infer", "eb814f2f441fdbdd"),
         # what the probe reads of the trainer and its engine
         Target(GRPO_TRAINER, "GRPOTrainer.prepare_vllm", "a720724ba2f4d471"),
     ),
