@@ -356,6 +356,30 @@ def test_a_colocated_trainer_with_sleep_and_model_offload_leaves_the_gpu_before_
     assert variable not in off.process("trainer").env
 
 
+def test_vllm_is_given_only_the_adapter_on_the_one_weight_copy_path():
+    """Colocated with SLEEP_LEVEL=1 and OFFLOAD_MODEL, ms-swift's merge would run on the CPU each step: vLLM
+    serves the trained adapter on the base weights it loaded once instead, at the run's LoRA rank, on its V1
+    engine (V0's multi-step runner refuses LoRA). Not where the base weights are not kept (SLEEP_LEVEL=2),
+    without an adapter (full fine-tuning), on multi-step scheduling, or when the user turns it off."""
+    variable = "GRPO_RIG_ADAPTER_SYNC"
+    pairs = ("recipe=countdown-7b-1x4090", "RUN_NAME=c", "MEMORY_CHECK=warn")
+    trainer = build(*pairs, inventory="1x4090-driver535").process("trainer")
+    assert trainer.env[variable] == "8" and "VLLM_USE_V1" not in trainer.env
+    assert (
+        build(*pairs, "LORA_RANK=32", inventory="1x4090-driver535").process("trainer").env[variable] == "32"
+    )
+    for other in ("SLEEP_LEVEL=2", "TRAIN_TYPE=full", "VLLM_SCHEDULER_STEPS=8", "DISABLE_HOOKS=adapter_sync",
+                  "OFFLOAD_MODEL=false"):  # fmt: skip
+        env = build(*pairs, other, inventory="1x4090-driver535").process("trainer").env
+        assert variable not in env, other
+    assert (
+        variable
+        not in build("recipe=countdown-1x4090", "RUN_NAME=c", inventory="1x4090-driver535")
+        .process("trainer")
+        .env
+    )
+
+
 def test_without_the_scheduler_steps_hook_the_colocated_engine_runs_vllm_s_v1():
     """The multi-step engine exists only through the hook; V0 stepping once per schedule would be slower
     than V1, so the plan gives V1 (entrypoint/child/hooks/scheduler_steps.py)."""

@@ -10,11 +10,13 @@ import os
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
 from entrypoint.child import runtime
 from entrypoint.child.hooks import (
+    adapter_sync,
     emulate_vram,
     events,
     graphs_up_to_max_seqs,
@@ -714,7 +716,9 @@ def _fake_grpo_module(gpu):
             return [f"completion of {x}" for x in inputs]
 
     cuda = types.SimpleNamespace(synchronize=lambda: None)
-    return types.SimpleNamespace(GRPOTrainer=GRPOTrainer, empty_cache=lambda: None, torch=types.SimpleNamespace(cuda=cuda))
+    return types.SimpleNamespace(
+        GRPOTrainer=GRPOTrainer, empty_cache=lambda: None, torch=types.SimpleNamespace(cuda=cuda)
+    )
 
 
 def test_the_trainer_leaves_the_gpu_before_vllm_s_weights_wake():
@@ -747,3 +751,152 @@ def test_a_trainer_without_the_methods_the_new_order_calls_is_a_notice(monkeypat
     grpo = types.SimpleNamespace(GRPOTrainer=type("GRPOTrainer", (), {"_fast_infer": lambda self, i: i}))
     with pytest.raises(runtime.MissingTarget, match="has no _move_model_to_vllm"):
         offload_before_wake._offload_first(grpo)
+
+
+# vLLM gets only the trained LoRA adapter (GRPO_RIG_ADAPTER_SYNC) -----------------------------------------------
+def _tiny_peft_model():
+    """A two-layer Qwen2 architecture with a rank-8 LoRA on every linear layer, as ms-swift trains it."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=256)  # fmt: skip
+    torch.manual_seed(0)
+    return get_peft_model(
+        Qwen2ForCausalLM(config), LoraConfig(r=8, lora_alpha=32, target_modules="all-linear")
+    )
+
+
+def test_the_adapter_is_written_as_peft_saves_it(tmp_path):
+    """What vLLM's LoRAModel.from_local_checkpoint reads: the adapter's tensors and its config (vLLM parsed
+    these on the lent H200, tests/gpu/test_weight_sync.py, adapter path)."""
+    from safetensors.torch import load_file
+
+    size = adapter_sync.write_adapter(_tiny_peft_model(), tmp_path / "a")
+    tensors = load_file(str(tmp_path / "a" / "adapter_model.safetensors"))
+    config = json.loads((tmp_path / "a" / "adapter_config.json").read_text())
+    assert len(tensors) == 2 * 7 * 2  # lora_A and lora_B of 7 linear layers in each of 2 layers
+    assert all(k.startswith("base_model.model.model.layers.") for k in tensors)
+    assert size == sum(t.numel() * t.element_size() for t in tensors.values())
+    assert config["r"] == 8 and config["lora_alpha"] == 32 and config["peft_type"] == "LORA"
+
+
+@pytest.mark.parametrize(("rank", "served"), [(1, 8), (8, 8), (9, 16), (64, 64), (512, 512)])
+def test_vllm_serves_the_adapter_at_the_smallest_rank_it_accepts(rank, served):
+    assert adapter_sync.vllm_max_rank(rank) == served
+
+
+def test_a_lora_rank_vllm_cannot_serve_is_an_error_naming_its_limit():
+    with pytest.raises(ValueError, match="up to 512"):
+        adapter_sync.vllm_max_rank(1024)
+
+
+def _fake_adapter_trainer_module(tmp_path, sleep_level=1, mode="colocate"):
+    """ms-swift 3.6.4's GRPOTrainer as the adapter hook sees it, with an engine that records its requests."""
+    model = _tiny_peft_model()
+    calls = []
+
+    class Group:
+        tokenizer, lora_tokenizers = "base tokenizer", {}
+
+    Group.lora_tokenizers = types.SimpleNamespace(
+        store={}, put=lambda k, v: Group.lora_tokenizers.store.__setitem__(k, v)
+    )
+
+    class Engine:
+        def __init__(self):
+            self._adapters_pool = {}
+            self.engine = types.SimpleNamespace(reset_prefix_cache=lambda: calls.append("reset prefix cache"),
+                                                tokenizer=Group)  # fmt: skip
+
+        def infer(self, requests, config, *, use_tqdm=None, adapter_request=None):
+            calls.append(("infer", adapter_request))
+            return ["completion"]
+
+    class GRPOTrainer:
+        vllm_mode = mode
+
+        def __init__(self):
+            self.args = types.SimpleNamespace(sleep_level=sleep_level)
+            self.model, self.engine = model, Engine()
+            self.accelerator = types.SimpleNamespace(unwrap_model=lambda m: m)
+            self.state = types.SimpleNamespace(global_step=0)
+
+        def _move_model_to_vllm(self, skip_async_check=False):
+            calls.append("merged weights")
+
+        def _engine_infer(self, infer_requests, request_config=None, *, use_tqdm=False):
+            calls.append(("infer", None))
+
+    grpo = types.SimpleNamespace(
+        GRPOTrainer=GRPOTrainer, profiling_context=lambda trainer, name: contextlib.nullcontext()
+    )
+    return grpo, calls
+
+
+@pytest.fixture
+def lora_requests(monkeypatch):
+    """ms-swift's AdapterRequest and vLLM's LoRARequest as plain records (importing vLLM takes 20 s)."""
+
+    def adapter(name, path):
+        return types.SimpleNamespace(name=name, path=path)
+
+    def lora(lora_name, lora_int_id, lora_path):
+        return types.SimpleNamespace(name=lora_name, id=lora_int_id, path=lora_path)
+
+    monkeypatch.setattr(adapter_sync, "_request_types", lambda: (adapter, lora))
+
+
+def test_each_step_vllm_generates_with_the_adapter_just_written_and_the_last_is_removed(
+    tmp_path, lora_requests
+):
+    """No merged weights reach vLLM: each sync writes the trained adapter, registers it where ms-swift's
+    engine looks it up by name (a new vLLM id each time, so vLLM loads it), and the generation passes it;
+    the previous adapter's folder goes once the next one exists."""
+    grpo, calls = _fake_adapter_trainer_module(tmp_path)
+    adapter_sync._sync_adapter_only(grpo)
+    trainer = grpo.GRPOTrainer()
+    trainer._move_model_to_vllm()
+    first = trainer._grpo_rig_adapter
+    assert (Path(first.path) / "adapter_model.safetensors").is_file()
+    assert trainer._engine_infer(["prompt"], None) == ["completion"]
+    trainer.state.global_step = 1
+    trainer._move_model_to_vllm()
+    second = trainer._grpo_rig_adapter
+    trainer._engine_infer(["prompt"], None)
+    assert "merged weights" not in calls
+    assert [c for c in calls if c != "reset prefix cache"] == [("infer", first), ("infer", second)]
+    assert not Path(first.path).exists() and Path(second.path).is_dir()
+    assert (
+        list(trainer.engine._adapters_pool) == [second.name]
+        and trainer.engine._adapters_pool[second.name].id == 2
+    )
+    # the adapter carries no tokenizer: vLLM is handed the base model's for its id instead of searching
+    assert trainer.engine.engine.tokenizer.lora_tokenizers.store == {1: "base tokenizer", 2: "base tokenizer"}
+
+
+@pytest.mark.parametrize("settings", [{"sleep_level": 2}, {"mode": "server"}])
+def test_where_vllm_s_base_weights_are_not_kept_ms_swift_s_merged_sync_runs(
+    tmp_path, lora_requests, settings
+):
+    """SLEEP_LEVEL=2 discards vLLM's weights at each sleep (only ms-swift's merged copy restores them);
+    a rollout server is synced by ms-swift's own path."""
+    grpo, calls = _fake_adapter_trainer_module(tmp_path, **settings)
+    adapter_sync._sync_adapter_only(grpo)
+    trainer = grpo.GRPOTrainer()
+    trainer._move_model_to_vllm()
+    trainer._engine_infer(["prompt"], None)
+    assert calls == ["merged weights", ("infer", None)]
+
+
+def test_the_engine_is_built_with_vllm_s_lora_support_at_the_run_s_rank():
+    seen = {}
+
+    class GRPOVllmEngine:
+        def __init__(self, model, **kwargs):
+            seen.update(kwargs)
+
+    adapter_sync._engine_with_lora(types.SimpleNamespace(GRPOVllmEngine=GRPOVllmEngine), 12)
+    GRPOVllmEngine("m", gpu_memory_utilization=0.75)
+    assert seen == {"gpu_memory_utilization": 0.75, "enable_lora": True, "max_loras": 1, "max_lora_rank": 16}

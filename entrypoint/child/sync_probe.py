@@ -66,7 +66,9 @@ def verdict(record: dict) -> tuple[bool, str]:
     return False, f"vLLM's weights are neither clearly the trained nor the base model's ({numbers})"
 
 
-def _vllm_greedy(engine, prompt_ids: list[list[int]], lora_request=None) -> list[tuple[list[int], list[float]]]:
+def _vllm_greedy(
+    engine, prompt_ids: list[list[int]], lora_request=None
+) -> list[tuple[list[int], list[float]]]:
     """(tokens, log-probabilities) of a greedy answer per prompt from a vLLM LLMEngine (V0 or V1), with the
     adapter of `lora_request` (vLLM's LoRARequest) when the engine serves the trained adapter itself
     (hooks/adapter_sync.py)."""

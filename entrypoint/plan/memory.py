@@ -311,7 +311,9 @@ class Colocate:
     offload_model: bool = False  # OFFLOAD_MODEL: the trainer's weights leave the GPU while vLLM generates
 
 
-def offload_phases(train: TrainingEstimate, card_gib: float, v: Colocate, coef=None) -> dict[str, dict[str, float]]:
+def offload_phases(
+    train: TrainingEstimate, card_gib: float, v: Colocate, coef=None
+) -> dict[str, dict[str, float]]:
     """The two phases of a colocated card whose trainer is offloaded around each generation (OFFLOAD_MODEL /
     OFFLOAD_OPTIMIZER), by part: {"generation": ..., "training": ...}. The card's peak is the larger phase's
     sum, not the sum of both: the trainer leaves the GPU before vLLM's weights wake
@@ -331,7 +333,10 @@ def offload_phases(train: TrainingEstimate, card_gib: float, v: Colocate, coef=N
         generation["context"] = CUDA_CONTEXT_GIB
     if not v.offload_model:
         generation["weights (not offloaded)"] = train.weights
-    logits = train.logit_entries * c["colocate_torch_liger_logit_bytes" if v.liger else "colocate_torch_logit_bytes"]
+    logits = (
+        train.logit_entries
+        * c["colocate_torch_liger_logit_bytes" if v.liger else "colocate_torch_logit_bytes"]
+    )
     activations = train.activations * (1.0 if train.checkpointed else c["colocate_torch_activation_factor"])
     training = {
         "weights": train.weights,

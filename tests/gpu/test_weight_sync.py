@@ -61,7 +61,10 @@ def probe_records(gpu_env, tmp_path_factory) -> dict[tuple[str, str], dict]:
                     "MAX_STEPS=5", "SAVE_STEPS=5", "LEARNING_RATE=2e-3", "DATASET_ROWS=64", "OFFLINE=true",
                     f"OUTPUT_DIR={out}", f"RUN_NAME={slug}", *pairs]  # fmt: skip
             log = (out / f"{slug}.console.log").open("w")
-            procs[path, name] = (subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), slug)  # noqa: S603
+            procs[path, name] = (
+                subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT),
+                slug,
+            )  # noqa: S603
     records = {}
     for key, (proc, slug) in procs.items():
         code = proc.wait(timeout=1500)
@@ -72,7 +75,9 @@ def probe_records(gpu_env, tmp_path_factory) -> dict[tuple[str, str], dict]:
         lines = (out / f"{slug}.jsonl").read_text().splitlines() if (out / f"{slug}.jsonl").exists() else []
         assert lines, f"the probe wrote nothing for the {key} run: {console[-3000:]}"
         records[key] = json.loads(lines[0])
-        print(f"{key}: {json.dumps({k: v for k, v in records[key].items() if k not in ('logprobs', 'tokens')})}")
+        print(
+            f"{key}: {json.dumps({k: v for k, v in records[key].items() if k not in ('logprobs', 'tokens')})}"
+        )
     return records
 
 

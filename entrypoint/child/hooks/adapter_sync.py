@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import importlib
 import shutil
 import tempfile
 from pathlib import Path
@@ -57,6 +58,14 @@ def write_adapter(model, directory: Path) -> int:
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
+def _request_types():
+    """(ms-swift's AdapterRequest, vLLM's LoRARequest): imported in the trainer when the first adapter is
+    written (by name: the plan imports this module, and the plan's layers never import ms-swift)."""
+    from vllm.lora.request import LoRARequest
+
+    return importlib.import_module("swift.llm.infer.infer_engine.utils").AdapterRequest, LoRARequest
+
+
 def _applies(trainer) -> bool:
     from accelerate.utils import is_peft_model
 
@@ -80,15 +89,15 @@ def _sync_adapter_only(grpo_trainer) -> None:
     push = runtime.need(trainer_cls, "_move_model_to_vllm", f"{GRPO_TRAINER}.GRPOTrainer")
     engine_infer = runtime.need(trainer_cls, "_engine_infer", f"{GRPO_TRAINER}.GRPOTrainer")
     profiling_context = runtime.need(grpo_trainer, "profiling_context", GRPO_TRAINER)
-    root = Path(tempfile.mkdtemp(prefix="grpo-rig-adapter-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
+    root = Path(
+        tempfile.mkdtemp(prefix="grpo-rig-adapter-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None)
+    )
     atexit.register(shutil.rmtree, root, True)
 
     def _move_model_to_vllm(self, skip_async_check=False):
         if not _applies(self):
             return push(self, skip_async_check)
-        from swift.llm.infer.infer_engine.utils import AdapterRequest
-        from vllm.lora.request import LoRARequest
-
+        AdapterRequest, LoRARequest = _request_types()
         number = getattr(self, "_grpo_rig_adapters", 0) + 1
         self._grpo_rig_adapters = number
         directory = root / f"step-{self.state.global_step}-{number}"
@@ -98,8 +107,15 @@ def _sync_adapter_only(grpo_trainer) -> None:
             self.engine._adapters_pool.pop(previous.name, None)
             shutil.rmtree(previous.path, ignore_errors=True)
         name = directory.name
-        self._grpo_rig_lora_request = LoRARequest(lora_name=name, lora_int_id=number, lora_path=str(directory))
+        self._grpo_rig_lora_request = LoRARequest(
+            lora_name=name, lora_int_id=number, lora_path=str(directory)
+        )
         self.engine._adapters_pool[name] = self._grpo_rig_lora_request  # ms-swift's _add_request reuses it
+        # the adapter has no tokenizer of its own: vLLM would look for one in its folder at every new adapter
+        # and warn (transformers_utils/tokenizer_group.py:69-81); it is the base model's
+        group = getattr(self.engine.engine, "tokenizer", None)
+        if hasattr(group, "lora_tokenizers"):
+            group.lora_tokenizers.put(number, group.tokenizer)
         self._grpo_rig_adapter = AdapterRequest(name, str(directory))
         self.engine.engine.reset_prefix_cache()
 
@@ -108,7 +124,9 @@ def _sync_adapter_only(grpo_trainer) -> None:
         if self.vllm_mode != "colocate" or adapter is None:
             return engine_infer(self, infer_requests, request_config, use_tqdm=use_tqdm)
         with profiling_context(self, "generate"):
-            return self.engine.infer(infer_requests, request_config, use_tqdm=use_tqdm, adapter_request=adapter)
+            return self.engine.infer(
+                infer_requests, request_config, use_tqdm=use_tqdm, adapter_request=adapter
+            )
 
     _move_model_to_vllm.__wrapped__ = push
     _engine_infer.__wrapped__ = engine_infer
