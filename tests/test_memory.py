@@ -300,7 +300,7 @@ def test_72b_lora_on_four_80gb_cards_fits_with_zero3_offload_and_vllm_tp4():
     whole = build_plan(*LORA_72B, "DEEPSPEED=zero3_offload", "VLLM_TENSOR_PARALLEL_SIZE=1",
                        inventory="4xA100-nvlink-ib", model_config=config)  # fmt: skip
     kv = [p for p in memory_problems(whole, fatal=False) if p.where == "VLLM_GPU_MEMORY_UTILIZATION"]
-    assert kv and "(1/1 per GPU)" in kv[0].message  # 145 GiB of weights in one vLLM engine: no KV cache
+    assert kv and "(1/1 per GPU" in kv[0].message  # 145 GiB of weights in one vLLM engine: no KV cache
 
 
 def test_zero3_shards_the_trainers_weights_and_states():
@@ -373,8 +373,10 @@ def test_c09_literal_refused_though_the_model_is_beyond_the_measured_ones(tmp_pa
 
 @pytest.mark.cli
 def test_a_model_whose_two_copies_fill_the_card_is_told_to_leave_colocate(tmp_path):
+    """With the planner's levers switched off (AUTO_SHAPE=false), the fix names the routes."""
     proc = run_cli("validate", "recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
-                   "MODEL=Qwen/Qwen2.5-7B-Instruct", "MEMORY_CHECK=warn", f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
+                   "MODEL=Qwen/Qwen2.5-7B-Instruct", "MEMORY_CHECK=warn", "AUTO_SHAPE=false",
+                   "VLLM_GPU_MEMORY_UTILIZATION=0.5", f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "no share of this 24 GiB card holds both copies of the weights" in proc.stdout
     assert "raise VLLM_GPU_MEMORY_UTILIZATION" not in proc.stdout
@@ -385,16 +387,50 @@ def test_a_model_whose_two_copies_fill_the_card_is_told_to_leave_colocate(tmp_pa
 def test_a_model_no_vllm_share_can_hold_is_refused_even_beyond_the_calibration(tmp_path):
     """Cases re-run: a 7B on a 24 GiB card was 'valid' with 'vLLM would refuse to start' as a warning, as
     every model past the measured ones warns. But two copies of the weights larger than any share is
-    arithmetic on the parameter count, not a guess: refused at MEMORY_CHECK=error; with the trainer's copy
-    offloaded while vLLM starts, valid."""
+    arithmetic on the parameter count, not a guess: refused at MEMORY_CHECK=error where the recipe keeps
+    the planner away; with the trainer's copy offloaded while vLLM starts, valid."""
     args = ["recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
             "MODEL=Qwen/Qwen2.5-7B-Instruct", f"OUTPUT_DIR={tmp_path}"]  # fmt: skip
-    proc = run_cli("validate", *args, env=clean_env())
+    proc = run_cli("validate", *args, "AUTO_SHAPE=false", "VLLM_GPU_MEMORY_UTILIZATION=0.5", env=clean_env())
     assert proc.returncode == 2, proc.stdout
     assert re.search(r"error: VLLM_GPU_MEMORY_UTILIZATION: .*\(vLLM would refuse to start\)", proc.stderr)
     offloaded = run_cli("validate", *args, "OFFLOAD_MODEL=true", "OFFLOAD_OPTIMIZER=true", "SLEEP_LEVEL=1",
                         env=clean_env())  # fmt: skip
     assert offloaded.returncode == 0, offloaded.stderr
+
+
+@pytest.mark.cli
+def test_a_7b_on_one_24_gib_card_gets_the_one_weight_copy_levers_from_the_planner(tmp_path):
+    """The question of every 4090 owner: the planner turns on what a 7B needs when nothing else holds it,
+    and says why; a 3B, whose two copies fit, keeps them (offloading costs time every step)."""
+    args = [
+        "recipe=countdown-1x4090",
+        f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
+        f"OUTPUT_DIR={tmp_path}",
+    ]
+    proc = run_cli("plan", *args, "MODEL=Qwen/Qwen2.5-7B-Instruct", env=clean_env())
+    assert proc.returncode == 0, proc.stderr
+    for line in ("OFFLOAD_MODEL=true: no vLLM share of this card holds both copies of the 7.6B model's weights",
+                 "OFFLOAD_OPTIMIZER=true: with OFFLOAD_MODEL", "SLEEP_LEVEL=1: with OFFLOAD_MODEL",
+                 "GRPO_RIG_ADAPTER_SYNC=8"):  # fmt: skip
+        assert line in proc.stdout, (line, proc.stdout)
+    small = run_cli("plan", *args, "MODEL=Qwen/Qwen2.5-3B-Instruct", env=clean_env())
+    assert small.returncode == 0 and "OFFLOAD_MODEL=true" not in small.stdout, small.stdout
+
+
+def test_a_model_too_large_for_one_copy_is_refused_with_the_largest_that_would_fit():
+    """Qwen2.5-14B (29.6 GB of bf16 weights) exceeds a 24 GiB card even alone: refused, naming the largest
+    model the card trains with one copy at a time (between Qwen2.5-7B, which ran, and the 14B)."""
+    # Qwen/Qwen2.5-14B-Instruct's config.json on the hub, its sizes
+    config = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 5120,
+              "intermediate_size": 13824, "num_hidden_layers": 48, "num_attention_heads": 40,
+              "num_key_value_heads": 8, "vocab_size": 152064, "tie_word_embeddings": False,
+              "max_position_embeddings": 32768}  # fmt: skip
+    plan = build_plan("recipe=countdown-1x4090", "MODEL_SOURCE=hub", "MODEL=Qwen/Qwen2.5-14B-Instruct",
+                      inventory="1x4090-driver535", model_config=(config, "test"))  # fmt: skip
+    (oom,) = [p for p in memory_problems(plan) if p.where == "memory"]
+    largest = float(re.search(r"trains at most about ([0-9.]+)B parameters", oom.fix).group(1))
+    assert 7.6 < largest < 14.8 and "this model has 14.8B" in oom.fix, oom.fix
 
 
 OOM_15B = ("recipe=countdown-1x4090", "MODEL=Qwen/Qwen2.5-1.5B-Instruct", "NUM_GENERATIONS=8",

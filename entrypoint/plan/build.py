@@ -486,12 +486,18 @@ def _budget(d: Draft) -> None:
 
 
 def _shape(d: Draft) -> bool:
-    """The batch shape the planner chooses (shape.py); True when it set values (the recipe changed)."""
+    """The batch shape the planner chooses (shape.py); True when it set values (the recipe changed). The
+    one-weight-copy levers first, when nothing else holds the model (shape.one_copy_levers): the shape is
+    then chosen on the budget they make."""
+    levers = [] if d.rollout_only else shape.one_copy_levers(d.recipe, d.layout, d.budget)
+    if levers:
+        d.recipe = d.recipe.with_values({c.key: (c.value, f"planner: {c.reason}") for c in levers})
+        _budget(d)
     choices = shape.rollout_share(d.recipe, d.layout, d.budget)
     if not d.rollout_only:  # `rollout` serves; the trainers on other nodes choose their own shape
         choices += shape.choose(d.recipe, d.layout, d.budget)
     if not choices:
-        return False
+        return bool(levers)
     d.recipe = d.recipe.with_values({c.key: (c.value, f"planner: {c.reason}") for c in choices})
     return True
 

@@ -350,6 +350,23 @@ def offload_phases(
     return {"generation": generation, "training": training}
 
 
+def largest_one_copy_params(w: Workload, card_gib: float, v: Colocate, coef=None) -> float:
+    """Parameters (billions) of the largest model of this workload's kind whose offloaded phases both leave
+    HEADROOM_WARNING of a `card_gib` card free at micro-batch 1 in bf16 (offload_phases; the rest of the
+    workload, vocabulary and lengths included, as given): what a card can train with one weight copy at a
+    time. Training bounds it by the trainer's weights beside its step; generation by vLLM's weights beside
+    its context, non-KV memory and one max_model_len sequence at the planner's largest share."""
+    one = dataclasses.replace(w, per_device=1)
+    training = offload_phases(estimate_training(one, coef), card_gib, v, coef)["training"]
+    beside = sum(training.values()) - training["weights"] - (training.get("vLLM (awake)") or 0.0)
+    room_training = (
+        (1 - HEADROOM_WARNING) * card_gib - beside - (v.utilization * card_gib if v.sleep_level == 0 else 0)
+    )
+    kv = kv_gib(w.dims, w.dtype_bytes, v.max_model_len, w.vllm_tp)
+    room_generation = VLLM_UTILIZATION_CEILING * card_gib - CUDA_CONTEXT_GIB - VLLM_NON_KV_GIB - kv
+    return max(0.0, min(room_training, room_generation * max(1, w.vllm_tp)) * GIB / w.dtype_bytes / 1e9)
+
+
 def colocate_peak(
     train: TrainingEstimate, card_gib: float, v: Colocate, coef=None, calibrated: bool = True
 ) -> dict[str, float]:

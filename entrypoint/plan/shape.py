@@ -458,6 +458,49 @@ def smallest_share(budget: Budget, layout: Layout, per_process: int, v0: bool | 
     return VllmShare(util, holds, need)
 
 
+ONE_COPY_LEVERS = {"OFFLOAD_MODEL": "true", "OFFLOAD_OPTIMIZER": "true", "SLEEP_LEVEL": "1"}
+
+
+def one_copy_levers(r: Recipe, layout: Layout, budget: Budget) -> list[Choice]:
+    """OFFLOAD_MODEL=true, OFFLOAD_OPTIMIZER=true and SLEEP_LEVEL=1 for a colocated LoRA run that leaves all
+    three open when no vLLM share of its card holds both copies of the weights beside its generation round
+    (smallest_share): then one copy is on the GPU at a time, the trainer's in CPU memory while vLLM generates
+    and vLLM's while the trainer trains (memory.offload_phases; the hooks offload_before_wake and
+    adapter_sync; a 7B on a physical 24 GiB card: docs/benchmarks/one-card-7b.md). [] otherwise: a run that
+    fits both copies keeps them (each step's offload costs time), and AUTO_SHAPE=false leaves ms-swift's."""
+    a, w = r.trainer_args, budget.workload
+    if (
+        not r.settings.AUTO_SHAPE
+        or layout.mode != "colocate"
+        or w is None
+        or budget.batch is None
+        or budget.colocate is None
+        or a.train_type != "lora"
+        or a.vllm_tensor_parallel_size > 1
+        or any(r.is_set(k) for k in ONE_COPY_LEVERS)
+    ):
+        return []
+    per_process = step_completions(r, budget.batch).per_process
+    if not per_process or smallest_share(budget, layout, per_process).holds:
+        return []
+    why = (f"no vLLM share of this card holds both copies of the {w.dims.params / 1e9:.1f}B model's weights beside "
+           "its generation round: one copy on the GPU at a time (the trainer in CPU memory while vLLM generates, "
+           "vLLM asleep while the trainer trains; docs/benchmarks/one-card-7b.md)")  # fmt: skip
+    return [
+        Choice("OFFLOAD_MODEL", "true", why),
+        Choice(
+            "OFFLOAD_OPTIMIZER",
+            "true",
+            "with OFFLOAD_MODEL: the optimizer's states leave the GPU with the weights",
+        ),
+        Choice(
+            "SLEEP_LEVEL",
+            "1",
+            "with OFFLOAD_MODEL: vLLM's weights wait in CPU memory while the trainer trains",
+        ),
+    ]
+
+
 @dataclasses.dataclass(frozen=True)
 class Fit:
     """A shape that fits: the keys to write, the fullest training GPU there, the completions per step kept."""

@@ -95,6 +95,21 @@ def _knobs(plan: Plan, colocate: memory.Colocate | None) -> dict[str, str]:
     }
 
 
+def _largest_model_text(w: Workload, card_gib: float, colocate: memory.Colocate) -> str:
+    """A fix for a model too large even with one weight copy on the card: the largest that would fit."""
+    largest = memory.largest_one_copy_params(w, card_gib, colocate)
+    return (f"even with one weight copy on the card at a time (OFFLOAD_MODEL, SLEEP_LEVEL=1) this {card_gib:.0f} GiB "
+            f"card trains at most about {largest:.1f}B parameters of this kind (bf16 LoRA, micro-batch 1; this model "
+            f"has {w.dims.params / 1e9:.1f}B): a smaller MODEL, a rollout server on its own GPU (ROLLOUT_GPUS), or "
+            "more training GPUs with DEEPSPEED=zero3")  # fmt: skip
+
+
+def _knobs_one_copy() -> str:
+    """What still lowers a one-weight-copy card's peak (its levers are already on)."""
+    return ("a shorter MAX_COMPLETION_LENGTH, a smaller PER_DEVICE_TRAIN_BATCH_SIZE (keep the generation batch with "
+            "GRADIENT_ACCUMULATION_STEPS), fewer NUM_GENERATIONS")  # fmt: skip
+
+
 def _peak_problems(
     plan: Plan,
     w: Workload,
@@ -133,9 +148,14 @@ def _peak_problems(
             past = (f" (extrapolated beyond the measured models, but {e.peak_gib / e.card_gib:.1f}x the card is past "
                     f"the planner's uncertainty, {memory.EXTRAPOLATED_REFUSE_RATIO:.2f}x)")  # fmt: skip
             fit = _fit_text(plan)
+            turn = f"{fit}{'other knobs' if fit else 'turn these knobs'}: {knobs[mode]}"
+            if colocate is not None and colocate.offload_model and colocate.sleep_level >= 1:
+                turn = (
+                    _largest_model_text(w, e.card_gib, colocate)
+                    + f"; or turn these knobs: {_knobs_one_copy()}"
+                )
             problems.append(Problem("memory", f"does not fit: {what}" + (beyond if not sure else past if extrapolated else ""),
-                                    f"{fit}{'other knobs' if fit else 'turn these knobs'}: {knobs[mode]}"
-                                    + ("; or MEMORY_CHECK=warn to try anyway" if sure else ""),
+                                    turn + ("; or MEMORY_CHECK=warn to try anyway" if sure else ""),
                                     fatal=s.MEMORY_CHECK == "error" and sure))  # fmt: skip
         elif e.headroom < HEADROOM_WARNING:
             problems.append(Problem("memory", f"under {HEADROOM_WARNING:.0%} headroom: {what}",
@@ -234,6 +254,8 @@ def _colocated_fits(plan: Plan, w: Workload, card, colocate: memory.Colocate, of
             "raise VLLM_GPU_MEMORY_UTILIZATION, set VLLM_MAX_MODEL_LEN to prompt + completion tokens, or "
             "raise VLLM_TENSOR_PARALLEL_SIZE"
             if at_most >= need
+            else _largest_model_text(w, size, colocate)
+            if model_offloaded and colocate.sleep_level >= 1
             else f"no share of this {size:.0f} GiB card holds both copies of the weights and one sequence: "
             "OFFLOAD_MODEL=true (ms-swift builds vLLM while the trainer's weights are in CPU memory), a rollout "
             "server on its own GPU (ROLLOUT_GPUS), VLLM_TENSOR_PARALLEL_SIZE over several GPUs, or a smaller MODEL"
@@ -241,6 +263,8 @@ def _colocated_fits(plan: Plan, w: Workload, card, colocate: memory.Colocate, of
         counted = (
             f"vLLM's weights (1/{tp} per GPU; its V0 engine counts only its own) are"
             if v0
+            else f"the CUDA context and vLLM's weights (1/{tp} per GPU; the trainer's are in CPU memory) are"
+            if model_offloaded
             else f"the CUDA context, the trainer's and vLLM's weights (1/{tp} per GPU) are"
         )
         out.append(

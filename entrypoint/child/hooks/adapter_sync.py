@@ -161,9 +161,9 @@ HOOK = Hook(
     "vLLM engine every step; with the trainer offloaded (one weight copy on the GPU) that merge runs on the "
     "CPU, 24-26 s of a 30 s step for Qwen2.5-7B. vLLM can serve the adapter itself on the base weights it "
     "loaded once.",
-    saves="the merge and the full copy each step: the adapter's write (0.2-0.3 s for 40 MB) against 24-26 s, "
-    "for about 14 % more generation time (vLLM's LoRA kernels; bench/one-card/, the vLLM LoRA probe on a "
-    "physical 24 GiB card)",
+    saves="the merge and the full copy each step: on a physical 24 GiB card, Qwen2.5-7B's sync took 0.15 s "
+    "against 22-26 s and its step 14.3 s against 32 s (docs/benchmarks/one-card-7b.md); vLLM's LoRA kernels "
+    "cost about 14 % of a generation (bench/one-card/, the vLLM LoRA probe)",
     delete_when="when ms-swift's colocated GRPO syncs only the adapter itself (ms-swift 3.10 added "
     "--vllm_enable_lora for this); then pass that flag instead",
     install=install,
