@@ -425,18 +425,22 @@ def test_a_rerun_with_another_learning_rate_is_refused_and_one_with_another_beta
 
 def test_a_trainer_that_stops_making_progress_is_ended_as_stalled_naming_what_it_was_doing(tmp_path):
     """After its second step the trainer goes silent for good (a reward that never returns): with
-    STALL_SECONDS=3 the run ends `failed` within seconds, saying it stalled and where to look; nothing is left
+    STALL_TIMEOUT=3 the run ends `failed` within seconds, saying it stalled and where to look; nothing is left
     running. The automatic bound is 10 x the longest step, at least 600 s (console.Console.stalled)."""
     out = tmp_path / "out"
     started = time.monotonic()
-    proc = train(tmp_path, out, "MAX_STEPS=5", "STALL_SECONDS=3", "STOP_GRACE_SECONDS=2", FAKE_TRAINER="steps",
+    proc = train(tmp_path, out, "MAX_STEPS=5", "STALL_TIMEOUT=3", "STOP_GRACE_SECONDS=2", FAKE_TRAINER="steps",
                  FAKE_STEP_SECONDS="0.2", FAKE_HANG_AFTER="2")  # fmt: skip
     said = proc.stdout + proc.stderr
     assert proc.returncode == 1, said
     assert time.monotonic() - started < 60
-    assert "trainer stalled: step 3/5" in said and "with no step for" in said and "STALL_SECONDS=3" in said, (
+    assert "trainer stalled: step 3/5" in said and "with no step for" in said and "STALL_TIMEOUT=3" in said, (
         said
     )
+    # where it hangs: every thread's stack, the hanging function named, in the log and the console's tail
+    log = (out / "r" / "logs" / "trainer.log").read_text()
+    assert "Current thread" in log and "in hung_reward" in log, log[-3000:]
+    assert "hung_reward" in said, said
     data = manifest(out / "r")
     assert data["status"] == "failed" and data["failure"]["reason"].startswith("stalled:")
     assert not any(alive(p) for p in pids(tmp_path, "trainer") + pids(tmp_path, "worker"))

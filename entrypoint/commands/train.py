@@ -349,7 +349,7 @@ def supervise(
     s = plan.recipe.settings
     if printer.shown is None:
         printer.shown = Console(show_all=s.CONSOLE == "all", events=here / "logs" / EVENTS_FILE,
-                                total_steps=plan.recipe.trainer_args.max_steps, stall_seconds=s.STALL_SECONDS)  # fmt: skip
+                                total_steps=plan.recipe.trainer_args.max_steps, stall_seconds=s.STALL_TIMEOUT)  # fmt: skip
         printer.say(f"the console shows one line per step; everything ms-swift prints is in {here / 'logs'}")
     children = [p for p in plan.processes if p.role in ("rollout", "trainer")]
     gpu_monitor = None

@@ -175,7 +175,7 @@ class Settings(BaseModel):
     )
 
     # Lifecycle
-    STALL_SECONDS: float = Field(
+    STALL_TIMEOUT: float = Field(
         0.0,
         ge=0,
         description="seconds without a new training step after which the run is ended as stalled (a reward "

@@ -61,7 +61,7 @@ class Console:
         stall_seconds: float = 0.0,
     ):
         self.show_all, self.events, self.clock = show_all, events, clock
-        self.stall_seconds = stall_seconds  # STALL_SECONDS: 0 automatic (stalled())
+        self.stall_seconds = stall_seconds  # STALL_TIMEOUT: 0 automatic (stalled())
         self.longest = 0.0  # the longest wait between two step lines so far, seconds
         self.started = clock()
         self.folding: set[str] = set()  # roles inside a traceback: its frames stay in the log
@@ -157,7 +157,7 @@ class Console:
 
     def stalled(self) -> str:
         """Why the run counts as stalled ('' while it does not): after the first step line, no next one for
-        STALL_SECONDS, or by default for 10 x the longest step so far and at least STALL_FLOOR_SECONDS. The
+        STALL_TIMEOUT, or by default for 10 x the longest step so far and at least STALL_FLOOR_SECONDS. The
         watchdogs upstream wait 30 minutes (NCCL's, ms-swift's weight sync) or forever (a reward function
         that never returns); a GRPO step is seconds to minutes."""
         if not self.step or (
@@ -168,14 +168,14 @@ class Console:
         waited = self.clock() - self.step_at
         if waited < bound:
             return ""
-        rule = (f"STALL_SECONDS={self.stall_seconds:g}" if self.stall_seconds else
+        rule = (f"STALL_TIMEOUT={self.stall_seconds:g}" if self.stall_seconds else
                 f"{STALL_FACTOR} x the longest step before ({self.longest:.0f} s), at least {STALL_FLOOR_SECONDS:.0f} s")  # fmt: skip
         doing = self.heartbeat().split(" (full output")[0]
         return (
             f"stalled: {doing}, with no step for {waited:.0f} s ({rule}); the usual causes: a reward "
-            "function that never returns, a weight sync or NCCL collective that hangs; where it waits: "
-            "`py-spy dump --pid <trainer pid>` (its last lines below, all of them in logs/trainer.log); "
-            "raise STALL_SECONDS if a step can truly take this long"
+            "function that never returns, a weight sync or NCCL collective that hangs; where it waits: the "
+            "stacks of its threads at the stall are in logs/trainer.log (the last of them below: a reward "
+            "function is named by its file and name); raise STALL_TIMEOUT if a step can truly take this long"
         )
 
     def heartbeat(self) -> str:

@@ -51,6 +51,7 @@ from entrypoint.supervise.reaper import Reaper
 
 TAIL_LINES = 40
 POLL_SECONDS = 0.2
+STACKS_SECONDS = 2.0  # for a stalled run's stack dumps to reach the logs (ask_stacks)
 
 
 class ChildState(enum.Enum):
@@ -364,8 +365,19 @@ class Supervisor:
             self.printer.tick()
             stalled = self.printer.stalled()
             if stalled:
+                self.ask_stacks()
                 raise Stalled(stalled)
             self.sleep(POLL_SECONDS)
+
+    def ask_stacks(self) -> None:
+        """Every process of every child writes its Python threads' stacks into its log: SIGUSR1, on which
+        the events hook registered faulthandler in each child (entrypoint/child/hooks/events.py). Waits
+        STACKS_SECONDS for the dumps to come through the pipes; a process without the hook dies of the
+        signal, which the stop that follows would have done anyway."""
+        for process in (p for c in self.children for p in _tree(c.pid)):
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                process.send_signal(signal.SIGUSR1)
+        self.sleep(STACKS_SECONDS)
 
     def stop_all(self) -> None:
         """SIGTERM every child's process group, SIGKILL what remains after the grace period."""

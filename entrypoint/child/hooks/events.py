@@ -19,7 +19,9 @@ prepare_vllm and log). entrypoint/supervise/startup.py turns them into the start
 
 from __future__ import annotations
 
+import faulthandler
 import functools
+import signal
 import time
 
 from entrypoint.child import runtime
@@ -96,6 +98,8 @@ def install(value: str, after: After) -> None:
     if not value:
         return
     events = Events(value)
+    # the supervisor asks every process of a stalled run for its threads' stacks, into its log
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     runtime.GcClock.start()
     after.patch(GRPO_TRAINER, lambda grpo: _record_phases(grpo, events))
     after.patch("swift.llm.base", lambda base: _record_arguments(base, events))
