@@ -33,6 +33,8 @@
 # GPU_WORK=onecard: steps 1-2 with SmolLM2 from its wheel, then the GPU tests side by side (the weight-sync test on
 #   both sync paths, colocate, rollout server) while random-weight Qwen2.5-7B and -3B are built; then alone on a
 #   physical 24 GiB card: recipe countdown-7b-1x4090 on the 7B, countdown-1x4090 on the 3B.
+# GPU_WORK=sleep: steps 1-2, then alone on a physical 24 GiB card: countdown-1x4090 on the 0.5B at SLEEP_LEVEL=1
+#   and 0 (the planner's sleep-mode term, fitted under the emulated card's cap).
 # GPU_WORK=lora: steps 1-2 with the random-weight Qwen2.5-7B only, then bench/lora_probe.py (vLLM alone with
 #   its LoRA support and sleep mode, a new adapter each round) on a physical 24 GiB card (ballast.py).
 # GPU_WORK=sampler: steps 1-2, then bench/generation_sampler.py (vLLM alone: a decode step's parts).
@@ -312,6 +314,25 @@ if [ "${GPU_WORK:-all}" = onecard ]; then
     python3 -m entrypoint plan "$@" > "$W/plan-$m.txt" 2>&1
     timeout "${ONECARD_SECONDS:-480}" python3 -m entrypoint train "$@" > "$W/$m.console" 2>&1
     step "$m: exit $? after $(grep -c '' "$W/$m.console") console lines; $(grep -h 'GPU 0 trainer' "$W/plan-$m.txt" | head -1); $(tail -3 "$W/$m.console" | tr '\n' ' ' | cut -c1-300)"
+    kill $ballast; wait $ballast; rm -f "$W/ballast-ready"
+  done
+  touch "$W/DONE"; step "done"; exit 0
+fi
+
+if [ "${GPU_WORK:-all}" = sleep ]; then
+  # the planner's sleep-mode term (colocate_sleep_gib, fitted under EMULATE_VRAM_GB's cap, which counts vLLM's
+  # sleeping pool as allocated) against a physical 24 GiB card: countdown-1x4090 on the 0.5B at SLEEP_LEVEL=1,
+  # then 0, alone on the card (ballast.py)
+  for level in 1 0; do
+    python3 bench/device/ballast.py --leave "${CARD_GIB:-24}" --ready "$W/ballast-ready" > "$W/ballast-sleep$level.log" 2>&1 &
+    ballast=$!
+    for _ in $(seq 120); do [ -e "$W/ballast-ready" ] && break; sleep 1; done
+    step "sleep $level: $(cat "$W/ballast-sleep$level.log")"
+    set -- recipe=countdown-1x4090 "MODEL=$W/models/q05" DATASET_GENERATOR=countdown EMULATE_VRAM_GB=${CARD_GIB:-24} \
+      SLEEP_LEVEL=$level MAX_STEPS=4 GPU_MONITOR_INTERVAL=0.1 OFFLINE=true RUN_NAME=q05-sleep$level OUTPUT_DIR=$W/runs
+    python3 -m entrypoint plan "$@" > "$W/plan-sleep$level.txt" 2>&1
+    timeout 240 python3 -m entrypoint train "$@" > "$W/sleep$level.console" 2>&1
+    step "sleep $level: exit $?; $(grep -h 'GPU 0 trainer' "$W/plan-sleep$level.txt" | head -1); $(grep -h '"measured_gib"' -o "$W/runs/q05-sleep$level/manifest.json" | head -1) $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["gpu_memory_peak"])' "$W/runs/q05-sleep$level/manifest.json" 2>&1 | tail -1)"
     kill $ballast; wait $ballast; rm -f "$W/ballast-ready"
   done
   touch "$W/DONE"; step "done"; exit 0
