@@ -219,6 +219,27 @@ def read(text: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
 
 
+@pytest.mark.parametrize("flag", ["--lora_target_modules", "--target_modules"])
+def test_ms_swift_2_s_all_target_modules_become_all_linear(flag):
+    """Users' trial: `--lora_target_modules ALL` became TARGET_MODULES=ALL, which PEFT refuses after the model
+    loaded; ms-swift 3.6.4 spells every linear layer all-linear (swift/llm/train/tuner.py:97)."""
+    base = "swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct --dataset d.jsonl"
+    recipe = importer.to_recipe(f"{base} {flag} ALL")
+    # all-linear is the defaults' value, so the line is left out
+    assert read(recipe).get("TARGET_MODULES", "all-linear") == "all-linear" and "ALL" not in recipe
+    assert (
+        read(importer.to_recipe(f"{base} {flag} q_proj v_proj"))["TARGET_MODULES"].strip('"')
+        == "q_proj v_proj"
+    )
+
+
+def test_max_new_tokens_becomes_the_completion_length_the_plan_reads():
+    base = "swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct --dataset d.jsonl"
+    recipe = importer.to_recipe(f"{base} --max_new_tokens 512")
+    assert read(recipe)["MAX_COMPLETION_LENGTH"] == "512" and "MAX_NEW_TOKENS" not in read(recipe)
+    assert "translated from --max_new_tokens 512" in recipe
+
+
 def test_the_server_timeout_becomes_the_entrypoints_startup_budget():
     """--vllm_server_timeout: in server mode the entrypoint's own health wait (ROLLOUT_STARTUP_TIMEOUT, passed
     on to the trainer); in colocate nothing waits for a server. The key itself is refused in recipes, since

@@ -210,9 +210,37 @@ def test_full_fine_tuning_of_a_4bit_model_is_refused_and_qlora_is_not(tmp_path):
     4-bit and validated; transformers' Trainer refuses that after the model loads."""
     err = refused(tmp_path, "recipe=smoke", "TRAIN_TYPE=full", "QUANT_METHOD=bnb", "QUANT_BITS=4")
     assert "refuses to fine-tune a quantized model without adapters" in err and "TRAIN_TYPE=lora" in err
-    qlora = run_cli("validate", "recipe=smoke", "TRAIN_TYPE=lora", "QUANT_METHOD=bnb", "QUANT_BITS=4",
-                    f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
-    assert qlora.returncode == 0, qlora.stderr
+    assert "bitsandbytes is not installed here" in err  # and QLoRA itself cannot run here either
+
+
+def test_qlora_is_refused_where_bitsandbytes_is_missing_naming_the_routes_that_fit(tmp_path):
+    """Users' trial: QUANT_METHOD=bnb QUANT_BITS=4 validated, but bitsandbytes is not in the lock (image and
+    venv): loading 4-bit weights failed after the start-up. Refused in seconds; where bitsandbytes can be
+    imported, QLoRA passes this check."""
+    from entrypoint.plan import build as plan_mod
+    from entrypoint.preflight import values
+    from tests.conftest import facts_for, load_inventory, load_recipe
+
+    err = refused(tmp_path, "recipe=smoke", "QUANT_METHOD=bnb", "QUANT_BITS=4")
+    assert "QUANT_METHOD=bnb (command line): bitsandbytes is not installed here" in err
+    assert "remove QUANT_METHOD and QUANT_BITS" in err and "countdown-7b-1x4090" in err
+    r = load_recipe("recipe=smoke", "QUANT_METHOD=bnb", "QUANT_BITS=4")
+    facts = facts_for(r, None, quantizers=frozenset({"bitsandbytes"}))
+    plan = plan_mod.build(r, load_inventory("5x4090-driver535"), facts)
+    assert not [p for p in values.check(plan, facts) if "QUANT" in p.where]
+
+
+@pytest.mark.parametrize("word", ["ALL", "all", "all_linear", "all-linears"])
+def test_target_modules_ms_swift_does_not_expand_are_refused_naming_all_linear(tmp_path, word):
+    """Users' trial: --lora_target_modules ALL (ms-swift 2.x) validated, then PEFT found no module named ALL
+    after the model loaded."""
+    err = refused(tmp_path, "recipe=smoke", f"TARGET_MODULES={word}")
+    assert f"{word!r} is not a word ms-swift 3.6.4 knows" in err and "TARGET_MODULES=all-linear" in err
+    for fine in ("all-linear", "q_proj v_proj", "all-linear all-embedding"):
+        ok = run_cli(
+            "validate", "recipe=smoke", f"TARGET_MODULES={fine}", f"OUTPUT_DIR={tmp_path}", env=clean_env()
+        )
+        assert ok.returncode == 0, (fine, ok.stderr)
 
 
 def test_an_eval_batch_that_does_not_fit_num_generations_gets_the_value_to_set(tmp_path):
@@ -1169,3 +1197,24 @@ def test_prompts_longer_than_max_length_are_refused_when_every_row_is_and_warned
     proc = run_cli("validate", "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={fits}", "REWARD_FUNCS=accuracy",
                    "MAX_LENGTH=512", env=clean_env())  # fmt: skip
     assert "MAX_LENGTH" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("alias", ["MAX_NEW_TOKENS", "RESPONSE_LENGTH"])
+def test_ms_swift_s_other_spellings_of_the_completion_length_reach_the_plan(alias):
+    """Users' trial: MAX_NEW_TOKENS=2048 planned the recipe's 256-token completions, while ms-swift 3.6.4's
+    RLHF generates 2048 (rlhf_args.py:197-199): the plan now counts what ms-swift uses, and says so."""
+    from entrypoint.preflight import values
+    from tests.conftest import build_plan, facts_for, load_recipe
+
+    pairs = ("recipe=countdown-1x4090", "RUN_NAME=c")
+    by_alias = build_plan(*pairs, f"{alias}=2048", inventory="1x4090-driver535")
+    direct = build_plan(*pairs, "MAX_COMPLETION_LENGTH=2048", inventory="1x4090-driver535")
+    assert by_alias.recipe.trainer_args.max_completion_length == 2048
+    assert [e.peak_gib for e in by_alias.memory] == [e.peak_gib for e in direct.memory]
+    warned = [
+        p
+        for p in values.check(by_alias, facts_for(load_recipe(*pairs, f"{alias}=2048")))
+        if p.where.startswith(alias)
+    ]
+    assert warned and not warned[0].fatal and "not MAX_COMPLETION_LENGTH=256" in warned[0].message
+    assert warned[0].fix == f"set MAX_COMPLETION_LENGTH=2048 and remove {alias}"

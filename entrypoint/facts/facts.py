@@ -118,6 +118,9 @@ class Facts:
     previous: Previous = Previous()
     secret_values: tuple[str, ...] = ()  # values of the environment's secret variables (redact.py)
     swift_worker: tuple[str, ...] = ()  # (python, swift/cli/rlhf.py) when the worker can start directly
+    quantizers: frozenset[str] = (
+        frozenset()
+    )  # quantization libraries importable here (QUANT_METHOD=bnb needs bitsandbytes)
 
     def path(self, text: str | Path) -> PathInfo:
         return self.paths.get(str(text), PathInfo())

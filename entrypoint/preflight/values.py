@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from entrypoint.errors import Problem
 from entrypoint.plan import budget
+from entrypoint.recipe.args import COMPLETION_LENGTH_ALIASES
 
 if TYPE_CHECKING:
     from entrypoint.facts.facts import Facts
@@ -46,6 +47,7 @@ def check(plan: Plan, facts: Facts) -> list[Problem]:
         _check_deepspeed,
         _check_rewards,
         _check_train_type,
+        _check_completion_length,
     ):
         problems += part(plan, facts, where)
     return problems
@@ -267,6 +269,7 @@ def _check_train_type(plan: Plan, facts: Facts, where) -> list[Problem]:
                 "TRAIN_TYPE=lora for QLoRA, or remove QUANT_METHOD and QUANT_BITS to train the full model",
             )
         )
+    problems += _check_adapter_values(r, facts)
     if train_type == "full":
         lora_keys = [
             k.upper()
@@ -283,6 +286,50 @@ def _check_train_type(plan: Plan, facts: Facts, where) -> list[Problem]:
                 )
             )
     return problems
+
+
+# What ms-swift 3.6.4 expands in TARGET_MODULES (v3.6.4:swift/llm/train/tuner.py:91-110); any other word is
+# a module name PEFT matches by suffix.
+TARGET_MODULE_WORDS = ("all-linear", "all-embedding")
+
+
+def _check_adapter_values(r, facts: Facts) -> list[Problem]:
+    """TARGET_MODULES words that look like ms-swift's expansions but are not one (ms-swift 2.x's ALL, a typo
+    of all-linear): PEFT would look for a module of that name and fail after the model loaded. And QLoRA
+    without bitsandbytes: the image's lock does not hold it, and transformers needs it to load 4/8-bit
+    weights (its bitsandbytes quantizer's validate_environment), after the start-up."""
+    a, problems = r.trainer_args, []
+    for word in a.target_modules:
+        if word.lower().startswith("all") and word not in TARGET_MODULE_WORDS:
+            problems.append(Problem(f"TARGET_MODULES ({r.source('TARGET_MODULES')})",
+                                    f"{word!r} is not a word ms-swift 3.6.4 knows (it expands "
+                                    f"{' and '.join(TARGET_MODULE_WORDS)}; ms-swift 2.x spelled every linear layer ALL)",
+                                    "TARGET_MODULES=all-linear"))  # fmt: skip
+    if a.quant_method == "bnb" and "bitsandbytes" not in facts.quantizers:
+        problems.append(Problem(f"QUANT_METHOD=bnb ({r.source('QUANT_METHOD')})",
+                                "bitsandbytes is not installed here (the image's lock, requirements/runtime.lock, does "
+                                "not hold it): loading 4/8-bit weights would fail after the start-up",
+                                "remove QUANT_METHOD and QUANT_BITS to train bf16 LoRA: where both weight copies do "
+                                "not fit, the planner keeps one on the card at a time (a 7B on one 24 GB card: recipe "
+                                "countdown-7b-1x4090), or USE_VLLM=false (generation inside the trainer: one weight copy, slower)"))  # fmt: skip
+    return problems
+
+
+def _check_completion_length(plan: Plan, facts: Facts, where) -> list[Problem]:
+    """MAX_NEW_TOKENS or RESPONSE_LENGTH beside a different MAX_COMPLETION_LENGTH: ms-swift 3.6.4's RLHF
+    uses the first of RESPONSE_LENGTH, MAX_NEW_TOKENS, MAX_COMPLETION_LENGTH (rlhf_args.py:197-199), and so
+    does the plan (TrainerArgs.of); a warning, since the recipe's own value is silently not the one used."""
+    r = plan.recipe
+    used = r.trainer_args.max_completion_length
+    alias = next((k.upper() for k in COMPLETION_LENGTH_ALIASES if r.trainer.get(k)), None)
+    if alias is None or not r.trainer.get("max_completion_length"):
+        return []
+    written = int(r.trainer["max_completion_length"][0])
+    if written == used:
+        return []
+    return [Problem(where(alias), f"ms-swift 3.6.4 generates up to {used} tokens per completion from it, not "
+                    f"MAX_COMPLETION_LENGTH={written} ({r.source('MAX_COMPLETION_LENGTH')}); the plan counts {used}",
+                    f"set MAX_COMPLETION_LENGTH={used} and remove {alias}", fatal=False)]  # fmt: skip
 
 
 def _eval_batch(now: int, world: int, generations: int) -> int:

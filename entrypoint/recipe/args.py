@@ -67,6 +67,10 @@ def _values(cls, command: str, tokens: Mapping[str, list[str]]) -> dict[str, Any
     return out
 
 
+# `swift rlhf` arguments ms-swift 3.6.4 turns into max_completion_length, first wins (TrainerArgs.of)
+COMPLETION_LENGTH_ALIASES = ("response_length", "max_new_tokens")
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainerArgs:
     """`swift rlhf` arguments as the run will see them. None: ms-swift derives the value itself (the
@@ -88,6 +92,7 @@ class TrainerArgs:
     reward_model: tuple[str, ...]  # ms-swift: None (rlhf_args.py:16)
     # (): "default" for each reward model, set at run time (grpo_trainer.py:141-143)
     reward_model_plugin: tuple[str, ...]
+    target_modules: tuple[str, ...]  # ms-swift: ['all-linear'] (tuner_args.py:110)
     soft_cache_length: int | None  # tokens; soft_overlong needs it (trainers/arguments.py:215)
     device_map: str | None  # JSON or a name; ms-swift parses it at run time (model_args.py:78-79)
     per_device_train_batch_size: int
@@ -139,8 +144,15 @@ class TrainerArgs:
     @classmethod
     def of(cls, tokens: Mapping[str, list[str]]) -> TrainerArgs:
         """From a recipe's argv tokens (Recipe.trainer). Raises ValueError only for a token that the
-        schema's coercion would have refused (Recipe.load drops those first)."""
-        return cls(**_values(cls, "rlhf", tokens))
+        schema's coercion would have refused (Recipe.load drops those first). ms-swift's other spellings
+        of the completion's length win over max_completion_length as in its RLHF arguments: response_length,
+        then max_new_tokens (v3.6.4:swift/llm/argument/rlhf_args.py:197-199)."""
+        values = _values(cls, "rlhf", tokens)
+        for alias in COMPLETION_LENGTH_ALIASES:
+            if tokens.get(alias):
+                values["max_completion_length"] = int(tokens[alias][0])
+                break
+        return cls(**values)
 
     @property
     def offload(self) -> bool:

@@ -40,11 +40,21 @@ TRANSLATED = {
     "sft_type": lambda v: {"TRAIN_TYPE": v},
     "tuner_type": lambda v: {"TRAIN_TYPE": v},
     "lora_r": lambda v: {"LORA_RANK": v},
-    "lora_target_modules": lambda v: {"TARGET_MODULES": v},
+    # ms-swift's RLHF reads either as max_completion_length (v3.6.4:swift/llm/argument/rlhf_args.py:197-199)
+    "max_new_tokens": lambda v: {"MAX_COMPLETION_LENGTH": v},
+    "response_length": lambda v: {"MAX_COMPLETION_LENGTH": v},
+    "lora_target_modules": lambda v: {"TARGET_MODULES": all_linear(v)},
+    "target_modules": lambda v: {"TARGET_MODULES": all_linear(v)},
     "load_in_4bit": lambda v: {"QUANT_METHOD": "bnb", "QUANT_BITS": "4"} if _true(v) else {},
     "load_in_8bit": lambda v: {"QUANT_METHOD": "bnb", "QUANT_BITS": "8"} if _true(v) else {},
 }
 SECRET_RE = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
+
+
+def all_linear(value: str) -> str:
+    """Target modules as ms-swift 3.6.4 spells them: ms-swift 2.x's ALL (every linear layer) is all-linear
+    now (v3.6.4:swift/llm/train/tuner.py:97); other names pass unchanged."""
+    return " ".join("all-linear" if m.upper() == "ALL" else m for m in value.split())
 
 
 def _true(value: str) -> bool:

@@ -312,6 +312,7 @@ def gather(
         gid=os.getgid(),
         swift=swift_executable(environ),
         swift_worker=swift_worker(environ),
+        quantizers=frozenset(n for n in ("bitsandbytes",) if importlib.util.find_spec(n) is not None),
         paths=MappingProxyType(paths),
         datasets=MappingProxyType(datasets),
         model_config=(config, source),
