@@ -563,3 +563,37 @@ def test_the_planner_is_within_10_percent_of_the_7b_run_on_a_physical_24_gib_car
                       "MAX_STEPS=12", inventory="1x4090-driver535")  # fmt: skip
     (card,) = plan.memory
     assert abs(card.peak_gib - run["peak_nvml_gib"]) <= 0.10 * run["peak_nvml_gib"], (card.peak_gib, run)
+
+
+@pytest.mark.parametrize(
+    ("extra", "fix"),
+    [
+        ("DISABLE_HOOKS=offload_before_wake", "take offload_before_wake out of DISABLE_HOOKS"),
+        ("TRAIN_TYPE=full", "TRAIN_TYPE=lora"),
+        ("SLEEP_LEVEL=0", "SLEEP_LEVEL=1"),
+    ],
+)
+def test_a_one_copy_plan_missing_a_piece_is_refused_naming_that_piece(extra, fix):
+    """New-user trial of the 7B recipe: without the hook that offloads the trainer first, both copies meet at
+    vLLM's wake-up (planned 20.2 GiB and 'valid' before); full fine-tuning got '0.0B parameters of this kind';
+    SLEEP_LEVEL=0 got five knobs, three of them already on. Each fix now names the one piece."""
+    plan = build_plan("recipe=countdown-7b-1x4090", extra, inventory="1x4090-driver535")
+    (oom,) = [p for p in memory_problems(plan) if p.where == "memory"]
+    assert oom.fix.startswith(fix) and "OFFLOAD_MODEL=true" not in oom.fix, oom.fix
+
+
+def test_thin_headroom_on_the_one_copy_path_suggests_only_what_is_not_on():
+    plan = build_plan(
+        "recipe=countdown-7b-1x4090", "PER_DEVICE_TRAIN_BATCH_SIZE=4", inventory="1x4090-driver535"
+    )
+    (thin,) = [p for p in memory_problems(plan, fatal=False) if p.where == "memory"]
+    assert "under 10% headroom" in thin.message and "OFFLOAD_MODEL" not in thin.fix
+    assert "VLLM_GPU_MEMORY_UTILIZATION" not in thin.fix and "PER_DEVICE_TRAIN_BATCH_SIZE" in thin.fix
+
+
+def test_the_levers_are_chosen_for_a_7b_whatever_engine_counts_the_card():
+    """V0 (multi-step scheduling) sizes only its own share, which made both copies look like they fit."""
+    plan = build_plan("recipe=countdown-1x4090", "MODEL=Qwen/Qwen2.5-7B-Instruct", "VLLM_SCHEDULER_STEPS=8",
+                      inventory="1x4090-driver535")  # fmt: skip
+    assert plan.recipe.trainer_args.offload_model and plan.recipe.trainer_args.sleep_level == 1
+    assert not memory_problems(plan)

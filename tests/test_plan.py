@@ -368,8 +368,8 @@ def test_vllm_is_given_only_the_adapter_on_the_one_weight_copy_path():
     assert (
         build(*pairs, "LORA_RANK=32", inventory="1x4090-driver535").process("trainer").env[variable] == "32"
     )
-    for other in ("SLEEP_LEVEL=2", "TRAIN_TYPE=full", "VLLM_SCHEDULER_STEPS=8", "DISABLE_HOOKS=adapter_sync",
-                  "OFFLOAD_MODEL=false"):  # fmt: skip
+    for other in ("SLEEP_LEVEL=2", "TRAIN_TYPE=full", "VLLM_SCHEDULER_STEPS=8", "VLLM_USE_V1=0", "DEEPSPEED=zero3",
+                  "LORA_RANK=1024", "DISABLE_HOOKS=adapter_sync", "OFFLOAD_MODEL=false"):  # fmt: skip
         env = build(*pairs, other, inventory="1x4090-driver535").process("trainer").env
         assert variable not in env, other
     assert (

@@ -1218,3 +1218,33 @@ def test_ms_swift_s_other_spellings_of_the_completion_length_reach_the_plan(alia
     ]
     assert warned and not warned[0].fatal and "not MAX_COMPLETION_LENGTH=256" in warned[0].message
     assert warned[0].fix == f"set MAX_COMPLETION_LENGTH=2048 and remove {alias}"
+
+
+@pytest.mark.parametrize(
+    ("extra", "why"),
+    [
+        ("SLEEP_LEVEL=2", "SLEEP_LEVEL=2 discards the base weights"),
+        ("VLLM_USE_V1=0", "vLLM's V0 engine runs it"),
+        ("DISABLE_HOOKS=adapter_sync", "DISABLE_HOOKS turns adapter_sync off"),
+    ],
+)
+def test_the_one_copy_path_without_adapter_sync_says_the_sync_is_the_slow_merge(extra, why):
+    """New-user trial: each of these drops vLLM's adapter path silently, for steps about twice as long."""
+    from entrypoint.preflight import values
+    from tests.conftest import build_plan, facts_for, load_recipe
+
+    pairs = ("recipe=countdown-7b-1x4090", extra)
+    plan = build_plan(*pairs, inventory="1x4090-driver535")
+    warned = [p for p in values.check(plan, facts_for(load_recipe(*pairs))) if p.where == "weight sync"]
+    assert (
+        warned
+        and not warned[0].fatal
+        and why in warned[0].message
+        and "on the CPU every step" in warned[0].message
+    )
+    ok = build_plan("recipe=countdown-7b-1x4090", inventory="1x4090-driver535")
+    assert not [
+        p
+        for p in values.check(ok, facts_for(load_recipe("recipe=countdown-7b-1x4090")))
+        if p.where == "weight sync"
+    ]

@@ -209,6 +209,32 @@ def expandable(recipe: Recipe, layout: Layout) -> bool:
     return "expandable_segments:true" in conf.replace(" ", "").lower()
 
 
+# vLLM 0.8.5's LoRAConfig's largest max_lora_rank (vllm/config.py:2677)
+VLLM_MAX_LORA_RANK = 512
+
+
+def adapter_sync_blocker(recipe: Recipe, deepspeed_config: dict | None = None) -> str:
+    """Why a colocated run on the one-weight-copy path (SLEEP_LEVEL >= 1, OFFLOAD_MODEL) cannot have vLLM
+    serve the trained adapter itself (entrypoint/child/hooks/adapter_sync.py), and so syncs as ms-swift does,
+    merging the adapter into a full copy of the weights on the CPU every step; "" when it can. Pure: the
+    plan sets GRPO_RIG_ADAPTER_SYNC exactly where this is "", and validate warns where it is not."""
+    a, s = recipe.trainer_args, recipe.settings
+    v0 = recipe.vllm_use_v1 is False or (
+        s.VLLM_SCHEDULER_STEPS > 1 and "scheduler_steps" not in s.disabled_hooks
+    )
+    checks = (
+        (a.train_type != "lora", "there is no adapter (TRAIN_TYPE is not lora)"),
+        (a.sleep_level >= 2, "SLEEP_LEVEL=2 discards the base weights vLLM would serve the adapter on"),
+        (v0, "vLLM's V0 engine runs it (VLLM_SCHEDULER_STEPS > 1 or VLLM_USE_V1=0): its multi-step runner refuses "
+             "LoRA (vllm/worker/multi_step_model_runner.py:285-287), and only V1 was measured"),
+        (deepspeed_stage(a.deepspeed, deepspeed_config)[0] == 3,
+         "DeepSpeed ZeRO-3 partitions the adapter's weights (ms-swift gathers them for its merge)"),
+        (a.lora_rank > VLLM_MAX_LORA_RANK, f"vLLM 0.8.5 serves LoRA ranks up to {VLLM_MAX_LORA_RANK}"),
+        ("adapter_sync" in s.disabled_hooks, "DISABLE_HOOKS turns adapter_sync off"),
+    )  # fmt: skip
+    return next((why for blocked, why in checks if blocked), "")
+
+
 def engine_v0(recipe: Recipe) -> bool:
     """Whether a colocated vLLM runs its V0 engine: multi-step scheduling (VLLM_SCHEDULER_STEPS > 1, which
     plan runs with VLLM_USE_V1=0) or the recipe's own VLLM_USE_V1=0."""
@@ -216,9 +242,15 @@ def engine_v0(recipe: Recipe) -> bool:
 
 
 def colocate_settings(
-    a: TrainerArgs, b: Batch, w: Workload, expandable: bool = False, v0: bool = False
+    a: TrainerArgs,
+    b: Batch,
+    w: Workload,
+    expandable: bool = False,
+    v0: bool = False,
+    disabled_hooks: frozenset[str] = frozenset(),
 ) -> memory.Colocate:
-    """vLLM's colocate settings as the run will see them (recipe values, else ms-swift's defaults); `v0`:
+    """vLLM's colocate settings as the run will see them (recipe values, else ms-swift's defaults; the
+    child hooks DISABLE_HOOKS leaves out, where they change what meets on the card); `v0`:
     engine_v0."""
     return memory.Colocate(
         utilization=a.vllm_gpu_memory_utilization,
@@ -231,6 +263,7 @@ def colocate_settings(
         liger=a.use_liger_kernel,
         engine_v0=v0,
         offload_model=a.offload_model,
+        trainer_leaves_first="offload_before_wake" not in disabled_hooks,
     )
 
 
@@ -326,7 +359,9 @@ def compute(
         return Budget(None, None, "the batch's values are refused", None, card, a.offload, util)
     w, note = workload(recipe, b, dataset_paths, facts)
     colocate = (
-        colocate_settings(a, b, w, expandable(recipe, layout), engine_v0(recipe))
+        colocate_settings(
+            a, b, w, expandable(recipe, layout), engine_v0(recipe), recipe.settings.disabled_hooks
+        )
         if w is not None and layout.mode == "colocate"
         else None
     )

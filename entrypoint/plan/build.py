@@ -629,7 +629,9 @@ def _trainer_env(d: Draft) -> dict[str, str]:
         env["GRPO_RIG_VLLM_KEEP_POOLS"] = "1"
         if a.offload_model:  # else both weight copies meet on the GPU at each generation's start
             env["GRPO_RIG_OFFLOAD_BEFORE_WAKE"] = "1"
-            if _adapter_sync(d, steps):
+            # vLLM serves the trained adapter on its base weights instead of ms-swift merging it on the CPU
+            # each step (entrypoint/child/hooks/adapter_sync.py); budget.adapter_sync_blocker says where not
+            if not budget_mod.adapter_sync_blocker(d.recipe, d.facts.deepspeed_config):
                 env["GRPO_RIG_ADAPTER_SYNC"] = str(a.lora_rank)
     if layout.mode == "colocate":
         env.update(_vllm_env(a.vllm_enforce_eager))
@@ -650,17 +652,6 @@ def _trainer_env(d: Draft) -> dict[str, str]:
         # torchrun's default 29500 collides with any other run on the host; pick a free one unless set.
         env["MASTER_PORT"] = str(s.MASTER_PORT if d.recipe.is_set("MASTER_PORT") else d.facts.ports.ephemeral)
     return env
-
-
-def _adapter_sync(d: Draft, steps: int) -> bool:
-    """vLLM serves the trained LoRA adapter on the base weights it loaded once, instead of ms-swift merging
-    the adapter into a full copy of the weights each step (entrypoint/child/hooks/adapter_sync.py): on the
-    one-weight-copy path (colocated, SLEEP_LEVEL=1, OFFLOAD_MODEL), where that merge runs on the CPU (24-26 s
-    of a 30 s Qwen2.5-7B step, bench/one-card/). Not at SLEEP_LEVEL=2, which discards the base weights the
-    adapter is served on, nor with multi-step scheduling (vLLM 0.8.5's V0 multi-step runner refuses LoRA:
-    worker/multi_step_model_runner.py:285-287), nor for full fine-tuning (no adapter)."""
-    a = d.recipe.trainer_args
-    return a.train_type == "lora" and a.sleep_level == 1 and steps <= 1
 
 
 def _worker_directly(d: Draft) -> bool:

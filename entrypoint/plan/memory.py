@@ -309,6 +309,9 @@ class Colocate:
     liger: bool = False  # USE_LIGER_KERNEL (the trainer's logits)
     engine_v0: bool = False  # vLLM's V0 engine: VLLM_USE_V1=0 or VLLM_SCHEDULER_STEPS > 1
     offload_model: bool = False  # OFFLOAD_MODEL: the trainer's weights leave the GPU while vLLM generates
+    # the trainer leaves before vLLM's weights wake (hooks/offload_before_wake.py); ms-swift's own order
+    # (DISABLE_HOOKS=offload_before_wake) wakes them first, both copies on the card at once
+    trainer_leaves_first: bool = True
 
 
 def offload_phases(
@@ -333,6 +336,8 @@ def offload_phases(
         generation["context"] = CUDA_CONTEXT_GIB
     if not v.offload_model:
         generation["weights (not offloaded)"] = train.weights
+    elif not v.trainer_leaves_first:
+        generation["trainer's weights (vLLM wakes before they leave)"] = train.weights
     logits = (
         train.logit_entries
         * c["colocate_torch_liger_logit_bytes" if v.liger else "colocate_torch_logit_bytes"]
@@ -343,7 +348,9 @@ def offload_phases(
         "optimizer": train.optimizer,
         "activations": activations,
         "logits": logits,
-        "context, vLLM asleep, allocator": c["colocate_torch_constant_gib"],
+        ("context, vLLM asleep, allocator" if v.sleep_level else "context, allocator"): c[
+            "colocate_torch_constant_gib"
+        ],
     }
     if v.sleep_level == 0:
         training["vLLM (awake)"] = share

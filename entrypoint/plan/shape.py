@@ -481,7 +481,8 @@ def one_copy_levers(r: Recipe, layout: Layout, budget: Budget) -> list[Choice]:
     ):
         return []
     per_process = step_completions(r, budget.batch).per_process
-    if not per_process or smallest_share(budget, layout, per_process).holds:
+    # whether both copies fit beside the round on the card, whichever engine counts what (v0=False counts all)
+    if not per_process or smallest_share(budget, layout, per_process, v0=False).holds:
         return []
     why = (f"no vLLM share of this card holds both copies of the {w.dims.params / 1e9:.1f}B model's weights beside "
            "its generation round: one copy on the GPU at a time (the trainer in CPU memory while vLLM generates, "
@@ -589,8 +590,9 @@ def _vllm_share(
                 )
                 + f"; the rest of the {card:.1f} GiB card trains"
                 if holds
-                else f"the most the planner gives vLLM: no share holds {what} beside both copies of the weights on "
-                f"this {card:.1f} GiB card (the memory check says what to change)",
+                else f"the most the planner gives vLLM: no share holds {what} beside "
+                + ("vLLM's own weights" if current.offload_model else "both copies of the weights")
+                + f" on this {card:.1f} GiB card (the memory check says what to change)",
             )
         )
     sleep = current.sleep_level

@@ -98,14 +98,25 @@ def _knobs(plan: Plan, colocate: memory.Colocate | None) -> dict[str, str]:
 def _largest_model_text(w: Workload, card_gib: float, colocate: memory.Colocate) -> str:
     """A fix for a model too large even with one weight copy on the card: the largest that would fit."""
     largest = memory.largest_one_copy_params(w, card_gib, colocate)
-    return (f"even with one weight copy on the card at a time (OFFLOAD_MODEL, SLEEP_LEVEL=1) this {card_gib:.0f} GiB "
-            f"card trains at most about {largest:.1f}B parameters of this kind (bf16 LoRA, micro-batch 1; this model "
-            f"has {w.dims.params / 1e9:.1f}B): a smaller MODEL, a rollout server on its own GPU (ROLLOUT_GPUS), or "
-            "more training GPUs with DEEPSPEED=zero3")  # fmt: skip
+    return (f"even with one weight copy on the card at a time (OFFLOAD_MODEL, OFFLOAD_OPTIMIZER, SLEEP_LEVEL=1) this "
+            f"{card_gib:.0f} GiB card trains at most about {largest:.1f}B parameters of this kind (bf16 LoRA, "
+            f"micro-batch 1; this model has {w.dims.params / 1e9:.1f}B): a smaller MODEL; or, on several cards, "
+            "DEEPSPEED=zero3 with VLLM_TENSOR_PARALLEL_SIZE=<the cards> shards both copies")  # fmt: skip
 
 
-def _knobs_one_copy() -> str:
-    """What still lowers a one-weight-copy card's peak (its levers are already on)."""
+def _one_copy_fix(w: Workload, card_gib: float, colocate: memory.Colocate) -> str:
+    """What still lowers a card whose trainer is offloaded around generation (OFFLOAD_MODEL), most
+    direct first: the lever or hook missing from the one-copy path, LoRA for full fine-tuning, a smaller
+    model when its weights alone leave too little, else the step's own size."""
+    if colocate.sleep_level == 0:
+        return "SLEEP_LEVEL=1: awake, vLLM's share stays on the card while the trainer trains"
+    if not colocate.trainer_leaves_first:
+        return ("take offload_before_wake out of DISABLE_HOOKS: without it ms-swift wakes vLLM's weights while the "
+                "trainer's are still on the card")  # fmt: skip
+    if w.full:
+        return "TRAIN_TYPE=lora: full fine-tuning keeps gradients and optimizer states for every weight on the card"
+    if w.dims.params / 1e9 > memory.largest_one_copy_params(w, card_gib, colocate):
+        return _largest_model_text(w, card_gib, colocate)
     return ("a shorter MAX_COMPLETION_LENGTH, a smaller PER_DEVICE_TRAIN_BATCH_SIZE (keep the generation batch with "
             "GRADIENT_ACCUMULATION_STEPS), fewer NUM_GENERATIONS")  # fmt: skip
 
@@ -149,17 +160,17 @@ def _peak_problems(
                     f"the planner's uncertainty, {memory.EXTRAPOLATED_REFUSE_RATIO:.2f}x)")  # fmt: skip
             fit = _fit_text(plan)
             turn = f"{fit}{'other knobs' if fit else 'turn these knobs'}: {knobs[mode]}"
-            if colocate is not None and colocate.offload_model and colocate.sleep_level >= 1:
-                turn = (
-                    _largest_model_text(w, e.card_gib, colocate)
-                    + f"; or turn these knobs: {_knobs_one_copy()}"
-                )
+            if colocate is not None and colocate.offload_model:
+                turn = _one_copy_fix(w, e.card_gib, colocate)
             problems.append(Problem("memory", f"does not fit: {what}" + (beyond if not sure else past if extrapolated else ""),
                                     turn + ("; or MEMORY_CHECK=warn to try anyway" if sure else ""),
                                     fatal=s.MEMORY_CHECK == "error" and sure))  # fmt: skip
         elif e.headroom < HEADROOM_WARNING:
+            consider = (
+                _one_copy_fix(w, e.card_gib, colocate) if colocate and colocate.offload_model else knobs[mode]
+            )
             problems.append(Problem("memory", f"under {HEADROOM_WARNING:.0%} headroom: {what}",
-                                    f"consider: {knobs[mode]}", fatal=False))  # fmt: skip
+                                    f"consider: {consider}", fatal=False))  # fmt: skip
     return problems
 
 
@@ -255,10 +266,11 @@ def _colocated_fits(plan: Plan, w: Workload, card, colocate: memory.Colocate, of
             "raise VLLM_TENSOR_PARALLEL_SIZE"
             if at_most >= need
             else _largest_model_text(w, size, colocate)
-            if model_offloaded and colocate.sleep_level >= 1
+            if model_offloaded
             else f"no share of this {size:.0f} GiB card holds both copies of the weights and one sequence: "
-            "OFFLOAD_MODEL=true (ms-swift builds vLLM while the trainer's weights are in CPU memory), a rollout "
-            "server on its own GPU (ROLLOUT_GPUS), VLLM_TENSOR_PARALLEL_SIZE over several GPUs, or a smaller MODEL"
+            "OFFLOAD_MODEL=true, OFFLOAD_OPTIMIZER=true and SLEEP_LEVEL=1 (one weight copy on the card at a time: "
+            "ms-swift builds vLLM while the trainer's weights are in CPU memory), a rollout server on its own GPU "
+            "(ROLLOUT_GPUS), VLLM_TENSOR_PARALLEL_SIZE over several GPUs, or a smaller MODEL"
         )
         counted = (
             f"vLLM's weights (1/{tp} per GPU; its V0 engine counts only its own) are"

@@ -48,6 +48,7 @@ def check(plan: Plan, facts: Facts) -> list[Problem]:
         _check_rewards,
         _check_train_type,
         _check_completion_length,
+        _check_one_copy_sync,
     ):
         problems += part(plan, facts, where)
     return problems
@@ -330,6 +331,23 @@ def _check_completion_length(plan: Plan, facts: Facts, where) -> list[Problem]:
     return [Problem(where(alias), f"ms-swift 3.6.4 generates up to {used} tokens per completion from it, not "
                     f"MAX_COMPLETION_LENGTH={written} ({r.source('MAX_COMPLETION_LENGTH')}); the plan counts {used}",
                     f"set MAX_COMPLETION_LENGTH={used} and remove {alias}", fatal=False)]  # fmt: skip
+
+
+def _check_one_copy_sync(plan: Plan, facts: Facts, where) -> list[Problem]:
+    """On the one-weight-copy path (colocated, SLEEP_LEVEL >= 1, OFFLOAD_MODEL, LoRA) without vLLM serving
+    the adapter (budget.adapter_sync_blocker): ms-swift merges the adapter into the weights on the CPU
+    every step, 24 s of a 32 s Qwen2.5-7B step on a 24 GiB card (docs/benchmarks/one-card-7b.md); said,
+    since nothing else changes in the plan."""
+    r, a = plan.recipe, plan.recipe.trainer_args
+    if plan.layout.mode != "colocate" or a.sleep_level < 1 or not a.offload_model or a.train_type != "lora":
+        return []
+    why = budget.adapter_sync_blocker(r, facts.deepspeed_config)
+    if not why:
+        return []
+    return [Problem("weight sync", f"vLLM cannot be given only the trained adapter here: {why}; ms-swift merges the "
+                    "adapter into the weights on the CPU every step instead (24 s of a 32 s step for a 7B model "
+                    "on a 24 GiB card: docs/benchmarks/one-card-7b.md)",
+                    "change what stops it, where you can, for steps about twice as fast", fatal=False)]  # fmt: skip
 
 
 def _eval_batch(now: int, world: int, generations: int) -> int:
