@@ -1248,3 +1248,40 @@ def test_the_one_copy_path_without_adapter_sync_says_the_sync_is_the_slow_merge(
         for p in values.check(ok, facts_for(load_recipe("recipe=countdown-7b-1x4090")))
         if p.where == "weight sync"
     ]
+
+
+def test_a_changed_model_drops_the_recipe_s_model_type_where_ms_swift_registers_it_otherwise():
+    """Users' trial: MODEL=meta-llama/Llama-3.2-3B-Instruct on countdown-1x4090 ran with --model_type qwen2_5
+    (Qwen's template on Llama, unchecked by ms-swift). The recipe's type belonged to its own model: left out,
+    said; kept for another Qwen2.5 and for a local folder (ms-swift needs it there)."""
+    from tests.conftest import build_plan, load_recipe
+
+    for model, kept in (("meta-llama/Llama-3.2-3B-Instruct", False), ("Qwen/Qwen3-4B", False),
+                        ("Qwen/Qwen2.5-7B-Instruct", True), ("/data/models/my-qwen", True)):  # fmt: skip
+        r = load_recipe("recipe=countdown-1x4090", f"MODEL={model}")
+        assert ("model_type" in r.trainer) == kept, model
+        said = [p for p in r.problems if p.where.startswith("MODEL_TYPE (recipes/countdown-1x4090.env")]
+        assert bool(said) != kept and all(not p.fatal for p in said), (model, said)
+    plan = build_plan(
+        "recipe=countdown-1x4090", "MODEL=meta-llama/Llama-3.2-3B-Instruct", inventory="1x4090-driver535"
+    )
+    assert "--model_type" not in plan.process("trainer").argv
+
+
+def test_a_model_type_of_another_family_is_refused_naming_the_right_one(tmp_path):
+    err = refused(tmp_path, "recipe=countdown-1x4090", "MODEL=meta-llama/Llama-3.2-3B-Instruct", "MODEL_TYPE=qwen2_5",
+                  "MEMORY_CHECK=warn")  # fmt: skip
+    assert "qwen2_5 is not the type ms-swift 3.6.4 registers" in err and "MODEL_TYPE=llama3_2" in err
+    # a local folder: by its config.json's architectures
+    folder = tmp_path / "my-llama"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "vocab_size": 128256}))  # fmt: skip
+    (folder / "model.safetensors").write_bytes(b"")
+    err = refused(tmp_path, "recipe=countdown-1x4090", f"MODEL={folder}", "MEMORY_CHECK=warn")
+    assert (
+        "qwen2_5 is registered in ms-swift 3.6.4 for Qwen2ForCausalLM, but MODEL's config.json says LlamaForCausalLM"
+        in err
+    )
+    assert "llama3_2" in err

@@ -47,3 +47,25 @@ def test_committed_environment_scan_matches_the_installed_ms_swift():
     # ms-swift's GRPO code reads these; a recipe that sets them must reach the trainer
     for name in ("MAX_PIXELS", "SWIFT_DEBUG", "NPROC_PER_NODE"):
         assert name in swift_schema.environment_variables()
+
+
+@pytest.mark.slow  # imports ms-swift (~25 s)
+def test_committed_model_types_match_the_installed_ms_swift():
+    committed = json.loads(swift_schema.MODEL_TYPES_FILE.read_text())
+    assert swift_schema.generate_model_types() == committed, (
+        "regenerate: python -m entrypoint.recipe.swift_schema --write"
+    )
+
+
+@pytest.mark.parametrize(
+    ("model", "registered"),
+    [
+        ("meta-llama/Llama-3.2-3B-Instruct", "llama3_2"),
+        ("Qwen/Qwen3-4B", "qwen3"),
+        ("Qwen/Qwen2.5-7B-Instruct", "qwen2_5"),
+        ("/root/.cache/huggingface/hub/models--Qwen--Qwen2.5-0.5B-Instruct/snapshots/0123abc", "qwen2_5"),
+        ("/data/models/my-finetune", None),
+    ],
+)
+def test_a_model_s_registered_type_is_found_by_its_name_as_ms_swift_does(model, registered):
+    assert swift_schema.registered_type(model) == registered

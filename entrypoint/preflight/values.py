@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from entrypoint.errors import Problem
 from entrypoint.plan import budget
+from entrypoint.recipe import swift_schema
 from entrypoint.recipe.args import COMPLETION_LENGTH_ALIASES
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ def check(plan: Plan, facts: Facts) -> list[Problem]:
         _check_train_type,
         _check_completion_length,
         _check_one_copy_sync,
+        _check_model_type,
     ):
         problems += part(plan, facts, where)
     return problems
@@ -348,6 +350,32 @@ def _check_one_copy_sync(plan: Plan, facts: Facts, where) -> list[Problem]:
                     "adapter into the weights on the CPU every step instead (24 s of a 32 s step for a 7B model "
                     "on a 24 GiB card: docs/benchmarks/one-card-7b.md)",
                     "change what stops it, where you can, for steps about twice as fast", fatal=False)]  # fmt: skip
+
+
+def _check_model_type(plan: Plan, facts: Facts, where) -> list[Problem]:
+    """A MODEL_TYPE of another family than MODEL: ms-swift 3.6.4 loads the model with that type's template
+    and loader without checking its architecture (swift/llm/model/register.py:525-531). By MODEL's name where
+    ms-swift lists it, else by its config.json's architectures (a local folder; facts.model_config)."""
+    r = plan.recipe
+    model, given = r.trainer_args.model or "", (r.trainer.get("model_type") or [""])[0]
+    if not model or not given:
+        return []
+    types = swift_schema.model_types()
+    found = swift_schema.registered_type(model)
+    if found is not None and found != given:
+        return [Problem(where("MODEL_TYPE"), f"{given} is not the type ms-swift 3.6.4 registers MODEL={model} under "
+                        f"({found}): it would load the model with {given}'s template and loader without checking",
+                        f"MODEL_TYPE={found}, or remove MODEL_TYPE (ms-swift finds it)")]  # fmt: skip
+    config = facts.model_config[0] or {}
+    arch = (config.get("architectures") or [None])[0]
+    allowed = types.get(given, {}).get("architectures") or []
+    if found is None and arch and allowed and arch not in allowed:
+        same = [t for t, v in types.items() if arch in v["architectures"]]
+        return [Problem(where("MODEL_TYPE"), f"{given} is registered in ms-swift 3.6.4 for {', '.join(allowed)}, but "
+                        f"MODEL's config.json says {arch}: it would load the model with {given}'s template without "
+                        "checking", f"MODEL_TYPE= one of ms-swift's types for {arch}: {', '.join(same[:8]) or 'none'}"
+                        + (" ..." if len(same) > 8 else ""))]  # fmt: skip
+    return []
 
 
 def _eval_batch(now: int, world: int, generations: int) -> int:

@@ -373,6 +373,33 @@ def _dataset_replaces_generator(merged: dict[str, Value], problems: list[Problem
         merged["DATASET_GENERATOR"] = Value("", dataset.source)
 
 
+def _model_replaces_its_type(merged: dict[str, Value], problems: list[Problem]) -> None:
+    """A MODEL from a later layer than the recipe's MODEL_TYPE or TEMPLATE: those came with the recipe's own
+    model. Where ms-swift 3.6.4 registers the new MODEL under another type (by its name), they are left out
+    and ms-swift takes the type and its template from its registry; otherwise they stay (a local folder or a
+    model ms-swift does not list needs MODEL_TYPE where several types share its architecture: the values
+    check compares it with the model's config.json)."""
+    model = merged.get("MODEL")
+    found = swift_schema.registered_type(model.value) if model and model.value else None
+    if found is None:
+        return
+    registered = {"MODEL_TYPE": found, "TEMPLATE": swift_schema.model_types()[found]["template"]}
+    for key, right in registered.items():
+        value = merged.get(key)
+        if (
+            not value
+            or not value.value
+            or value.value == right
+            or layer_of(value.source) >= layer_of(model.source)
+        ):
+            continue
+        problems.append(Problem(f"{key} ({value.source})",
+                                f"{value.value}: not used, it came with the recipe's own model; ms-swift 3.6.4 registers "
+                                f"MODEL={model.value} ({model.source}) as {found}, and takes its {key.lower()} "
+                                f"({right}) from there", fatal=False))  # fmt: skip
+        merged[key] = Value("", model.source)
+
+
 def recipe_path(name: str, recipes_dir: Path = RECIPES_DIR) -> Path:
     """`recipes/<name>.env`, or `name` itself when it is a path to an env file."""
     if name.endswith(".env") or "/" in name:
@@ -402,6 +429,7 @@ def load(
     merged: dict[str, Value] = dict(ChainMap(*reversed(layers)))
     merged["RECIPE"] = Value(name, cli["RECIPE"].source if "RECIPE" in cli else "environment")
     _dataset_replaces_generator(merged, problems)
+    _model_replaces_its_type(merged, problems)
     owned, trainer, rollout, nccl_values, env = _sort_by_kind(merged, problems)
     settings = settings_of(owned, merged, problems)
     if strict and any(p.fatal for p in problems):

@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -168,6 +169,44 @@ def environment_variables() -> dict[str, list[str]]:
     }
 
 
+MODEL_TYPES_FILE = DATA_DIR / "swift_model_types.json"
+
+
+def model_name(model: str) -> str:
+    """The name ms-swift 3.6.4 matches a model by: the last part of a hub id or path, lowercased, a hub
+    cache snapshot's repository name, ModelScope's '___' as '.' (swift/llm/model/register.py:382-403)."""
+    snapshot = re.search(r"/models--.+?--(.+?)/snapshots/", model)
+    name = snapshot.group(1) if snapshot else model.rstrip("/").rsplit("/", 1)[-1]
+    return name.replace("___", ".").lower()
+
+
+def generate_model_types() -> dict[str, dict]:
+    """ms-swift's registered model types (swift/llm/model/register.py MODEL_MAPPING): for each, the
+    architectures it is registered for, its template and the names of the models it lists (model_name)."""
+    from swift.llm.model.register import MODEL_MAPPING
+
+    out = {}
+    for model_type, meta in sorted(MODEL_MAPPING.items()):
+        ids = {i for g in meta.model_groups for m in g.models for i in (m.ms_model_id, m.hf_model_id) if i}
+        out[model_type] = {"architectures": sorted(a for a in meta.architectures or [] if a != "null"),
+                           "template": meta.template, "models": sorted({model_name(i) for i in ids})}  # fmt: skip
+    return out
+
+
+@functools.cache
+def model_types() -> dict[str, dict]:
+    """The committed registry of the lock's ms-swift (MODEL_TYPES_FILE, generate_model_types)."""
+    return json.loads(MODEL_TYPES_FILE.read_text())
+
+
+def registered_type(model: str) -> str | None:
+    """The model type ms-swift 3.6.4 finds for MODEL by its name (a hub id it lists), None when it lists no
+    such name (a local folder named otherwise, a model it does not know): then it goes by the config's
+    architectures and needs MODEL_TYPE where several types share one (register.py:477-486)."""
+    name = model_name(model)
+    return next((t for t, v in model_types().items() if name in v["models"]), None)
+
+
 def path_for(command: str) -> Path:
     return DATA_DIR / f"swift_{command}_args.json"
 
@@ -198,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         ENV_FILE.write_text(env)
         print(f"wrote {ENV_FILE} ({len(json.loads(env))} variables)")
+        types = generate_model_types()
+        MODEL_TYPES_FILE.write_text(json.dumps(types, indent=0, sort_keys=True) + "\n")
+        print(f"wrote {MODEL_TYPES_FILE} ({len(types)} model types)")
     for command in COMMANDS:
         text = json.dumps(generate(command), indent=1, ensure_ascii=False) + "\n"
         if args.write:
