@@ -219,3 +219,36 @@ def test_ctrl_c_during_evaluate_is_one_line_and_128_plus_the_signal(tmp_path, mo
     out = capsys.readouterr()
     assert f"evaluate stopped by {signal.Signals(signum).name}: no eval.* written" in out.out
     assert "Traceback" not in out.err + out.out
+
+
+def test_held_out_rows_the_run_s_rewards_cannot_read_are_refused_before_a_model_loads(tmp_path):
+    """Users' trial: EVAL_DATASET without the countdown reward's columns generated for 8 min 44 s, then died
+    with "TypeError: ... missing 2 required positional arguments: 'nums' and 'target'" (rc 1). Each reward
+    now scores the first rows with an empty completion first: refused, naming the reward and the columns."""
+    run = fake_run(tmp_path, "r", adapter=True)
+    data = json.loads((run / "manifest.json").read_text())
+    data["processes"] = [{"role": "trainer", "argv": ["python", "rlhf.py", "--model", "some/model", "--reward_funcs",
+                                                       "countdown", "format"]}]  # fmt: skip
+    (run / "manifest.json").write_text(json.dumps(data))
+    rows = tmp_path / "heldout.jsonl"
+    rows.write_text(
+        "".join(json.dumps({"messages": [{"role": "user", "content": f"q{i}"}]}) + "\n" for i in range(4))
+    )
+    proc = run_cli(
+        "evaluate", "run=r", f"OUTPUT_DIR={tmp_path}", f"EVAL_DATASET={rows}", env=clean_env(), timeout=120
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "the run's reward countdown cannot score the rows of EVAL_DATASET" in proc.stderr, proc.stderr
+    assert "nums" in proc.stderr and "their columns: messages" in proc.stderr
+    assert "evaluating r:" not in proc.stdout and "Traceback" not in proc.stderr
+
+
+def test_the_scored_completions_are_kept_one_line_each(tmp_path):
+    prompts = [[{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}]]
+    texts = [["x", "y"], ["z", "w"]]
+    evaluate.write_completions(
+        tmp_path / "c.jsonl", prompts, {"base": (texts, {"r": [[0.0, 1.0], [1.0, 0.0]]})}
+    )
+    lines = [json.loads(line) for line in (tmp_path / "c.jsonl").read_text().splitlines()]
+    assert len(lines) == 4 and lines[1] == {"model": "base", "prompt": 0, "messages": prompts[0], "completion": "y",
+                                            "rewards": {"r": 1.0}}  # fmt: skip
