@@ -252,3 +252,16 @@ def test_the_scored_completions_are_kept_one_line_each(tmp_path):
     lines = [json.loads(line) for line in (tmp_path / "c.jsonl").read_text().splitlines()]
     assert len(lines) == 4 and lines[1] == {"model": "base", "prompt": 0, "messages": prompts[0], "completion": "y",
                                             "rewards": {"r": 1.0}}  # fmt: skip
+
+
+def test_held_out_rows_missing_columns_the_others_have_are_refused():
+    """Users' trial: two complete rows, then rows without nums/target passed the check and scored 0."""
+    rows = [{"messages": [{"role": "user", "content": "q"}], "nums": [1, 2], "target": 3}] * 2 + [
+        {"messages": [{"role": "user", "content": "q"}]}
+    ] * 2
+    prompts = [r["messages"] for r in rows]
+    with pytest.raises(evaluate.BadInput) as exc:
+        evaluate.probe_rewards({"r": lambda *a, **k: [0.0]}, rows, prompts, "EVAL_DATASET /x.jsonl")
+    message = exc.value.problems[0].message
+    assert "2 of the 4 rows of EVAL_DATASET /x.jsonl lack columns the others have" in message
+    assert "row 3 lacks nums, target" in message

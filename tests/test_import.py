@@ -226,7 +226,14 @@ def test_ms_swift_2_s_all_target_modules_become_all_linear(flag):
     base = "swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct --dataset d.jsonl"
     recipe = importer.to_recipe(f"{base} {flag} ALL")
     # all-linear is the defaults' value, so the line is left out
-    assert read(recipe).get("TARGET_MODULES", "all-linear") == "all-linear" and "ALL" not in recipe
+    assert (
+        read(recipe).get("TARGET_MODULES", "all-linear") == "all-linear"
+        and "\nTARGET_MODULES=ALL" not in recipe
+    )
+    assert (
+        "TARGET_MODULES=all-linear: translated from" in recipe
+        and "left out, as recipes/defaults.env has it" in recipe
+    )
     assert (
         read(importer.to_recipe(f"{base} {flag} q_proj v_proj"))["TARGET_MODULES"].strip('"')
         == "q_proj v_proj"
@@ -238,6 +245,15 @@ def test_max_new_tokens_becomes_the_completion_length_the_plan_reads():
     recipe = importer.to_recipe(f"{base} --max_new_tokens 512")
     assert read(recipe)["MAX_COMPLETION_LENGTH"] == "512" and "MAX_NEW_TOKENS" not in read(recipe)
     assert "translated from --max_new_tokens 512" in recipe
+    # ms-swift's order, not the line's: --max_new_tokens wins over --max_completion_length, --response_length first
+    both = read(importer.to_recipe(f"{base} --max_new_tokens 512 --max_completion_length 1024"))
+    assert both["MAX_COMPLETION_LENGTH"] == "512"
+    assert (
+        read(importer.to_recipe(f"{base} --response_length 300 --max_new_tokens 512"))[
+            "MAX_COMPLETION_LENGTH"
+        ]
+        == "300"
+    )
 
 
 def test_the_server_timeout_becomes_the_entrypoints_startup_budget():

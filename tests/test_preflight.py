@@ -1216,7 +1216,7 @@ def test_ms_swift_s_other_spellings_of_the_completion_length_reach_the_plan(alia
         for p in values.check(by_alias, facts_for(load_recipe(*pairs, f"{alias}=2048")))
         if p.where.startswith(alias)
     ]
-    assert warned and not warned[0].fatal and "not MAX_COMPLETION_LENGTH=256" in warned[0].message
+    assert warned and not warned[0].fatal and "over MAX_COMPLETION_LENGTH=256" in warned[0].message
     assert warned[0].fix == f"set MAX_COMPLETION_LENGTH=2048 and remove {alias}"
 
 
@@ -1285,3 +1285,24 @@ def test_a_model_type_of_another_family_is_refused_naming_the_right_one(tmp_path
         in err
     )
     assert "llama3_2" in err
+    # no type at all: ms-swift cannot tell which of the Llama types it is, and stops at start-up
+    err = refused(tmp_path, "recipe=countdown-1x4090", f"MODEL={folder}", "MODEL_TYPE=", "MEMORY_CHECK=warn")
+    assert "types share its architecture LlamaForCausalLM: it would stop at start-up asking for one" in err
+    # unless the folder is a checkpoint whose args.json names it (ms-swift reads that first)
+    (folder / "args.json").write_text(json.dumps({"model_type": "llama3_2"}))
+    ok = run_cli("validate", "recipe=countdown-1x4090", f"MODEL={folder}", "MODEL_TYPE=", "MEMORY_CHECK=warn",
+                 f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
+    assert "MODEL_TYPE" not in ok.stderr, ok.stderr
+
+
+def test_every_spelling_of_the_completion_length_is_named_with_the_one_ms_swift_uses():
+    from entrypoint.preflight import values
+    from tests.conftest import build_plan, facts_for, load_recipe
+
+    pairs = ("recipe=countdown-1x4090", "RESPONSE_LENGTH=1024", "MAX_NEW_TOKENS=2048")
+    plan = build_plan(*pairs, inventory="1x4090-driver535")
+    (warned,) = [
+        p for p in values.check(plan, facts_for(load_recipe(*pairs))) if p.where.startswith("RESPONSE_LENGTH")
+    ]
+    assert "up to 1024 tokens" in warned.message and "MAX_NEW_TOKENS=2048" in warned.message
+    assert warned.fix == "set MAX_COMPLETION_LENGTH=1024 and remove RESPONSE_LENGTH and MAX_NEW_TOKENS"

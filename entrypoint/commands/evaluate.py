@@ -427,11 +427,19 @@ def load_rewards(names: Sequence[str], plugins: Sequence[str]) -> dict[str, Any]
 
 
 def probe_rewards(rewards: Mapping[str, Any], rows: list[dict], prompts: list[list[dict]], how: str) -> None:
-    """Each reward function on the first held-out rows with an empty completion, before any model loads:
+    """Each reward function on the held-out rows with an empty completion, before any model loads:
     rows without the columns a reward needs (a countdown reward's nums and target) fail here in seconds,
     not after the generation (8 min 44 s in a users' trial, then a raw TypeError). Raises BadInput naming
     the reward, its error and the rows' columns."""
-    sample_rows, sample_prompts = rows[:2], prompts[:2]
+    columns = {k for r in rows for k in r}
+    short = [(i, sorted(columns - set(r))) for i, r in enumerate(rows) if columns - set(r)]
+    if short and rewards:
+        shown = "; ".join(f"row {i + 1} lacks {', '.join(m)}" for i, m in short[:3])
+        raise BadInput([Problem("EVAL_DATASET" if how.startswith("EVAL_DATASET") else "held-out rows",
+                                f"{len(short)} of the {len(rows)} rows of {how} lack columns the others have ({shown}): "
+                                "a reward would get None there and may score it 0 without a word",
+                                "give every row the same columns (the training dataset's)")])  # fmt: skip
+    sample_rows, sample_prompts = rows, prompts
     for name, func in rewards.items():
         try:
             score({name: func}, sample_rows, sample_prompts, [[""] for _ in sample_rows])

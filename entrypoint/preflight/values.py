@@ -139,7 +139,7 @@ def _check_system(plan: Plan, facts: Facts, where) -> list[Problem]:
 
 
 def _check_vllm(plan: Plan, facts: Facts, where) -> list[Problem]:
-    """vLLM with device_map; vLLM keys without vLLM."""
+    """vLLM with device_map; a vLLM context shorter than prompt + completion; vLLM keys without vLLM."""
     r = plan.recipe
     problems: list[Problem] = []
     use_vllm = r.trainer_args.use_vllm
@@ -168,6 +168,20 @@ def _check_vllm(plan: Plan, facts: Facts, where) -> list[Problem]:
                 "expandable_segments from PYTORCH_CUDA_ALLOC_CONF",
             )
         )
+    w, a = plan.budget.workload if plan.budget else None, r.trainer_args
+    if (
+        use_vllm
+        and w is not None
+        and a.vllm_max_model_len
+        and w.prompt_tokens + a.max_completion_length > a.vllm_max_model_len
+    ):
+        room = max(0, a.vllm_max_model_len - w.prompt_tokens)
+        problems.append(Problem(where("VLLM_MAX_MODEL_LEN"),
+                                f"{a.vllm_max_model_len} tokens hold a prompt of ~{w.prompt_tokens} and {room} of the "
+                                f"{a.max_completion_length} completion tokens asked: vLLM ends a completion at its context "
+                                "length, short of the length the run asks for",
+                                f"VLLM_MAX_MODEL_LEN={w.prompt_tokens + a.max_completion_length} (prompt + completion), "
+                                "or a shorter MAX_COMPLETION_LENGTH", fatal=False))  # fmt: skip
     if not use_vllm:
         ignored = [
             k
@@ -324,15 +338,16 @@ def _check_completion_length(plan: Plan, facts: Facts, where) -> list[Problem]:
     does the plan (TrainerArgs.of); a warning, since the recipe's own value is silently not the one used."""
     r = plan.recipe
     used = r.trainer_args.max_completion_length
-    alias = next((k.upper() for k in COMPLETION_LENGTH_ALIASES if r.trainer.get(k)), None)
-    if alias is None or not r.trainer.get("max_completion_length"):
+    given = [k.upper() for k in COMPLETION_LENGTH_ALIASES if r.trainer.get(k)]
+    if not given or not r.trainer.get("max_completion_length"):
         return []
     written = int(r.trainer["max_completion_length"][0])
-    if written == used:
+    if written == used and len(given) == 1:
         return []
-    return [Problem(where(alias), f"ms-swift 3.6.4 generates up to {used} tokens per completion from it, not "
-                    f"MAX_COMPLETION_LENGTH={written} ({r.source('MAX_COMPLETION_LENGTH')}); the plan counts {used}",
-                    f"set MAX_COMPLETION_LENGTH={used} and remove {alias}", fatal=False)]  # fmt: skip
+    return [Problem(where(given[0]), f"ms-swift 3.6.4 generates up to {used} tokens per completion from it, over "
+                    + ", ".join(f"{k}={(r.trainer.get(k.lower()) or [''])[0]}" for k in [*given[1:], "MAX_COMPLETION_LENGTH"])
+                    + f"; the plan counts {used}",
+                    f"set MAX_COMPLETION_LENGTH={used} and remove {' and '.join(given)}", fatal=False)]  # fmt: skip
 
 
 def _check_one_copy_sync(plan: Plan, facts: Facts, where) -> list[Problem]:
@@ -358,23 +373,33 @@ def _check_model_type(plan: Plan, facts: Facts, where) -> list[Problem]:
     ms-swift lists it, else by its config.json's architectures (a local folder; facts.model_config)."""
     r = plan.recipe
     model, given = r.trainer_args.model or "", (r.trainer.get("model_type") or [""])[0]
-    if not model or not given:
+    if not model:
         return []
     types = swift_schema.model_types()
     found = swift_schema.registered_type(model)
+    config = facts.model_config[0] or {}
+    arch = (config.get("architectures") or [None])[0]
+    if not given:
+        # unlisted by name, ms-swift goes by the architecture and stops where several types share it
+        # (register.py:479-486, "Please explicitly pass the model_type")
+        same = [t for t, v in types.items() if arch in v["architectures"]] if arch else []
+        # a checkpoint folder names its type in args.json, which ms-swift reads first (register.py:477-478)
+        if found is None and len(same) > 1 and "args.json" not in facts.path(model).entries:
+            return [Problem("MODEL_TYPE", f"ms-swift 3.6.4 does not list MODEL={model} by name, and {len(same)} of its "
+                            f"types share its architecture {arch}: it would stop at start-up asking for one",
+                            f"MODEL_TYPE=<one of: {', '.join(same[:8])}{' ...' if len(same) > 8 else ''}>")]  # fmt: skip
+        return []
     if found is not None and found != given:
         return [Problem(where("MODEL_TYPE"), f"{given} is not the type ms-swift 3.6.4 registers MODEL={model} under "
                         f"({found}): it would load the model with {given}'s template and loader without checking",
                         f"MODEL_TYPE={found}, or remove MODEL_TYPE (ms-swift finds it)")]  # fmt: skip
-    config = facts.model_config[0] or {}
-    arch = (config.get("architectures") or [None])[0]
     allowed = types.get(given, {}).get("architectures") or []
     if found is None and arch and allowed and arch not in allowed:
         same = [t for t, v in types.items() if arch in v["architectures"]]
         return [Problem(where("MODEL_TYPE"), f"{given} is registered in ms-swift 3.6.4 for {', '.join(allowed)}, but "
                         f"MODEL's config.json says {arch}: it would load the model with {given}'s template without "
-                        "checking", f"MODEL_TYPE= one of ms-swift's types for {arch}: {', '.join(same[:8]) or 'none'}"
-                        + (" ..." if len(same) > 8 else ""))]  # fmt: skip
+                        "checking", f"MODEL_TYPE=<one of ms-swift's types for {arch}: {', '.join(same[:8]) or 'none'}"
+                        + (" ..." if len(same) > 8 else "") + ">")]  # fmt: skip
     return []
 
 

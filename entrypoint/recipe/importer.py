@@ -40,9 +40,9 @@ TRANSLATED = {
     "sft_type": lambda v: {"TRAIN_TYPE": v},
     "tuner_type": lambda v: {"TRAIN_TYPE": v},
     "lora_r": lambda v: {"LORA_RANK": v},
-    # ms-swift's RLHF reads either as max_completion_length (v3.6.4:swift/llm/argument/rlhf_args.py:197-199)
-    "max_new_tokens": lambda v: {"MAX_COMPLETION_LENGTH": v},
-    "response_length": lambda v: {"MAX_COMPLETION_LENGTH": v},
+    # ms-swift's RLHF reads either as max_completion_length: _trainer_flags' last step writes the one it uses
+    "max_new_tokens": lambda v: {},
+    "response_length": lambda v: {},
     "lora_target_modules": lambda v: {"TARGET_MODULES": all_linear(v)},
     "target_modules": lambda v: {"TARGET_MODULES": all_linear(v)},
     "load_in_4bit": lambda v: {"QUANT_METHOD": "bnb", "QUANT_BITS": "4"} if _true(v) else {},
@@ -205,6 +205,8 @@ class _Draft:
 
     def put(self, key: str, value: str, why: str = "") -> None:
         if self.defaults.get(key) == value:  # keys equal to defaults.env are left out
+            if why:
+                self.notes.append(f"{key}={value}: {why}; left out, as recipes/defaults.env has it")
             return
         self.values[key] = value
         if why:
@@ -375,6 +377,15 @@ def _trainer_flags(d: _Draft, rlhf: Command, rollout_gpus: list[int]) -> None:
             d.put(key, value)
         else:
             d.put(key, value, "not a `swift rlhf` 3.6.4 argument: validate will say what it is")
+    # ms-swift's RLHF takes the completion's length from the first of these it is given, whatever their order
+    # on the line (v3.6.4:swift/llm/argument/rlhf_args.py:197-199)
+    given = dict(rlhf.flags)
+    first = next(
+        (f for f in ("response_length", "max_new_tokens", "max_completion_length") if given.get(f)), None
+    )
+    if first and first != "max_completion_length":
+        d.put("MAX_COMPLETION_LENGTH", given[first][0], f"translated from --{first} {given[first][0]} (ms-swift's RLHF "
+              "reads the first given of --response_length, --max_new_tokens, --max_completion_length)")  # fmt: skip
 
 
 def _rollout_flags(d: _Draft, rollout: Command) -> None:
