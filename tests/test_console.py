@@ -214,3 +214,14 @@ def test_the_automatic_stall_bound_is_ten_longest_steps_and_never_before_the_fir
     console.shown("trainer", "{'loss': 0.1, 'global_step/max_steps': '10/10', 'elapsed_time': '9000s'}")
     now[0] += 10_000
     assert console.stalled() == ""  # the final save and exit are not steps
+
+
+def test_the_step_line_shows_kl_and_completion_length_beside_the_reward():
+    """Users' trial: the step line showed the reward only; KL and completion length were in the PNG and
+    logging.jsonl. They come from the same row ms-swift logs."""
+    row = ("{'loss': 0.0, 'reward': 0.5, 'reward_std': 0.1, 'kl': 0.00123, 'completions/mean_length': 268.94, "
+           "'global_step/max_steps': '1/3', 'elapsed_time': '5s'}")  # fmt: skip
+    (line,) = shown(Console(), [row])
+    assert line.startswith(
+        "step 1/3 | reward 0.500 (std 0.100) | kl 0.0012 | completion 269 tokens | 5.0 s/step"
+    )

@@ -137,6 +137,11 @@ class Console:
         parts = [f"step {done}/{total}"]
         if reward is not None:
             parts.append(f"reward {reward:.3f} (std {row.get('reward_std', 0.0):.3f})")
+        # how far the policy moved from the reference, and how long its completions run (tokens, mean)
+        if isinstance(row.get("kl"), (int, float)):
+            parts.append(f"kl {row['kl']:.4f}")
+        if isinstance(row.get("completions/mean_length"), (int, float)):
+            parts.append(f"completion {row['completions/mean_length']:.0f} tokens")
         parts.append(f"{per_step:.1f} s/step")
         parts.append(f"elapsed {row.get('elapsed_time', '?')}")
         parts.append(self._eta(done, total, elapsed, row.get("remaining_time")))
