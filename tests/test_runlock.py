@@ -94,3 +94,18 @@ def test_secrets_on_the_holder_s_command_line_never_reach_the_lock_file(tmp_path
         )
     finally:
         proc.communicate("", timeout=30)
+
+
+def test_a_directory_held_by_an_evaluation_is_refused_in_evaluate_s_terms(tmp_path):
+    """Users' trial: a second evaluate, refused on the lock, was told to stop a training run ("it exports its
+    newest checkpoint") and to give another RUN_NAME."""
+    problem = runlock._busy(tmp_path, {"pid": 4321, "host": "h", "started_at": "t",
+                                       "command": "python -m entrypoint evaluate run=r"})  # fmt: skip
+    assert problem.message.startswith("is being evaluated: PID 4321")
+    assert (
+        "it writes only eval.*" in problem.fix
+        and "RUN_NAME" not in problem.fix
+        and "checkpoint" not in problem.fix
+    )
+    train = runlock._busy(tmp_path, {"pid": 1, "command": "python -m entrypoint train recipe=smoke"})
+    assert train.message.startswith("is in use by another run") and "another RUN_NAME" in train.fix

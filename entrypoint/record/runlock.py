@@ -59,6 +59,19 @@ def describe(holder: dict) -> str:
     return f"PID {holder['pid']}{where} since {holder.get('started_at', '?')}: {holder.get('command', '?')}"
 
 
+def _busy(directory: Path, holder: dict) -> Problem:
+    """The refusal of a directory another process holds, in the holder's terms: an evaluation ends by itself
+    and writes only eval.*; a training run is stopped with its checkpoint exported."""
+    pid = holder.get("pid", "<pid>")
+    if " evaluate" in f" {holder.get('command', '')}":
+        return Problem(f"run directory {directory}", f"is being evaluated: {describe(holder)}",
+                       f"wait for that evaluation to end (it writes only eval.* and the manifest's summary), or stop "
+                       f"it (kill -TERM {pid}: it writes nothing)")  # fmt: skip
+    return Problem(f"run directory {directory}", f"is in use by another run: {describe(holder)}",
+                   f"wait for it to end, or stop it (kill -TERM {pid}: it exports its newest checkpoint and records the "
+                   "run as stopped); to run both, give this one another RUN_NAME")  # fmt: skip
+
+
 class RunLock:
     """`with RunLock() as lock: lock.take(directory)`; released (and the lock file left in place) on exit.
     A directory the lock created, that holds nothing else when it is released (a start refused by
@@ -120,17 +133,7 @@ class RunLock:
         except BlockingIOError:
             with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
                 holder = _holder(f.read())
-            raise BadInput(
-                [
-                    Problem(
-                        f"run directory {directory}",
-                        f"is in use by another run: {describe(holder)}",
-                        f"wait for it to end, or stop it (kill -TERM {holder.get('pid', '<pid>')}: it exports its "
-                        "newest checkpoint and records the run as stopped); to run both, give this one another "
-                        "RUN_NAME",
-                    )
-                ]
-            ) from None
+            raise BadInput([_busy(directory, holder)]) from None
         except BaseException:
             os.close(fd)
             raise
