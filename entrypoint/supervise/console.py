@@ -138,9 +138,9 @@ class Console:
         if reward is not None:
             parts.append(f"reward {reward:.3f} (std {row.get('reward_std', 0.0):.3f})")
         # how far the policy moved from the reference, and how long its completions run (tokens, mean)
-        if isinstance(row.get("kl"), (int, float)):
+        if isinstance(row.get("kl"), int | float):
             parts.append(f"kl {row['kl']:.4f}")
-        if isinstance(row.get("completions/mean_length"), (int, float)):
+        if isinstance(row.get("completions/mean_length"), int | float):
             parts.append(f"completion {row['completions/mean_length']:.0f} tokens")
         parts.append(f"{per_step:.1f} s/step")
         parts.append(f"elapsed {row.get('elapsed_time', '?')}")
