@@ -62,6 +62,15 @@ export PYTHONPATH=/tmp/devsite:$PWD PATH=/tmp/devsite/bin:$PATH
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export HF_HUB_OFFLINE=1 MODELSCOPE_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 step() { echo "$(date -u +%T) $*" | tee -a "$W/progress.log"; }
+# a physical ${CARD_GIB:-24} GiB card: bench/device/ballast.py holds the rest of the GPU until card_down;
+# card_up NAME LABEL logs to $W/ballast-NAME.log and says LABEL with what the ballast holds
+card_up() {
+  python3 bench/device/ballast.py --leave "${CARD_GIB:-24}" --ready "$W/ballast-ready" > "$W/ballast-$1.log" 2>&1 &
+  ballast=$!
+  for _ in $(seq 120); do [ -e "$W/ballast-ready" ] && break; sleep 1; done
+  step "$2: $(cat "$W/ballast-$1.log")"
+}
+card_down() { kill "$ballast"; wait "$ballast"; rm -f "$W/ballast-ready"; }
 rm -f "$W/DONE"  # a second GPU_WORK on the same machine
 # the throughput benchmark alone on the GPU, 5 steps (2 not measured), configurations $2 unless BENCH_ONLY
 # names others; then the work is done
@@ -270,17 +279,14 @@ if [ "${GPU_WORK:-all}" = house ]; then
   step "q7: $(tail -1 "$W/q7.log")"
   for variant in offload-before-wake ms-swift-order; do
     extra=""; [ $variant = ms-swift-order ] && extra="DISABLE_HOOKS=offload_before_wake"
-    python3 bench/device/ballast.py --leave "${CARD_GIB:-24}" --ready "$W/ballast-ready" > "$W/ballast-$variant.log" 2>&1 &
-    ballast=$!
-    for _ in $(seq 120); do [ -e "$W/ballast-ready" ] && break; sleep 1; done
-    step "$variant: $(cat "$W/ballast-$variant.log")"
+    card_up "$variant" "$variant"
     nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader >> "$W/progress.log"
     timeout "${Q7_SECONDS:-480}" python3 -m entrypoint train recipe=countdown-1x4090 "MODEL=$W/models/q7" DATASET_GENERATOR=countdown \
       OFFLOAD_MODEL=true OFFLOAD_OPTIMIZER=true SLEEP_LEVEL=1 EMULATE_VRAM_GB=${CARD_GIB:-24} MEMORY_CHECK=warn \
       VLLM_GPU_MEMORY_UTILIZATION=${Q7_SHARE:-0.75} MAX_STEPS=${Q7_STEPS:-3} GPU_MONITOR_INTERVAL=0.25 OFFLINE=true \
       RUN_NAME=q7-$variant OUTPUT_DIR=$W/runs $extra > "$W/q7-$variant.console" 2>&1
     step "$variant: exit $? after $(grep -c '' "$W/q7-$variant.console") console lines; $(tail -2 "$W/q7-$variant.console" | tr '\n' ' ')"
-    kill $ballast; wait $ballast; rm -f "$W/ballast-ready"
+    card_down
   done
   touch "$W/DONE"; step "done"; exit 0
 fi
@@ -305,16 +311,13 @@ if [ "${GPU_WORK:-all}" = onecard ]; then
   step "q7: $(tail -1 "$W/q7.log"); q3: $(tail -1 "$W/q3.log")"
   for run in q7:countdown-7b-1x4090:${Q7_STEPS:-12} q3:countdown-1x4090:${Q3_STEPS:-5}; do
     IFS=: read -r m recipe steps <<< "$run"
-    python3 bench/device/ballast.py --leave "${CARD_GIB:-24}" --ready "$W/ballast-ready" > "$W/ballast-$m.log" 2>&1 &
-    ballast=$!
-    for _ in $(seq 120); do [ -e "$W/ballast-ready" ] && break; sleep 1; done
-    step "$m: $(cat "$W/ballast-$m.log")"
+    card_up "$m" "$m"
     set -- "recipe=$recipe" "MODEL=$W/models/$m" DATASET_GENERATOR=countdown EMULATE_VRAM_GB=${CARD_GIB:-24} \
       MAX_STEPS=$steps GPU_MONITOR_INTERVAL=0.1 OFFLINE=true RUN_NAME=$m-$recipe OUTPUT_DIR=$W/runs
     python3 -m entrypoint plan "$@" > "$W/plan-$m.txt" 2>&1
     timeout "${ONECARD_SECONDS:-480}" python3 -m entrypoint train "$@" > "$W/$m.console" 2>&1
     step "$m: exit $? after $(grep -c '' "$W/$m.console") console lines; $(grep -h 'GPU 0 trainer' "$W/plan-$m.txt" | head -1); $(tail -3 "$W/$m.console" | tr '\n' ' ' | cut -c1-300)"
-    kill $ballast; wait $ballast; rm -f "$W/ballast-ready"
+    card_down
   done
   touch "$W/DONE"; step "done"; exit 0
 fi
@@ -324,31 +327,25 @@ if [ "${GPU_WORK:-all}" = sleep ]; then
   # sleeping pool as allocated) against a physical 24 GiB card: countdown-1x4090 on the 0.5B at SLEEP_LEVEL=1,
   # then 0, alone on the card (ballast.py)
   for level in 1 0; do
-    python3 bench/device/ballast.py --leave "${CARD_GIB:-24}" --ready "$W/ballast-ready" > "$W/ballast-sleep$level.log" 2>&1 &
-    ballast=$!
-    for _ in $(seq 120); do [ -e "$W/ballast-ready" ] && break; sleep 1; done
-    step "sleep $level: $(cat "$W/ballast-sleep$level.log")"
+    card_up "sleep$level" "sleep $level"
     set -- recipe=countdown-1x4090 "MODEL=$W/models/q05" DATASET_GENERATOR=countdown EMULATE_VRAM_GB=${CARD_GIB:-24} \
       SLEEP_LEVEL=$level MAX_STEPS=4 GPU_MONITOR_INTERVAL=0.1 OFFLINE=true RUN_NAME=q05-sleep$level OUTPUT_DIR=$W/runs
     python3 -m entrypoint plan "$@" > "$W/plan-sleep$level.txt" 2>&1
     timeout 240 python3 -m entrypoint train "$@" > "$W/sleep$level.console" 2>&1
     step "sleep $level: exit $?; $(grep -h 'GPU 0 trainer' "$W/plan-sleep$level.txt" | head -1); $(grep -h '"measured_gib"' -o "$W/runs/q05-sleep$level/manifest.json" | head -1) $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["gpu_memory_peak"])' "$W/runs/q05-sleep$level/manifest.json" 2>&1 | tail -1)"
-    kill $ballast; wait $ballast; rm -f "$W/ballast-ready"
+    card_down
   done
   touch "$W/DONE"; step "done"; exit 0
 fi
 
 if [ "${GPU_WORK:-all}" = lora ]; then
   # adapter-only weight sync, its costs: vLLM alone on a physical 24 GiB card, a new adapter each round
-  python3 bench/device/ballast.py --leave "${CARD_GIB:-24}" --ready "$W/ballast-ready" > "$W/ballast-lora.log" 2>&1 &
-  ballast=$!
-  for _ in $(seq 120); do [ -e "$W/ballast-ready" ] && break; sleep 1; done
-  step "lora probe: $(cat "$W/ballast-lora.log")"
+  card_up "lora" "lora probe"
   PYTHONPATH=$PWD/entrypoint/child/site:$PYTHONPATH GRPO_RIG_EMULATE_VRAM_GB=${CARD_GIB:-24} GRPO_RIG_VLLM_KEEP_POOLS=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 \
     timeout 420 python3 bench/lora_probe.py --model "$W/models/q7" --rounds "${LORA_ROUNDS:-3}" --out "$W/lora-probe.json" \
     > "$W/lora-probe.log" 2>&1
   step "lora probe: exit $?; $(grep -h '^{\|^lora probe' "$W/lora-probe.log" | tr '\n' ' ')"
-  kill $ballast; wait $ballast
+  card_down
   touch "$W/DONE"; step "done"; exit 0
 fi
 

@@ -623,8 +623,6 @@ def _trainer_env(d: Draft) -> dict[str, str]:
     env["GRPO_RIG_EVENTS"] = str(d.run_dir / "logs" / EVENTS_FILE)
     env["GRPO_RIG_REWARD_CHECK"] = "1"  # a reward's bad answer ends the run naming it
     a = d.recipe.trainer_args
-    # multi-step scheduling exists only through its hook; V0 without it is slower than V1
-    steps = 1 if "scheduler_steps" in s.disabled_hooks else s.VLLM_SCHEDULER_STEPS
     if layout.mode == "colocate" and a.sleep_level >= 1:
         env["GRPO_RIG_VLLM_KEEP_POOLS"] = "1"
         if a.offload_model:  # else both weight copies meet on the GPU at each generation's start
@@ -635,6 +633,8 @@ def _trainer_env(d: Draft) -> dict[str, str]:
                 env["GRPO_RIG_ADAPTER_SYNC"] = str(a.lora_rank)
     if layout.mode == "colocate":
         env.update(_vllm_env(a.vllm_enforce_eager))
+        # multi-step scheduling exists only through its hook; V0 without it is slower than V1
+        steps = 1 if "scheduler_steps" in s.disabled_hooks else s.VLLM_SCHEDULER_STEPS
         env.update(_multi_step_env(steps))
         env["GRPO_RIG_VLLM_INSPECT_HERE"] = "1"  # the engine starts in this process, after CUDA did
         env["GRPO_RIG_VLLM_LEAN"] = "1"  # ms-swift reads only each request's final output

@@ -382,7 +382,7 @@ def _check_model_type(plan: Plan, facts: Facts, where) -> list[Problem]:
     if not given:
         # unlisted by name, ms-swift goes by the architecture and stops where several types share it
         # (register.py:479-486, "Please explicitly pass the model_type")
-        same = [t for t, v in types.items() if arch in v["architectures"]] if arch else []
+        same = swift_schema.types_for_architecture(arch)
         # a checkpoint folder names its type in args.json, which ms-swift reads first (register.py:477-478)
         if found is None and len(same) > 1 and "args.json" not in facts.path(model).entries:
             return [Problem("MODEL_TYPE", f"ms-swift 3.6.4 does not list MODEL={model} by name, and {len(same)} of its "
@@ -395,7 +395,7 @@ def _check_model_type(plan: Plan, facts: Facts, where) -> list[Problem]:
                         f"MODEL_TYPE={found}, or remove MODEL_TYPE (ms-swift finds it)")]  # fmt: skip
     allowed = types.get(given, {}).get("architectures") or []
     if found is None and arch and allowed and arch not in allowed:
-        same = [t for t, v in types.items() if arch in v["architectures"]]
+        same = swift_schema.types_for_architecture(arch)
         return [Problem(where("MODEL_TYPE"), f"{given} is registered in ms-swift 3.6.4 for {', '.join(allowed)}, but "
                         f"MODEL's config.json says {arch}: it would load the model with {given}'s template without "
                         "checking", f"MODEL_TYPE=<one of ms-swift's types for {arch}: {', '.join(same[:8]) or 'none'}"

@@ -207,6 +207,11 @@ def registered_type(model: str) -> str | None:
     return next((t for t, v in model_types().items() if name in v["models"]), None)
 
 
+def types_for_architecture(architecture: str | None) -> list[str]:
+    """ms-swift's model types registered for a config.json architecture ("LlamaForCausalLM"), in name order."""
+    return [t for t, v in model_types().items() if architecture in v["architectures"]] if architecture else []
+
+
 def path_for(command: str) -> Path:
     return DATA_DIR / f"swift_{command}_args.json"
 
