@@ -9,6 +9,7 @@
     keys      list the keys the entrypoint owns, with their defaults
     import    turn an ms-swift command line or script into a recipe: import FILE [-o OUT] | import -- CMD...
     evaluate  base model vs the run's adapter on held-out prompts, scored by the run's rewards: run=NAME
+    rerun     repeat a run from its manifest into a new run directory, drift refused: run=NAME [--plan]
 
 Exit statuses: 0 ok, 1 runtime failure (a child process failed), 2 bad input (refused before heavy
 work), 130 / 143 stopped by SIGINT / SIGTERM.

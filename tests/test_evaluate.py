@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from entrypoint.commands import evaluate
+from entrypoint.record import manifest
 from entrypoint.supervise.console import Progress
 from tests.conftest import clean_env, run_cli
 
@@ -94,7 +95,7 @@ def test_latest_is_the_newest_run(tmp_path):
     data = json.loads((new / "manifest.json").read_text())
     data["started_at"] = "2026-12-02T00:00:00+00:00"
     (new / "manifest.json").write_text(json.dumps(data))
-    assert evaluate.find_run("latest", str(tmp_path)) == new
+    assert manifest.find_run("latest", str(tmp_path)) == new
 
 
 def test_intervals_and_pass_at_1():

@@ -112,3 +112,25 @@ def test_a_real_evaluation_of_the_smoke_runs_adapter(smoke_run):
     ).read_text()
     manifest = json.loads((smoke_run / "manifest.json").read_text())
     assert manifest["evaluation"]["verdict"] == result["verdict"]
+
+
+def test_a_rerun_of_the_smoke_run_repeats_its_first_step(smoke_run):
+    """`rerun` of the real smoke run on the CPU (same seed, dataset and model, one step): the first step's
+    prompts, completions and rewards are the run's own. This is what the README promises of a rerun on the
+    CPU; on a GPU, vLLM's sampling and CUDA kernels are not bitwise deterministic and only the values, the
+    inputs and the argv are repeated."""
+    proc = run_cli("rerun", f"run={smoke_run}", "RUN_NAME=life-rerun", "MAX_STEPS=1", "EXPORT_MERGED=false",
+                   env=clean_env(), timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    again = smoke_run.parent / "life-rerun"
+    record = manifest.read(again)["rerun_of"]
+    assert record["drift"] == [] and record["argv_changes"] == ["--max_steps 3 -> --max_steps 1"], record
+    first, repeated = (read_jsonl(run / "train" / "completions.jsonl")[0] for run in (smoke_run, again))
+    assert first["step"] == repeated["step"] and set(first["step"]) == {"1"}
+    assert repeated["prompt"] == first["prompt"], "the dataset's order differs: not the same seed?"
+    assert repeated["completion"] == first["completion"], "same seed and inputs, other completions"
+    rewards = [k for k in first if k not in ("step", "prompt", "completion")]
+    assert rewards and all(repeated[k] == first[k] for k in rewards)
+    inputs, repeated_inputs = manifest.read(smoke_run)["inputs"], manifest.read(again)["inputs"]
+    assert [d["sha256"] for d in repeated_inputs["dataset"]] == [d["sha256"] for d in inputs["dataset"]]
+    assert repeated_inputs["model"]["files"] == inputs["model"]["files"] and inputs["model"]["files"]

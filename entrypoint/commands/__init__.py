@@ -1,5 +1,6 @@
 """The commands of `python -m entrypoint`: each reads the world once at the edge (edge.py), decides, checks,
-and acts. The top layer below cli.py: a command may use every package beneath it; nothing imports a command.
+and acts. The top layer below cli.py: a command may use every package beneath it; nothing below imports a command (`rerun`
+runs `train` with a recorded run's values).
 
 Each command is one module with `NAME` (its command word), `add_parser(subparsers)` (its arguments and
 help; returns its parser) and `main(args, environ) -> int` (the exit status; BadInput for bad input, exit 2).
@@ -7,6 +8,17 @@ REGISTRY holds them in the order `--help` lists them; cli.py builds the parser f
 chosen command's main.
 """
 
-from entrypoint.commands import doctor, evaluate, import_, keys, plan, prepare_model, rollout, train, validate
+from entrypoint.commands import (
+    doctor,
+    evaluate,
+    import_,
+    keys,
+    plan,
+    prepare_model,
+    rerun,
+    rollout,
+    train,
+    validate,
+)  # fmt: skip
 
-REGISTRY = (train, rollout, plan, validate, doctor, prepare_model, keys, import_, evaluate)
+REGISTRY = (train, rollout, plan, validate, doctor, prepare_model, keys, import_, evaluate, rerun)

@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 
 from entrypoint.errors import BadInput, Problem
 from entrypoint.facts import datasets
-from entrypoint.facts.facts import MANIFEST, run_dir
+from entrypoint.facts.facts import MANIFEST
 from entrypoint.recipe import load as recipe_mod
 from entrypoint.recipe.args import TrainerArgs
 from entrypoint.recipe.settings import Settings
@@ -126,37 +126,6 @@ def parse_pairs(pairs: Sequence[str], environ: Mapping[str, str] | None = None) 
     if problems:
         raise BadInput(problems)
     return Asked(run.value, settings)
-
-
-def latest(output_dir: str) -> str:
-    """The newest run under OUTPUT_DIR (by its manifest's start time), "" when there is none."""
-    root = Path(output_dir).expanduser()
-    started: dict[str, str] = {}  # run name -> its manifest's started_at (ISO 8601, so it sorts as text)
-    for m in root.glob(f"*/{MANIFEST}") if root.is_dir() else []:
-        try:
-            started[m.parent.name] = json.loads(m.read_text()).get("started_at") or ""
-        except ValueError:
-            continue
-    return max(started, key=lambda name: (started[name], name), default="")
-
-
-def find_run(run: str, output_dir: str) -> Path:
-    """The run directory: `run` as a path when it is one, else OUTPUT_DIR/run as train names it
-    (facts.run_dir; run=latest: the newest). Raises BadInput."""
-    if run == "latest":
-        run = latest(output_dir) or run
-    path = Path(run).expanduser()
-    if not (path / MANIFEST).is_file():
-        path = run_dir(output_dir, run)
-    if not (path / MANIFEST).is_file():
-        root = Path(output_dir).expanduser()
-        runs = sorted(p.name for p in root.glob("*/") if (p / MANIFEST).is_file()) if root.is_dir() else []
-        why = (f"no run under {root} yet" if run == "latest" and not runs
-               else f"no run directory with a manifest.json at {path}")  # fmt: skip
-        raise BadInput([Problem(f"run {run}", why,
-                                f"give one of: {', '.join(runs[-8:])}" if runs else
-                                f"train one first (make smoke), or set OUTPUT_DIR to where your runs are ({root})")])  # fmt: skip
-    return path
 
 
 def trainer_args(data: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -630,7 +599,7 @@ def evaluate(pairs: Sequence[str], environ: Mapping[str, str], printer=print) ->
     """The `evaluate` command (`environ`: the process environment, read by cli.py); returns the exit status.
     Raises BadInput for bad input (exit 2)."""
     run, settings = parse_pairs(pairs, environ)
-    run_dir = find_run(run, settings.OUTPUT_DIR)
+    run_dir = manifest_mod.find_run(run, settings.OUTPUT_DIR)
     # Ctrl-C or SIGTERM at any moment: one line and 128 + the signal (cli.py), not a KeyboardInterrupt
     # traceback from inside torch or vLLM; eval.* are written only at the end, so nothing half-written stays
     with interruptible(), runlock.RunLock() as lock:  # a training of this run writes the same manifest

@@ -27,7 +27,7 @@ import json
 import shutil
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
@@ -54,6 +54,7 @@ from entrypoint.supervise.supervisor import (
     launch,
     supervised,
 )
+from entrypoint.world import fingerprint
 
 END_OF_MAIN = "End time of running main"  # ms-swift's last log line (v3.6.4:swift/llm/base.py:50)
 
@@ -101,13 +102,22 @@ def _already_complete(plan: Plan) -> bool:
     return plan.recipe.trainer_args.max_steps <= completed_steps(plan).completed
 
 
-def train(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO | None = None) -> int:
+def train(
+    cli_pairs: list[str],
+    environ: Mapping[str, str],
+    console: TextIO | None = None,
+    rerun: Rerun | None = None,
+) -> int:
     """Run GRPO for a recipe; returns the process exit status (errors.EXIT_*). `environ` is the process
     environment: read once (host.gather) and inherited by the children. The run directory is locked for the
-    whole command (runlock.py); SIGINT/SIGTERM at any moment end it through its cleanup."""
+    whole command (runlock.py); SIGINT/SIGTERM at any moment end it through its cleanup. `rerun`: the values
+    of the run this one repeats and its record for the manifest (commands/rerun.py)."""
     printer = Printer(console) if console else Printer()
     with runlock.RunLock() as lock, interruptible():
-        plan = edge.make_plan(cli_pairs, environ, for_train=True, lock=lock, launches=True)
+        plan = edge.make_plan(cli_pairs, environ, for_train=True, lock=lock, launches=True,
+                              base=rerun.base if rerun else None)  # fmt: skip
+        if rerun is not None:
+            rerun.check(plan)  # drift named before anything is written (raises BadInput)
         lock.take(node_dir(plan))  # preflight passed, so the directory can be made
         if _already_complete(plan):
             done = completed_steps(plan).completed
@@ -123,14 +133,30 @@ def train(cli_pairs: list[str], environ: Mapping[str, str], console: TextIO | No
         for line in plan.render().splitlines():
             printer.say(line)
         records = check_nodes(plan, printer)
-        return _run(plan, printer, environ, records)
+        return _run(plan, printer, environ, records, rerun.record if rerun else None)
 
 
-def _run(plan: Plan, printer: Printer, environ: Mapping[str, str], records: list[dict[str, Any]]) -> int:
+class Rerun(NamedTuple):
+    """What `rerun` gives `train`: the earlier run's values (recipe.load's `base`), a check of the plan
+    made from them (the drift, raising BadInput), and the record kept as the manifest's `rerun_of`."""
+
+    base: Mapping[str, Any]
+    check: Callable[[Plan], None]
+    record: dict[str, Any]
+
+
+def _run(
+    plan: Plan,
+    printer: Printer,
+    environ: Mapping[str, str],
+    records: list[dict[str, Any]],
+    rerun_of: dict[str, Any] | None = None,
+) -> int:
     """Record the run as started, then prepare, supervise and export. Whatever ends it (a child, a full
     disk, an error in export, a signal, a bug here), the manifest says how: never left `running`."""
     here, secrets = node_dir(plan), manifest.secrets_of(plan)
-    data = {**manifest.start(plan, plan.facts.previous.manifest), **({"nodes": records} if records else {})}
+    data = {**manifest.start(plan, plan.facts.previous.manifest, rerun_of),
+            **({"nodes": records} if records else {})}  # fmt: skip
     if (plan.facts.previous.manifest or {}).get("status") == "running":
         printer.say("its previous attempt ended without recording how (its process was killed, or the machine "
                     "stopped); resuming from the newest complete checkpoint")  # fmt: skip
@@ -141,7 +167,11 @@ def _run(plan: Plan, printer: Printer, environ: Mapping[str, str], records: list
     try:
         manifest.write(here, data, secrets)
         prepare(plan, printer)
+        data["inputs"] = inputs(plan, environ)
+        manifest.write(here, data, secrets)
         outcome, peaks = supervise(plan, here, printer, secrets, environ)
+        if not data["inputs"]["model"]["files"]:  # a hub model the trainer has downloaded meanwhile
+            data["inputs"]["model"] = model_inputs(plan, environ)
         data.update({"gpu_memory_peak": peaks} if peaks is not None else {})
         data.update({"trainer_exit": outcome.trainer_exit} if outcome.trainer_exit else {})
         data.update({"log_errors": list(outcome.log_errors)} if outcome.log_errors else {})
@@ -178,6 +208,23 @@ def _run(plan: Plan, printer: Printer, environ: Mapping[str, str], records: list
     for line in summary_lines(plan):
         printer.say(line)
     return code
+
+
+def inputs(plan: Plan, environ: Mapping[str, str]) -> dict[str, Any]:
+    """The manifest's `inputs`: what the dataset files and the model's files were (world/fingerprint.py), for
+    `rerun` to compare against. Read after `prepare` (a generated dataset exists by then)."""
+    return {"dataset": fingerprint.dataset_files(plan.dataset_paths), "model": model_inputs(plan, environ)}
+
+
+def model_inputs(plan: Plan, environ: Mapping[str, str]) -> dict[str, Any]:
+    """{"folder", "files"} of the model the trainer loads; files {} while a hub model is not downloaded yet."""
+    a = plan.recipe.trainer_args
+    folder = fingerprint.model_folder(plan.model_path, a.model or "", a.use_hf, environ)
+    try:
+        files = fingerprint.model_files(folder) if folder else {}
+    except OSError as exc:
+        return {"folder": str(folder), "files": {}, "why": f"cannot be read ({exc.strerror or exc})"}
+    return {"folder": str(folder) if folder else None, "files": files}
 
 
 RESERVE_FILE = ".space-reserve"  # freed to record a failure when the disk is full
@@ -349,7 +396,8 @@ def supervise(
     s = plan.recipe.settings
     if printer.shown is None:
         printer.shown = Console(show_all=s.CONSOLE == "all", events=here / "logs" / EVENTS_FILE,
-                                total_steps=plan.recipe.trainer_args.max_steps, stall_seconds=s.STALL_TIMEOUT)  # fmt: skip
+                                total_steps=plan.recipe.trainer_args.max_steps, stall_seconds=s.STALL_TIMEOUT,
+                                predicted_step=plan.step_seconds)  # fmt: skip
         printer.say(f"the console shows one line per step; everything ms-swift prints is in {here / 'logs'}")
     children = [p for p in plan.processes if p.role in ("rollout", "trainer")]
     gpu_monitor = None

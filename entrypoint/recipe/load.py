@@ -412,22 +412,40 @@ def available_recipes(recipes_dir: Path = RECIPES_DIR) -> list[str]:
 
 
 def load(
-    cli_pairs: list[str], environ: Mapping[str, str], recipes_dir: Path = RECIPES_DIR, strict: bool = True
+    cli_pairs: list[str],
+    environ: Mapping[str, str],
+    recipes_dir: Path = RECIPES_DIR,
+    strict: bool = True,
+    base: Mapping[str, Value] | None = None,
 ) -> Recipe:
     """Resolve a recipe from the four layers (`environ`: the process environment, read by the CLI).
     Raises BadInput listing every problem found; with strict=False only when there is no recipe to read,
     and otherwise returns the recipe without its bad values, the problems in `Recipe.problems`, so that
-    the plan's own checks run too and the user sees everything at once."""
+    the plan's own checks run too and the user sees everything at once.
+
+    `base`: the values of an earlier run with their original sources (`rerun`, record/rerun.py), in place of
+    the two files; the environment then adds only keys `base` lacks (a secret the manifest kept redacted),
+    and the command line overrides as always."""
     cli, problems = parse_cli_pairs(cli_pairs)
-    name = (cli.get("RECIPE") or Value(environ.get("RECIPE", ""), "environment")).value
-    if not name:
-        names = ", ".join(available_recipes(recipes_dir))
-        raise BadInput(
-            problems + [Problem("RECIPE", "no recipe named", f"add recipe=NAME; shipped recipes: {names}")]
+    if base is not None:
+        recorded = base.get("RECIPE") or Value("", "")
+        name, named_by = (
+            (cli["RECIPE"].value, "command line") if "RECIPE" in cli else (recorded.value, recorded.source)
         )
-    layers = _file_layers(name, recipes_dir, problems) + [environment_layer(environ), cli]
+        environment = {k: v for k, v in environment_layer(environ).items() if k not in base}
+        layers = [dict(base), environment, cli]
+    else:
+        name = (cli.get("RECIPE") or Value(environ.get("RECIPE", ""), "environment")).value
+        named_by = cli["RECIPE"].source if "RECIPE" in cli else "environment"
+        if not name:
+            names = ", ".join(available_recipes(recipes_dir))
+            raise BadInput(
+                problems
+                + [Problem("RECIPE", "no recipe named", f"add recipe=NAME; shipped recipes: {names}")]
+            )
+        layers = _file_layers(name, recipes_dir, problems) + [environment_layer(environ), cli]
     merged: dict[str, Value] = dict(ChainMap(*reversed(layers)))
-    merged["RECIPE"] = Value(name, cli["RECIPE"].source if "RECIPE" in cli else "environment")
+    merged["RECIPE"] = Value(name, named_by)
     _dataset_replaces_generator(merged, problems)
     _model_replaces_its_type(merged, problems)
     owned, trainer, rollout, nccl_values, env = _sort_by_kind(merged, problems)

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from entrypoint import redact
+from entrypoint.errors import BadInput, Problem
+from entrypoint.facts import facts as facts_mod
 from entrypoint.facts.facts import MANIFEST
-from entrypoint.recipe.keys import RESUME_CHANGES, RESUME_RESTORED
 from entrypoint.recipe.load import PROJECT_DIR
 from entrypoint.record.export import write_json_atomic
 
@@ -68,20 +69,22 @@ def secrets_of(plan: Plan) -> list[str]:
     )
 
 
-def start(plan: Plan, previous: dict[str, Any] | None) -> dict[str, Any]:
-    """The manifest of a run that is starting (or resuming: earlier attempts are kept)."""
+def start(
+    plan: Plan, previous: dict[str, Any] | None, rerun_of: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The manifest of a run that is starting (or resuming: earlier attempts are kept). `rerun_of`: the run this
+    one repeats (`rerun`, record/rerun.py), kept from the first attempt on."""
+    rerun_of = rerun_of or (previous or {}).get("rerun_of")
     secrets = secrets_of(plan)
     attempts = [dict(a) for a in previous.get("attempts", [])] if previous else []
     for attempt in attempts:  # an attempt that never recorded its end: its process was killed
         attempt.setdefault("status", "unrecorded")
-    # what each attempt trained with, of the values a resume may change (keys.RESUME_CHANGES; RESUME_RESTORED
-    # only with RESUME_ONLY_MODEL): resolved_recipe below is the last attempt's
-    trained_with = {
-        k: plan.recipe.raw(k) for k in RESUME_RESTORED + RESUME_CHANGES if plan.recipe.raw(k) is not None
-    }
+    # each attempt keeps every value it ran with (a resume may change keys.RESUME_CHANGES, and RESUME_RESTORED
+    # with RESUME_ONLY_MODEL); resolved_recipe below is the last attempt's, with the layer of each value
     attempts.append(
-        {"started_at": now_iso(), "resume_from": plan.resume_from or None, "values": trained_with}
-    )
+        {"started_at": now_iso(), "resume_from": plan.resume_from or None,
+         "values": {k: v.value for k, v in sorted(plan.recipe.values.items())}}
+    )  # fmt: skip
     data = {
         "schema": SCHEMA_VERSION,
         "status": "running",
@@ -108,6 +111,7 @@ def start(plan: Plan, previous: dict[str, Any] | None) -> dict[str, Any]:
         "started_at": attempts[0]["started_at"] if previous is None else previous.get("started_at"),
         "attempts": attempts,
         "ended_at": None,
+        **({"rerun_of": rerun_of} if rerun_of else {}),
     }
     return redact.deep(data, secrets)
 
@@ -151,3 +155,34 @@ def verify(run_dir: Path) -> list[str]:
         if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != digest:
             bad.append(rel)
     return bad
+
+
+def latest(output_dir: str) -> str:
+    """The newest run under OUTPUT_DIR (by its manifest's start time), "" when there is none."""
+    root = Path(output_dir).expanduser()
+    started: dict[str, str] = {}  # run name -> its manifest's started_at (ISO 8601, so it sorts as text)
+    for m in root.glob(f"*/{MANIFEST}") if root.is_dir() else []:
+        try:
+            started[m.parent.name] = json.loads(m.read_text()).get("started_at") or ""
+        except ValueError:
+            continue
+    return max(started, key=lambda name: (started[name], name), default="")
+
+
+def find_run(run: str, output_dir: str) -> Path:
+    """The run directory: `run` as a path when it is one, else OUTPUT_DIR/run as train names it
+    (facts.run_dir; run=latest: the newest). Raises BadInput."""
+    if run == "latest":
+        run = latest(output_dir) or run
+    path = Path(run).expanduser()
+    if not (path / MANIFEST).is_file():
+        path = facts_mod.run_dir(output_dir, run)
+    if not (path / MANIFEST).is_file():
+        root = Path(output_dir).expanduser()
+        runs = sorted(p.name for p in root.glob("*/") if (p / MANIFEST).is_file()) if root.is_dir() else []
+        why = (f"no run under {root} yet" if run == "latest" and not runs
+               else f"no run directory with a manifest.json at {path}")  # fmt: skip
+        raise BadInput([Problem(f"run {run}", why,
+                                f"give one of: {', '.join(runs[-8:])}" if runs else
+                                f"train one first (make smoke), or set OUTPUT_DIR to where your runs are ({root})")])  # fmt: skip
+    return path

@@ -1,0 +1,206 @@
+"""`rerun run=NAME|PATH [KEY=VALUE ...] [--plan] [--json] [--accept-drift]`: repeat a run from its manifest.
+
+The run's recorded values (record/rerun.py says which are taken back and which are planned again), its
+seed and its dataset, into a new run directory `<RUN_NAME>-rerun-<UTC time>` beside it (RUN_NAME=... and
+OUTPUT_DIR=... choose another). KEY=VALUE words override as on `train` and are recorded as overrides.
+Before anything starts, the drift is named: a dataset, lock, package version or model file that differs
+from the run's is refused (exit 2) unless `--accept-drift`, and then kept in the new manifest's `rerun_of`.
+`--plan` prints what would run and starts nothing (`--json`: as JSON). A run directory copied from another
+machine is rerun here: its plan is made for this machine's GPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from entrypoint.commands import edge, train, words
+from entrypoint.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput, Problem
+from entrypoint.facts.facts import MANIFEST
+from entrypoint.plan.build import Plan
+from entrypoint.recipe import load as recipe_mod
+from entrypoint.recipe.settings import Settings
+from entrypoint.record import manifest
+from entrypoint.record import rerun as rerun_mod
+from entrypoint.rewards import tasks
+from entrypoint.world import fingerprint
+
+NAME = "rerun"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """`rerun [--plan] [--json] [--accept-drift] run=NAME|PATH [KEY=VALUE ...]`."""
+    parser = subparsers.add_parser(
+        NAME,
+        description="Repeat a run from its manifest: the same values, seed, dataset and model, into a new run "
+        "directory; any drift (dataset, lock, versions, model files) is named before anything starts.",
+        allow_abbrev=False,
+    )
+    parser.add_argument("--plan", action="store_true", help="print what would run; start nothing")
+    parser.add_argument("--json", action="store_true", help="with --plan: print it as JSON")
+    parser.add_argument(
+        "--accept-drift",
+        action="store_true",
+        help="run even where the dataset, the lock, a package version or the model's files differ from the "
+        "run's (recorded in the new manifest)",
+    )
+    return words.take_words(
+        parser,
+        "[-h] [--plan] [--json] [--accept-drift] run=NAME|PATH [KEY=VALUE ...]",
+        "run=NAME|PATH: a RUN_NAME under OUTPUT_DIR, `latest`, or a run directory's path (one holding "
+        "manifest.json, copied from another machine or not); KEY=VALUE: overrides, as on `train`.",
+    )
+
+
+def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """The `rerun` command: the new run's exit status, or (with --plan) 0, or BadInput (exit 2)."""
+    words_, run = _run_word(args.words)
+    cli, problems = recipe_mod.parse_cli_pairs(words_)
+    if problems:
+        raise BadInput(problems)
+    output_dir = (cli.get("OUTPUT_DIR") or recipe_mod.Value(environ.get("OUTPUT_DIR", ""), "")).value
+    run_dir = manifest.find_run(run, output_dir or str(Settings.model_fields["OUTPUT_DIR"].default))
+    data = _manifest(run_dir)
+    rec = rerun_mod.recorded(data)
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    placed = [] if "RUN_NAME" in cli else [f"RUN_NAME={data.get('run_name') or run_dir.name}-rerun-{now}"]
+    placed += [] if "OUTPUT_DIR" in cli else [f"OUTPUT_DIR={run_dir.resolve().parent}"]
+    record = {
+        "run_name": data.get("run_name"),
+        "path": str(run_dir.resolve()),
+        "manifest_sha256": hashlib.sha256((run_dir / MANIFEST).read_bytes()).hexdigest(),
+        "status": data.get("status"),
+        "overrides": {k: v.value for k, v in cli.items()},
+        "secrets_from_environment": rec.secrets,
+    }
+    checker = Checker(data, rec, record, environ, args.accept_drift, show=not args.plan)
+    pairs = [*words_, *placed]
+    if args.plan:
+        return _plan_only(pairs, environ, checker, args.json)
+    return train.train(pairs, environ, rerun=train.Rerun(rec.values, checker, record))
+
+
+def _run_word(all_words: list[str]) -> tuple[list[str], str]:
+    """(the other words, the run) from the words; raises BadInput without run=..."""
+    runs = [w for w in all_words if w.lower().startswith("run=")]
+    if len(runs) != 1 or not runs[0].partition("=")[2]:
+        raise BadInput([Problem("RUN", "no run named" if not runs else "named more than once",
+                                "add one run=<RUN_NAME> (under OUTPUT_DIR), run=latest, or run=<path of a run directory>")])  # fmt: skip
+    return [w for w in all_words if w is not runs[0]], runs[0].partition("=")[2]
+
+
+def _manifest(run_dir: Path) -> dict[str, Any]:
+    """The run's manifest, refused when it cannot be rerun from (raises BadInput)."""
+    try:
+        data = manifest.read(run_dir)
+    except ValueError as exc:
+        data, why = None, f"is not JSON ({exc})"
+    else:
+        why = "records no resolved recipe" if data is not None and not data.get("resolved_recipe") else ""
+    if data is None or why:
+        raise BadInput([Problem(f"run {run_dir}", f"its {MANIFEST} {why or 'is missing'}",
+                                "rerun a run directory written by `train` (its manifest.json whole)")])  # fmt: skip
+    return data
+
+
+class Checker:
+    """The drift check `train` runs on the plan made from the recorded values, before it writes anything;
+    keeps what it found in `record` (the new manifest's rerun_of)."""
+
+    def __init__(self, data: dict[str, Any], rec: rerun_mod.Recorded, record: dict[str, Any],
+                 environ: Mapping[str, str], accept: bool, show: bool = True) -> None:  # fmt: skip
+        self.data, self.rec, self.record, self.environ, self.accept = data, rec, record, environ, accept
+        self.show = show  # print the notices (train); --plan prints them with the plan
+        self.found: list[Problem] = []
+        self.argv_changes: list[str] = []
+
+    def __call__(self, plan: Plan) -> None:
+        """Raises BadInput naming the drift, unless accepted; the notices go to stderr."""
+        self.found = self.problems(plan)
+        drift = [p for p in self.found if p.fatal]
+        self.record.update(
+            drift=[p.render() for p in drift], drift_accepted=bool(drift) and self.accept,
+            argv_changes=self.argv_changes,
+        )  # fmt: skip
+        if drift and not self.accept:
+            raise BadInput(self.found + [Problem("rerun", "differs from the run it repeats (above)",
+                                                 f"restore what differs, or accept it: {rerun_mod.ACCEPT_FLAG}")])  # fmt: skip
+        for problem in rerun_mod.accepted(self.found) if self.show else []:
+            print(problem.render(), file=sys.stderr)
+
+    def problems(self, plan: Plan) -> list[Problem]:
+        """The drift and the notices for `plan`: reads the datasets, the model's files, the versions."""
+        a = plan.recipe.trainer_args
+        folder = fingerprint.model_folder(plan.model_path, a.model or "", a.use_hf, self.environ)
+        now = rerun_mod.Now(
+            versions=manifest.package_versions(),
+            lock_sha256=manifest.image_identity(self.environ)["lock_sha256"],
+            datasets=self._datasets(plan),
+            model_files=fingerprint.model_files(folder) if folder else {},
+            gpus=[g.name for g in plan.inventory.gpus],
+        )
+        trainer = plan.process("trainer")
+        old = next((p["argv"] for p in self.data.get("processes", []) if p.get("role") == "trainer"), [])
+        if trainer is not None and old:
+            self.argv_changes = rerun_mod.argv_changes(
+                old, trainer.to_json()["argv"], _run_of(old), str(plan.run_dir)
+            )
+        found = rerun_mod.drift(self.data, now)
+        return found + rerun_mod.replanned_changes(self.rec.replanned, plan.recipe.values)
+
+    def _datasets(self, plan: Plan) -> list[dict[str, Any]]:
+        """The identity of the rows the rerun would train on: a generated dataset is generated (seeded, as
+        `train` will) into a scratch folder and hashed."""
+        s = plan.recipe.settings
+        if not s.DATASET_GENERATOR:
+            return fingerprint.dataset_files(plan.dataset_paths)
+        with tempfile.TemporaryDirectory() as scratch:
+            path = Path(scratch) / f"{s.DATASET_GENERATOR}.jsonl"
+            tasks.write_jsonl(
+                tasks.TASKS[s.DATASET_GENERATOR], path, s.DATASET_ROWS, plan.recipe.trainer_args.seed
+            )
+            found = fingerprint.dataset_files([str(path)])
+        return [{**f, "spec": plan.dataset_paths[0], "path": plan.dataset_paths[0]} for f in found]
+
+
+def _run_of(argv: list[str]) -> str:
+    """The run directory a trainer argv writes in (its --output_dir is <run>/train)."""
+    for flag, value in zip(argv, argv[1:], strict=False):
+        if flag == "--output_dir":
+            return str(Path(value).parent)
+    return "\0"  # matches no word
+
+
+def _plan_only(pairs: list[str], environ: Mapping[str, str], checker: Checker, as_json: bool) -> int:
+    """--plan: the plan made from the recorded values, the drift and the argv changes; 2 when the drift is
+    not accepted."""
+    plan = edge.make_plan(pairs, environ, for_train=False, base=checker.rec.values)
+    try:
+        checker(plan)
+        code = EXIT_OK
+    except BadInput as exc:
+        code, checker.found = EXIT_BAD_INPUT, exc.problems
+    if as_json:
+        print(json.dumps({"rerun_of": checker.record, "problems": [p.render() for p in checker.found],
+                          "resolved_recipe": plan.recipe.resolved(), "plan": plan.to_json()}, indent=2))  # fmt: skip
+        return code
+    print(f"rerun of {checker.record['run_name']} ({checker.record['path']}): {len(checker.rec.values)} values "
+          f"as recorded, {len(checker.rec.replanned)} planned again for this machine")  # fmt: skip
+    overrides = checker.record["overrides"]
+    print("overrides: " + (", ".join(f"{k}={v}" for k, v in overrides.items()) or "none"))
+    changes = checker.argv_changes
+    print(
+        "trainer argv: "
+        + ("the run's, output paths aside" if not changes else "differs: " + "; ".join(changes))
+    )
+    for problem in checker.found:
+        print(problem.render())
+    print(plan.render())
+    return code

@@ -1,0 +1,198 @@
+"""`rerun`: a run rebuilt from its manifest, and what differs from the run it repeats.
+
+The manifest keeps every resolved value with the layer that set it (`resolved_recipe`), the seed, the versions,
+the lock's sha256, the machine and the inputs' identities (`inputs`, world/fingerprint.py). A rerun takes the
+values back as they were, with their original sources (recipe.load's `base`), except:
+
+- the values the planner chose (source `planner: ...`): planned again for this machine, and any that come out
+  different are reported;
+- RUN_NAME and OUTPUT_DIR: a rerun writes a new run directory beside the one it repeats;
+- secrets, which the manifest keeps redacted: taken from this environment when it has them.
+
+Then the drift: what would make the rerun a different experiment. A dataset file whose sha256 differs, another
+lock (image or venv), another version of a pinned package, model files that differ: each refused (exit 2) unless
+the user accepts it (`--accept-drift`), and then recorded. Another machine is not drift: its plan is made for
+this machine and the differences are reported.
+
+Pure: the command (commands/rerun.py) reads the world and passes what it found.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from entrypoint import redact
+from entrypoint.errors import Problem
+from entrypoint.recipe.load import Value
+
+NOT_REPEATED = ("RUN_NAME", "OUTPUT_DIR")  # a rerun writes its own directory
+# the packages whose version changes what trains (manifest.PACKAGES less the tools that do not)
+PINNED = ("ms-swift", "vllm", "torch", "transformers", "trl", "peft", "deepspeed", "accelerate", "datasets")
+ACCEPT_FLAG = "--accept-drift"
+
+
+class Recorded(NamedTuple):
+    """What a rerun takes from the manifest."""
+
+    values: dict[str, Value]  # recipe.load's base
+    replanned: dict[str, str]  # planner-chosen KEY -> the value it had, planned again here
+    secrets: list[str]  # keys kept redacted, taken from this environment
+
+
+def recorded(data: Mapping[str, Any]) -> Recorded:
+    """The values of the manifest `data` a rerun starts from (this module's docstring says which are left out)."""
+    values: dict[str, Value] = {}
+    replanned: dict[str, str] = {}
+    secrets: list[str] = []
+    for key, item in sorted((data.get("resolved_recipe") or {}).items()):
+        value, source = str(item.get("value", "")), str(item.get("source", ""))
+        if source.startswith("planner"):
+            replanned[key] = value
+        elif redact.REDACTED in value:
+            secrets.append(key)
+        elif key not in NOT_REPEATED:
+            values[key] = Value(value, source)
+    return Recorded(values, replanned, secrets)
+
+
+class Now(NamedTuple):
+    """What this machine has, read by the command."""
+
+    versions: Mapping[str, str | None]  # manifest.package_versions()
+    lock_sha256: str | None  # manifest.image_identity()["lock_sha256"]
+    datasets: list[dict[str, Any]]  # fingerprint.dataset_files of the datasets the rerun would read
+    model_files: Mapping[str, str]  # fingerprint.model_files of the model folder; {} before a download
+    gpus: list[str]  # the GPU names the plan is made for
+
+
+def _short(digest: object) -> str:
+    return str(digest)[:12] if digest else "none"
+
+
+def drift(data: Mapping[str, Any], now: Now) -> list[Problem]:
+    """Each difference between the run `data` (its manifest) and `now` that makes a rerun another experiment,
+    fatal (the caller softens them when the user accepts them); and, not fatal, what cannot be compared."""
+    return (
+        _versions(data, now)
+        + _datasets(data.get("inputs") or {}, now)
+        + _model(data.get("inputs") or {}, now)
+        + _machine(data, now)
+    )
+
+
+def _versions(data: Mapping[str, Any], now: Now) -> list[Problem]:
+    out = []
+    then = data.get("versions") or {}
+    for name in PINNED:
+        if name in then and then[name] != now.versions.get(name):
+            out.append(Problem(f"version of {name}", f"{then[name]} in the run, {now.versions.get(name)} here",
+                               f"rerun where the run's lock is installed (the image or `make venv`), or {ACCEPT_FLAG}"))  # fmt: skip
+    lock = (data.get("image") or {}).get("lock_sha256")
+    if lock and now.lock_sha256 and lock != now.lock_sha256:
+        out.append(Problem("requirements/runtime.lock", f"sha256 {_short(lock)}... in the run, {_short(now.lock_sha256)}... here",
+                           f"rerun with the run's lock (the image or checkout it ran from), or {ACCEPT_FLAG}"))  # fmt: skip
+    return out
+
+
+def _datasets(inputs: Mapping[str, Any], now: Now) -> list[Problem]:
+    then = inputs.get("dataset")
+    if then is None:
+        return [Problem("dataset", "the run's manifest records no sha256 of its dataset: the rerun cannot verify "
+                        "it reads the same rows", fatal=False)]  # fmt: skip
+    out = []
+    for i, old in enumerate(then):
+        new = now.datasets[i] if i < len(now.datasets) else {"spec": "(none)", "sha256": None}
+        where = f"dataset {old.get('spec') or new.get('spec')}"
+        if not old.get("sha256"):
+            out.append(Problem(where, f"not verified: {old.get('why') or 'no sha256 recorded'}", fatal=False))
+        elif new.get("sha256") != old["sha256"]:
+            got = f"sha256 {_short(new['sha256'])}..." if new.get("sha256") else (new.get("why") or "missing")
+            out.append(Problem(where, f"sha256 {_short(old['sha256'])}... in the run ({old.get('bytes')} bytes), "
+                               f"{got} here ({new.get('bytes')} bytes): not the rows the run trained on",
+                               f"give the run's file (DATASET=<path>, sha256 {old['sha256']}), or {ACCEPT_FLAG}"))  # fmt: skip
+    return out
+
+
+def _model(inputs: Mapping[str, Any], now: Now) -> list[Problem]:
+    then = (inputs.get("model") or {}).get("files") or {}
+    if not then:
+        return [
+            Problem(
+                "model",
+                "the run's manifest records no hashes of the model's files: not verified",
+                fatal=False,
+            )
+        ]
+    if not now.model_files:
+        return [Problem("model", "not on this machine yet (ms-swift downloads it): its files are compared in the "
+                        "new run's manifest, not before", fatal=False)]  # fmt: skip
+    changed = sorted(n for n in then.keys() & now.model_files.keys() if then[n] != now.model_files[n])
+    missing, added = (
+        sorted(then.keys() - now.model_files.keys()),
+        sorted(now.model_files.keys() - then.keys()),
+    )
+    if not (changed or missing or added):
+        return []
+    parts = [f"{what}: {', '.join(names[:4])}" for what, names in
+             (("changed", changed), ("missing here", missing), ("new here", added)) if names]  # fmt: skip
+    return [Problem("model", f"its files differ from the run's ({'; '.join(parts)})",
+                    f"give the run's model (MODEL=<folder or hub id at the run's revision>), or {ACCEPT_FLAG}")]  # fmt: skip
+
+
+def _machine(data: Mapping[str, Any], now: Now) -> list[Problem]:
+    then = [g.get("name", "?") for g in (data.get("inventory") or {}).get("gpus", [])]
+    if then == now.gpus:
+        return []
+    described = ", ".join(then) or "no GPU"
+    return [Problem("machine", f"the run had {described}; planned for this machine's {', '.join(now.gpus) or 'no GPU'}",
+                    fatal=False)]  # fmt: skip
+
+
+def accepted(problems: list[Problem]) -> list[Problem]:
+    """The drift as warnings: what `--accept-drift` turns it into."""
+    return [Problem(p.where, p.message, p.fix, fatal=False) for p in problems]
+
+
+def replanned_changes(replanned: Mapping[str, str], values: Mapping[str, Value]) -> list[Problem]:
+    """The planner's choices that differ from the run's (another machine, another free memory), as notices."""
+    out = []
+    for key, old in sorted(replanned.items()):
+        new = values.get(key)
+        if new is None or new.value != old:
+            out.append(Problem(key, f"{old} in the run, {new.value if new else 'unset'} as planned here"
+                               + (f" ({new.source})" if new else ""), fatal=False))  # fmt: skip
+    return out
+
+
+def argv_changes(old: list[str], new: list[str], old_run: str, new_run: str) -> list[str]:
+    """The flags of the trainer's argv that differ between the run and its rerun ("--max_steps 3 -> --max_steps
+    1"), with each run directory and --run_name written `<run>` (the output paths and names differ by design)
+    and the run's own resume flags left out (a rerun starts from step 0). [] when they are the same."""
+    a, b = _flags(old, old_run), _flags(new, new_run)
+    out = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if op != "equal":
+            out.append(f"{' '.join(a[i1:i2]) or '(nothing)'} -> {' '.join(b[j1:j2]) or '(nothing)'}")
+    return out
+
+
+RESUME_FLAGS = ("--resume_from_checkpoint", "--resume_only_model")
+
+
+def _flags(argv: list[str], run_dir: str) -> list[str]:
+    """argv as one string per flag with its values ("--reward_funcs countdown format"), the program first."""
+    words = [w.replace(run_dir, "<run>") for w in argv]
+    groups: list[list[str]] = []
+    for word in words:
+        if word.startswith("--") or not groups:
+            groups.append([word])
+        else:
+            groups[-1].append(word)
+    out = []
+    for group in groups:
+        if group[0] in RESUME_FLAGS:
+            continue
+        out.append("--run_name <run>" if group[0] == "--run_name" else " ".join(group))
+    return out

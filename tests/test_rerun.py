@@ -1,0 +1,187 @@
+"""`rerun`: a run repeated from its manifest, with the fake `swift` (tests/fakes/swift); drift named before
+anything starts. The real CPU rerun of the smoke run is in test_smoke_run.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from entrypoint.errors import BadInput
+from entrypoint.record import rerun
+from entrypoint.record.rerun import Now
+from tests.conftest import FAKE_SWIFT, FAKES, ROOT, clean_env
+
+RECIPE = FAKES / "colocate.env"
+
+
+def run(tmp_path: Path, *words: str) -> subprocess.CompletedProcess:
+    pids = tmp_path / "pids"
+    pids.mkdir(exist_ok=True)
+    env = clean_env(GRPO_RIG_SWIFT=str(FAKE_SWIFT), FAKE_PID_DIR=str(pids), FAKE_TRAINER="steps",
+                    FAKE_STEP_SECONDS="0")  # fmt: skip
+    return subprocess.run([sys.executable, "-m", "entrypoint", *words], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=180)  # fmt: skip
+
+
+def named(argv: list[str], run_dir: str) -> list[str]:
+    """argv with its run directory and --run_name written <run>: what differs between a run and its rerun."""
+    words = [w.replace(run_dir, "<run>") for w in argv]
+    return [("<run>" if i and words[i - 1] == "--run_name" else w) for i, w in enumerate(words)]
+
+
+def manifest(run_dir: Path) -> dict:
+    return json.loads((run_dir / "manifest.json").read_text())
+
+
+@pytest.fixture
+def finished(tmp_path) -> Path:
+    """A finished 2-step run of the fake recipe on its own copy of the dataset: tmp_path/out/r."""
+    data = tmp_path / "train.jsonl"
+    shutil.copy(ROOT / "examples" / "tcm" / "sample.jsonl", data)
+    done = run(tmp_path, "train", f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path / 'out'}", "RUN_NAME=r",
+               "MAX_STEPS=2", f"DATASET={data}")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return tmp_path / "out" / "r"
+
+
+@pytest.mark.cli
+def test_rerun_plan_of_a_finished_run_plans_its_trainer_argv_and_keeps_each_values_source(tmp_path, finished):
+    shown = run(tmp_path, "rerun", f"run={finished}", "--plan", "--json")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    planned = json.loads(shown.stdout)
+    old = manifest(finished)
+    assert planned["rerun_of"]["argv_changes"] == [] and planned["rerun_of"]["drift"] == []
+    trainer = next(p for p in planned["plan"]["processes"] if p["role"] == "trainer")
+    old_argv = next(p for p in old["processes"] if p["role"] == "trainer")["argv"]
+    new_run = planned["plan"]["run_dir"]
+    assert Path(new_run).parent == finished.parent and Path(new_run).name.startswith("r-rerun-")
+    assert named(trainer["argv"], new_run) == named(old_argv, str(finished))
+    # the values come back from the manifest with the layer that first set them, not from the recipe file
+    recipe_line = planned["resolved_recipe"]["NUM_GENERATIONS"]["source"]
+    assert (
+        recipe_line == old["resolved_recipe"]["NUM_GENERATIONS"]["source"] and "colocate.env" in recipe_line
+    )
+
+
+@pytest.mark.cli
+def test_a_dataset_changed_by_one_row_is_refused_naming_its_sha256_and_accepted_only_on_request(
+    tmp_path, finished
+):
+    old = manifest(finished)["inputs"]["dataset"][0]
+    data = Path(old["path"])
+    rows = data.read_text().splitlines()
+    data.write_text("\n".join(rows[:-1]) + "\n")  # one row fewer
+    refused = run(tmp_path, "rerun", f"run={finished}")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"sha256 {old['sha256'][:12]}..." in refused.stderr and "--accept-drift" in refused.stderr
+    assert sorted(p.name for p in finished.parent.iterdir()) == ["r"], "a refused rerun wrote a run directory"
+    taken = run(tmp_path, "rerun", f"run={finished}", "RUN_NAME=again", "--accept-drift")
+    assert taken.returncode == 0, taken.stdout + taken.stderr
+    record = manifest(finished.parent / "again")["rerun_of"]
+    assert record["drift_accepted"] is True and old["sha256"][:12] in record["drift"][0]
+    assert record["manifest_sha256"] and record["path"] == str(finished)
+
+
+@pytest.mark.cli
+def test_an_override_is_recorded_as_one_and_a_copied_run_directory_reruns_here(tmp_path, finished):
+    copy = tmp_path / "elsewhere" / "r"
+    shutil.copytree(finished, copy)
+    shutil.rmtree(finished.parent)
+    done = run(tmp_path, "rerun", f"run={copy}", "LEARNING_RATE=2e-5", "RUN_NAME=lr")
+    assert done.returncode == 0, done.stdout + done.stderr
+    new = manifest(copy.parent / "lr")
+    assert new["resolved_recipe"]["LEARNING_RATE"] == {"value": "2e-5", "source": "command line"}
+    assert new["rerun_of"]["overrides"] == {"RUN_NAME": "lr", "LEARNING_RATE": "2e-5"}
+    assert new["attempts"][0]["values"]["LEARNING_RATE"] == "2e-5"
+    assert new["resolved_recipe"]["SEED"] == manifest(copy)["resolved_recipe"].get(
+        "SEED", new["resolved_recipe"]["SEED"]
+    )
+
+
+@pytest.mark.cli
+def test_a_run_without_a_manifest_or_with_a_broken_one_is_refused(tmp_path):
+    missing = run(tmp_path, "rerun", f"run={tmp_path / 'nothing'}", f"OUTPUT_DIR={tmp_path}")
+    assert missing.returncode == 2 and "no run directory with a manifest.json" in missing.stderr
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "cut" / "manifest.json").write_text('{"status": "runn')
+    cut = run(tmp_path, "rerun", f"run={tmp_path / 'cut'}")
+    assert cut.returncode == 2 and "is not JSON" in cut.stderr, cut.stderr
+    bare = run(tmp_path, "rerun", "--plan")
+    assert bare.returncode == 2 and "add one run=" in bare.stderr
+
+
+DATA = {
+    "versions": {"ms-swift": "3.6.4", "torch": "2.6.0", "grpo-rig": None},
+    "image": {"lock_sha256": "a" * 64},
+    "inputs": {
+        "dataset": [{"spec": "d.jsonl", "path": "d.jsonl", "sha256": "b" * 64, "bytes": 10}],
+        "model": {
+            "folder": "/m",
+            "files": {"config.json": "sha256:" + "c" * 64, "model.safetensors": "sha256:1"},
+        },
+    },
+    "inventory": {"gpus": [{"name": "NVIDIA GeForce RTX 4090"}]},
+}
+SAME = Now(
+    versions={"ms-swift": "3.6.4", "torch": "2.6.0", "grpo-rig": "9"},
+    lock_sha256="a" * 64,
+    datasets=[{"spec": "d.jsonl", "sha256": "b" * 64, "bytes": 10}],
+    model_files={"config.json": "sha256:" + "c" * 64, "model.safetensors": "sha256:1"},
+    gpus=["NVIDIA GeForce RTX 4090"],
+)
+
+
+def test_the_same_inputs_on_the_same_machine_are_no_drift():
+    assert rerun.drift(DATA, SAME) == []
+
+
+def test_each_kind_of_drift_is_named_and_another_machine_is_only_reported():
+    now = SAME._replace(
+        versions={**SAME.versions, "ms-swift": "3.7.0"},
+        lock_sha256="d" * 64,
+        model_files={**SAME.model_files, "model.safetensors": "sha256:2"},
+        gpus=["NVIDIA H200"],
+    )
+    found = {p.where: p for p in rerun.drift(DATA, now)}
+    assert (
+        found["version of ms-swift"].fatal
+        and "3.6.4 in the run, 3.7.0 here" in found["version of ms-swift"].message
+    )
+    assert found["requirements/runtime.lock"].fatal
+    assert found["model"].fatal and "changed: model.safetensors" in found["model"].message
+    assert not found["machine"].fatal and "NVIDIA H200" in found["machine"].message
+    assert not any(p.fatal for p in rerun.accepted(list(found.values())))
+
+
+def test_what_cannot_be_compared_is_said_not_refused():
+    hub = {**DATA, "inputs": {"dataset": [{"spec": "org/set", "sha256": None, "why": "not a local file"}]}}
+    found = rerun.drift(hub, SAME._replace(model_files={}))
+    assert found and not any(p.fatal for p in found)
+    assert {p.where for p in found} == {"dataset org/set", "model"}
+
+
+def test_planner_values_and_secrets_are_not_taken_back():
+    data = {"resolved_recipe": {
+        "BETA": {"value": "0.04", "source": "recipes/x.env:3"},
+        "PER_DEVICE_TRAIN_BATCH_SIZE": {"value": "4", "source": "planner: the largest micro-batch ..."},
+        "WANDB_API_KEY": {"value": "<redacted>", "source": "command line"},
+        "RUN_NAME": {"value": "r", "source": "command line"},
+    }}  # fmt: skip
+    rec = rerun.recorded(data)
+    assert list(rec.values) == ["BETA"] and rec.values["BETA"].source == "recipes/x.env:3"
+    assert rec.replanned == {"PER_DEVICE_TRAIN_BATCH_SIZE": "4"} and rec.secrets == ["WANDB_API_KEY"]
+
+
+def test_refused_drift_raises_bad_input_through_the_checker(tmp_path):
+    from entrypoint.commands.rerun import Checker
+
+    checker = Checker(DATA, rerun.recorded({}), {}, {}, accept=False, show=False)
+    checker.problems = lambda plan: rerun.drift(DATA, SAME._replace(lock_sha256="d" * 64))
+    with pytest.raises(BadInput):
+        checker(None)
+    assert checker.record["drift"] and checker.record["drift_accepted"] is False
