@@ -37,7 +37,7 @@ from entrypoint.facts.facts import MANIFEST, ROLLOUT_PORT_START, WEIGHT_SYNC_POR
 from entrypoint.facts.inventory import Inventory
 from entrypoint.plan import budget as budget_mod
 from entrypoint.plan import layout as layout_mod
-from entrypoint.plan import memory, nccl, shape
+from entrypoint.plan import memory, nccl, shape, speed
 from entrypoint.plan.budget import Budget
 from entrypoint.plan.layout import Layout
 from entrypoint.recipe import keys
@@ -115,6 +115,23 @@ class Plan:
 
     def process(self, role: Role) -> Process | None:
         return next((p for p in self.processes if p.role == role), None)
+
+    @property
+    def step_seconds(self) -> float:
+        """The predicted seconds of one optimizer step on one process (speed.py: training, plus the colocated
+        generation round where its engine was measured); 0.0 where the model's dimensions are unknown. Fitted
+        on a 0.5B model on an H200: a floor for larger models and slower cards, not a forecast."""
+        b = self.budget
+        if b is None or b.workload is None or b.batch is None:
+            return 0.0
+        per_process = shape.step_completions(self.recipe, b.batch).per_process or b.batch.per_device
+        seconds = speed.training_time(b.workload, per_process).seconds
+        if self.layout.mode == "colocate" and b.colocate is not None:
+            # multi-step scheduling exists on vLLM's V0 engine only
+            steps = self.recipe.settings.VLLM_SCHEDULER_STEPS if b.colocate.engine_v0 else 0
+            gen = speed.generation_time(b.workload, steps, b.colocate.engine_v0)
+            seconds += gen.seconds if gen else 0.0
+        return seconds
 
     @property
     def written(self) -> list[str]:
@@ -493,13 +510,38 @@ def _shape(d: Draft) -> bool:
     if levers:
         d.recipe = d.recipe.with_values({c.key: (c.value, f"planner: {c.reason}") for c in levers})
         _budget(d)
+    choices, one_copy = _shape_choices(d), bool(levers)
+    if not levers and not d.rollout_only and shape.one_copy_open(d.recipe, d.layout, d.budget):
+        over = _over_card(d, choices)
+        if over:  # both copies fit, nothing trains beside them: one copy at a time, where that fits
+            trial = dataclasses.replace(d, recipe=d.recipe.with_values(
+                {c.key: (c.value, f"planner: {c.reason}") for c in shape.one_copy_levers(d.recipe, d.layout, d.budget, over)}
+            ))  # fmt: skip
+            _budget(trial)
+            trial_choices = _shape_choices(trial)
+            if not _over_card(trial, trial_choices):
+                d.recipe, d.budget, choices, one_copy = trial.recipe, trial.budget, trial_choices, True
+    if not choices:
+        return one_copy
+    d.recipe = d.recipe.with_values({c.key: (c.value, f"planner: {c.reason}") for c in choices})
+    return True
+
+
+def _shape_choices(d: Draft) -> list[shape.Choice]:
+    """The rollout share and (for a trainer) the batch shape the planner chooses on d's budget."""
     choices = shape.rollout_share(d.recipe, d.layout, d.budget)
     if not d.rollout_only:  # `rollout` serves; the trainers on other nodes choose their own shape
         choices += shape.choose(d.recipe, d.layout, d.budget)
-    if not choices:
-        return bool(levers)
-    d.recipe = d.recipe.with_values({c.key: (c.value, f"planner: {c.reason}") for c in choices})
-    return True
+    return choices
+
+
+def _over_card(d: Draft, choices: list[shape.Choice]) -> str:
+    """Why the recipe shaped by `choices` is predicted over a card ("" when every card holds it)."""
+    r = d.recipe.with_values({c.key: (c.value, "planner") for c in choices}) if choices else d.recipe
+    b = budget_mod.compute(r, d.layout, d.inventory, d.facts, d.dataset_paths)
+    over = [e for e in b.estimates(d.layout) if e.peak_gib > e.card_gib]
+    return (f"both copies of the weights fit, but even the smallest shape is predicted at {over[0].peak_gib:.1f} of "
+            f"{over[0].card_gib:.1f} GiB on GPU {over[0].gpu}") if over else ""  # fmt: skip
 
 
 def _child_env(d: Draft) -> None:
@@ -623,6 +665,10 @@ def _trainer_env(d: Draft) -> dict[str, str]:
     env["GRPO_RIG_EVENTS"] = str(d.run_dir / "logs" / EVENTS_FILE)
     env["GRPO_RIG_REWARD_CHECK"] = "1"  # a reward's bad answer ends the run naming it
     a = d.recipe.trainer_args
+    if (
+        a.use_liger_kernel
+    ):  # liger's loss eager: its compiled form can fail recompiling (hooks/liger_eager.py)
+        env["GRPO_RIG_LIGER_EAGER"] = "1"
     if layout.mode == "colocate" and a.sleep_level >= 1:
         env["GRPO_RIG_VLLM_KEEP_POOLS"] = "1"
         if a.offload_model:  # else both weight copies meet on the GPU at each generation's start

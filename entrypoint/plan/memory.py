@@ -82,6 +82,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from entrypoint.recipe import swift_schema
+
 GIB = 1024**3
 DATA = Path(__file__).resolve().parents[1] / "data"
 # Memory outside torch's allocator (CUDA context, cuBLAS/NCCL workspaces): NVML peak minus torch's max
@@ -194,9 +196,23 @@ class ModelDims:
 
 
 def shipped_config(model: str) -> dict | None:
-    """config.json fields of the recipes' hub models (entrypoint/data/model_configs.json), for planning
-    without the model on disk; None for other models."""
-    return json.loads((DATA / "model_configs.json").read_text()).get(model)
+    """config.json fields of a known hub model (entrypoint/data/model_configs.json: the recipes' models and the
+    ones this audience trains with GRPO), for planning without the model on disk; found by the exact id, else
+    by ms-swift's model name (swift_schema.model_name: a ModelScope id finds its Hugging Face row). None for
+    other models."""
+    table = shipped_configs()
+    if model in table:
+        return table[model]
+    name = swift_schema.model_name(model) if model else ""
+    return next((v for k, v in table.items() if swift_schema.model_name(k) == name), None) if name else None
+
+
+@functools.cache
+def shipped_configs() -> dict[str, dict]:
+    """The table of entrypoint/data/model_configs.json, by hub id (its `_comment` left out)."""
+    return {
+        k: v for k, v in json.loads((DATA / "model_configs.json").read_text()).items() if isinstance(v, dict)
+    }
 
 
 @dataclasses.dataclass(frozen=True)

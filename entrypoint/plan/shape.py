@@ -461,32 +461,40 @@ def smallest_share(budget: Budget, layout: Layout, per_process: int, v0: bool | 
 ONE_COPY_LEVERS = {"OFFLOAD_MODEL": "true", "OFFLOAD_OPTIMIZER": "true", "SLEEP_LEVEL": "1"}
 
 
-def one_copy_levers(r: Recipe, layout: Layout, budget: Budget) -> list[Choice]:
-    """OFFLOAD_MODEL=true, OFFLOAD_OPTIMIZER=true and SLEEP_LEVEL=1 for a colocated LoRA run that leaves all
-    three open when no vLLM share of its card holds both copies of the weights beside its generation round
-    (smallest_share): then one copy is on the GPU at a time, the trainer's in CPU memory while vLLM generates
-    and vLLM's while the trainer trains (memory.offload_phases; the hooks offload_before_wake and
-    adapter_sync; a 7B on a physical 24 GiB card: docs/benchmarks/one-card-7b.md). [] otherwise: a run that
-    fits both copies keeps them (each step's offload costs time), and AUTO_SHAPE=false leaves ms-swift's."""
-    a, w = r.trainer_args, budget.workload
-    if (
+def one_copy_open(r: Recipe, layout: Layout, budget: Budget) -> bool:
+    """Whether the one-weight-copy levers (ONE_COPY_LEVERS) are the planner's to set: a colocated LoRA run on
+    unsplit weights with a known model, which leaves all three open and AUTO_SHAPE on."""
+    return not (
         not r.settings.AUTO_SHAPE
         or layout.mode != "colocate"
-        or w is None
+        or budget.workload is None
         or budget.batch is None
         or budget.colocate is None
-        or a.train_type != "lora"
-        or a.vllm_tensor_parallel_size > 1
+        or r.trainer_args.train_type != "lora"
+        or r.trainer_args.vllm_tensor_parallel_size > 1
         or any(r.is_set(k) for k in ONE_COPY_LEVERS)
-    ):
+    )
+
+
+def one_copy_levers(r: Recipe, layout: Layout, budget: Budget, why: str = "") -> list[Choice]:
+    """OFFLOAD_MODEL=true, OFFLOAD_OPTIMIZER=true and SLEEP_LEVEL=1 where they are open (one_copy_open) and no
+    vLLM share of the card holds both copies of the weights beside the generation round (smallest_share), or
+    for the reason `why` the caller gives (build._shape: both copies fit, but no micro-batch trains beside
+    them). Then one copy is on the GPU at a time, the trainer's in CPU memory while vLLM generates and vLLM's
+    while the trainer trains (memory.offload_phases; the hooks offload_before_wake and adapter_sync; a 7B on a
+    physical 24 GiB card: docs/benchmarks/one-card-7b.md). [] otherwise: a run that fits both copies keeps them
+    (each step's offload costs time), and AUTO_SHAPE=false leaves ms-swift's."""
+    if not one_copy_open(r, layout, budget):
         return []
+    w = budget.workload
     per_process = step_completions(r, budget.batch).per_process
     # whether both copies fit beside the round on the card, whichever engine counts what (v0=False counts all)
-    if not per_process or smallest_share(budget, layout, per_process, v0=False).holds:
+    if not why and (not per_process or smallest_share(budget, layout, per_process, v0=False).holds):
         return []
-    why = (f"no vLLM share of this card holds both copies of the {w.dims.params / 1e9:.1f}B model's weights beside "
-           "its generation round: one copy on the GPU at a time (the trainer in CPU memory while vLLM generates, "
-           "vLLM asleep while the trainer trains; docs/benchmarks/one-card-7b.md)")  # fmt: skip
+    why = why or (f"no vLLM share of this card holds both copies of the {w.dims.params / 1e9:.1f}B model's weights "
+                  "beside its generation round")  # fmt: skip
+    why += (": one copy on the GPU at a time (the trainer in CPU memory while vLLM generates, vLLM asleep while "
+            "the trainer trains; docs/benchmarks/one-card-7b.md)")  # fmt: skip
     return [
         Choice("OFFLOAD_MODEL", "true", why),
         Choice(
