@@ -216,6 +216,42 @@ def test_the_automatic_stall_bound_is_ten_longest_steps_and_never_before_the_fir
     assert console.stalled() == ""  # the final save and exit are not steps
 
 
+def test_the_first_step_is_watched_from_trainer_ready_for_ten_start_ups_and_a_slow_plan_widens_the_bound(
+    tmp_path,
+):
+    """Before step 1 nothing was bounded: a reward that never returned at step 1 waited forever. Now the first
+    step is watched from the trainer's "trainer ready" mark (a download before it has no knowable length),
+    for 10 x the start-up (at least 600 s); STALL_TIMEOUT applies there too. A plan whose predicted step is
+    long widens the bound after step 1."""
+    events = tmp_path / "events.jsonl"
+    now = [0.0]
+    console = Console(clock=lambda: now[0], wall=lambda: 1000.0, events=events, total_steps=5)
+    now[0] = 5000.0
+    assert console.stalled() == ""  # downloading, loading, starting vLLM: no mark yet
+    events.write_text('{"t": 1100.0, "phase": "startup", "mark": "trainer ready"}\n')  # 100 s after the start
+    now[0] = 100.0 + 999
+    assert console.stalled() == ""
+    now[0] = 100.0 + 1001
+    said = console.stalled()
+    assert said.startswith("stalled: step 1/5") and "10 x the start-up (100 s), at least 600 s" in said, said
+    now[0] = 0.0
+    strict = Console(clock=lambda: now[0], wall=lambda: 1000.0, events=events, stall_seconds=20)
+    now[0] = 119.0
+    assert strict.stalled() == ""
+    now[0] = 121.0
+    assert "STALL_TIMEOUT=20" in strict.stalled()
+    slow = Console(clock=lambda: now[0], predicted_step=90.0, total_steps=5)
+    for step, at in ((1, 200.0), (2, 230.0)):
+        now[0] = at
+        slow.shown(
+            "trainer", f"{{'loss': 0.1, 'global_step/max_steps': '{step}/5', 'elapsed_time': '{at}s'}}"
+        )
+    now[0] = 230.0 + 899
+    assert slow.stalled() == ""  # 10 x the predicted 90 s, not the 600 s floor
+    now[0] = 230.0 + 901
+    assert "10 x the longest step before (90 s)" in slow.stalled()
+
+
 def test_the_step_line_shows_kl_and_completion_length_beside_the_reward():
     """Users' trial: the step line showed the reward only; KL and completion length were in the PNG and
     logging.jsonl. They come from the same row ms-swift logs."""

@@ -179,7 +179,8 @@ class Settings(BaseModel):
         0.0,
         ge=0,
         description="seconds without a new training step after which the run is ended as stalled (a reward "
-        "that never returns, a hung weight sync); 0: 10 x the longest step so far, at least 600",
+        "that never returns, a hung weight sync), the first step counted from the trainer's start-up; 0: 10 x the "
+        "longest step so far or the plan's predicted step (the first: 10 x the start-up), at least 600",
     )
     STOP_GRACE_SECONDS: float = Field(
         20.0, ge=0, description="seconds between SIGTERM and SIGKILL for child processes"

@@ -59,9 +59,13 @@ class Console:
         clock=time.monotonic,
         total_steps: int | None = None,
         stall_seconds: float = 0.0,
+        predicted_step: float = 0.0,
+        wall=time.time,
     ):
         self.show_all, self.events, self.clock = show_all, events, clock
         self.stall_seconds = stall_seconds  # STALL_TIMEOUT: 0 automatic (stalled())
+        self.predicted_step = predicted_step  # the plan's step seconds (Plan.step_seconds), 0 unknown
+        self.wall_started = wall()  # the events' clock (time.time) when this console started
         self.longest = 0.0  # the longest wait between two step lines so far, seconds
         self.started = clock()
         self.folding: set[str] = set()  # roles inside a traceback: its frames stay in the log
@@ -161,20 +165,32 @@ class Console:
         return f"ETA {format_seconds(pace * max(0, total - done))}"
 
     def stalled(self) -> str:
-        """Why the run counts as stalled ('' while it does not): after the first step line, no next one for
-        STALL_TIMEOUT, or by default for 10 x the longest step so far and at least STALL_FLOOR_SECONDS. The
-        watchdogs upstream wait 30 minutes (NCCL's, ms-swift's weight sync) or forever (a reward function
-        that never returns); a GRPO step is seconds to minutes."""
-        if not self.step or (
-            self.total and self.step[0] >= self.total
-        ):  # before step 1, or saving at the end
+        """Why the run counts as stalled ('' while it does not): no step line for STALL_TIMEOUT, or by default
+        for STALL_FACTOR x the longest step so far or the plan's predicted step (`predicted_step`), at least
+        STALL_FLOOR_SECONDS. The first step is watched from the trainer's "trainer ready" start-up mark
+        (model loaded, vLLM up), its default bound STALL_FACTOR x the start-up's own length: it holds the
+        warm-up (the first generation, kernel and allocator caches). Before that mark nothing is bounded (a
+        model download's length is unknown). The watchdogs upstream wait 30 minutes (NCCL's, ms-swift's
+        weight sync) or forever (a reward function that never returns); a GRPO step is seconds to minutes."""
+        if self.total and self.step and self.step[0] >= self.total:  # saving at the end
             return ""
-        bound = self.stall_seconds or max(STALL_FLOOR_SECONDS, STALL_FACTOR * self.longest)
-        waited = self.clock() - self.step_at
+        if self.step:
+            since, longest, before = (
+                self.step_at,
+                max(self.longest, self.predicted_step),
+                "the longest step before",
+            )
+        else:
+            ready = self._ready_at()
+            if ready is None:
+                return ""
+            since, longest, before = ready, max(ready - self.started, self.predicted_step), "the start-up"
+        bound = self.stall_seconds or max(STALL_FLOOR_SECONDS, STALL_FACTOR * longest)
+        waited = self.clock() - since
         if waited < bound:
             return ""
         rule = (f"STALL_TIMEOUT={self.stall_seconds:g}" if self.stall_seconds else
-                f"{STALL_FACTOR} x the longest step before ({self.longest:.0f} s), at least {STALL_FLOOR_SECONDS:.0f} s")  # fmt: skip
+                f"{STALL_FACTOR} x {before} ({longest:.0f} s), at least {STALL_FLOOR_SECONDS:.0f} s")  # fmt: skip
         doing = self.heartbeat().split(" (full output")[0]
         return (
             f"stalled: {doing}, with no step for {waited:.0f} s ({rule}); the usual causes: a reward "
@@ -182,6 +198,17 @@ class Console:
             "stacks of its threads at the stall are in logs/trainer.log (the last of them below: a reward "
             "function is named by its file and name); raise STALL_TIMEOUT if a step can truly take this long"
         )
+
+    def _ready_at(self) -> float | None:
+        """When the trainer said "trainer ready" (the events file's wall time, on this console's clock), None
+        before it has."""
+        rows = _events(self.events)
+        ready = next(
+            (r for r in rows if r.get("phase") == "startup" and r.get("mark") in FIRST_STEP_MARKS), None
+        )
+        if ready is None:
+            return None
+        return self.started + (float(ready.get("t", self.wall_started)) - self.wall_started)
 
     def heartbeat(self) -> str:
         """What the trainer is doing now, from its last event (start-up marks, then GRPO phases), with the
@@ -269,15 +296,20 @@ AFTER_MARK = {
 FIRST_STEP_MARKS = ("trainer ready",)
 
 
+def _events(path: Path | None) -> list[dict]:
+    """The events file's rows ([] before it exists, or while a line is half-written)."""
+    if path is None or not path.is_file():
+        return []
+    try:
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").strip().splitlines()]
+    except (OSError, ValueError):
+        return []
+
+
 def _last_event(path: Path | None) -> dict | None:
     """The newest event that says where the trainer is: an import finishing (`import`) does not, once a
     start-up mark or phase came before it (vLLM is imported after "vLLM engine starting")."""
-    if path is None or not path.is_file():
-        return None
-    try:
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").strip().splitlines()]
-    except (OSError, ValueError):
-        return None
+    rows = _events(path)
     return next((r for r in reversed(rows) if r.get("phase") != "import"), rows[-1] if rows else None)
 
 
