@@ -23,6 +23,7 @@ from entrypoint.child.hooks import (
     inspect_here,
     keep_pools,
     lean,
+    liger_eager,
     offload_before_wake,
     reward_check,
     scheduler_steps,
@@ -900,3 +901,37 @@ def test_the_engine_is_built_with_vllm_s_lora_support_at_the_run_s_rank():
     adapter_sync._engine_with_lora(types.SimpleNamespace(GRPOVllmEngine=GRPOVllmEngine), 12)
     GRPOVllmEngine("m", gpu_memory_utilization=0.75)
     assert seen == {"gpu_memory_utilization": 0.75, "enable_lora": True, "max_loras": 1, "max_lora_rank": 16}
+
+
+def test_liger_s_grpo_loss_runs_eagerly_and_still_a_chunk_at_a_time(monkeypatch):
+    """The planner turns liger's loss on by itself; compiled, torch 2.6 could fail recompiling it when the
+    completion lengths change (hooks/liger_eager.py). With the hook, ms-swift's construction (no `compiled`
+    argument) gives an eager loss: torch.compile is never called, and the loss and its gradient are the plain
+    computation's over lengths that change step to step."""
+    import torch
+    from liger_kernel.chunked_loss import grpo_loss
+
+    monkeypatch.setattr(
+        grpo_loss.LigerFusedLinearGRPOLoss, "__init__", grpo_loss.LigerFusedLinearGRPOLoss.__init__
+    )
+    liger_eager._eager(grpo_loss)
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("torch.compile called"))
+    loss_fn = grpo_loss.LigerFusedLinearGRPOLoss(
+        beta=0.0, use_ref_model=False, loss_type="grpo", temperature=1.0
+    )
+    assert loss_fn.compiled is False
+    torch.manual_seed(0)
+    weight = torch.randn(32, 16, dtype=torch.float64)
+    for length in (5, 9, 3):
+        hidden = torch.randn(2, length, 16, dtype=torch.float64, requires_grad=True)
+        ids = torch.randint(0, 32, (2, length))
+        mask = torch.ones(2, length + 4, dtype=torch.long)[:, -length:]  # a view, as ms-swift's mask is
+        advantages = torch.tensor([1.0, -1.0], dtype=torch.float64)
+        loss, _ = loss_fn(hidden, weight, ids, mask, advantages)
+        loss.backward()
+        logps = torch.log_softmax(hidden.detach() @ weight.T, dim=-1).gather(2, ids.unsqueeze(2)).squeeze(2)
+        # GRPO at the old policy: the ratio is 1, so the loss is -mean(advantage) over each row's tokens
+        assert (
+            abs(float(loss) + float((advantages.unsqueeze(1) * torch.ones_like(logps)).mean(1).mean())) < 1e-6
+        )
+        assert hidden.grad is not None and torch.isfinite(hidden.grad).all()

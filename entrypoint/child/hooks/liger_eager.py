@@ -1,0 +1,67 @@
+"""GRPO_RIG_LIGER_EAGER=1: liger's chunked GRPO loss without torch.compile.
+
+ms-swift 3.6.4 builds liger's LigerFusedLinearGRPOLoss with its default `compiled=True`
+(swift/trainers/rlhf_trainer/grpo_trainer.py, GRPOTrainer.__init__), so liger 0.6.1 wraps each chunk's forward
+and backward in torch.compile and marks the sequence dimension dynamic
+(liger_kernel/chunked_loss/fused_linear_ppo.py, LigerFusedLinearPPOBase.forward). Each chunk of the
+completion mask is a view of ms-swift's mask, and when a later batch's lengths make dynamo recompile, torch 2.6
+can fail on the view's base: on the lent H200 one of three identical runs of the TCM recipe on one card (liger,
+micro-batch 6, 1,024-token completions) died before step 1 with `AssertionError: s12 (could be from
+["L['attention_mask_chunk']._base.size()[1]"]) not in {...}` from that recompilation. A lever the planner
+turns on by itself must not be a coin toss: here the loss runs eagerly. It is still computed a chunk at a time,
+so the full logits are never held (the memory the planner counts for liger); what is lost is the compiled
+kernels' speed on the loss (measured in docs/gpu-evidence.md).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from entrypoint.child.hooks import After, Hook, Target
+
+GRPO_LOSS = "liger_kernel.chunked_loss.grpo_loss"
+
+
+def _eager(grpo_loss) -> None:
+    """LigerFusedLinearGRPOLoss(..., compiled=...) always eager: its __init__ keeps `compiled`, which its
+    forward hands to LigerFusedLinearPPOBase.forward, the one place torch.compile is called."""
+    cls = grpo_loss.LigerFusedLinearGRPOLoss
+    original = cls.__init__
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self.compiled = False
+
+    cls.__init__ = __init__
+
+
+def install(value: str, after: After) -> None:
+    """On with "1" (the plan sets it wherever the trainer uses liger's loss)."""
+    if value == "1":
+        after.patch(GRPO_LOSS, _eager)
+
+
+HOOK = Hook(
+    name="liger_eager",
+    variable="GRPO_RIG_LIGER_EAGER",
+    targets=(
+        Target(GRPO_LOSS, "LigerFusedLinearGRPOLoss.__init__", "ec3db4360d29a8ab"),  # keeps self.compiled
+        Target(GRPO_LOSS, "LigerFusedLinearGRPOLoss.forward", "1ba83788e6fa1e9c"),  # passes it on
+        # where `compiled` wraps the chunks' forward and backward in torch.compile
+        Target(
+            "liger_kernel.chunked_loss.fused_linear_ppo",
+            "LigerFusedLinearPPOBase.forward",
+            "7b555a9604769401",
+        ),
+    ),
+    upstream=("liger-kernel==0.6.1", "torch==2.6.0", "ms-swift==3.6.4"),
+    why="torch 2.6's dynamo can fail recompiling liger's chunked GRPO loss when the completion lengths change "
+    "(the mask's chunks are views; AssertionError on `attention_mask_chunk._base.size()[1]`): one of three "
+    "identical runs died before step 1. Eager, the loss is still computed a chunk at a time.",
+    saves="a run that could die at random before its first step; costs the compiled loss's speed",
+    delete_when="when the image's torch recompiles liger's chunked loss on views without the assertion (a "
+    "torch after 2.6 with liger's compiled loss run over changing lengths: tests/gpu/test_levers.py with "
+    "DISABLE_HOOKS=liger_eager), or ms-swift passes compiled=False itself",
+    install=install,
+)
