@@ -47,8 +47,9 @@ help:  ## Show this help
 $(VENV)/.installed: requirements/runtime.lock requirements/dev.lock pyproject.toml | $(UV)
 	@test -n "$(PYTHON)" || { echo "Python 3.10 not found: pass PYTHON=/path/to/python3.10"; exit 1; }
 	test -x $(PY) || $(UV) venv -q --python "$(PYTHON)" $(VENV)
-	$(UV) pip sync -q --python $(PY) --require-hashes requirements/runtime.lock
-	$(UV) pip install -q --python $(PY) --require-hashes -r requirements/dev.lock
+	@echo "installing the locked Python stack into $(VENV) (first time: about 4 GB of wheels, a few minutes; uv shows its progress)"
+	$(UV) pip sync --python $(PY) --require-hashes requirements/runtime.lock
+	$(UV) pip install --python $(PY) --require-hashes -r requirements/dev.lock
 	$(UV) pip install -q --python $(PY) --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -73,6 +74,10 @@ RUN ?= latest
 .PHONY: eval
 eval: venv  ## Did training help? Base model vs the run's adapter on held-out prompts: make eval RUN=<name>
 	$(PY) -m entrypoint evaluate run=$(RUN) $(ARGS)
+
+.PHONY: rerun
+rerun: venv  ## Repeat a run from its manifest into a new run directory, drift refused: make rerun RUN=<name> [ARGS="--plan"]
+	$(PY) -m entrypoint rerun run=$(RUN) $(ARGS)
 
 .PHONY: plan
 plan: venv  ## Print what `train` would run: make plan RECIPE=countdown-1x4090 ARGS="INVENTORY=examples/inventories/1x4090-driver535.json"
