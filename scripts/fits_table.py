@@ -39,6 +39,7 @@ EVIDENCE = {
     "Qwen/Qwen2.5-0.5B-Instruct": "[measured](docs/benchmarks/countdown-throughput.md)",
     "Qwen/Qwen2.5-3B-Instruct": "[measured](docs/benchmarks/one-card-7b.md)",
     "Qwen/Qwen2.5-7B-Instruct": "[measured, one weight copy](docs/benchmarks/one-card-7b.md)",
+    "Qwen/Qwen3-4B": "[measured, one weight copy](docs/gpu-evidence.md)",
 }
 LEFT_OUT = ("joshuaHe/", "HuggingFaceTB/")  # a recipe's private SFT, the embedded CPU model
 

@@ -334,7 +334,7 @@ if [ "${GPU_WORK:-all}" = levers ]; then
     > "$W/pytest-levers.log" 2>&1 &
   for i in 1 2; do
     python3 -m entrypoint train recipe=arithmetic-gpu USE_LIGER_KERNEL=true GRADIENT_CHECKPOINTING=true \
-      PER_DEVICE_TRAIN_BATCH_SIZE=8 MAX_COMPLETION_LENGTH=256 VLLM_MAX_MODEL_LEN=768 MAX_STEPS="${GRPO_RIG_LEVER_STEPS:-20}" \
+      PER_DEVICE_TRAIN_BATCH_SIZE=6 GENERATION_BATCH_SIZE=48 MAX_COMPLETION_LENGTH=512 VLLM_MAX_MODEL_LEN=1024 MAX_STEPS="${GRPO_RIG_LEVER_STEPS:-20}" \
       SAVE_STEPS=1000 EMULATE_VRAM_GB=24 OFFLINE=true DISABLE_HOOKS=liger_eager OUTPUT_DIR="$W/runs" RUN_NAME="compiled$i" \
       > "$W/compiled$i.console" 2>&1 &
   done

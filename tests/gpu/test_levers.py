@@ -17,12 +17,14 @@ STEPS = int(os.environ.get("GRPO_RIG_LEVER_STEPS", "20"))
 
 @pytest.fixture(scope="module")
 def liger_run(gpu_env, tmp_path_factory):
-    """arithmetic-gpu with liger's loss and gradient checkpointing, micro-batches of 8 (eight loss calls a
-    step, each on its own padded length), completions of up to 256 tokens at temperature 1."""
+    """arithmetic-gpu with liger's loss and gradient checkpointing, 48 completions of up to 512 tokens per step
+    in micro-batches of 6 (eight loss calls a step, each on its own padded length): the shape where liger's
+    compiled loss failed 3 of 3 runs before step 1 on the lent H200 (docs/gpu-evidence.md, 2026-12-04)."""
     out = tmp_path_factory.mktemp("levers")
     proc = run_cli(
         "train", "recipe=arithmetic-gpu", "USE_LIGER_KERNEL=true", "GRADIENT_CHECKPOINTING=true",
-        "PER_DEVICE_TRAIN_BATCH_SIZE=8", "MAX_COMPLETION_LENGTH=256", "VLLM_MAX_MODEL_LEN=768",
+        "PER_DEVICE_TRAIN_BATCH_SIZE=6", "GENERATION_BATCH_SIZE=48", "MAX_COMPLETION_LENGTH=512",
+        "VLLM_MAX_MODEL_LEN=1024",
         f"MAX_STEPS={STEPS}", "SAVE_STEPS=1000", "EMULATE_VRAM_GB=24", "OFFLINE=true",
         f"OUTPUT_DIR={out}", "RUN_NAME=liger", *os.environ.get("GRPO_RIG_LEVER_EXTRA", "").split(),
         env=gpu_env, timeout=1500,
