@@ -16,22 +16,13 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from entrypoint.record.export import sha256_file
 from entrypoint.world import hubcache
 
 WHOLE_LIMIT = 512 * 1024**2  # bytes: hashed whole below this (about a second at the speed of one core)
 SAMPLE = 16 * 1024**2  # bytes from each end of a larger file
-CHUNK = 1024**2
 HUB_BLOB = re.compile(r"[0-9a-f]{64}")
 MODEL_FILES = ("*.json", "*.safetensors", "*.bin", "*.model", "*.txt", "*.tiktoken", "*.py", "*.gguf")
-
-
-def sha256_file(path: Path) -> str:
-    """The sha256 (hex) of the whole file. Raises OSError when it cannot be read."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def file_identity(path: Path) -> str:
