@@ -31,6 +31,10 @@ def load_inventory(name: str) -> inventory.Inventory:
     return hardware.load(INVENTORIES / f"{name}.json")
 
 
+# Tests open connections only to loopback: no command reads a hub model's config.json over the network
+# (world/hubconfig.py; its own tests point HF_ENDPOINT at a loopback server and clear the switch).
+os.environ["GRPO_RIG_HUB_CONFIG"] = "off"
+
 # Under `pytest -n N` two real trainings can overlap; each torch would start one thread per core, and
 # oversubscribed OpenMP threads slowed a CPU GRPO step from ~30 s to ~5 min (seen with -n 2 on 2 cores).
 # The cores are shared out instead; a value the user exported wins.

@@ -72,7 +72,7 @@ def make_plan(
     if lock is not None and not any(p.fatal for p in r.problems):  # a refused RUN_NAME names no directory
         lock.take(here_of(run_dir_of(r, now), r.settings.NODE_RANK, rollout_only), required=False)
     inventory = inventory_for(r)
-    facts = host.gather(r, environ, now=now)
+    facts = host.gather(r, environ, now=now, fetch_config=True)  # a hub model's config.json, if online
     built = plan_mod.build(r, inventory, facts, rollout_only=rollout_only)
     uses_gpus = built.placed and bool(built.layout.used_gpus)
     if launches and uses_gpus and r.settings.INVENTORY and not environ.get("GRPO_RIG_SWIFT"):

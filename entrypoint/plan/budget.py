@@ -128,10 +128,11 @@ def workload(recipe: Recipe, b: Batch, dataset_paths: list[str], facts: Facts) -
     """The planner's view of one training process (model dimensions, batch, tokens), or None when the
     model's config.json was not found (facts.model_config)."""
     config, source = facts.model_config
-    if config is None:
+    if config is None:  # `source` then says why the hub's answer was none, where it was asked (hubconfig.py)
+        asked = f"; {source}" if source else ""
         return (
             None,
-            "no config.json found for MODEL (local path, hub cache or entrypoint/data/model_configs.json)",
+            f"no config.json found for MODEL (local path, hub cache or entrypoint/data/model_configs.json{asked})",
         )
     try:
         dims = ModelDims.from_config(config)

@@ -40,11 +40,12 @@ from entrypoint.facts.facts import (
     resolved,
     run_dir_of,
 )
+from entrypoint.plan import build as plan_build
 from entrypoint.plan import memory
 from entrypoint.recipe.load import PROJECT_DIR, Recipe, read_user_file
 from entrypoint.record import export, manifest
 from entrypoint.rewards import PLUGIN_FILE
-from entrypoint.world import dataset_files, hubcache, models, ports
+from entrypoint.world import dataset_files, hubcache, hubconfig, models, ports
 from entrypoint.world import plugin_probe as plugin_probe
 
 # The environment variables decisions read (the children inherit the whole environment regardless).
@@ -184,9 +185,11 @@ def _paths(r: Recipe, env: Mapping[str, str]) -> list[Path]:
     return wanted
 
 
-def _model_config(r: Recipe, env: Mapping[str, str]) -> tuple[dict | None, str, dict[str, str | None]]:
-    """config.json of the model (local directory, HF or ModelScope cache, else the shipped table) and the
-    hub-cache lookups made on the way."""
+def _model_config(
+    r: Recipe, env: Mapping[str, str], fetch: Mapping[str, str] | None = None
+) -> tuple[dict | None, str, dict[str, str | None]]:
+    """config.json of the model (local directory, HF or ModelScope cache, else the shipped table, else with
+    `fetch`, the environment to read it with, from the hub: hubconfig.py) and the hub lookups made on the way."""
     model, path = r.trainer_args.model or "", _model_path(r)
     hub: dict[str, str | None] = {}
     candidates = [Path(path) / "config.json"] if path else []
@@ -203,7 +206,12 @@ def _model_config(r: Recipe, env: Mapping[str, str]) -> tuple[dict | None, str, 
         if candidate.is_file():
             return json.loads(candidate.read_text()), str(candidate), hub
     shipped = memory.shipped_config(model)
-    return (shipped, "entrypoint/data/model_configs.json", hub) if shipped else (None, "", hub)
+    if shipped:
+        return shipped, "entrypoint/data/model_configs.json", hub
+    if fetch:  # the source of a config not found says why the hub's answer was not one (budget.workload)
+        config, where = hubconfig.fetch(model, r.trainer_args.use_hf, fetch)
+        return config, where, hub
+    return None, "", hub
 
 
 def _ports(r: Recipe) -> Ports:
@@ -263,10 +271,15 @@ def in_container(environ: Mapping[str, str]) -> bool:
 
 
 def gather(
-    r: Recipe, environ: Mapping[str, str], now: dt.datetime | None = None, probe_plugins: bool = True
+    r: Recipe,
+    environ: Mapping[str, str],
+    now: dt.datetime | None = None,
+    probe_plugins: bool = True,
+    fetch_config: bool = False,
 ) -> Facts:
     """Read what the decisions about recipe `r` need of this machine. Never raises on bad input: what is
-    missing or broken is a fact the checks report."""
+    missing or broken is a fact the checks report. `fetch_config`: a hub model known nowhere here has its
+    config.json read from the hub unless the run is offline (hubconfig.py; the commands that plan ask it)."""
     env = MappingProxyType({k: environ[k] for k in ENV_NAMES if k in environ})
     now = now or dt.datetime.now(dt.timezone.utc)
     paths = {str(p): path_info(p) for p in [*_paths(r, env), run_dir_of(r, now)]}
@@ -275,7 +288,8 @@ def gather(
         p = Path(dataset_checks.parse_spec(spec).path).expanduser()
         if p.suffix in dataset_checks.READ_SUFFIXES and p.is_file() and os.access(p, os.R_OK):
             datasets[dataset_checks.dataset_key(p)] = read_dataset(p)
-    config, source, hub = _model_config(r, env)
+    online = fetch_config and not plan_build.offline(r, env)
+    config, source, hub = _model_config(r, env, environ if online else None)
     a = r.trainer_args
     for spec in _dataset_specs(r):
         name = dataset_checks.parse_spec(spec).path
