@@ -6,6 +6,8 @@ recipe parser beside their values, and `keys` lists every owned key in one colum
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -268,3 +270,13 @@ def test_a_reader_that_stops_early_gets_no_traceback():
     finally:
         os.close(write)
     assert proc.returncode == 141 and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.cli
+def test_an_interpreter_without_the_locked_stack_gets_the_command_to_use_not_a_traceback():
+    """A new user copied `python -m entrypoint plan ...` and got a traceback (Python 3.11: a dataclass
+    default; a bare 3.10: no python-dotenv). Without site-packages (-S) this interpreter lacks the stack."""
+    proc = subprocess.run([sys.executable, "-S", "-m", "entrypoint", "keys"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "lacks the locked stack" in proc.stderr and ".venv/bin/python -m entrypoint" in proc.stderr

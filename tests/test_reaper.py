@@ -72,3 +72,19 @@ def test_when_the_entrypoint_dies_the_reaper_ends_every_process_of_its_children_
 
 def test_after_a_normal_stop_there_is_nothing_to_reap():
     assert reaper.reap({2**22 + 12345}, grace_seconds=0.1) == []
+
+
+def test_a_zombie_is_not_a_process_to_stop_and_leftovers_after_a_normal_close_are_not_called_orphans(
+    tmp_path, capsys
+):
+    """A new user saw "the entrypoint is gone; stopping the 1 process(es)" at the end of every completed CPU
+    run: the trainer's exited child waited as a zombie for PID 1 to collect it, and the reaper counted it. A
+    zombie is no process to stop; a live leftover after the entrypoint closed normally is named as such."""
+    proc = tmp_path / "proc"
+    for pid, state in ((101, "Z"), (102, "S")):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "stat").write_text(f"{pid} (python3) {state} 1 4242 4242 0 -1 4194560")
+    assert reaper.members({4242}, proc=str(proc)) == [102]
+    (proc / "102" / "stat").write_text("102 (python3) Z 1 4242 4242 0 -1 4194560")
+    assert reaper.reap({4242}, grace_seconds=0.1, proc=str(proc)) == []
+    assert capsys.readouterr().err == ""

@@ -67,8 +67,10 @@ def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     problems. Raises BadInput when there is no command to import or -o cannot be written."""
     given = sorted_words(args.words)
     text, source = _source(given)
+    # the machine it was checked for, so the recipe's own "check it" line works where that machine is not
+    machine = " ".join(w for w in given.pairs if w.upper().startswith("INVENTORY="))
     try:
-        recipe = importer.to_recipe(text, source, target=args.output or "<this file>")
+        recipe = importer.to_recipe(text, source, target=args.output or "<this file>", check_with=machine)
     except ValueError as exc:
         raise BadInput(
             [Problem("import", str(exc), "give a file or `-- swift rlhf ...` holding the command")]

@@ -129,10 +129,14 @@ class Checker:
             drift=[p.render() for p in drift], drift_accepted=bool(drift) and self.accept,
             argv_changes=self.argv_changes,
         )  # fmt: skip
-        if drift and not self.accept:
-            raise BadInput(self.found + [Problem("rerun", "differs from the run it repeats (above)",
-                                                 f"restore what differs, or accept it: {rerun_mod.ACCEPT_FLAG}")])  # fmt: skip
-        for problem in rerun_mod.accepted(self.found) if self.show else []:
+        if drift and not self.accept:  # each drift's fix names --accept-drift
+            raise BadInput(self.found)
+        if not self.show:
+            return
+        overrides = ", ".join(f"{k}={v}" for k, v in self.record["overrides"].items()) or "none"
+        print(f"rerun of {self.record['run_name']} ({self.record['path']}); overrides: {overrides}; "
+              f"{'drift accepted' if drift else 'no drift'}", file=sys.stderr)  # fmt: skip
+        for problem in rerun_mod.accepted(self.found):
             print(problem.render(), file=sys.stderr)
 
     def problems(self, plan: Plan) -> list[Problem]:

@@ -51,11 +51,14 @@ def check_driver(plan: Plan) -> list[Problem]:
             )
         ]
     if rtx40 and driver < Version(RECOMMENDED_DRIVER_RTX40):
+        # accelerate's check needs more than one RTX 40 card visible (plan/nccl.py): say it only where it fires
+        check = ("; with more than one RTX 40 card visible it also trips accelerate's RTX 40 check (handled by the "
+                 "NCCL settings: NCCL_P2P_DISABLE and NCCL_IB_DISABLE above)") if nccl.accelerate_rtx40_check_fires(inv) else ""  # fmt: skip
         return [
             Problem(
                 "NVIDIA driver",
                 f"{inv.driver_version} works, but for RTX 40 cards {RECOMMENDED_DRIVER_RTX40}+ (the CUDA 12.4 driver) is "
-                "recommended; older drivers also trip accelerate's RTX 40 check (handled by the NCCL settings)",
+                f"recommended{check}",
                 f"upgrade to >= {RECOMMENDED_DRIVER_RTX40} when you can",
                 fatal=False,
             )

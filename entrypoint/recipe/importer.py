@@ -218,10 +218,12 @@ def to_recipe(
     source: str = "the command line",
     defaults: Mapping[str, str] | None = None,
     target: str = "<this file>",
+    check_with: str = "",
 ) -> str:
     """The recipe (an .env text) for the first `swift rlhf` command in `text`, in stages: the layout, the
     node and environment assignments, the trainer's flags, the rollout's flags; its header names `target`,
-    the file it is written to. Raises ValueError when there is none."""
+    the file it is written to, and the command that checks it (with `check_with`: the INVENTORY= the import was
+    validated with). Raises ValueError when there is none."""
     commands = parse(text)
     rlhf = next((c for c in commands if c.sub == "rlhf" and not c.commented), None) or next(
         (c for c in commands if c.sub == "rlhf"), None
@@ -238,7 +240,7 @@ def to_recipe(
     if rollout is not None and "ROLLOUT_HOST" not in d.values:
         _rollout_flags(d, rollout)
     lines = [f"# Imported from {source} by `python -m entrypoint import` (ms-swift 3.6.4 spelling).",
-             f"# Check it with: python -m entrypoint validate recipe={target}"]  # fmt: skip
+             f"# Check it with: .venv/bin/python -m entrypoint validate recipe={target}{' ' + check_with if check_with else ''}"]  # fmt: skip
     lines += [f"# {n}" for n in d.notes]
     lines.append("")
     lines += [f"{k}={_quote(v)}" for k, v in d.values.items()]

@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterable
 
 PROC = "/proc"
+CLOSED = "closed"  # the entrypoint's last line after stop_all: end of file without it means it died
 
 
 def session_of(stat: str) -> int | None:
@@ -37,8 +38,15 @@ def session_of(stat: str) -> int | None:
     return int(fields[3]) if len(fields) > 3 and fields[3].lstrip("-").isdigit() else None
 
 
+def state_of(stat: str) -> str:
+    """The state letter in a /proc/<pid>/stat line (field 3: "R", "S", "Z" for a zombie, ...)."""
+    fields = stat.rpartition(")")[2].split()
+    return fields[0] if fields else ""
+
+
 def members(sessions: set[int], proc: str = PROC) -> list[int]:
-    """PIDs of the processes (other than this one) whose session is one of `sessions`."""
+    """PIDs of the live processes (other than this one) whose session is one of `sessions`. A zombie is not
+    one: it has exited and waits only for its parent (PID 1, for a child's orphan) to collect it."""
     found = []
     for name in os.listdir(proc):
         if not name.isdigit() or int(name) == os.getpid():
@@ -48,7 +56,7 @@ def members(sessions: set[int], proc: str = PROC) -> list[int]:
                 stat = f.read()
         except OSError:  # gone since the listing
             continue
-        if session_of(stat) in sessions:
+        if session_of(stat) in sessions and state_of(stat) != "Z":
             found.append(int(name))
     return found
 
@@ -59,14 +67,20 @@ def _signal_all(pids: Iterable[int], signum: int) -> None:
             os.kill(pid, signum)
 
 
-def reap(sessions: set[int], grace_seconds: float, proc: str = PROC, poll: float = 0.2) -> list[int]:
+def reap(
+    sessions: set[int], grace_seconds: float, proc: str = PROC, poll: float = 0.2, closed: bool = False
+) -> list[int]:
     """SIGTERM every process of `sessions`, SIGKILL those still there after `grace_seconds`; returns the
-    PIDs it found at first (empty when the entrypoint had stopped them itself)."""
+    PIDs it found at first (empty when the entrypoint had stopped them itself). `closed`: the entrypoint said
+    it had stopped its children (Reaper.close), so what is found is what they left behind, not orphans of a
+    dead entrypoint."""
     found = members(sessions, proc)
     if not found:
         return []
-    print(f"grpo-rig: the entrypoint is gone; stopping the {len(found)} process(es) it had started "
-          f"(SIGTERM, then SIGKILL after {grace_seconds:.0f} s)", file=sys.stderr, flush=True)  # fmt: skip
+    what = ("the children left behind at their exit" if closed else
+            "the entrypoint had started: the entrypoint is gone")  # fmt: skip
+    print(f"grpo-rig: stopping {len(found)} process(es) {what} (SIGTERM, then SIGKILL after "
+          f"{grace_seconds:.0f} s)", file=sys.stderr, flush=True)  # fmt: skip
     _signal_all(found, signal.SIGTERM)
     deadline = time.monotonic() + grace_seconds
     while time.monotonic() < deadline and members(sessions, proc):
@@ -94,6 +108,7 @@ class Reaper:
         """End of file for the reaper: it stops what is left of the watched sessions (nothing, after
         stop_all), then exits; waited for briefly so no zombie stays."""
         with contextlib.suppress(OSError, ValueError):
+            self.popen.stdin.write(f"{CLOSED}\n")
             self.popen.stdin.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=5)
@@ -104,10 +119,12 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the entrypoint's to handle
     grace = float(sys.argv[1]) if len(sys.argv) > 1 else 20.0
     sessions: set[int] = set()
+    closed = False
     for line in sys.stdin:
         if line.strip().isdigit():
             sessions.add(int(line))
-    reap(sessions, grace)
+        closed = line.strip() == CLOSED
+    reap(sessions, grace, closed=closed)
 
 
 if __name__ == "__main__":
