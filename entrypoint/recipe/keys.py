@@ -110,12 +110,15 @@ RENAMED: dict[str, Renamed] = {
     ),
     "LOAD_IN_4BIT": Renamed(
         "not an ms-swift argument in any version (a transformers/bitsandbytes kwarg)",
-        "QLoRA: QUANT_METHOD=bnb and QUANT_BITS=4 (with TRAIN_TYPE=lora)",
+        "QLoRA is QUANT_METHOD=bnb and QUANT_BITS=4 in ms-swift, which needs bitsandbytes, not in this image's lock: "
+        "leave it out to train bf16 LoRA (where two weight copies do not fit a card, the planner keeps one on it at a "
+        "time: recipe countdown-7b-1x4090)",
         "v3.6.4:swift/llm/argument/base_args/quant_args.py:29-32",
     ),
     "LOAD_IN_8BIT": Renamed(
         "not an ms-swift argument in any version",
-        "QUANT_METHOD=bnb and QUANT_BITS=8",
+        "QUANT_METHOD=bnb and QUANT_BITS=8 in ms-swift, which needs bitsandbytes, not in this image's lock: leave it "
+        "out to train bf16",
         "v3.6.4:swift/llm/argument/base_args/quant_args.py:29-32",
     ),
     "QUANTIZATION_BIT": Renamed(
