@@ -115,6 +115,14 @@ def test_a_run_without_a_manifest_or_with_a_broken_one_is_refused(tmp_path):
     assert bare.returncode == 2 and "add one run=" in bare.stderr
 
 
+@pytest.mark.cli
+def test_a_rerun_named_as_the_run_itself_is_refused_not_resumed(tmp_path, finished):
+    before = (finished / "manifest.json").read_text()
+    same = run(tmp_path, "rerun", f"run={finished}", "RUN_NAME=r")
+    assert same.returncode == 2 and "names the run being repeated" in same.stderr, same.stderr
+    assert (finished / "manifest.json").read_text() == before
+
+
 DATA = {
     "versions": {"ms-swift": "3.6.4", "torch": "2.6.0", "grpo-rig": None},
     "image": {"lock_sha256": "a" * 64},

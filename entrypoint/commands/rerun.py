@@ -72,6 +72,7 @@ def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     placed = [] if "RUN_NAME" in cli else [f"RUN_NAME={data.get('run_name') or run_dir.name}-rerun-{now}"]
     placed += [] if "OUTPUT_DIR" in cli else [f"OUTPUT_DIR={run_dir.resolve().parent}"]
+    _not_the_run_itself(cli, run_dir)
     record = {
         "run_name": data.get("run_name"),
         "path": str(run_dir.resolve()),
@@ -94,6 +95,18 @@ def _run_word(all_words: list[str]) -> tuple[list[str], str]:
         raise BadInput([Problem("RUN", "no run named" if not runs else "named more than once",
                                 "add one run=<RUN_NAME> (under OUTPUT_DIR), run=latest, or run=<path of a run directory>")])  # fmt: skip
     return [w for w in all_words if w is not runs[0]], runs[0].partition("=")[2]
+
+
+def _not_the_run_itself(cli: dict[str, recipe_mod.Value], run_dir: Path) -> None:
+    """A RUN_NAME (and OUTPUT_DIR) naming the run being repeated would resume it, not repeat it: refused."""
+    if "RUN_NAME" not in cli:
+        return
+    out = Path(cli["OUTPUT_DIR"].value).expanduser() if "OUTPUT_DIR" in cli else run_dir.resolve().parent
+    if (out / cli["RUN_NAME"].value).resolve() == run_dir.resolve():
+        raise BadInput([Problem(f"RUN_NAME={cli['RUN_NAME'].value}", f"names the run being repeated ({run_dir}): it "
+                                "would resume that run, not repeat it",
+                                "give the rerun another RUN_NAME; to continue the run itself, start `train` with its "
+                                "RUN_NAME and recipe again")])  # fmt: skip
 
 
 def _manifest(run_dir: Path) -> dict[str, Any]:
