@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import json
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from entrypoint.facts.facts import MANIFEST
 from entrypoint.plan.build import Plan
 from entrypoint.recipe import load as recipe_mod
 from entrypoint.recipe.settings import Settings
-from entrypoint.record import manifest
+from entrypoint.record import export, manifest
 from entrypoint.record import rerun as rerun_mod
 from entrypoint.rewards import tasks
 from entrypoint.world import fingerprint
@@ -76,7 +75,7 @@ def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     record = {
         "run_name": data.get("run_name"),
         "path": str(run_dir.resolve()),
-        "manifest_sha256": hashlib.sha256((run_dir / MANIFEST).read_bytes()).hexdigest(),
+        "manifest_sha256": export.sha256_file(run_dir / MANIFEST),
         "status": data.get("status"),
         "overrides": {k: v.value for k, v in cli.items()},
         "secrets_from_environment": rec.secrets,
@@ -146,8 +145,7 @@ class Checker:
             raise BadInput(self.found)
         if not self.show:
             return
-        overrides = ", ".join(f"{k}={v}" for k, v in self.record["overrides"].items()) or "none"
-        print(f"rerun of {self.record['run_name']} ({self.record['path']}); overrides: {overrides}; "
+        print(f"rerun of {self.record['run_name']} ({self.record['path']}); overrides: {_overrides(self.record)}; "
               f"{'drift accepted' if drift else 'no drift'}", file=sys.stderr)  # fmt: skip
         for problem in rerun_mod.accepted(self.found):
             print(problem.render(), file=sys.stderr)
@@ -187,6 +185,11 @@ class Checker:
         return [{**f, "spec": plan.dataset_paths[0], "path": plan.dataset_paths[0]} for f in found]
 
 
+def _overrides(record: Mapping[str, Any]) -> str:
+    """The rerun's KEY=VALUE overrides as the console shows them ("none" without any)."""
+    return ", ".join(f"{k}={v}" for k, v in record["overrides"].items()) or "none"
+
+
 def _run_of(argv: list[str]) -> str:
     """The run directory a trainer argv writes in (its --output_dir is <run>/train)."""
     for flag, value in zip(argv, argv[1:], strict=False):
@@ -210,8 +213,7 @@ def _plan_only(pairs: list[str], environ: Mapping[str, str], checker: Checker, a
         return code
     print(f"rerun of {checker.record['run_name']} ({checker.record['path']}): {len(checker.rec.values)} values "
           f"as recorded, {len(checker.rec.replanned)} planned again for this machine")  # fmt: skip
-    overrides = checker.record["overrides"]
-    print("overrides: " + (", ".join(f"{k}={v}" for k, v in overrides.items()) or "none"))
+    print(f"overrides: {_overrides(checker.record)}")
     changes = checker.argv_changes
     print(
         "trainer argv: "

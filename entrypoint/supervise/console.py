@@ -66,6 +66,7 @@ class Console:
         self.stall_seconds = stall_seconds  # STALL_TIMEOUT: 0 automatic (stalled())
         self.predicted_step = predicted_step  # the plan's step seconds (Plan.step_seconds), 0 unknown
         self.wall_started = wall()  # the events' clock (time.time) when this console started
+        self.ready: float | None = None  # the "trainer ready" mark on this console's clock, once seen
         self.longest = 0.0  # the longest wait between two step lines so far, seconds
         self.started = clock()
         self.folding: set[str] = set()  # roles inside a traceback: its frames stay in the log
@@ -201,14 +202,15 @@ class Console:
 
     def _ready_at(self) -> float | None:
         """When the trainer said "trainer ready" (the events file's wall time, on this console's clock), None
-        before it has."""
-        rows = _events(self.events)
-        ready = next(
-            (r for r in rows if r.get("phase") == "startup" and r.get("mark") in FIRST_STEP_MARKS), None
-        )
-        if ready is None:
-            return None
-        return self.started + (float(ready.get("t", self.wall_started)) - self.wall_started)
+        before it has. Read from the file until found, then kept: stalled() asks at every supervisor tick."""
+        if self.ready is None:
+            rows = _events(self.events)
+            mark = next(
+                (r for r in rows if r.get("phase") == "startup" and r.get("mark") in FIRST_STEP_MARKS), None
+            )
+            if mark is not None:
+                self.ready = self.started + (float(mark.get("t", self.wall_started)) - self.wall_started)
+        return self.ready
 
     def heartbeat(self) -> str:
         """What the trainer is doing now, from its last event (start-up marks, then GRPO phases), with the

@@ -31,16 +31,21 @@ PROC = "/proc"
 CLOSED = "closed"  # the entrypoint's last line after stop_all: end of file without it means it died
 
 
+def _after_name(stat: str) -> list[str]:
+    """The fields of a /proc/<pid>/stat line after the command name (field 2, which may hold spaces and
+    parentheses, so fields are counted after its last ')'): the state first."""
+    return stat.rpartition(")")[2].split()
+
+
 def session_of(stat: str) -> int | None:
-    """The session id in a /proc/<pid>/stat line (field 6; the command name, field 2, may hold spaces and
-    parentheses, so fields are counted after its last ')'); None for a line that is not one."""
-    fields = stat.rpartition(")")[2].split()
+    """The session id in a /proc/<pid>/stat line (field 6); None for a line that is not one."""
+    fields = _after_name(stat)
     return int(fields[3]) if len(fields) > 3 and fields[3].lstrip("-").isdigit() else None
 
 
 def state_of(stat: str) -> str:
     """The state letter in a /proc/<pid>/stat line (field 3: "R", "S", "Z" for a zombie, ...)."""
-    fields = stat.rpartition(")")[2].split()
+    fields = _after_name(stat)
     return fields[0] if fields else ""
 
 

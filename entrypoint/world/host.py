@@ -186,10 +186,11 @@ def _paths(r: Recipe, env: Mapping[str, str]) -> list[Path]:
 
 
 def _model_config(
-    r: Recipe, env: Mapping[str, str], fetch: Mapping[str, str] | None = None
+    r: Recipe, env: Mapping[str, str], hub_environ: Mapping[str, str] | None = None
 ) -> tuple[dict | None, str, dict[str, str | None]]:
-    """config.json of the model (local directory, HF or ModelScope cache, else the shipped table, else with
-    `fetch`, the environment to read it with, from the hub: hubconfig.py) and the hub lookups made on the way."""
+    """config.json of the model (local directory, HF or ModelScope cache, else the shipped table, else, given
+    `hub_environ` (the environment to ask the hub with: an online run), from the hub: hubconfig.py) and the
+    hub lookups made on the way."""
     model, path = r.trainer_args.model or "", _model_path(r)
     hub: dict[str, str | None] = {}
     candidates = [Path(path) / "config.json"] if path else []
@@ -208,8 +209,9 @@ def _model_config(
     shipped = memory.shipped_config(model)
     if shipped:
         return shipped, "entrypoint/data/model_configs.json", hub
-    if fetch:  # the source of a config not found says why the hub's answer was not one (budget.workload)
-        config, where = hubconfig.fetch(model, r.trainer_args.use_hf, fetch)
+    # the source of a config not found says why the hub gave none (budget.workload)
+    if hub_environ:
+        config, where = hubconfig.fetch(model, r.trainer_args.use_hf, hub_environ)
         return config, where, hub
     return None, "", hub
 
