@@ -140,6 +140,7 @@ class TrainerArgs:
     save_only_model: bool
     resume_only_model: bool
     log_completions: bool
+    logging_steps: int  # a step line every N steps; ms-swift: 5 (trainers/arguments.py)
 
     @classmethod
     def of(cls, tokens: Mapping[str, list[str]]) -> TrainerArgs:

@@ -33,11 +33,10 @@ import time
 from pathlib import Path
 
 from entrypoint.child.runtime import NOT_INSTALLED
+from entrypoint.supervise import stall
 from entrypoint.supervise.deaths import TRACEBACK_START, in_traceback
 
 HEARTBEAT_SECONDS = 30.0
-STALL_FLOOR_SECONDS = 600.0  # the automatic stall bound never goes below (the first steps warm caches up)
-STALL_FACTOR = 10  # x the longest step so far: the automatic stall bound
 MILESTONES = (
     "Loading the model using model_dir", "model_parameter_info", "The logging file will be saved",
     "Saving model checkpoint", "End time of running main", "last_model_checkpoint", "Downloading the model",
@@ -50,7 +49,9 @@ FAILURE = re.compile(
 
 
 class Console:
-    """Decides which child lines are shown (`shown`) and what the heartbeat says (`heartbeat`)."""
+    """Decides which child lines are shown (`shown`), what the heartbeat says (`heartbeat`) and feeds the stall
+    watch (supervise/stall.py) with the signs of progress of this attempt: its phase events, its step lines,
+    its checkpoint saves and (`probe`) the bytes written under the run's training directory."""
 
     def __init__(
         self,
@@ -61,13 +62,16 @@ class Console:
         stall_seconds: float = 0.0,
         predicted_step: float = 0.0,
         wall=time.time,
+        logging_steps: int = 1,
+        probe=None,
     ):
-        self.show_all, self.events, self.clock = show_all, events, clock
-        self.stall_seconds = stall_seconds  # STALL_TIMEOUT: 0 automatic (stalled())
+        self.show_all, self.clock = show_all, clock
+        self.events = EventTail(events)
         self.predicted_step = predicted_step  # the plan's step seconds (Plan.step_seconds), 0 unknown
+        self.logging_steps = max(1, logging_steps)  # a step line every LOGGING_STEPS steps
+        self.stall_seconds, self.probe = stall_seconds, probe
+        self.watch = self._new_watch()
         self.wall_started = wall()  # the events' clock (time.time) when this console started
-        self.ready: float | None = None  # the "trainer ready" mark on this console's clock, once seen
-        self.longest = 0.0  # the longest wait between two step lines so far, seconds
         self.started = clock()
         self.folding: set[str] = set()  # roles inside a traceback: its frames stay in the log
         self.folded: set[str] = set()  # roles whose console already said where their tracebacks are
@@ -79,6 +83,9 @@ class Console:
         self.step_elapsed = 0.0  # ms-swift's elapsed_time at the last step line, seconds
         self.first: tuple[int, float] | None = None  # (step, elapsed s) of the first step line
         self.hooks_said: set[str] = set()  # child hooks whose not-installed line was shown
+        self.last_event: dict | None = None  # the newest row saying where the trainer is
+        self.last_event_at = self.started
+        self.activity: tuple[float, str] | None = None  # (when, what) the trainer's log said it does
 
     def shown(self, role: str, line: str) -> str | None:
         """The console text for a child's line, or None to keep it to the log."""
@@ -108,6 +115,7 @@ class Console:
             return line
         if any(m in line for m in MILESTONES):
             text = line.rsplit("[INFO:swift] ", 1)[-1] if "[INFO:swift]" in line else line
+            self._activity(text)
             # ms-swift logs "Loading the model using model_dir" twice in a row: once on the console
             seen, self.milestone[role] = self.milestone.get(role), text
             return None if text == seen else text
@@ -135,8 +143,8 @@ class Console:
         else:
             per_step = (now - self.step_at) / max(1, done - before)
         self.step_elapsed = elapsed or 0.0
-        if self.step:  # between two step lines (the first holds the start-up)
-            self.longest = max(self.longest, now - self.step_at)
+        self._read_events()  # a "trainer ready" not read yet arms the watch before this step's sign
+        self.watch.progress(now)
         self.step, self.step_at, self.total = (done, total), now, total
         reward = row.get("reward")
         parts = [f"step {done}/{total}"]
@@ -165,58 +173,65 @@ class Console:
         pace = (elapsed - self.first[1]) / (done - self.first[0])
         return f"ETA {format_seconds(pace * max(0, total - done))}"
 
-    def stalled(self) -> str:
-        """Why the run counts as stalled ('' while it does not): no step line for STALL_TIMEOUT, or by default
-        for STALL_FACTOR x the longest step so far or the plan's predicted step (`predicted_step`), at least
-        STALL_FLOOR_SECONDS. The first step is watched from the trainer's "trainer ready" start-up mark
-        (model loaded, vLLM up), its default bound STALL_FACTOR x the start-up's own length: it holds the
-        warm-up (the first generation, kernel and allocator caches). Before that mark nothing is bounded (a
-        model download's length is unknown). The watchdogs upstream wait 30 minutes (NCCL's, ms-swift's
-        weight sync) or forever (a reward function that never returns); a GRPO step is seconds to minutes."""
-        if self.total and self.step and self.step[0] >= self.total:  # saving at the end
-            return ""
-        if self.step:
-            since, longest, before = (
-                self.step_at,
-                max(self.longest, self.predicted_step),
-                "the longest step before",
-            )
-        else:
-            ready = self._ready_at()
-            if ready is None:
-                return ""
-            since, longest, before = ready, max(ready - self.started, self.predicted_step), "the start-up"
-        bound = self.stall_seconds or max(STALL_FLOOR_SECONDS, STALL_FACTOR * longest)
-        waited = self.clock() - since
-        if waited < bound:
-            return ""
-        rule = (f"STALL_TIMEOUT={self.stall_seconds:g}" if self.stall_seconds else
-                f"{STALL_FACTOR} x {before} ({longest:.0f} s), at least {STALL_FLOOR_SECONDS:.0f} s")  # fmt: skip
-        doing = self.heartbeat().split(" (full output")[0]
-        return (
-            f"stalled: {doing}, with no step for {waited:.0f} s ({rule}); the usual causes: a reward "
-            "function that never returns, a weight sync or NCCL collective that hangs; where it waits: the "
-            "stacks of its threads at the stall are in logs/trainer.log (the last of them below: a reward "
-            "function is named by its file and name); raise STALL_TIMEOUT if a step can truly take this long"
+    def _activity(self, milestone: str) -> None:
+        """What a milestone line of the trainer's log says it is doing now (a save is a sign of progress)."""
+        doing = next((d for m, d in ACTIVITIES if m in milestone), None)
+        if doing is not None:
+            now = self.clock()
+            self.activity = (now, doing)
+            self.watch.progress(now)
+
+    def _new_watch(self) -> stall.StallWatch:
+        return stall.StallWatch(
+            self.clock, self.stall_seconds, self.predicted_step * self.logging_steps, self.probe
         )
 
-    def _ready_at(self) -> float | None:
-        """When the trainer said "trainer ready" (the events file's wall time, on this console's clock), None
-        before it has. Read from the file until found, then kept: stalled() asks at every supervisor tick."""
-        if self.ready is None:
-            rows = _events(self.events)
-            mark = next(
-                (r for r in rows if r.get("phase") == "startup" and r.get("mark") in FIRST_STEP_MARKS), None
-            )
-            if mark is not None:
-                self.ready = self.started + (float(mark.get("t", self.wall_started)) - self.wall_started)
-        return self.ready
+    def _read_events(self) -> None:
+        """Take the new event rows: "trainer ready" arms the stall watch, every row after it is a sign of
+        progress, and the newest that says where the trainer is feeds the heartbeat. Only this attempt's rows
+        count: a resumed run's file holds every attempt's, each after its entrypoint's start row
+        (commands/train.py prepare; startup.marks cuts the file alike)."""
+        for row in self.events.new_rows():
+            if row.get("phase") == "start" and row.get("process") == "entrypoint":
+                self.watch, self.last_event, self.last_event_at = self._new_watch(), None, self.started
+                continue
+            t = row.get("t")
+            at = self.started + (float(t) - self.wall_started) if isinstance(t, int | float) else self.clock()
+            at = min(at, self.clock())
+            if row.get("phase") == "startup" and row.get("mark") in FIRST_STEP_MARKS:
+                self.watch.arm(at)
+            elif self.watch.armed:
+                self.watch.progress(at)
+            if row.get("phase") in GRPO_PHASES:  # step-level events flow: a sign per phase, not per line
+                self.watch.predicted = self.predicted_step
+            if row.get("phase") != "import" or self.last_event is None:
+                self.last_event, self.last_event_at = row, at
+
+    def stalled(self) -> str:
+        """Why the run counts as stalled ('' while it does not): no sign of progress for the stall watch's
+        bound (supervise/stall.py says what counts and how long). Every phase is watched from "trainer ready"
+        (or the first step line) to the trainer's exit: the steps, the checkpoint saves, the final save."""
+        self._read_events()
+        verdict = self.watch.stalled()
+        if verdict is None:
+            return ""
+        waited, rule = verdict
+        doing = self.heartbeat().split(" (full output")[0]
+        return (
+            f"stalled: {doing}, with no sign of progress for {waited:.0f} s ({rule}); the usual causes: a reward "
+            "function that never returns, a weight sync or NCCL collective that hangs, a hang at exit; where it "
+            "waits: the stacks of its threads at the stall are in logs/stacks/ (the training process's main "
+            "thread below: a reward function is named by its file and name); raise STALL_TIMEOUT if this can "
+            "truly take this long"
+        )
 
     def heartbeat(self) -> str:
-        """What the trainer is doing now, from its last event (start-up marks, then GRPO phases), with the
-        step named as the step lines name it ("step 2/4")."""
+        """What the trainer is doing now, from the newest of its last event (start-up marks, then GRPO phases)
+        and its last milestone (a checkpoint save, the end of training), with the step named as the step
+        lines name it ("step 2/4"); after the last step, "step 4/4 done"."""
+        self._read_events()
         waited = self.clock() - (self.step_at if self.step else self.started)
-        last = _last_event(self.events) or {}
+        last = self.last_event or {}
         phase = last.get("phase")
         since = "into this step" if self.step else "since the start"
         if self.step:
@@ -227,10 +242,15 @@ class Console:
             number = 1
         else:
             number = None
-        where = (
-            f"step {number}" + (f"/{self.total}" if self.total else "") if number else "before the first step"
-        )
-        if phase in GRPO_PHASES:
+        if number and self.total and number > self.total:  # the last step is done: saving, exiting
+            where, since = f"step {self.total}/{self.total} done", "since it"
+        elif number:
+            where = f"step {number}" + (f"/{self.total}" if self.total else "")
+        else:
+            where = "before the first step"
+        if self.activity is not None and self.activity[0] >= self.last_event_at:
+            doing = self.activity[1]
+        elif phase in GRPO_PHASES:
             if phase in ("generate", "rollout"):
                 doing = f"training on {last.get('completions', '?')} completions (generated in {last.get('seconds', 0):.0f} s)"
             else:
@@ -241,6 +261,8 @@ class Console:
             doing = "importing the libraries and loading the model"
         else:
             doing = "working" if self.step else "loading the model and the data"
+        if where.endswith("done") and doing in ("generating completions", "working"):
+            doing = "saving the final checkpoint and exiting"
         return f"{where}: {doing}, {waited:.0f} s {since} (full output: logs/trainer.log)"
 
 
@@ -296,23 +318,43 @@ AFTER_MARK = {
 }
 # after these marks the trainer is inside step 1 (HF Trainer.train: the first batch's generation)
 FIRST_STEP_MARKS = ("trainer ready",)
+# what the trainer does after a milestone of its log (transformers 4.51.3 Trainer._save logs the first as a
+# save begins; ms-swift 3.6.4 logs the second after train() returned and the final state was saved)
+ACTIVITIES = (
+    ("Saving model checkpoint", "saving a checkpoint"),
+    ("End time of running main", "exiting after training"),
+)
 
 
-def _events(path: Path | None) -> list[dict]:
-    """The events file's rows ([] before it exists, or while a line is half-written)."""
-    if path is None or not path.is_file():
-        return []
-    try:
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").strip().splitlines()]
-    except (OSError, ValueError):
-        return []
+class EventTail:
+    """The events file's rows, each once: `new_rows` gives those appended since its last call. A line still
+    being written waits for its end; a line cut short by a crash is skipped."""
 
+    def __init__(self, path: Path | None):
+        self.path = path
+        self.offset = 0
+        self.partial = b""
 
-def _last_event(path: Path | None) -> dict | None:
-    """The newest event that says where the trainer is: an import finishing (`import`) does not, once a
-    start-up mark or phase came before it (vLLM is imported after "vLLM engine starting")."""
-    rows = _events(path)
-    return next((r for r in reversed(rows) if r.get("phase") != "import"), rows[-1] if rows else None)
+    def new_rows(self) -> list[dict]:
+        if self.path is None:
+            return []
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return []
+        self.offset += len(data)
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        rows = []
+        for line in lines:
+            try:
+                row = json.loads(line)
+            except ValueError:  # a row cut short by a crash
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+        return rows
 
 
 def format_seconds(seconds: float) -> str:

@@ -250,3 +250,37 @@ def explain(role: str, returncode: int | None, reason: str, tail: Sequence[str],
     else:
         lines.append(f"no complete checkpoint yet: {fix} the same command again to start over")
     return lines
+
+
+# faulthandler's dump (Python 3.10-3.12): a block per thread, "Thread 0x... (most recent call first):" or
+# "Current thread 0x...", then its frames, most recent first
+_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$")
+STACK_FRAMES = 12  # frames of the main thread a stalled run's console shows (the rest are in the file)
+
+
+def main_thread_stack(text: str) -> list[str]:
+    """The main thread's block of a faulthandler dump: the one whose oldest frame is a module's top level
+    (`in <module>`); the last dump in `text` when the file holds several. [] when there is none."""
+    blocks: list[list[str]] = []
+    for line in text.splitlines():
+        if _THREAD.match(line.strip()):
+            blocks.append([line.strip()])
+        elif blocks and line.strip():
+            blocks[-1].append(line.rstrip())
+    main = [b for b in blocks if len(b) > 1 and b[-1].rstrip().endswith("in <module>")]
+    return main[-1] if main else []
+
+
+def stall_excerpt(stacks: Sequence[tuple[str, str]]) -> list[str]:
+    """What a stalled run's console shows of where it waits: the training process's main thread (the worker
+    of rank 0, else the first process whose dump has a main thread), its newest STACK_FRAMES frames, named
+    by its file. `stacks`: (file name, its text) per process (child/hooks/events.py writes them)."""
+
+    def rank(name: str) -> int:
+        return 0 if name.startswith("worker-rank0-") else 1 if name.startswith("worker-") else 2
+
+    for name, text in sorted(stacks, key=lambda item: (rank(item[0]), item[0])):
+        block = main_thread_stack(text)
+        if block:
+            return [f"the main thread of {name} (logs/stacks/{name}):", *block[1 : STACK_FRAMES + 1]]
+    return []

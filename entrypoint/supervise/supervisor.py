@@ -51,7 +51,8 @@ from entrypoint.supervise.reaper import Reaper
 
 TAIL_LINES = 40
 POLL_SECONDS = 0.2
-STACKS_SECONDS = 2.0  # for a stalled run's stack dumps to reach the logs (ask_stacks)
+STACKS_SECONDS = 2.0  # for a stalled run's stack dumps to reach their files (ask_stacks)
+STACKS_DIR = "stacks"  # under the logs: one file per process (child/hooks/events.py STACKS_DIR)
 
 
 class ChildState(enum.Enum):
@@ -75,21 +76,32 @@ class ChildFailed(Exception):
     (deaths.signal_of) and its last lines (deaths.Tail: start-up dumps folded)."""
 
     def __init__(
-        self, role: str, returncode: int | None, tail: list[str], reason: str, signame: str | None = None
+        self,
+        role: str,
+        returncode: int | None,
+        tail: list[str],
+        reason: str,
+        signame: str | None = None,
+        title: str = "Its last lines",
     ):
         self.role, self.returncode, self.tail, self.reason = role, returncode, tail, reason
-        self.signal = signame
+        self.signal, self.title = signame, title
         super().__init__(f"{role} {reason}")
 
     def render(self) -> str:
         if deaths.disk_full(self.tail):  # the traceback of a failed write says nothing more than this
             return f"{self.role} {self.reason}: the disk is full ({deaths.disk_full(self.tail)})"
         lines = "\n".join(f"  {Printer.prefix(self.role)}{line}" for line in self.tail) or "  (no output)"
-        return f"{self.role} {self.reason}. Its last lines:\n{lines}"
+        return f"{self.role} {self.reason}. {self.title}:\n{lines}"
 
 
 class Stalled(Exception):
-    """The trainer made no progress for the stall bound (console.Console.stalled): the run is ended."""
+    """A child made no progress for the stall bound (supervise/stall.py): the run is ended. `stack`: where
+    it waited (deaths.stall_excerpt of the stacks its processes wrote)."""
+
+    def __init__(self, reason: str, stack: list[str] | None = None):
+        super().__init__(reason)
+        self.stack = stack or []
 
 
 class Printer:
@@ -346,9 +358,13 @@ class Supervisor:
         """Every process of every child's tree (the GPU monitor attributes memory by PID)."""
         return {p.pid for c in self.children for p in _tree(c.pid)}
 
-    def wait(self, child: Child) -> int:
-        """Block until `child` exits; returns its status and marks its state."""
+    def wait(self, child: Child, stalled: Callable[[], str] = lambda: "") -> int:
+        """Block until `child` exits; returns its status and marks its state. Raises Stalled when `stalled`
+        says why the child counts as stalled (a StallWatch's verdict)."""
         while (rc := self._finished(child)) is None:
+            why = stalled()
+            if why:
+                raise Stalled(why, self.ask_stacks())
             self.sleep(POLL_SECONDS)
         child.state = ChildState.SUCCEEDED if rc == 0 else ChildState.FAILED
         return rc
@@ -365,19 +381,20 @@ class Supervisor:
             self.printer.tick()
             stalled = self.printer.stalled()
             if stalled:
-                self.ask_stacks()
-                raise Stalled(stalled)
+                raise Stalled(stalled, self.ask_stacks())
             self.sleep(POLL_SECONDS)
 
-    def ask_stacks(self) -> None:
-        """Every process of every child writes its Python threads' stacks into its log: SIGUSR1, on which
-        the events hook registered faulthandler in each child (entrypoint/child/hooks/events.py). Waits
-        STACKS_SECONDS for the dumps to come through the pipes; a process without the hook dies of the
-        signal, which the stop that follows would have done anyway."""
+    def ask_stacks(self) -> list[str]:
+        """Every process of every child writes its Python threads' stacks into a file of its own under
+        logs/stacks/: SIGUSR1, on which the events hook registered faulthandler in each child
+        (entrypoint/child/hooks/events.py). Waits STACKS_SECONDS for the dumps; a process without the hook
+        dies of the signal, which the stop that follows would have done anyway. Returns the training
+        process's main thread (deaths.stall_excerpt), [] without dumps."""
         for process in (p for c in self.children for p in _tree(c.pid)):
             with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
                 process.send_signal(signal.SIGUSR1)
         self.sleep(STACKS_SECONDS)
+        return deaths.stall_excerpt(_read_stacks(self.log_dir / STACKS_DIR))
 
     def stop_all(self) -> None:
         """SIGTERM every child's process group, SIGKILL what remains after the grace period."""
@@ -405,10 +422,32 @@ class Supervisor:
                 child.reader.join(timeout=5)
 
     def close(self) -> None:
-        """After stop_all: the reaper, finding nothing left of the children's sessions, exits."""
+        """After stop_all: the reaper, finding nothing left of the children's sessions, exits; the stacks
+        files of processes that were never asked for them go."""
+        _drop_empty(self.log_dir / STACKS_DIR)
         if self.reaper is not None:
             self.reaper.close()
             self.reaper = None
+
+
+def _read_stacks(folder: Path) -> list[tuple[str, str]]:
+    """(file name, text) of each process's stacks file that holds a dump."""
+    out = []
+    for path in sorted(folder.glob("*.txt")) if folder.is_dir() else []:
+        with contextlib.suppress(OSError):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            if text.strip():
+                out.append((path.name, text))
+    return out
+
+
+def _drop_empty(folder: Path) -> None:
+    for path in folder.glob("*.txt") if folder.is_dir() else []:
+        with contextlib.suppress(OSError):
+            if path.stat().st_size == 0:
+                path.unlink()
+    with contextlib.suppress(OSError):
+        folder.rmdir()  # only when empty
 
 
 def _close_quietly(f) -> None:
@@ -465,8 +504,16 @@ def launch(
         trainer = supervisor.start(next(p for p in processes if p.role == "trainer"))
         try:
             first = supervisor.wait_any()
-        except Stalled as exc:  # the policy: a stalled trainer ends the run as a failure of the trainer
-            raise ChildFailed("trainer", None, list(trainer.tail), str(exc)) from None
+        except Stalled as exc:  # the policy: a stalled trainer ends the run, shown where it waited
+            why = finished(trainer)
+            if why is None:
+                if exc.stack:
+                    raise ChildFailed("trainer", None, exc.stack, str(exc), title="Where it waits") from None
+                raise ChildFailed("trainer", None, list(trainer.tail), str(exc)) from None
+            say(f"trainer {exc}")
+            say(f"training had finished before it stalled ({why}); the run counts as completed")
+            return Outcome("completed", EXIT_OK,
+                           trainer_exit={"returncode": None, "signal": None, "accepted": True, "reason": f"{exc}; {why}"})  # fmt: skip
         if first is trainer and first.state is ChildState.SUCCEEDED:
             return Outcome("completed", EXIT_OK)
         rc = first.popen.returncode

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import faulthandler
 import functools
+import os
 import signal
 import time
 
@@ -93,13 +94,34 @@ def _record_dataset(sft, events: Events) -> None:
         timed(sft.SwiftSft, "_encode_dataset", _mark("dataset ready"), events)
 
 
+STACKS_DIR = "stacks"  # beside the events file: <run>/logs/stacks/<process>-rank<R>-<pid>.txt
+_STACKS_FILES: list = []  # kept open: faulthandler writes to the file descriptor at the signal
+
+
+def _stacks_on_signal(events_path: str) -> None:
+    """The supervisor asks every process of a stalled run for its threads' stacks (SIGUSR1): each writes them
+    into a file of its own, named by its role in the trainer's tree, rank and pid, so the console can show the
+    training process's main thread rather than whichever process wrote last (supervise/deaths.py
+    stall_excerpt). Empty files are removed when the run ends. Falls back to stderr (the role's log)."""
+    label = runtime.process_label().replace(os.sep, "_") or "python"
+    try:
+        folder = os.path.join(os.path.dirname(events_path), STACKS_DIR)
+        os.makedirs(folder, exist_ok=True)
+        name = f"{label}-rank{os.environ.get('RANK', '0')}-{os.getpid()}.txt"
+        f = open(os.path.join(folder, name), "a", encoding="utf-8")  # noqa: SIM115 - open for the process's life
+    except OSError:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        return
+    _STACKS_FILES.append(f)
+    faulthandler.register(signal.SIGUSR1, file=f, all_threads=True)
+
+
 def install(value: str, after: After) -> None:
     """On with a path (the plan gives <run>/logs/events.jsonl); writes this process's `start` event now."""
     if not value:
         return
     events = Events(value)
-    # the supervisor asks every process of a stalled run for its threads' stacks, into its log
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    _stacks_on_signal(value)
     runtime.GcClock.start()
     after.patch(GRPO_TRAINER, lambda grpo: _record_phases(grpo, events))
     after.patch("swift.llm.base", lambda base: _record_arguments(base, events))
