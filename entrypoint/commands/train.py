@@ -41,7 +41,7 @@ from entrypoint.plan.build import EVENTS_FILE, Plan
 from entrypoint.preflight import environment
 from entrypoint.record import export, manifest, report, runlock
 from entrypoint.rewards import tasks
-from entrypoint.supervise import deaths, monitor, nodes, startup
+from entrypoint.supervise import deaths, monitor, nodes, stall, startup
 from entrypoint.supervise.console import Console
 from entrypoint.supervise.supervisor import (
     Child,
@@ -49,6 +49,7 @@ from entrypoint.supervise.supervisor import (
     Interrupted,
     Outcome,
     Printer,
+    Stalled,
     deferred_signals,
     interruptible,
     launch,
@@ -168,6 +169,10 @@ def _run(
         manifest.write(here, data, secrets)
         prepare(plan, printer)
         data["inputs"] = inputs(plan, environ)
+        data["attempts"][-1]["inputs"] = {k: v for k, v in data["inputs"].items() if k != "model"}
+        _record_for_the_trainer(plan, data["inputs"])
+        for line in changed_inputs(data["attempts"]):
+            printer.say(f"warning: {line}")
         manifest.write(here, data, secrets)
         outcome, peaks = supervise(plan, here, printer, secrets, environ)
         if not data["inputs"]["model"]["files"]:  # a hub model the trainer has downloaded meanwhile
@@ -211,9 +216,47 @@ def _run(
 
 
 def inputs(plan: Plan, environ: Mapping[str, str]) -> dict[str, Any]:
-    """The manifest's `inputs`: what the dataset files and the model's files were (world/fingerprint.py), for
-    `rerun` to compare against. Read after `prepare` (a generated dataset exists by then)."""
-    return {"dataset": fingerprint.dataset_files(plan.dataset_paths), "model": model_inputs(plan, environ)}
+    """The manifest's `inputs`: what every file the trainer reads was (world/fingerprint.py), for `rerun` to
+    compare against: the datasets, the validation datasets, the reward plugins (the image's and the recipe's),
+    a SYSTEM prompt file, the model's files. Read after `prepare` (a generated dataset exists by then)."""
+    return {"dataset": fingerprint.dataset_files(plan.dataset_paths), **file_inputs(plan),
+            "model": model_inputs(plan, environ)}  # fmt: skip
+
+
+def _record_for_the_trainer(plan: Plan, recorded: dict[str, Any]) -> None:
+    """The datasets' sha256 where the trainer's inputs check reads them (GRPO_RIG_INPUTS; its hook compares
+    them with the files it loaded: entrypoint/child/hooks/inputs_check.py). Raises OSError."""
+    trainer = plan.process("trainer")
+    target = trainer.env.get("GRPO_RIG_INPUTS") if trainer is not None else None
+    if not target:
+        return
+    files = [{"path": r["path"], "sha256": r["sha256"]} for kind in ("dataset", "val_dataset")
+             for r in recorded.get(kind, []) if r.get("sha256")]  # fmt: skip
+    export.write_json_atomic(Path(target), {"files": files})
+
+
+def file_inputs(plan: Plan) -> dict[str, list[dict[str, Any]]]:
+    """The identities of the files beside the datasets that the trainer reads (plan.build.input_files)."""
+    return {kind: fingerprint.code_files(paths) if kind != "val_dataset" else fingerprint.dataset_files(paths)
+            for kind, paths in plan_mod.input_files(plan).items()}  # fmt: skip
+
+
+def changed_inputs(attempts: list[dict[str, Any]]) -> list[str]:
+    """What a resumed attempt reads otherwise than the attempt before it (a dataset, a plugin edited meanwhile):
+    its steps train on other rows or rewards than the earlier steps. Said, not refused (the user may mean it);
+    the manifest keeps each attempt's inputs and `rerun` names it as drift."""
+    if len(attempts) < 2:
+        return []
+    before, now = attempts[-2].get("inputs") or {}, attempts[-1].get("inputs") or {}
+    out = []
+    for kind, records in now.items():
+        old = {r.get("spec"): r.get("sha256") for r in before.get(kind) or []}
+        for r in records:
+            if r.get("spec") in old and old[r["spec"]] != r.get("sha256"):
+                out.append(f"{kind} {r['spec']} changed since the previous attempt (sha256 "
+                           f"{str(old[r['spec']])[:12]}... -> {str(r.get('sha256'))[:12]}...): the steps from "
+                           f"{attempts[-1].get('resume_from') or 'the start'} on read the new one")  # fmt: skip
+    return out
 
 
 def model_inputs(plan: Plan, environ: Mapping[str, str]) -> dict[str, Any]:
@@ -295,7 +338,8 @@ EXPORT_FAILED = "export_failed"  # training completed, the merged export did not
 def _export_failed(merged: dict[str, Any]) -> dict[str, Any]:
     return {
         "status": EXPORT_FAILED,
-        "failure": f"merged export failed (status {merged['returncode']}); the adapter is exported, see "
+        "failure": f"merged export failed ({merged.get('reason') or 'status ' + str(merged['returncode'])}); "
+        "the adapter is exported, see "
         "logs/export.log; run the same command again to retry the export alone",
     }
 
@@ -395,9 +439,11 @@ def supervise(
     """Launch the planned children (supervise/supervisor.py owns the policy) with the GPU monitor beside them."""
     s = plan.recipe.settings
     if printer.shown is None:
+        a = plan.recipe.trainer_args
         printer.shown = Console(show_all=s.CONSOLE == "all", events=here / "logs" / EVENTS_FILE,
-                                total_steps=plan.recipe.trainer_args.max_steps, stall_seconds=s.STALL_TIMEOUT,
-                                predicted_step=plan.step_seconds)  # fmt: skip
+                                total_steps=a.max_steps, stall_seconds=s.STALL_TIMEOUT,
+                                predicted_step=plan.step_seconds, logging_steps=a.logging_steps,
+                                probe=stall.dir_bytes(plan.train_dir))  # fmt: skip
         printer.say(f"the console shows one line per step; everything ms-swift prints is in {here / 'logs'}")
     children = [p for p in plan.processes if p.role in ("rollout", "trainer")]
     gpu_monitor = None
@@ -475,9 +521,14 @@ def export_merged(
         with supervised(plan.run_dir / "logs", plan.recipe.settings.STOP_GRACE_SECONDS, printer, base_env=environ,
                         signals=False) as supervisor:  # fmt: skip
             child = supervisor.start(process)
-            rc = supervisor.wait(child)
+            rc = supervisor.wait(child, _export_watch(plan, tmp, child.log_path))
     except ChildFailed as exc:  # it could not even start (swift missing)
         return {"status": "failed", "returncode": None, "log_tail": [exc.reason], "argv": process.argv}
+    except Stalled as exc:  # stopped by `supervised`; what it wrote goes
+        shutil.rmtree(tmp, ignore_errors=True)
+        printer.say(f"export {exc}")
+        return {"status": "failed", "returncode": None, "reason": str(exc), "argv": process.argv,
+                "log_tail": exc.stack or list(child.tail)}  # fmt: skip
     except BaseException:  # a signal or a full disk: no half-merged model stays behind
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -490,6 +541,24 @@ def export_merged(
         "argv": process.argv,
         "files": export.hash_tree(plan.run_dir / "merged", plan.run_dir),
     }
+
+
+def _export_watch(plan: Plan, output: Path, log: Path) -> Callable[[], str]:
+    """The stall watch of the merged export (supervise/stall.py): its signs of progress are its output and
+    its log growing (loading the shards, merging, writing the model); STALL_TIMEOUT or the automatic bound."""
+    files = stall.dir_bytes(output)
+    watch = stall.StallWatch(timeout=plan.recipe.settings.STALL_TIMEOUT,
+                             probe=lambda: (files(), log.stat().st_size if log.exists() else 0))  # fmt: skip
+    watch.arm()
+
+    def stalled() -> str:
+        verdict = watch.stalled()
+        if verdict is None:
+            return ""
+        return (f"stalled: no output and no log line for {verdict[0]:.0f} s ({verdict[1]}); the stacks of its "
+                "threads are in logs/stacks/; raise STALL_TIMEOUT if a merge can truly take this long")  # fmt: skip
+
+    return stalled
 
 
 def quarantine_incomplete(train_dir: Path) -> list[str]:
