@@ -123,6 +123,37 @@ def test_a_rerun_named_as_the_run_itself_is_refused_not_resumed(tmp_path, finish
     assert (finished / "manifest.json").read_text() == before
 
 
+@pytest.mark.cli
+def test_a_rerun_named_as_another_existing_run_is_refused_and_touches_it(tmp_path, finished):
+    """`rerun run=A RUN_NAME=B` resumed B with A's values, replaced its adapter and wrote `rerun_of: A` into it."""
+    other = finished.parent / "b"
+    shutil.copytree(finished, other)
+    before = (other / "manifest.json").read_text()
+    refused = run(tmp_path, "rerun", f"run={finished}", "RUN_NAME=b")
+    assert refused.returncode == 2 and "names an existing run directory" in refused.stderr, refused.stderr
+    assert (other / "manifest.json").read_text() == before
+
+
+@pytest.mark.cli
+def test_rerun_plan_imports_no_plugin_and_names_a_changed_system_file(tmp_path):
+    """`rerun --plan` starts nothing: the reward plugins are compared by sha256, not imported; a SYSTEM prompt
+    file edited after the run is drift."""
+    system = tmp_path / "system.txt"
+    system.write_text("You are a careful physician.")
+    data = tmp_path / "train.jsonl"
+    shutil.copy(ROOT / "examples" / "tcm" / "sample.jsonl", data)
+    done = run(tmp_path, "train", f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path / 'out'}", "RUN_NAME=r",
+               "MAX_STEPS=1", f"DATASET={data}", f"SYSTEM={system}")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    recorded = manifest(tmp_path / "out" / "r")["inputs"]
+    assert recorded["system"][0]["path"] == str(system) and recorded["plugins"][0]["sha256"]
+    same = run(tmp_path, "rerun", f"run={tmp_path / 'out' / 'r'}", "--plan")
+    assert same.returncode == 0 and "reward plugins not imported" in same.stdout, same.stdout + same.stderr
+    system.write_text("You are a careless physician.")
+    changed = run(tmp_path, "rerun", f"run={tmp_path / 'out' / 'r'}", "--plan")
+    assert changed.returncode == 2 and f"SYSTEM file {system}" in changed.stdout, changed.stdout
+
+
 DATA = {
     "versions": {"ms-swift": "3.6.4", "torch": "2.6.0", "grpo-rig": None},
     "image": {"lock_sha256": "a" * 64},
@@ -141,6 +172,7 @@ SAME = Now(
     datasets=[{"spec": "d.jsonl", "sha256": "b" * 64, "bytes": 10}],
     model_files={"config.json": "sha256:" + "c" * 64, "model.safetensors": "sha256:1"},
     gpus=["NVIDIA GeForce RTX 4090"],
+    files={},
 )
 
 
@@ -193,3 +225,47 @@ def test_refused_drift_raises_bad_input_through_the_checker(tmp_path):
     with pytest.raises(BadInput):
         checker(None)
     assert checker.record["drift"] and checker.record["drift_accepted"] is False
+
+
+def test_a_changed_plugin_file_or_val_dataset_is_named_as_drift():
+    """The reward plugin, a SYSTEM prompt file and VAL_DATASET were not fingerprinted: "no drift"."""
+    data = {**DATA, "inputs": {**DATA["inputs"],
+            "plugins": [{"spec": "/img/grpo_rig_rewards.py", "sha256": "e" * 64},
+                        {"spec": "/data/my_reward.py", "sha256": "f" * 64}],
+            "val_dataset": [{"spec": "/data/val.jsonl", "sha256": "1" * 64}]}}  # fmt: skip
+    same = SAME._replace(
+        files={"plugins": data["inputs"]["plugins"], "val_dataset": data["inputs"]["val_dataset"]}
+    )
+    assert rerun.drift(data, same) == []
+    edited = same._replace(files={**same.files, "plugins": [same.files["plugins"][0], {"spec": "/data/my_reward.py",
+                                                                                       "sha256": "0" * 64}]})  # fmt: skip
+    found = {p.where: p for p in rerun.drift(data, edited)}
+    assert found["reward plugin /data/my_reward.py"].fatal, found
+    assert "--accept-drift" in found["reward plugin /data/my_reward.py"].fix
+    gone = same._replace(files={**same.files, "val_dataset": []})
+    assert rerun.drift(data, gone)[0].where == "VAL_DATASET /data/val.jsonl"
+
+
+def test_values_changed_between_attempts_are_drift_naming_the_step():
+    """A run resumed with another BETA (or MAX_STEPS: the learning-rate schedule) trained its steps with two
+    sets of values; a rerun with the last attempt's values for every step repeats neither."""
+    attempts = [{"values": {"BETA": "0.04", "MAX_STEPS": "2"}, "resume_from": None},
+                {"values": {"BETA": "0.2", "MAX_STEPS": "4"}, "resume_from": "/o/r/train/checkpoint-2"}]  # fmt: skip
+    found = rerun.drift({**DATA, "attempts": attempts}, SAME)
+    assert len(found) == 1 and found[0].fatal and found[0].where == "attempt 2", found
+    assert "checkpoint-2" in found[0].message and "BETA 0.04 -> 0.2" in found[0].message
+    assert "MAX_STEPS 2 -> 4" in found[0].message
+    alike = [{**a, "values": {"BETA": "0.04", "CONSOLE": c}} for a, c in zip(attempts, ("steps", "all"))]
+    assert rerun.drift({**DATA, "attempts": alike}, SAME) == []
+
+
+def test_a_manifest_edited_after_the_run_is_drift_and_its_values_name_the_manifest():
+    resolved = {"BETA": {"value": "0.04", "source": "recipes/x.env:3"}}
+    data = {**DATA, "resolved_recipe": resolved, "values_sha256": rerun.values_sha256(resolved)}
+    assert rerun.drift(data, SAME) == [] and rerun.recorded(data).values["BETA"].source == "recipes/x.env:3"
+    data["resolved_recipe"] = {"BETA": {"value": "0.4", "source": "recipes/x.env:3"}}
+    found = rerun.drift(data, SAME)
+    assert [p.where for p in found] == ["manifest.json"] and found[0].fatal
+    assert rerun.recorded(data, "/o/r/manifest.json").values["BETA"].source == (
+        "/o/r/manifest.json (edited after the run)"
+    )

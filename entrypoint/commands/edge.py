@@ -60,19 +60,23 @@ def make_plan(
     lock: runlock.RunLock | None = None,
     launches: bool = False,
     base: Mapping[str, recipe_mod.Value] | None = None,
+    probe_plugins: bool = True,
 ) -> Plan:
     """Resolve the recipe and the inventory, read the host once, build and check the plan. Raises
     BadInput with every fatal problem found. With `lock`, the directory this node writes is locked as soon
     as the recipe names it, before the slow checks: a second start of a running run is refused at once,
     naming the holder (runlock.py). `launches`: the plan is about to start processes here (train, rollout),
     so an INVENTORY file must describe GPUs this machine has (described_elsewhere). `base`: an earlier run's
-    values in place of the recipe files (recipe.load; `rerun`)."""
+    values in place of the recipe files (recipe.load; `rerun`). `probe_plugins`: import the reward plugins in a
+    throwaway process to check them (world/plugin_probe.py); False where the command must start nothing."""
     now = dt.datetime.now(dt.timezone.utc)
     r = recipe_mod.load(cli_pairs, environ, recipe_mod.recipes_dir(environ), strict=False, base=base)
     if lock is not None and not any(p.fatal for p in r.problems):  # a refused RUN_NAME names no directory
         lock.take(here_of(run_dir_of(r, now), r.settings.NODE_RANK, rollout_only), required=False)
     inventory = inventory_for(r)
-    facts = host.gather(r, environ, now=now, fetch_config=True)  # a hub model's config.json, if online
+    facts = host.gather(
+        r, environ, now=now, fetch_config=True, probe_plugins=probe_plugins
+    )  # a hub model's config.json, if online
     built = plan_mod.build(r, inventory, facts, rollout_only=rollout_only)
     uses_gpus = built.placed and bool(built.layout.used_gpus)
     if launches and uses_gpus and r.settings.INVENTORY and not environ.get("GRPO_RIG_SWIFT"):

@@ -67,7 +67,7 @@ def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     output_dir = (cli.get("OUTPUT_DIR") or recipe_mod.Value(environ.get("OUTPUT_DIR", ""), "")).value
     run_dir = manifest.find_run(run, output_dir or str(Settings.model_fields["OUTPUT_DIR"].default))
     data = _manifest(run_dir)
-    rec = rerun_mod.recorded(data)
+    rec = rerun_mod.recorded(data, str(run_dir / MANIFEST))
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     placed = [] if "RUN_NAME" in cli else [f"RUN_NAME={data.get('run_name') or run_dir.name}-rerun-{now}"]
     placed += [] if "OUTPUT_DIR" in cli else [f"OUTPUT_DIR={run_dir.resolve().parent}"]
@@ -97,15 +97,23 @@ def _run_word(all_words: list[str]) -> tuple[list[str], str]:
 
 
 def _not_the_run_itself(cli: dict[str, recipe_mod.Value], run_dir: Path) -> None:
-    """A RUN_NAME (and OUTPUT_DIR) naming the run being repeated would resume it, not repeat it: refused."""
+    """A RUN_NAME (and OUTPUT_DIR) naming the run being repeated would resume it, not repeat it; one naming
+    another existing run directory would resume that one with this run's values, replace its adapter and
+    call it a rerun: both refused. A rerun writes a directory of its own."""
     if "RUN_NAME" not in cli:
         return
     out = Path(cli["OUTPUT_DIR"].value).expanduser() if "OUTPUT_DIR" in cli else run_dir.resolve().parent
-    if (out / cli["RUN_NAME"].value).resolve() == run_dir.resolve():
+    target = out / cli["RUN_NAME"].value
+    if target.resolve() == run_dir.resolve():
         raise BadInput([Problem(f"RUN_NAME={cli['RUN_NAME'].value}", f"names the run being repeated ({run_dir}): it "
                                 "would resume that run, not repeat it",
                                 "give the rerun another RUN_NAME; to continue the run itself, start `train` with its "
                                 "RUN_NAME and recipe again")])  # fmt: skip
+    if target.exists():
+        raise BadInput([Problem(f"RUN_NAME={cli['RUN_NAME'].value}", f"names an existing run directory ({target}): a "
+                                "rerun would resume it with this run's values and replace what it exported",
+                                "give the rerun a RUN_NAME no run has (or leave RUN_NAME out: "
+                                "<run>-rerun-<time>)")])  # fmt: skip
 
 
 def _manifest(run_dir: Path) -> dict[str, Any]:
@@ -154,10 +162,12 @@ class Checker:
         """The drift and the notices for `plan`: reads the datasets, the model's files, the versions."""
         a = plan.recipe.trainer_args
         folder = fingerprint.model_folder(plan.model_path, a.model or "", a.use_hf, self.environ)
+        files = train.file_inputs(plan)
         now = rerun_mod.Now(
             versions=manifest.package_versions(),
             lock_sha256=manifest.image_identity(self.environ)["lock_sha256"],
             datasets=self._datasets(plan),
+            files=files,
             model_files=fingerprint.model_files(folder) if folder else {},
             gpus=[g.name for g in plan.inventory.gpus],
         )
@@ -201,7 +211,7 @@ def _run_of(argv: list[str]) -> str:
 def _plan_only(pairs: list[str], environ: Mapping[str, str], checker: Checker, as_json: bool) -> int:
     """--plan: the plan made from the recorded values, the drift and the argv changes; 2 when the drift is
     not accepted."""
-    plan = edge.make_plan(pairs, environ, for_train=False, base=checker.rec.values)
+    plan = edge.make_plan(pairs, environ, for_train=False, base=checker.rec.values, probe_plugins=False)
     try:
         checker(plan)
         code = EXIT_OK

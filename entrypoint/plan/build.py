@@ -49,6 +49,9 @@ from entrypoint.rewards import PLUGIN_FILE
 
 TRAIN_SUBDIR = "train"  # ms-swift's output_dir inside the run directory
 EVENTS_FILE = "events.jsonl"  # the trainer's phase timings (entrypoint/child/hooks/events.py)
+INPUTS_FILE = (
+    "inputs.json"  # the dataset files' sha256 the trainer checks (entrypoint/child/hooks/inputs_check.py)
+)
 SITE_DIR = Path(__file__).resolve().parents[1] / "child" / "site"  # its sitecustomize installs the hooks
 SITE_HOOK_VARIABLES = tuple(h.variable for h in hooks.ALL)  # the GRPO_RIG_* variables that turn hooks on
 CHECKPOINT = "<newest complete checkpoint>"  # the export's --adapters, known once training ends
@@ -565,6 +568,31 @@ def _child_env(d: Draft) -> None:
     d.plugins = plugin_files(d.recipe, d.facts)
 
 
+def input_files(plan: Plan) -> dict[str, list[str]]:
+    """The files beside the datasets that the trainer reads and a rerun must find unchanged, by kind:
+    "val_dataset", "plugins" (plugin_files) and "system" (a SYSTEM that ms-swift 3.6.4 reads as a file: one
+    ending in .txt, swift/llm/argument/base_args/template_args.py:55-58)."""
+    a, facts = plan.recipe.trainer_args, plan.facts
+    paths = facts.paths if facts is not None else {}
+    system = [resolved(a.system, paths)] if a.system and a.system.endswith(".txt") else []
+    return {
+        "val_dataset": [_absolute(spec) for spec in a.val_dataset],
+        "plugins": plugin_files(plan.recipe, facts) if facts is not None else [str(PLUGIN_FILE)],
+        "system": system,
+    }
+
+
+def _absolute(spec: str) -> str:
+    """A dataset spec whose file exists here made absolute (ms-swift's #N suffix kept); else as written."""
+    path, sep, rows = spec.partition("#")
+    try:
+        return (
+            str(Path(path).expanduser().absolute()) + sep + rows if Path(path).expanduser().exists() else spec
+        )
+    except (OSError, ValueError):  # not a path (too long for one, a NUL): a hub id or text
+        return spec
+
+
 def plugin_files(recipe: Recipe, facts: Facts) -> list[str]:
     """--external_plugins of every child: the image's reward plugin, then the recipe's files (a relative
     path resolved against the checkout when it is there: facts.resolved)."""
@@ -664,6 +692,7 @@ def _trainer_env(d: Draft) -> dict[str, str]:
     # The trainer's hooks (entrypoint/child/hooks/ says why each exists; DISABLE_HOOKS drops them later).
     env["GRPO_RIG_EVENTS"] = str(d.run_dir / "logs" / EVENTS_FILE)
     env["GRPO_RIG_REWARD_CHECK"] = "1"  # a reward's bad answer ends the run naming it
+    env["GRPO_RIG_INPUTS"] = str(d.run_dir / "logs" / INPUTS_FILE)  # the rows loaded are the recorded ones
     a = d.recipe.trainer_args
     if (
         a.use_liger_kernel

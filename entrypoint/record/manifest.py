@@ -113,7 +113,12 @@ def start(
         "ended_at": None,
         **({"rerun_of": rerun_of} if rerun_of else {}),
     }
-    return redact.deep(data, secrets)
+    data = redact.deep(data, secrets)
+    # so that `rerun` tells the values the run wrote from values edited later (record/rerun.py edited)
+    data["values_sha256"] = hashlib.sha256(
+        json.dumps(data["resolved_recipe"], sort_keys=True).encode()
+    ).hexdigest()
+    return data
 
 
 def finish(data: dict[str, Any], status: str, **fields: Any) -> dict[str, Any]:

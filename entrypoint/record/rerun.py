@@ -9,10 +9,12 @@ values back as they were, with their original sources (recipe.load's `base`), ex
 - RUN_NAME and OUTPUT_DIR: a rerun writes a new run directory beside the one it repeats;
 - secrets, which the manifest keeps redacted: taken from this environment when it has them.
 
-Then the drift: what would make the rerun a different experiment. A dataset file whose sha256 differs, another
-lock (image or venv), another version of a pinned package, model files that differ: each refused (exit 2) unless
-the user accepts it (`--accept-drift`), and then recorded. Another machine is not drift: its plan is made for
-this machine and the differences are reported.
+Then the drift: what would make the rerun a different experiment. A file the trainer read whose sha256 differs
+(a dataset, a validation dataset, a reward plugin, a SYSTEM prompt file), another lock (image or venv), another
+version of a pinned package, model files that differ, values or inputs that changed between the run's attempts
+(a rerun trains every step with one set), a manifest whose values were edited after the run: each refused
+(exit 2) unless the user accepts it (`--accept-drift`), and then recorded. Another machine is not drift: its
+plan is made for this machine and the differences are reported.
 
 Pure: the command (commands/rerun.py) reads the world and passes what it found.
 """
@@ -20,14 +22,27 @@ Pure: the command (commands/rerun.py) reads the world and passes what it found.
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from entrypoint import redact
 from entrypoint.errors import Problem
+from entrypoint.recipe import keys
 from entrypoint.recipe.load import Value
 
 NOT_REPEATED = ("RUN_NAME", "OUTPUT_DIR")  # a rerun writes its own directory
+# the files beside the datasets a run records (plan.build.input_files), in the words a user reads
+INPUT_KINDS = {
+    "dataset": "dataset",
+    "val_dataset": "VAL_DATASET",
+    "plugins": "reward plugin",
+    "system": "SYSTEM file",
+}
+# the values whose change between attempts trains some steps otherwise than others (MAX_STEPS: the learning
+# rate's schedule is computed from it)
+ATTEMPT_VALUES = ("MAX_STEPS", "NUM_TRAIN_EPOCHS", *keys.RESUME_RESTORED, *keys.RESUME_CHANGES)
 # the packages whose version changes what trains (manifest.PACKAGES less the tools that do not)
 PINNED = ("ms-swift", "vllm", "torch", "transformers", "trl", "peft", "deepspeed", "accelerate", "datasets")
 ACCEPT_FLAG = "--accept-drift"
@@ -41,13 +56,29 @@ class Recorded(NamedTuple):
     secrets: list[str]  # keys kept redacted, taken from this environment
 
 
-def recorded(data: Mapping[str, Any]) -> Recorded:
-    """The values of the manifest `data` a rerun starts from (this module's docstring says which are left out)."""
+def values_sha256(resolved: Mapping[str, Any]) -> str:
+    """The digest a manifest keeps of its resolved recipe (manifest.start), so that an edit is seen."""
+    return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
+
+
+def edited(data: Mapping[str, Any]) -> bool:
+    """Whether the manifest's values differ from what the run wrote (a manifest without the digest: False)."""
+    digest = data.get("values_sha256")
+    return bool(digest) and digest != values_sha256(data.get("resolved_recipe") or {})
+
+
+def recorded(data: Mapping[str, Any], where: str = "the run's manifest") -> Recorded:
+    """The values of the manifest `data` a rerun starts from (this module's docstring says which are left out).
+    A manifest edited after the run gives its values `where` as their source, not the layers it names."""
     values: dict[str, Value] = {}
     replanned: dict[str, str] = {}
     secrets: list[str] = []
+    by_hand = edited(data)
     for key, item in sorted((data.get("resolved_recipe") or {}).items()):
+        if not isinstance(item, Mapping):
+            continue
         value, source = str(item.get("value", "")), str(item.get("source", ""))
+        source = f"{where} (edited after the run)" if by_hand else source
         if source.startswith("planner"):
             replanned[key] = value
         elif redact.REDACTED in value:
@@ -63,6 +94,7 @@ class Now(NamedTuple):
     versions: Mapping[str, str | None]  # manifest.package_versions()
     lock_sha256: str | None  # manifest.image_identity()["lock_sha256"]
     datasets: list[dict[str, Any]]  # fingerprint.dataset_files of the datasets the rerun would read
+    files: Mapping[str, list[dict[str, Any]]]  # the other input files by kind (INPUT_KINDS), fingerprinted
     model_files: Mapping[str, str]  # fingerprint.model_files of the model folder; {} before a download
     gpus: list[str]  # the GPU names the plan is made for
 
@@ -74,12 +106,78 @@ def _short(digest: object) -> str:
 def drift(data: Mapping[str, Any], now: Now) -> list[Problem]:
     """Each difference between the run `data` (its manifest) and `now` that makes a rerun another experiment,
     fatal (the caller softens them when the user accepts them); and, not fatal, what cannot be compared."""
+    inputs = data.get("inputs") or {}
     return (
-        _versions(data, now)
-        + _datasets(data.get("inputs") or {}, now)
-        + _model(data.get("inputs") or {}, now)
+        _edited(data)
+        + _versions(data, now)
+        + _datasets(inputs, now)
+        + [
+            p
+            for kind in INPUT_KINDS
+            if kind != "dataset"
+            for p in _files(inputs, kind, now.files.get(kind, []))
+        ]
+        + _model(inputs, now)
+        + _attempts(data)
         + _machine(data, now)
     )
+
+
+def _edited(data: Mapping[str, Any]) -> list[Problem]:
+    if edited(data):
+        return [Problem("manifest.json", "its values were edited after the run (their digest, values_sha256, "
+                        "differs): the rerun would not repeat what ran",
+                        f"restore the manifest and give changes as KEY=VALUE overrides (recorded), or {ACCEPT_FLAG}")]  # fmt: skip
+    return []
+
+
+def _files(inputs: Mapping[str, Any], kind: str, now: list[dict[str, Any]]) -> list[Problem]:
+    """A recorded kind of input file (plugins, SYSTEM file, VAL_DATASET) against what the rerun would read."""
+    then = inputs.get(kind)
+    if then is None:
+        return [] if not now else [Problem(INPUT_KINDS[kind], "the run's manifest records no sha256 of these "
+                                           "files: not verified", fatal=False)]  # fmt: skip
+    out = []
+    for i in range(max(len(then), len(now))):
+        old = then[i] if i < len(then) else {"spec": "(none)", "sha256": None}
+        new = now[i] if i < len(now) else {"spec": "(none)", "sha256": None, "why": "not given"}
+        where = f"{INPUT_KINDS[kind]} {old.get('spec') if old.get('spec') != '(none)' else new.get('spec')}"
+        if old.get("sha256") == new.get("sha256") and old.get("sha256"):
+            continue
+        if not old.get("sha256") and old.get("spec") != "(none)":
+            out.append(Problem(where, f"not verified: {old.get('why') or 'no sha256 recorded'}", fatal=False))
+            continue
+        got = f"sha256 {_short(new['sha256'])}..." if new.get("sha256") else (new.get("why") or "missing")
+        had = f"sha256 {_short(old['sha256'])}..." if old.get("sha256") else "not read"
+        out.append(Problem(where, f"{had} in the run, {got} here: not what the run read",
+                           f"give the run's file (sha256 {old.get('sha256') or 'none'}), or {ACCEPT_FLAG}"))  # fmt: skip
+    return out
+
+
+def _attempts(data: Mapping[str, Any]) -> list[Problem]:
+    """Values (ATTEMPT_VALUES) or input files that changed between the run's attempts: its steps did not all
+    train alike, and a rerun trains every step with the last attempt's."""
+    attempts = [a for a in data.get("attempts") or [] if isinstance(a, Mapping)]
+    out = []
+    for before, after in zip(attempts, attempts[1:], strict=False):
+        old, new = before.get("values") or {}, after.get("values") or {}
+        changed = [f"{k} {old.get(k, '(default)')} -> {new.get(k, '(default)')}" for k in ATTEMPT_VALUES
+                   if k in old.keys() | new.keys() and old.get(k) != new.get(k)]  # fmt: skip
+        changed += [f"{INPUT_KINDS.get(k, k)} changed" for k in INPUT_KINDS
+                    if k in (before.get("inputs") or {}) and k in (after.get("inputs") or {})
+                    and _digests(before["inputs"][k]) != _digests(after["inputs"][k])]  # fmt: skip
+        if changed:
+            since = after.get("resume_from") or "the start"
+            out.append(Problem(f"attempt {attempts.index(after) + 1}", f"resumed from {since} with {'; '.join(changed)}: "
+                               "the run's steps did not all train alike, and a rerun trains every step with the "
+                               "last attempt's values and files",
+                               f"rerun knowing it differs ({ACCEPT_FLAG}), or set the values you want as overrides "
+                               f"and {ACCEPT_FLAG}"))  # fmt: skip
+    return out
+
+
+def _digests(records: object) -> list[object]:
+    return [r.get("sha256") for r in records if isinstance(r, Mapping)] if isinstance(records, list) else []
 
 
 def _versions(data: Mapping[str, Any], now: Now) -> list[Problem]:

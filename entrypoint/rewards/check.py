@@ -9,6 +9,10 @@ import difflib
 
 from entrypoint.errors import Problem
 
+NOT_PROBED = (
+    "not imported: this command starts nothing"  # host.gather(probe_plugins=False): the probe's error
+)
+
 PROBE_TIMEOUT = 120  # seconds; the --real fallback imports ms-swift (~10 s on 2 cores)
 
 
@@ -68,6 +72,8 @@ def check(
         why = unusable(f)
         if why:
             problems.append(_unusable_plugin(f, why, in_container))
+    if result is None and error == NOT_PROBED:  # `rerun --plan`: the files are compared by their sha256
+        return {}, problems + [Problem("EXTERNAL_PLUGINS", f"reward plugins {error}", fatal=False)]
     if result is None:
         return {}, problems + [
             Problem(

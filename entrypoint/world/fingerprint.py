@@ -56,9 +56,18 @@ def dataset_files(specs: list[str]) -> list[dict[str, object]]:
     """The identity of each dataset the trainer reads (plan.dataset_paths; ms-swift's `#N` row suffix kept
     apart): {"spec", "path", "sha256", "bytes"} for a local file; for anything else (a hub id, a missing
     path) {"spec", "sha256": None, "why"}. Never raises: an unreadable file is recorded as such."""
+    return _files(specs, rows=True)
+
+
+def code_files(paths: list[str]) -> list[dict[str, object]]:
+    """dataset_files for files the trainer reads whole (reward plugins, a SYSTEM prompt file): no row suffix."""
+    return _files(paths, rows=False)
+
+
+def _files(specs: list[str], rows: bool) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     for spec in specs:
-        path = Path(spec.partition("#")[0]).expanduser()
+        path = Path(spec.partition("#")[0] if rows else spec).expanduser()
         try:
             if path.is_file():
                 out.append({"spec": spec, "path": str(path), "sha256": sha256_file(path),

@@ -45,6 +45,7 @@ from entrypoint.plan import memory
 from entrypoint.recipe.load import PROJECT_DIR, Recipe, read_user_file
 from entrypoint.record import export, manifest
 from entrypoint.rewards import PLUGIN_FILE
+from entrypoint.rewards.check import NOT_PROBED
 from entrypoint.world import dataset_files, hubcache, hubconfig, models, ports
 from entrypoint.world import plugin_probe as plugin_probe
 
@@ -303,7 +304,7 @@ def gather(
             hub["where:" + hub_key(name, "datasets", a.use_hf)] = str(
                 hubcache.expected(name, "datasets", a.use_hf, env)
             )
-    plugins, plugin_error = None, ""
+    plugins, plugin_error = None, NOT_PROBED
     if probe_plugins:
         files = [str(PLUGIN_FILE)] + [resolved(f, paths) for f in a.external_plugins]
         plugins, plugin_error = plugin_probe.run(

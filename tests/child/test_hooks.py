@@ -81,12 +81,12 @@ def test_every_hook_says_why_what_it_saves_when_to_delete_it_and_pins_the_instal
 def test_the_registry_keeps_the_variables_the_plans_set():
     assert hooks.NAMES == ("emulate_vram", "keep_pools", "graphs_up_to_max_seqs", "inspect_here", "top_k_first",
                            "scheduler_steps", "adapter_sync", "offload_before_wake", "lean", "sync_probe", "reward_check",
-                           "liger_eager", "events")  # fmt: skip
+                           "inputs_check", "liger_eager", "events")  # fmt: skip
     assert [h.variable for h in hooks.ALL] == [
         "GRPO_RIG_EMULATE_VRAM_GB", "GRPO_RIG_VLLM_KEEP_POOLS", "GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS",
         "GRPO_RIG_VLLM_INSPECT_HERE", "GRPO_RIG_VLLM_TOP_K_FIRST", "GRPO_RIG_VLLM_SCHEDULER_STEPS",
         "GRPO_RIG_ADAPTER_SYNC", "GRPO_RIG_OFFLOAD_BEFORE_WAKE", "GRPO_RIG_VLLM_LEAN", "GRPO_RIG_SYNC_PROBE", "GRPO_RIG_REWARD_CHECK",
-        "GRPO_RIG_LIGER_EAGER", "GRPO_RIG_EVENTS",
+        "GRPO_RIG_INPUTS", "GRPO_RIG_LIGER_EAGER", "GRPO_RIG_EVENTS",
     ]  # fmt: skip
 
 
@@ -104,10 +104,10 @@ def test_each_hook_installs_when_its_variable_turns_it_on_and_only_then(tmp_path
           "GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS": "1", "GRPO_RIG_VLLM_INSPECT_HERE": "1",
           "GRPO_RIG_VLLM_TOP_K_FIRST": "1", "GRPO_RIG_VLLM_SCHEDULER_STEPS": "8", "GRPO_RIG_VLLM_LEAN": "1",
           "GRPO_RIG_OFFLOAD_BEFORE_WAKE": "1", "GRPO_RIG_ADAPTER_SYNC": "8", "GRPO_RIG_SYNC_PROBE": str(tmp_path / "p"), "GRPO_RIG_REWARD_CHECK": "1",
-          "GRPO_RIG_LIGER_EAGER": "1"}  # fmt: skip
+          "GRPO_RIG_INPUTS": str(tmp_path / "i"), "GRPO_RIG_LIGER_EAGER": "1"}  # fmt: skip
     assert _installed(on) == list(hooks.NAMES)
     off = {k: "0" for k in on} | {"GRPO_RIG_VLLM_SCHEDULER_STEPS": "1", "GRPO_RIG_EMULATE_VRAM_GB": "0"}
-    assert _installed(off | {"GRPO_RIG_EVENTS": "", "GRPO_RIG_SYNC_PROBE": ""}) == []
+    assert _installed(off | {"GRPO_RIG_EVENTS": "", "GRPO_RIG_SYNC_PROBE": "", "GRPO_RIG_INPUTS": ""}) == []
 
 
 @pytest.fixture

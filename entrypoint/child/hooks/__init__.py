@@ -61,6 +61,7 @@ from entrypoint.child.hooks import (  # noqa: E402
     emulate_vram,
     events,
     graphs_up_to_max_seqs,
+    inputs_check,
     inspect_here,
     keep_pools,
     lean,
@@ -88,6 +89,7 @@ ALL: tuple[Hook, ...] = (
     lean.HOOK,
     sync_probe.HOOK,
     reward_check.HOOK,
+    inputs_check.HOOK,
     liger_eager.HOOK,
     events.HOOK,
 )
