@@ -903,6 +903,23 @@ def test_the_engine_is_built_with_vllm_s_lora_support_at_the_run_s_rank():
     assert seen == {"gpu_memory_utilization": 0.75, "enable_lora": True, "max_loras": 1, "max_lora_rank": 16}
 
 
+def test_a_4_bit_base_is_loaded_4_bit_by_vllm_too_and_the_value_is_read_strictly():
+    """QLoRA (QUANT_METHOD=bnb QUANT_BITS=4): vLLM quantizes the same checkpoint with bitsandbytes as it loads
+    (quantization and load_format "bitsandbytes"), so the adapter is served on a 4-bit base like the trainer's."""
+    seen = {}
+
+    class GRPOVllmEngine:
+        def __init__(self, model, **kwargs):
+            seen.update(kwargs)
+
+    adapter_sync._engine_with_lora(types.SimpleNamespace(GRPOVllmEngine=GRPOVllmEngine), 8, "bitsandbytes")
+    GRPOVllmEngine("m", engine_kwargs={"max_num_batched_tokens": 4096})
+    assert seen["quantization"] == "bitsandbytes" and seen["enable_lora"] is True
+    assert seen["engine_kwargs"] == {"max_num_batched_tokens": 4096, "load_format": "bitsandbytes"}
+    assert adapter_sync.parse("8:bitsandbytes") == (8, "bitsandbytes") and adapter_sync.parse("16") == (16, "")
+    assert [adapter_sync.parse(v) for v in ("", "0", "8:awq", "x:bitsandbytes")] == [None] * 4
+
+
 def test_liger_s_grpo_loss_runs_eagerly_and_still_a_chunk_at_a_time(monkeypatch):
     """The planner turns liger's loss on by itself; compiled, torch 2.6 could fail recompiling it when the
     completion lengths change (hooks/liger_eager.py). With the hook, ms-swift's construction (no `compiled`

@@ -15,6 +15,13 @@ Only where the base weights vLLM holds stay the base model's: sleep level 0 or 1
 and ms-swift's merge is what brings them back), LoRA training, a colocated engine. vLLM 0.8.5's V0
 multi-step runner refuses LoRA (worker/multi_step_model_runner.py:285-287): the plan gives this path
 vLLM's V1 engine.
+
+GRPO_RIG_ADAPTER_SYNC=R:bitsandbytes (QLoRA: the trainer's base is bitsandbytes 4-bit, QUANT_METHOD=bnb
+QUANT_BITS=4): the engine loads the same base in 4-bit too, with vLLM's own bitsandbytes quantization of the
+checkpoint as it loads (vllm 0.8.5 model_loader/loader.py BitsAndBytesModelLoader: quantization and
+load_format "bitsandbytes"), and serves the adapter on it. ms-swift 3.6.4 has no 4-bit rollout: its merge
+would write the trainer's packed 4-bit tensors into vLLM's bf16 weights. Only the adapter crosses, so the
+two 4-bit copies never need a merge (TRL's merge into 4-bit weights changed generations: trl#3466).
 """
 
 from __future__ import annotations
@@ -72,13 +79,27 @@ def _applies(trainer) -> bool:
     return trainer.vllm_mode == "colocate" and trainer.args.sleep_level <= 1 and is_peft_model(trainer.model)
 
 
-def _engine_with_lora(grpo_vllm_engine, rank: int) -> None:
+QUANTIZED = "bitsandbytes"  # the one quantized base this path serves (vLLM's name for it)
+
+
+def parse(value: str) -> tuple[int, str] | None:
+    """(LoRA rank, "" or QUANTIZED) from the variable's value "R" or "R:bitsandbytes"; None when off."""
+    rank, _, quantized = value.partition(":")
+    if not rank.isdigit() or int(rank) < 1 or quantized not in ("", QUANTIZED):
+        return None
+    return int(rank), quantized
+
+
+def _engine_with_lora(grpo_vllm_engine, rank: int, quantized: str = "") -> None:
     cls = runtime.need(grpo_vllm_engine, "GRPOVllmEngine", ENGINE)
     original = cls.__init__
 
     @functools.wraps(original)
     def __init__(self, *args, **kwargs):
         kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=vllm_max_rank(rank))
+        if quantized:  # the base in 4-bit as the trainer holds it, quantized by vLLM as it loads
+            kwargs["quantization"] = quantized
+            kwargs["engine_kwargs"] = {**(kwargs.get("engine_kwargs") or {}), "load_format": quantized}
         original(self, *args, **kwargs)
 
     cls.__init__ = __init__
@@ -136,9 +157,12 @@ def _sync_adapter_only(grpo_trainer) -> None:
 
 
 def install(value: str, after: After) -> None:
-    """On with the LoRA rank (a whole number >= 1); anything else leaves ms-swift's merged-weight sync."""
-    if value.isdigit() and int(value) >= 1:
-        after.patch(ENGINE, lambda engine: _engine_with_lora(engine, int(value)))
+    """On with the LoRA rank (a whole number >= 1), ":bitsandbytes" after it for a 4-bit base (parse);
+    anything else leaves ms-swift's merged-weight sync."""
+    parsed = parse(value)
+    if parsed is not None:
+        rank, quantized = parsed
+        after.patch(ENGINE, lambda engine: _engine_with_lora(engine, rank, quantized))
         after.patch(GRPO_TRAINER, _sync_adapter_only)
 
 
