@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 
 from entrypoint.child import runtime
-from entrypoint.child.hooks import After, Hook, Target
+from entrypoint.child.hooks.base import After, Hook, Target
 
 GRPO_TRAINER = "swift.trainers.rlhf_trainer.grpo_trainer"
 
