@@ -19,7 +19,8 @@ from entrypoint.child.hooks.base import After, Hook, Target
 
 GRPO_TRAINER = "swift.trainers.rlhf_trainer.grpo_trainer"
 
-REWARD_MARK = "grpo-rig reward check:"  # entrypoint/deaths.py finds the failure by it in the trainer's log
+# entrypoint/supervise/deaths.py finds the failure by it in the trainer's log
+REWARD_MARK = "grpo-rig reward check:"
 
 
 class RewardCheckFailed(RuntimeError):
