@@ -142,7 +142,7 @@ ENV CUDA_HOME=/usr/local/cuda \
     TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST}
 
 # Image identity, last so a new commit rebuilds only metadata: OCI labels, and the same values as
-# environment variables that the run manifest records (entrypoint/manifest.py). LOCK_SHA256, when given,
+# environment variables that the run manifest records (entrypoint/record/manifest.py). LOCK_SHA256, when given,
 # must be the sha256 of requirements/runtime.lock (the build checks it; compose passes it from the Makefile).
 ARG VERSION=unknown
 ARG REVISION=unknown

@@ -127,11 +127,11 @@ test: venv model lint  ## Lint, then every test (the real smoke GRPO run and the
 	$(VENV)/bin/pytest -q -m "$(REAL)"
 
 # The edit loop: in-process tests only (no training, Docker, namespaces or entrypoint subprocesses; those are
-# marked cli), spread test by test over FAST_WORKERS. The hook drift test is among them: a lock bump that
-# changes an upstream function a child hook patches fails here.
+# marked cli), none that imports torch and its kind (marked torch), spread test by test over FAST_WORKERS. The
+# hook drift test is among them: a lock bump that changes an upstream function a child hook patches fails here.
 .PHONY: test-fast
-test-fast: venv model  ## The edit loop: in-process tests only (no training, Docker or subprocesses), in parallel
-	$(VENV)/bin/pytest -q -n $(FAST_WORKERS) --dist load -m "not ($(REAL) or cli)"
+test-fast: venv model  ## The edit loop: in-process tests only (no training, Docker, subprocesses or torch), in parallel
+	$(VENV)/bin/pytest -q -n $(FAST_WORKERS) --dist load -m "not ($(REAL) or cli or torch)"
 
 # Docker, its daemon, Compose v2, and for GPU targets the NVIDIA runtime, each named when missing.
 need_docker = @scripts/docker-check.sh

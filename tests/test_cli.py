@@ -161,6 +161,7 @@ ds.error("an error still shows")
 """
 
 
+@pytest.mark.torch  # its child imports transformers
 @pytest.mark.cli
 def test_prepare_model_and_evaluate_keep_library_notices_off_the_console():
     """The tokenizer's "legacy" paragraph, DeepSpeed's accelerator lines (twice) and a tqdm bar on

@@ -44,6 +44,7 @@ def test_restart_resumes_to_the_planned_steps_without_repeating_checkpointed_ste
     assert [a.get("status") for a in data["attempts"]] == ["stopped", "completed"]
 
 
+@pytest.mark.torch
 def test_merged_model_is_exported_and_loads(lifecycle):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

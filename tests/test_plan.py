@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
-import swift
 
 from entrypoint.child import hooks
 from tests.conftest import ROOT, build_plan, clean_env, flag, load_recipe, run_cli
+
+# ms-swift's installed folder, found without importing it (its import takes torch and transformers: seconds)
+SWIFT = Path(importlib.util.find_spec("swift").origin).parent
 
 
 def build(*pairs, inventory="5x4090-driver535", environ=None):
@@ -63,7 +66,7 @@ def test_one_process_starts_ms_swift_s_worker_without_its_cli_and_torchrun():
     interpreters. More than one process, more than one node, or a CLI named by GRPO_RIG_SWIFT keep
     `swift rlhf`, with torchrun's NPROC_PER_NODE where there is more than one process."""
     (one,) = build("recipe=countdown-1x4090", "RUN_NAME=c", inventory="1x4090-driver535").processes
-    assert one.argv[:2] == [sys.executable, str(Path(swift.__file__).parent / "cli" / "rlhf.py")]
+    assert one.argv[:2] == [sys.executable, str(SWIFT / "cli" / "rlhf.py")]
     assert "NPROC_PER_NODE" not in one.env
     named = build("recipe=countdown-1x4090", "RUN_NAME=c", inventory="1x4090-driver535",
                   environ={"GRPO_RIG_SWIFT": "/opt/other/bin/swift"}).processes[0]  # fmt: skip

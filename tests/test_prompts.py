@@ -40,6 +40,7 @@ def expected_chatml(messages: list[dict]) -> str:
     )
 
 
+@pytest.mark.torch
 @pytest.mark.cli
 def test_the_converted_tokenizer_names_the_original_special_tokens():
     if not models.is_prepared(models.lookup(models.DEFAULT_MODEL), EMBEDDED.parent):
@@ -55,6 +56,7 @@ def test_the_converted_tokenizer_names_the_original_special_tokens():
     assert tokenizer("hi")["input_ids"][0] != tokenizer.bos_token_id  # nothing prepended
 
 
+@pytest.mark.torch
 @pytest.mark.slow  # imports ms-swift (~25 s)
 def test_a_smoke_row_renders_exactly_as_chatml():
     if not models.is_prepared(models.lookup(models.DEFAULT_MODEL), EMBEDDED.parent):
@@ -66,6 +68,7 @@ def test_a_smoke_row_renders_exactly_as_chatml():
     assert not text.startswith("<|im_start|><|im_start|>")
 
 
+@pytest.mark.torch
 @pytest.mark.slow
 def test_the_qwen_recipes_render_without_a_bos(tmp_path):
     """countdown-1x4090 and tcm-4x4090 train Qwen2.5 models (the TCM one is a Qwen2.5-1.5B SFT with the

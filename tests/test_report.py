@@ -1,4 +1,4 @@
-"""Run reports (entrypoint/report.py): a failed run's training curves say so."""
+"""Run reports (entrypoint/record/report.py): a failed run's training curves say so."""
 
 from __future__ import annotations
 

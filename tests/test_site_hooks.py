@@ -394,6 +394,7 @@ print(trainer._score_completions(rows))
 """
 
 
+@pytest.mark.torch
 @pytest.mark.slow  # imports ms-swift's GRPO trainer (~1 minute on 2 cores)
 def test_ms_swift_s_own_scoring_of_a_nan_row_fails_unrelated_and_the_check_names_it(tmp_path):
     """On ms-swift 3.6.4's real GRPOTrainer._score_completions: a reward's NaN on a row crashes
@@ -490,6 +491,7 @@ def test_the_trainer_s_start_up_heap_is_frozen_once_it_is_built(monkeypatch):
         gc.unfreeze()
 
 
+@pytest.mark.torch
 @pytest.mark.slow  # imports vLLM (about 15 s on 2 cores)
 def test_top_k_first_masks_the_logits_exactly_as_vllm_s_sort_does(monkeypatch):
     """GRPO_RIG_VLLM_TOP_K_FIRST: vLLM 0.8.5's own apply_top_k_top_p and the top-k-first path give the same
@@ -541,6 +543,7 @@ def test_top_k_first_masks_the_logits_exactly_as_vllm_s_sort_does(monkeypatch):
     assert torch.equal(got, ops.apply_top_k_top_p(bf16.clone(), k32, p32))
 
 
+@pytest.mark.torch
 @pytest.mark.slow  # imports vLLM (about 15 s on 2 cores)
 def test_top_k_first_takes_k_from_vllm_s_batch_without_reading_the_gpu_back(monkeypatch):
     """GRPO_RIG_VLLM_TOP_K_FIRST: on the batch vLLM 0.8.5 builds (InputBatch, as ms-swift's requests set it:
@@ -606,6 +609,7 @@ def test_scheduler_steps_reach_ms_swift_s_colocated_engine():
     assert kept.engine_kwargs == {"seed": 1, "num_scheduler_steps": 4, "multi_step_stream_outputs": False}
 
 
+@pytest.mark.torch
 @pytest.mark.slow  # imports vLLM (about 15 s on 2 cores)
 def test_v0_multi_step_runner_exposes_the_model_ms_swift_syncs_weights_into():
     """GRPO_RIG_VLLM_SCHEDULER_STEPS: ms-swift's weight sync reads engine.model_executor.driver_worker.worker
@@ -769,6 +773,7 @@ def _tiny_peft_model():
     )
 
 
+@pytest.mark.torch
 def test_the_adapter_is_written_as_peft_saves_it(tmp_path):
     """What vLLM's LoRAModel.from_local_checkpoint reads: the adapter's tensors and its config (vLLM parsed
     these on the lent H200, tests/gpu/test_weight_sync.py, adapter path)."""
@@ -849,6 +854,7 @@ def lora_requests(monkeypatch):
     monkeypatch.setattr(adapter_sync, "_request_types", lambda: (adapter, lora))
 
 
+@pytest.mark.torch
 def test_each_step_vllm_generates_with_the_adapter_just_written_and_the_last_is_removed(
     tmp_path, lora_requests
 ):
@@ -877,6 +883,7 @@ def test_each_step_vllm_generates_with_the_adapter_just_written_and_the_last_is_
     assert trainer.engine.engine.tokenizer.lora_tokenizers.store == {1: "base tokenizer", 2: "base tokenizer"}
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("settings", [{"sleep_level": 2}, {"mode": "server"}])
 def test_where_vllm_s_base_weights_are_not_kept_ms_swift_s_merged_sync_runs(
     tmp_path, lora_requests, settings
@@ -920,6 +927,7 @@ def test_a_4_bit_base_is_loaded_4_bit_by_vllm_too_and_the_value_is_read_strictly
     assert [adapter_sync.parse(v) for v in ("", "0", "8:awq", "x:bitsandbytes")] == [None] * 4
 
 
+@pytest.mark.torch
 def test_liger_s_grpo_loss_runs_eagerly_and_still_a_chunk_at_a_time(monkeypatch):
     """The planner turns liger's loss on by itself; compiled, torch 2.6 could fail recompiling it when the
     completion lengths change (hooks/liger_eager.py). With the hook, ms-swift's construction (no `compiled`

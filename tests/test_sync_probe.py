@@ -119,6 +119,7 @@ def _trainer(tokenizer, model, engine):
     )
 
 
+@pytest.mark.torch
 def test_an_engine_on_the_trained_weights_is_seen_as_synced(probe, trained):
     tokenizer, model = trained
     merged = copy.deepcopy(model).merge_and_unload().eval()  # what ms-swift loads into vLLM
@@ -128,6 +129,7 @@ def test_an_engine_on_the_trained_weights_is_seen_as_synced(probe, trained):
     assert model.training, "the probe must give the trainer its model back in training mode"
 
 
+@pytest.mark.torch
 def test_an_engine_left_on_the_base_weights_is_seen_as_stale(probe, trained):
     tokenizer, model = trained
     record = probe.measure(_trainer(tokenizer, model, FakeEngine(model, model.disable_adapter)))

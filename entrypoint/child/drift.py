@@ -1,6 +1,6 @@
 """Has the upstream code a hook patches changed since the hook was written? Read from source, never imported.
 
-For a Target (hooks/__init__.py) the installed module's file is found without importing it or its parent
+For a Target (hooks/base.py) the installed module's file is found without importing it or its parent
 packages (importlib.util.find_spec of the top-level package only, then the dotted path walked to x.py or
 x/__init__.py), parsed with `ast`, and the node of its qualname hashed: sha256 of ast.dump(node) (line
 numbers left out, so code moving within the file is no drift), first 16 hex digits. ast.dump's text
@@ -18,7 +18,8 @@ import hashlib
 import importlib.util
 from pathlib import Path
 
-from entrypoint.child.hooks import ALL, Hook, Target
+from entrypoint.child.hooks import ALL
+from entrypoint.child.hooks.base import Hook, Target
 
 HEX_DIGITS = 16
 

@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 
 from entrypoint.child import runtime
-from entrypoint.child.hooks import ALL, Hook
+from entrypoint.child.hooks import ALL
+from entrypoint.child.hooks.base import Hook
 
 
 @dataclasses.dataclass(frozen=True)

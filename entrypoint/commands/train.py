@@ -13,7 +13,7 @@ Run directory `OUTPUT_DIR/<RUN_NAME>/`:
     .space-reserve       1 MiB set aside while the run lives, freed to record its end on a full disk
 
 Starting a run whose directory exists resumes it from its newest complete checkpoint, after checking
-that the recipe still trains the same thing (the identity keys of entrypoint/keys.py). Whatever ends a
+that the recipe still trains the same thing (the identity keys of entrypoint/recipe/keys.py). Whatever ends a
 run (its children, a full disk, an error in export, a signal at any moment), the manifest records how
 (`_run`); a failed run's manifest explains it (deaths.py).
 """

@@ -106,7 +106,8 @@ class Facts:
     datasets: Mapping[str, DatasetFile]
     model_config: tuple[dict | None, str]  # (config.json, where it came from)
     hub: Mapping[str, str | None]  # "models:org/name:hf" -> local snapshot or None
-    hub_expected: Mapping[str, str] = MappingProxyType({})  # same keys -> where the hub's library keeps it
+    # same keys -> where the hub's library keeps it (a factory: Python 3.11 refuses a mappingproxy default)
+    hub_expected: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     ports: Ports = Ports()
     plugins: Mapping[str, Any] | None = None  # the probe's answer (world/plugin_probe.py), None: failed
     plugin_error: str = ""

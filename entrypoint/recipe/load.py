@@ -149,7 +149,7 @@ class Recipe:
 def classify(key: str) -> str | None:
     """The kind of a recipe key ("owned", "trainer", "rollout", "nccl", "env"), or None if unknown.
 
-    Managed and renamed keys return None too; `explain_unknown` says why (entrypoint/keys.py).
+    Managed and renamed keys return None too; `explain_unknown` says why (entrypoint/recipe/keys.py).
     """
     found = keys.lookup(key)
     return found.kind if found is not None and found.kind not in ("managed", "renamed") else None

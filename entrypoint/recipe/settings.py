@@ -150,7 +150,7 @@ class Settings(BaseModel):
         True,
         description="let the planner choose PER_DEVICE_TRAIN_BATCH_SIZE, GRADIENT_ACCUMULATION_STEPS, "
         "GRADIENT_CHECKPOINTING, USE_LIGER_KERNEL, VLLM_GPU_MEMORY_UTILIZATION, SLEEP_LEVEL, "
-        "VLLM_SCHEDULER_STEPS and PYTORCH_CUDA_ALLOC_CONF where the recipe leaves them unset (entrypoint/shape.py)",
+        "VLLM_SCHEDULER_STEPS and PYTORCH_CUDA_ALLOC_CONF where the recipe leaves them unset (entrypoint/plan/shape.py)",
     )
     VLLM_SCHEDULER_STEPS: int = Field(
         0,
@@ -158,7 +158,7 @@ class Settings(BaseModel):
         le=64,
         description="decode steps a colocated vLLM schedules at once: > 1 runs vLLM's V0 engine with multi-step "
         "scheduling (VLLM_USE_V1=0; 0.8.5's V1 engine has none), 1 ms-swift's V1 engine; 0: the planner chooses "
-        "(entrypoint/shape.py), else 1",
+        "(entrypoint/plan/shape.py), else 1",
     )
     EMULATE_VRAM_GB: float = Field(0.0, ge=0, description="cap each process's CUDA memory (GiB); 0: off")
     GPU_MONITOR_INTERVAL: float = Field(2.0, gt=0, description="seconds between NVML samples into gpu.jsonl")

@@ -7,7 +7,7 @@ what differs; node 0 records every node's identity in its manifest. torchrun's o
 (MASTER_PORT) starts only after this.
 
 Compared: the lock's sha256, the image version and revision, and every recipe value except the keys
-that may differ per node (node-local in entrypoint/keys.py). Each node also reports whether it has an active
+that may differ per node (node-local in entrypoint/recipe/keys.py). Each node also reports whether it has an active
 InfiniBand/RoCE port: NCCL uses IB only when every node has it.
 """
 

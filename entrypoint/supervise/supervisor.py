@@ -21,7 +21,7 @@ State of a child (`ChildState`, after torchelastic's WorkerState):
 
 Every child runs in its own session (process group). Signal handlers only raise `Interrupted`; cleanup
 happens in `launch`'s `finally`. Each child's lines go to `<run>/logs/<role>.log` and, through the one
-`Printer`, to the console as `role | line`, those that entrypoint/console.py lets through. Seams for tests: the process constructor (`popen`), the
+`Printer`, to the console as `role | line`, those that entrypoint/supervise/console.py lets through. Seams for tests: the process constructor (`popen`), the
 clock and sleep, the health probe and the port lookup (`Supervisor.__init__`).
 """
 

@@ -20,7 +20,6 @@ from tests.conftest import ROOT, clean_env
 SITE = ROOT / "entrypoint" / "child" / "site"
 
 
-@pytest.mark.cli
 @pytest.mark.parametrize("hook", hooks.ALL, ids=hooks.NAMES)
 def test_every_target_is_the_upstream_source_its_hook_was_written_against(hook):
     changed = drift.drifted(hook)

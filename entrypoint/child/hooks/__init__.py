@@ -12,51 +12,7 @@ A hook that cannot install (a target missing, an exception) says so once per pro
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
-from types import ModuleType
-from typing import Protocol
-
-
-@dataclasses.dataclass(frozen=True)
-class Target:
-    """An upstream definition a hook patches or relies on: `module` (dotted), `qualname` ("Class.method", a
-    function, a class) and `sha256`, the first 16 hex digits of sha256(ast.dump(its node)) in the version
-    the hook was written against (drift.digest)."""
-
-    module: str
-    qualname: str
-    sha256: str
-
-
-class After(Protocol):
-    """What a hook's install is given (loader.AfterImport): patches to run once a module is imported."""
-
-    def patch(self, module: str, apply: Callable[[ModuleType], None]) -> None:
-        """Run apply(module) right after the child imports `module` (a dotted name), once."""
-
-    def time(self, module: str, write: Callable[[dict], None]) -> None:
-        """write({"phase": "import", "module": ..., "seconds": ...}) once the child has imported `module`."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Hook:
-    """One hook: `install(value, after)` registers its patches when `value` (the text of `variable` in the
-    child's environment, "" when unset) turns it on, and nothing otherwise."""
-
-    name: str  # what DISABLE_HOOKS names
-    variable: str  # the GRPO_RIG_* variable that turns it on (the plan sets it)
-    targets: tuple[Target, ...]
-    upstream: tuple[str, ...]  # the pins the targets were read in: "vllm==0.8.5.post1", ...
-    why: str
-    saves: str  # measured, with where the evidence is
-    delete_when: str  # the upstream change that makes it unnecessary
-    install: Callable[[str, After], None]
-    recipe_key: str = ""  # the recipe key the plan derives `variable` from, if any
-
-
-# The modules import Hook and Target from this package; they are imported once both exist.
-from entrypoint.child.hooks import (  # noqa: E402
+from entrypoint.child.hooks import (
     adapter_sync,
     emulate_vram,
     events,
@@ -72,6 +28,9 @@ from entrypoint.child.hooks import (  # noqa: E402
     sync_probe,
     top_k_first,
 )
+from entrypoint.child.hooks.base import After, Hook, Target
+
+__all__ = ["ALL", "BY_NAME", "BY_VARIABLE", "NAMES", "After", "Hook", "Target"]
 
 # Install order: hooks on the same module run in this order once it is imported. adapter_sync replaces the
 # weight sync before sync_probe and events wrap whichever sync is in place. lean and sync_probe come

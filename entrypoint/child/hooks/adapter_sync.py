@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 
 from entrypoint.child import runtime
-from entrypoint.child.hooks import After, Hook, Target
+from entrypoint.child.hooks.base import After, Hook, Target
 
 ENGINE = "swift.llm.infer.infer_engine.grpo_vllm_engine"
 GRPO_TRAINER = "swift.trainers.rlhf_trainer.grpo_trainer"

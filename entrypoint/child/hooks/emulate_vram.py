@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import os
 
-from entrypoint.child.hooks import After, Hook, Target
+from entrypoint.child.hooks.base import After, Hook, Target
 
 GIB = 1024**3
 CONTEXT_BYTES = (

@@ -26,7 +26,7 @@ import signal
 import time
 
 from entrypoint.child import runtime
-from entrypoint.child.hooks import After, Hook, Target
+from entrypoint.child.hooks.base import After, Hook, Target
 from entrypoint.child.runtime import Events, timed
 
 # the worker's imports whose seconds are recorded: the libraries, ms-swift's training code, its GRPO trainer

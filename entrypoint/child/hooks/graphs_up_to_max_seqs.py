@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 
 from entrypoint.child import runtime
-from entrypoint.child.hooks import After, Hook, Target
+from entrypoint.child.hooks.base import After, Hook, Target
 
 CAPTURE_SIZES = [1, 2, 4] + list(range(8, 513, 8))  # vLLM 0.8.5's candidates (vllm/config.py)
 

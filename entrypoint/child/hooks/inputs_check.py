@@ -15,7 +15,7 @@ import json
 import os
 
 from entrypoint.child import runtime
-from entrypoint.child.hooks import After, Hook, Target
+from entrypoint.child.hooks.base import After, Hook, Target
 
 SFT = "swift.llm.train.sft"
 INPUTS_MARK = "grpo-rig inputs check:"  # the line a changed dataset ends the run with

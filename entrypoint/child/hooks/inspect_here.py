@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import sys
 
-from entrypoint.child.hooks import After, Hook, Target
+from entrypoint.child.hooks.base import After, Hook, Target
 
 REGISTRY = "vllm.model_executor.models.registry"
 

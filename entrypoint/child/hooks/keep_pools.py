@@ -15,7 +15,7 @@ import contextlib
 import ctypes
 
 from entrypoint.child import runtime
-from entrypoint.child.hooks import After, Hook, Target
+from entrypoint.child.hooks.base import After, Hook, Target
 
 
 def _keep_vllm_pools(cumem) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 
 from entrypoint.child import runtime
-from entrypoint.child.hooks import After, Hook, Target
+from entrypoint.child.hooks.base import After, Hook, Target
 
 ENGINE = "vllm.v1.engine.llm_engine"
 GRPO_TRAINER = "swift.trainers.rlhf_trainer.grpo_trainer"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 
-from entrypoint.child.hooks import After, Hook, Target
+from entrypoint.child.hooks.base import After, Hook, Target
 
 GRPO_LOSS = "liger_kernel.chunked_loss.grpo_loss"
 

@@ -13,7 +13,7 @@ Everything else is ms-swift's own code (the merge, the sync, the offload and the
 from __future__ import annotations
 
 from entrypoint.child import runtime
-from entrypoint.child.hooks import After, Hook, Target
+from entrypoint.child.hooks.base import After, Hook, Target
 
 GRPO_TRAINER = "swift.trainers.rlhf_trainer.grpo_trainer"
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 import sys
 
 from entrypoint.child import runtime
-from entrypoint.child.hooks import After, Hook, Target
+from entrypoint.child.hooks.base import After, Hook, Target
 
 GRPO_TRAINER = "swift.trainers.rlhf_trainer.grpo_trainer"
 
-REWARD_MARK = "grpo-rig reward check:"  # entrypoint/deaths.py finds the failure by it in the trainer's log
+# entrypoint/supervise/deaths.py finds the failure by it in the trainer's log
+REWARD_MARK = "grpo-rig reward check:"
 
 
 class RewardCheckFailed(RuntimeError):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 
-from entrypoint.child.hooks import After, Hook, Target
+from entrypoint.child.hooks.base import After, Hook, Target
 
 ENGINE = "swift.llm.infer.infer_engine.grpo_vllm_engine"
 RUNNER = "vllm.worker.multi_step_model_runner"

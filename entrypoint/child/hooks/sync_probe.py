@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from entrypoint.child import runtime
-from entrypoint.child.hooks import After, Hook, Target
+from entrypoint.child.hooks.base import After, Hook, Target
 
 GRPO_TRAINER = "swift.trainers.rlhf_trainer.grpo_trainer"
 BREAK = "GRPO_RIG_SYNC_PROBE_BREAK"

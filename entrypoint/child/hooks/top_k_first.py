@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 
-from entrypoint.child.hooks import After, Hook, Target
+from entrypoint.child.hooks.base import After, Hook, Target
 
 SAMPLER = "vllm.v1.sample.ops.topk_topp_sampler"
 INPUT_BATCH = "vllm.v1.worker.gpu_input_batch"
