@@ -255,7 +255,10 @@ def test_values_changed_between_attempts_are_drift_naming_the_step():
     assert len(found) == 1 and found[0].fatal and found[0].where == "attempt 2", found
     assert "checkpoint-2" in found[0].message and "BETA 0.04 -> 0.2" in found[0].message
     assert "MAX_STEPS 2 -> 4" in found[0].message
-    alike = [{**a, "values": {"BETA": "0.04", "CONSOLE": c}} for a, c in zip(attempts, ("steps", "all"), strict=True)]
+    alike = [
+        {**a, "values": {"BETA": "0.04", "CONSOLE": c}}
+        for a, c in zip(attempts, ("steps", "all"), strict=True)
+    ]
     assert rerun.drift({**DATA, "attempts": alike}, SAME) == []
 
 

@@ -923,7 +923,10 @@ def test_a_4_bit_base_is_loaded_4_bit_by_vllm_too_and_the_value_is_read_strictly
     GRPOVllmEngine("m", engine_kwargs={"max_num_batched_tokens": 4096})
     assert seen["quantization"] == "bitsandbytes" and seen["enable_lora"] is True
     assert seen["engine_kwargs"] == {"max_num_batched_tokens": 4096, "load_format": "bitsandbytes"}
-    assert adapter_sync.parse("8:bitsandbytes") == (8, "bitsandbytes") and adapter_sync.parse("16") == (16, "")
+    assert adapter_sync.parse("8:bitsandbytes") == (8, "bitsandbytes") and adapter_sync.parse("16") == (
+        16,
+        "",
+    )
     assert [adapter_sync.parse(v) for v in ("", "0", "8:awq", "x:bitsandbytes")] == [None] * 4
 
 
