@@ -495,3 +495,19 @@ def test_a_resume_with_a_changed_dataset_says_so_and_keeps_each_attempts_inputs(
     )
     attempts = manifest(out / "r")["attempts"]
     assert attempts[0]["inputs"]["dataset"][0]["sha256"] != attempts[1]["inputs"]["dataset"][0]["sha256"]
+
+
+def test_a_merged_export_that_hangs_ends_as_stalled_and_keeps_the_adapter(tmp_path):
+    """The merged export was never bounded: a hung merge kept the run `running` forever."""
+    out = tmp_path / "out"
+    started = time.monotonic()
+    proc = train(
+        tmp_path, out, "EXPORT_MERGED=true", "STALL_TIMEOUT=3", FAKE_TRAINER="ok", FAKE_EXPORT="hang"
+    )
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and time.monotonic() - started < 90, said
+    assert "export stalled: no output and no log line for" in said, said
+    data = manifest(out / "r")
+    assert data["status"] == "export_failed" and "stalled" in data["failure"], data["failure"]
+    assert (out / "r" / "adapter").is_dir() and not (out / "r" / "merged").exists()
+    assert not any(alive(p) for p in pids(tmp_path, "export"))
