@@ -299,6 +299,12 @@ def test_a_checkpoint_save_is_named_and_bytes_written_are_progress(tmp_path):
     console.shown("trainer", "[INFO:swift] Saving model checkpoint to /out/r/train/checkpoint-1")
     now[0] = 160.0
     assert console.heartbeat().startswith("step 2/5: saving a checkpoint"), console.heartbeat()
+    events = tmp_path / "events.jsonl"
+    saved = Console(clock=lambda: now[0], wall=lambda: now[0], total_steps=5, events=events)
+    saved.shown("trainer", "[INFO:swift] Saving model checkpoint to /out/r/train/checkpoint-1")
+    now[0] += 1
+    events.write_text(f'{{"t": {now[0]}, "phase": "save", "seconds": 3.0, "step": 1}}\n')
+    assert "generating completions" in saved.heartbeat(), saved.heartbeat()  # the save ended
     for _ in range(100):  # 1,000 s of a save that keeps writing
         now[0] += 10.0
         written[0] += 1

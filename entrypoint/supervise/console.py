@@ -32,7 +32,7 @@ import re
 import time
 from pathlib import Path
 
-from entrypoint.child.runtime import NOT_INSTALLED
+from entrypoint.child.runtime import GRPO_PHASES, NOT_INSTALLED
 from entrypoint.supervise import stall
 from entrypoint.supervise.deaths import TRACEBACK_START, in_traceback
 
@@ -250,6 +250,8 @@ class Console:
             where = "before the first step"
         if self.activity is not None and self.activity[0] >= self.last_event_at:
             doing = self.activity[1]
+        elif phase == "save":  # a step's checkpoint is written: the next step's generation follows
+            doing = "generating completions"
         elif phase in GRPO_PHASES:
             if phase in ("generate", "rollout"):
                 doing = f"training on {last.get('completions', '?')} completions (generated in {last.get('seconds', 0):.0f} s)"
@@ -306,7 +308,6 @@ class Progress:
                 f"{self.eta()}")  # fmt: skip
 
 
-GRPO_PHASES = ("sync", "generate", "rollout", "train")
 # what the trainer does after each start-up mark (entrypoint/child/hooks/events.py writes them)
 AFTER_MARK = {
     "model loaded": "loading the dataset and setting up the trainer",

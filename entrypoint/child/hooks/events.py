@@ -1,10 +1,10 @@
 """GRPO_RIG_EVENTS=PATH: rank 0 of the trainer appends one JSON line per GRPO phase to PATH:
-{"t": unix seconds, "phase": "sync" | "generate" | "rollout" | "train", "seconds": ..., ...},
+{"t": unix seconds, "phase": "sync" | "generate" | "rollout" | "train" | "save", "seconds": ..., ...},
 where `rollout` is generation plus scoring and log-probs (ms-swift 3.6.4
 GRPOTrainer._generate_and_score_completions), `generate` the generation inside it
 (_generate_completions), `sync` the weight push to vLLM (_move_model_to_vllm) and `train` one
 micro-batch's training_step, which holds the round's rollout on the round's first micro-batch (HF
-Trainer.training_step -> ms-swift _prepare_inputs). The console heartbeat and the throughput
+Trainer.training_step -> ms-swift _prepare_inputs), `save` a checkpoint written (SwiftMixin._save_checkpoint). The console heartbeat and the throughput
 benchmark read them; ms-swift's own logs stay as they are. Each phase event records the garbage
 collector's seconds inside it (`gc_seconds`).
 
@@ -66,6 +66,7 @@ def _record_phases(grpo, events: Events) -> None:
     timed(cls, "_generate_completions", _phase("generate", count=len), events)
     timed(cls, "_generate_and_score_completions", _phase("rollout", count=len), events)
     timed(cls, "training_step", _phase("train"), events)
+    timed(cls, "_save_checkpoint", _phase("save"), events)  # its end: the console stops saying "saving"
     timed(cls, "__init__", _mark("trainer ready"), events)
     timed(cls, "log", _mark("first step logged", once=True), events)
     prepare = runtime.need(cls, "prepare_vllm", f"{cls.__module__}.{cls.__qualname__}")
@@ -150,6 +151,8 @@ HOOK = Hook(
         _grpo("__init__", "3a0e5d68a4fc474d"),
         _grpo("log", "b174e7b3a6f16ca1"),
         _grpo("prepare_vllm", "a720724ba2f4d471"),
+        # GRPOTrainer inherits it from ms-swift's mixin
+        Target("swift.trainers.mixin", "SwiftMixin._save_checkpoint", "a12e0907e43084b3"),
         Target("swift.llm.base", "SwiftPipeline._parse_args", "e4541b5162ae599b"),
         Target("swift.llm.train.rlhf", "SwiftRLHF._prepare_model_tokenizer", "8bffb78524e9d695"),
         Target("swift.llm.train.sft", "SwiftSft._encode_dataset", "54f0a8bf57d2965f"),
