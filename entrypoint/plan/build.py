@@ -673,10 +673,14 @@ def _trainer_env(d: Draft) -> dict[str, str]:
         env["GRPO_RIG_VLLM_KEEP_POOLS"] = "1"
         if a.offload_model:  # else both weight copies meet on the GPU at each generation's start
             env["GRPO_RIG_OFFLOAD_BEFORE_WAKE"] = "1"
-            # vLLM serves the trained adapter on its base weights instead of ms-swift merging it on the CPU
-            # each step (entrypoint/child/hooks/adapter_sync.py); budget.adapter_sync_blocker says where not
-            if not budget_mod.adapter_sync_blocker(d.recipe, d.facts.deepspeed_config):
-                env["GRPO_RIG_ADAPTER_SYNC"] = str(a.lora_rank)
+    # vLLM serves the trained adapter on its base weights instead of ms-swift merging it (on the CPU, offloaded)
+    # each step (entrypoint/child/hooks/adapter_sync.py), on the one-copy path; and always for QLoRA, whose
+    # merged 4-bit weights vLLM cannot load (preflight/values.py _check_quantization); budget.adapter_sync_blocker
+    # says where not
+    one_copy = a.sleep_level >= 1 and a.offload_model
+    blocked = budget_mod.adapter_sync_blocker(d.recipe, d.facts.deepspeed_config)
+    if layout.mode == "colocate" and (one_copy or a.bnb_bits) and not blocked:
+        env["GRPO_RIG_ADAPTER_SYNC"] = str(a.lora_rank)
     if layout.mode == "colocate":
         env.update(_vllm_env(a.vllm_enforce_eager))
         # multi-step scheduling exists only through its hook; V0 without it is slower than V1

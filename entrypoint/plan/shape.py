@@ -293,6 +293,7 @@ def engine_options(r: Recipe, layout: Layout, w: Workload, budget: Budget) -> li
         or a.vllm_tensor_parallel_size > 1
         or (r.is_set("SLEEP_LEVEL") and a.sleep_level >= 1)
         or budget.offload
+        or a.bnb_bits  # QLoRA: vLLM serves the adapter, and V0's multi-step runner refuses LoRA
         or w.dims.params > memory.CALIBRATED_MAX_PARAMS
     ):
         return []
