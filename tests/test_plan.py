@@ -380,6 +380,21 @@ def test_vllm_is_given_only_the_adapter_on_the_one_weight_copy_path():
     )
 
 
+def test_colocated_qlora_always_gives_vllm_the_adapter_and_never_the_v0_engine():
+    """QLoRA's merged 4-bit weights are not weights vLLM can load (preflight/values.py check_quantization):
+    vLLM is given the adapter whether or not the run offloads, and the planner never turns multi-step
+    scheduling on (vLLM's V0 runner refuses LoRA), however small the model."""
+    pairs = ("recipe=countdown-1x4090", "RUN_NAME=c", "QUANT_METHOD=bnb", "QUANT_BITS=4")
+    plan = build(*pairs, inventory="1x4090-driver535")
+    trainer = plan.process("trainer")
+    assert not plan.recipe.trainer_args.offload_model and trainer.env["GRPO_RIG_ADAPTER_SYNC"] == "8"
+    assert "VLLM_USE_V1" not in trainer.env and plan.recipe.settings.VLLM_SCHEDULER_STEPS != 8
+    assert (
+        "GRPO_RIG_ADAPTER_SYNC"
+        not in build(*pairs, "USE_VLLM=false", inventory="1x4090-driver535").process("trainer").env
+    )
+
+
 def test_without_the_scheduler_steps_hook_the_colocated_engine_runs_vllm_s_v1():
     """The multi-step engine exists only through the hook; V0 stepping once per schedule would be slower
     than V1, so the plan gives V1 (entrypoint/child/hooks/scheduler_steps.py)."""

@@ -162,6 +162,7 @@ def workload(recipe: Recipe, b: Batch, dataset_paths: list[str], facts: Facts) -
         offload_params=offload_par,
         vllm_tp=a.vllm_tensor_parallel_size,
         liger=a.use_liger_kernel,
+        quant_bits=a.bnb_bits,
     )
     return w, f"model dimensions from {source}; prompt {prompt} tokens, {why}"
 

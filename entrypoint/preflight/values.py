@@ -49,7 +49,7 @@ def check(plan: Plan, facts: Facts) -> list[Problem]:
         _check_deepspeed,
         _check_rewards,
         _check_train_type,
-        _check_quantization,
+        check_quantization,
         _check_completion_length,
         _check_one_copy_sync,
         _check_model_type,
@@ -319,7 +319,7 @@ BF16_ROUTE = ("remove QUANT_METHOD and QUANT_BITS to train bf16 LoRA (where two 
               "planner keeps one on it at a time: recipe countdown-7b-1x4090)")  # fmt: skip
 
 
-def _check_quantization(plan: Plan, facts: Facts, where) -> list[Problem]:
+def check_quantization(plan: Plan, facts: Facts, where) -> list[Problem]:
     """QUANT_METHOD=bnb: what ms-swift, transformers and vLLM 0.8.5 accept of it, refused before the model loads.
     QLoRA with vLLM runs colocated, vLLM holding its own 4-bit copy (quantized while it loads the bf16
     checkpoint: vllm/model_executor/model_loader/loader.py:1038-1122) and given only the trained adapter each
@@ -443,7 +443,7 @@ def _check_one_copy_sync(plan: Plan, facts: Facts, where) -> list[Problem]:
     r, a = plan.recipe, plan.recipe.trainer_args
     if plan.layout.mode != "colocate" or a.sleep_level < 1 or not a.offload_model or a.train_type != "lora":
         return []
-    if a.bnb_bits and a.use_vllm:  # QLoRA: no merge to fall back on (_check_quantization refuses it)
+    if a.bnb_bits and a.use_vllm:  # QLoRA: no merge to fall back on (check_quantization refuses it)
         return []
     why = budget.adapter_sync_blocker(r, facts.deepspeed_config)
     if not why:
