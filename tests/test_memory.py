@@ -687,3 +687,64 @@ def test_a_fix_names_no_smaller_micro_batch_at_1_and_no_lever_that_does_not_fit(
     # QLoRA fits with the missing piece, named together; the largest model counts the one-copy path
     assert all(f.startswith("QUANT_METHOD=bnb QUANT_BITS=4 SLEEP_LEVEL=1 fits") for f in fixes), fixes
     assert "at most about 8.9B parameters" in fixes[0], fixes[0]
+
+
+# Host RAM on the one-weight-copy path ------------------------------------------------------------------------
+
+
+def _on_a_pc(ram_gib: float | None, *pairs: str):
+    """The plan on one RTX 4090 in a PC with `ram_gib` of RAM available (None: an inventory without RAM)."""
+    from entrypoint.plan import build as plan_mod
+    from tests.conftest import facts_for, load_inventory, load_recipe
+
+    inventory = load_inventory("1x4090-driver535")
+    if ram_gib is not None:
+        inventory = inventory.model_copy(
+            update={
+                "ram_total_bytes": int((ram_gib + 3) * 2**30),
+                "ram_available_bytes": int(ram_gib * 2**30),
+            }
+        )
+    r = load_recipe(*pairs)
+    return plan_mod.build(r, inventory, facts_for(r, None, quantizers=frozenset({"bitsandbytes"})))
+
+
+def test_the_one_copy_path_is_refused_on_a_pc_whose_ram_cannot_hold_the_offloaded_copies():
+    """A 32 GB PC (29 GiB available) with the 7B recipe: the trainer's and vLLM's bf16 copies wait in RAM in
+    turn (34.6 GiB with the process): the OOM killer would end the run at its first offload. Refused, naming
+    QLoRA, which fits the card and that RAM; 64 GiB holds it; an inventory without RAM is not judged."""
+    plan = _on_a_pc(29.0, "recipe=countdown-7b-1x4090")
+    assert [p for p in plan.host_ram if p[0] == "vLLM's weights (asleep)"][0][1] == pytest.approx(
+        14.2, abs=0.1
+    )
+    (short,) = [p for p in memory_problems(plan) if p.where == "host RAM"]
+    assert "29.0 GiB available" in short.message and "OOM killer" in short.message
+    assert short.fix.startswith("QUANT_METHOD=bnb QUANT_BITS=4 fits:"), short.fix
+    assert not [
+        p for p in memory_problems(_on_a_pc(60.0, "recipe=countdown-7b-1x4090")) if p.where == "host RAM"
+    ]
+    unknown = _on_a_pc(None, "recipe=countdown-7b-1x4090")
+    assert not [p for p in memory_problems(unknown, fatal=False) if p.where == "host RAM"]
+    assert "the inventory does not record RAM" in unknown.render()
+
+
+def test_qlora_keeps_only_the_bf16_part_of_the_trainer_in_ram():
+    """Qwen3-14B QLoRA: the trainer's quantized weights stay on the GPU, so RAM holds its embeddings and lm_head,
+    vLLM's 4-bit copy and the process: it fits a 32 GB PC."""
+    plan = _on_a_pc(29.0, "recipe=countdown-7b-1x4090", "MODEL=Qwen/Qwen3-14B", "MODEL_TYPE=qwen3",
+                    "QUANT_METHOD=bnb", "QUANT_BITS=4")  # fmt: skip
+    ram = dict(plan.host_ram)
+    assert ram["trainer's weights (offloaded)"] == pytest.approx(2.9, abs=0.1)
+    assert ram["vLLM's weights (asleep)"] == pytest.approx(9.25, abs=0.1)
+    assert not memory_problems(plan), [p.render() for p in memory_problems(plan)]
+
+
+def test_the_inventory_records_this_machines_ram():
+    from entrypoint.facts.inventory import Inventory
+    from entrypoint.world import hardware
+
+    ram = hardware.read_ram()
+    assert ram["ram_total_bytes"] > 0 and 0 < ram["ram_available_bytes"] <= ram["ram_total_bytes"]
+    inv = Inventory.model_validate_json(Inventory(source="nvml", **ram).model_dump_json())
+    assert inv.ram_free_gib == pytest.approx(ram["ram_available_bytes"] / 2**30)
+    assert Inventory(source="nvml").ram_free_gib is None  # an older inventory file: unknown

@@ -360,6 +360,18 @@ class Budget:
         return per_gpu(layout, self.card, w, colocate, self.rollout_utilization, self.offload)
 
 
+def host_ram(recipe: Recipe, layout: Layout, budget: Budget) -> dict[str, float]:
+    """GiB of this node's RAM the run's colocated training processes need for what they offload around
+    generation and vLLM's sleep (memory.host_ram, once per process on the node); {} where nothing waits in
+    CPU memory or the memory cannot be estimated."""
+    a, w = recipe.trainer_args, budget.workload
+    if layout.mode != "colocate" or w is None or budget.colocate is None:
+        return {}
+    train = memory.estimate_training(w)
+    parts = memory.host_ram(train, w, a.offload_model, a.offload_optimizer, budget.colocate.sleep_level)
+    return {k: v * layout.nproc_per_node for k, v in parts.items()}
+
+
 def compute(
     recipe: Recipe, layout: Layout, inventory: Inventory, facts: Facts, dataset_paths: list[str]
 ) -> Budget:

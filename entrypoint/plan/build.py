@@ -96,6 +96,7 @@ class Plan:
     placed: bool = True  # False: no layout was possible (its problems say why); nothing else is checked
     memory: tuple = ()  # memory.GpuEstimate per GPU
     memory_note: tuple = ()
+    host_ram: tuple = ()  # (part, GiB) of this node's RAM the offloaded copies need (budget.host_ram)
     budget: Budget | None = dataclasses.field(default=None, repr=False, compare=False)
     facts: Facts | None = dataclasses.field(default=None, repr=False, compare=False)
     offline: bool = False  # no hub access (OFFLINE, or a hub's offline variable in the environment)
@@ -170,10 +171,24 @@ class Plan:
                 }  # fmt: skip
                 for e in self.memory
             ],
+            **({"host_ram_gib": {k: round(v, 2) for k, v in self.host_ram}} if self.host_ram else {}),
             "resume_from": self.resume_from,
             "processes": [p.to_json() for p in self.processes],
             "warnings": [p.render() for p in self.problems if not p.fatal],
         }
+
+    def host_ram_line(self) -> str:
+        """What the run keeps in this node's RAM (the one-weight-copy path), against what the inventory says."""
+        need = sum(v for _, v in self.host_ram)
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in self.host_ram)
+        free = self.inventory.ram_free_gib
+        have = (
+            f"this machine has {free:.1f} GiB available"
+            + (f" of {self.inventory.ram_total_bytes / 2**30:.1f}" if self.inventory.ram_total_bytes else "")
+            if free is not None
+            else "the inventory does not record RAM (doctor --save-inventory records it)"
+        )
+        return f"host RAM: about {need:.1f} GiB for what waits in CPU memory [{parts}]; {have}"
 
     def render(self) -> str:
         lines = [f"recipe {self.recipe.name} -> run {self.run_name} in {self.run_dir}"]
@@ -191,6 +206,8 @@ class Plan:
             lines.append("memory (predicted peak per GPU, GiB):")
             lines += [f"  {e.render()}" for e in self.memory]
             lines += [f"  ({note})" for note in self.memory_note]
+            if self.host_ram:
+                lines.append(f"  {self.host_ram_line()}")
         if self.resume_from:
             lines.append(f"resume: from {self.resume_from}")
         lines += [f"step: {step}" for step in self.steps]
@@ -781,7 +798,10 @@ def _memory(plan: Plan) -> Plan:
     if w.dims.params > memory.CALIBRATED_MAX_PARAMS:
         note += (f"; extrapolated: the coefficients were fitted on models up to 1.5B parameters, this one has "
                  f"{w.dims.params / 1e9:.1f}B (bench/calibration/memory-calibration.json)")  # fmt: skip
-    return dataclasses.replace(plan, memory=tuple(b.estimates(plan.layout)), memory_note=(note,))
+    ram = tuple(budget_mod.host_ram(plan.recipe, plan.layout, b).items())
+    return dataclasses.replace(
+        plan, memory=tuple(b.estimates(plan.layout)), memory_note=(note,), host_ram=ram
+    )
 
 
 def _with_site_hooks(process: Process, env: Mapping[str, str], disabled: frozenset[str]) -> Process:

@@ -443,6 +443,32 @@ def largest_one_copy_params(w: Workload, card_gib: float, v: Colocate, coef=None
     return max(0.0, min(room_training / per_training, room_generation / per_generation))
 
 
+# RAM the trainer's process holds beside what it offloads (the interpreter, torch's and CUDA's host libraries,
+# ms-swift, vLLM's engine, tokenizer and dataset): an estimate, not measured on a GPU run (on the CPU the smoke
+# run's trainer holds about 7 GB with its 135M model in it: README, "Try it")
+HOST_PROCESS_GIB = 6.0
+
+
+def host_ram(
+    train: TrainingEstimate, w: Workload, offload_model: bool, offload_optimizer: bool, sleep_level: int
+) -> dict[str, float]:
+    """GiB of RAM one colocated training process needs for what waits in CPU memory, by part ({} when nothing
+    does): the trainer's weights while vLLM generates (OFFLOAD_MODEL; bitsandbytes' quantized ones stay on the
+    GPU), its optimizer states (OFFLOAD_OPTIMIZER), vLLM's weights while it sleeps at level 1 (level 2 discards
+    them), and the process around them. Both copies are counted: vLLM's CPU copy is freed only when it wakes,
+    after the trainer's left (hooks/offload_before_wake.py), and the trainer's comes back after vLLM sleeps."""
+    parts = {}
+    if offload_model:
+        parts["trainer's weights (offloaded)"] = train.weights - train.pinned
+    if offload_optimizer:
+        parts["optimizer states (offloaded)"] = train.resident - train.weights
+    if sleep_level == 1:
+        parts["vLLM's weights (asleep)"] = w.vllm_weights_gib(w.vllm_tp)
+    if parts:
+        parts["the process"] = HOST_PROCESS_GIB
+    return parts
+
+
 def colocate_peak(
     train: TrainingEstimate, card_gib: float, v: Colocate, coef=None, calibrated: bool = True
 ) -> dict[str, float]:

@@ -37,9 +37,46 @@ def check(plan: Plan) -> list[Problem]:
     if w is None:
         return _not_estimated(plan, b.note)
     extrapolated = w.dims.params > memory.CALIBRATED_MAX_PARAMS
-    return _peak_problems(plan, w, list(plan.memory), b.colocate, extrapolated) + _vllm_fits(
-        plan, w, b.card, b.colocate, b.offload
+    return (
+        _peak_problems(plan, w, list(plan.memory), b.colocate, extrapolated)
+        + _vllm_fits(plan, w, b.card, b.colocate, b.offload)
+        + _host_ram(plan)
     )
+
+
+# under this share of the machine's available RAM left beside the offloaded copies, a warning
+RAM_HEADROOM = 0.10
+
+
+def _ram_short(plan: Plan) -> tuple[float, float] | None:
+    """(needed, available GiB) where the offloaded copies (plan.host_ram) do not fit the RAM the inventory
+    records; None where they fit or either is unknown."""
+    need, free = sum(v for _, v in plan.host_ram), plan.inventory.ram_free_gib
+    return (need, free) if plan.host_ram and free is not None and need > free else None
+
+
+def _host_ram(plan: Plan) -> list[Problem]:
+    """The one-weight-copy path keeps the trainer's and vLLM's weights in CPU memory in turn: more than the
+    machine has, and the kernel's OOM killer ends the run at its first offload (a 7B in bf16 on a 32 GB PC).
+    Refused like a card that does not hold its peak (MEMORY_CHECK); an inventory that does not record RAM
+    (an older file) is not judged."""
+    free = plan.inventory.ram_free_gib
+    if not plan.host_ram or free is None:
+        return []
+    need = sum(v for _, v in plan.host_ram)
+    what = (f"{plan.host_ram_line().removeprefix('host RAM: ')}"
+            + (" (what was available when the inventory was read)" if plan.inventory.source.startswith("file:") else ""))  # fmt: skip
+    if need > free:
+        alternatives = [f for f in (_qlora(plan),) if f]
+        fix = "; or ".join([*alternatives, f"free {need - free:.0f} GiB more RAM (other programs), or a machine with "
+                            f"at least {need + 1:.0f} GiB available; or a smaller MODEL"])  # fmt: skip
+        return [Problem("host RAM", f"does not fit: {what}: the kernel's OOM killer would end the run at its first "
+                        "offload", fix + ("; or MEMORY_CHECK=warn to try anyway" if plan.recipe.settings.MEMORY_CHECK == "error" else ""),
+                        fatal=plan.recipe.settings.MEMORY_CHECK == "error")]  # fmt: skip
+    if need > (1 - RAM_HEADROOM) * free:
+        return [Problem("host RAM", f"under {RAM_HEADROOM:.0%} left: {what}", "close other programs before the run, "
+                        "or use a machine with more RAM", fatal=False)]  # fmt: skip
+    return []
 
 
 def _not_estimated(plan: Plan, note: str) -> list[Problem]:
@@ -94,14 +131,17 @@ def _replanned(plan: Plan, changes: Mapping[str, str]) -> Plan:
 
 def fits(plan: Plan) -> GpuEstimate | None:
     """The fullest training GPU of a plan that no check refuses for memory or quantization: every card holds its
-    predicted peak, vLLM's KV cache holds one sequence, nothing fatal in the plan or its QLoRA values (a
-    bitsandbytes missing from this Python aside: the image has it). None otherwise."""
+    predicted peak, vLLM's KV cache holds one sequence, the RAM the inventory records holds the offloaded
+    copies, nothing fatal in the plan or its QLoRA values (a bitsandbytes missing from this Python aside: the
+    image has it). None otherwise."""
     b = plan.budget
     if not plan.placed or any(p.fatal for p in plan.problems) or b is None or b.workload is None:
         return None
     if not plan.memory or any(e.peak_gib > e.card_gib for e in plan.memory):
         return None
     if b.colocate is not None and _kv_shortfalls(plan, b.workload, b.card, b.colocate, b.offload):
+        return None
+    if _ram_short(plan):
         return None
     quant = values.check_quantization(plan, plan.facts, lambda key: key)
     if any(p.fatal and p.kind != LOCAL for p in quant):
@@ -115,11 +155,13 @@ def _verified(
 ) -> str:
     """`KEY=V ... fits: N GiB (why)` where planning the recipe with `changes` fits (with HEADROOM_WARNING free,
     `headroom`), else "": a fix names only values that fit. `say` words the change instead of its keys."""
-    e = fits(_replanned(plan, changes))
+    replanned = _replanned(plan, changes)
+    e = fits(replanned)
     if e is None or (headroom and e.headroom < HEADROOM_WARNING):
         return ""
     words = say or " ".join(f"{k}={v}" for k, v in changes.items())
-    return f"{words} fits: {e.peak_gib:.1f} of {e.card_gib:.1f} GiB on GPU {e.gpu}" + (
+    ram = f" and about {sum(v for _, v in replanned.host_ram):.0f} GiB of RAM" if replanned.host_ram else ""
+    return f"{words} fits: {e.peak_gib:.1f} of {e.card_gib:.1f} GiB on GPU {e.gpu}{ram}" + (
         f" ({why})" if why else ""
     )
 
