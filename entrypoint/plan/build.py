@@ -289,6 +289,7 @@ def build(recipe: Recipe, inventory: Inventory, facts: Facts, rollout_only: bool
     if d.layout is None:  # the recipe's and the dataset's problems still count (preflight.check_unplaced)
         d.problems += d.recipe.problems + d.resume_problems
         return _frozen(d, placed=False)
+    _context(d)
     _budget(d)
     if _shape(d):  # the planner set values: the stages that read them run on the shaped recipe
         d.problems.clear()
@@ -626,27 +627,61 @@ def _rollout(d: Draft) -> None:
     d.trainer_args.pop("vllm_server_timeout", None)
 
 
+def _rollout_context(d: Draft, assumed: bool = False) -> tuple[int, str] | None:
+    """(tokens, why) of the longest sequence a GRPO rollout of this run asks vLLM for: MAX_LENGTH (ms-swift cuts
+    prompts to it) + MAX_COMPLETION_LENGTH; without MAX_LENGTH, the longest prompt the planner reads (generated
+    tasks, the dataset's rows, a known hub dataset; an assumed 512 only where `assumed`) with a quarter more,
+    to a multiple of 256. None where that is not below the model's own context, which vLLM takes by default
+    (vllm 0.8.5 EngineArgs: max_model_len None)."""
+    r = d.recipe
+    completion, max_length = r.trainer_args.max_completion_length, r.trainer_args.max_length
+    if max_length:
+        length, why = max_length + completion, "MAX_LENGTH + MAX_COMPLETION_LENGTH"
+    else:
+        prompt, source = budget_mod.prompt_tokens(r, d.dataset_paths, d.facts)
+        if not assumed and prompt == budget_mod.DEFAULT_PROMPT_TOKENS and source.startswith("assumed"):
+            return None
+        margin = -(-int(prompt * 1.25) // 256) * 256  # a quarter more, to a multiple of 256
+        length, why = (
+            margin + completion,
+            f"longest prompt ({prompt} tokens, {source}) + 25% + MAX_COMPLETION_LENGTH",
+        )
+    config = d.facts.model_config[0] or {}
+    most = (config.get("text_config") or config).get("max_position_embeddings")
+    return (length, why) if not most or length < int(most) else None
+
+
+def _context(d: Draft) -> None:
+    """VLLM_MAX_MODEL_LEN of a colocated engine, unless the recipe sets it: without it ms-swift passes none and
+    vLLM sizes its KV cache for the model's whole context (40,960 tokens for Qwen3), which alone puts a 4B-8B
+    model on the one-weight-copy path on a 24 GiB card; a GRPO rollout uses at most the prompt and the
+    completion (_rollout_context). Without MAX_LENGTH the prompt is the planner's estimate, which bounds what
+    vLLM accepts: a longer prompt would be refused by it (MAX_LENGTH bounds it)."""
+    r = d.recipe
+    if d.layout.mode != "colocate" or not r.trainer_args.use_vllm or r.is_set("VLLM_MAX_MODEL_LEN"):
+        return
+    found = _rollout_context(d)
+    if found is not None:
+        length, why = found
+        bound = (
+            ""
+            if r.trainer_args.max_length
+            else "; set MAX_LENGTH to bound the prompts ms-swift passes to vLLM"
+        )
+        reason = f"planner: {why}: what a GRPO rollout asks of vLLM, not the model's whole context{bound}"
+        d.recipe = r.with_values({"VLLM_MAX_MODEL_LEN": (str(length), reason)})
+
+
 def _size_rollout(d: Draft) -> None:
     """--max_model_len and --max_num_seqs of a local rollout server from this run's budget, unless the recipe
     sets them: without them vLLM sizes for the model's whole context (32k tokens for Qwen2.5-7B) and 256
     sequences, and may refuse to start on a 24 GB card (vllm 0.8.5 EngineArgs defaults)."""
     r = d.recipe
     chosen: dict[str, tuple[str, str]] = {}
-    completion, max_length = r.trainer_args.max_completion_length, r.trainer_args.max_length
     if not r.rollout.get("max_model_len"):
-        if max_length:
-            length, why = max_length + completion, "MAX_LENGTH + MAX_COMPLETION_LENGTH"
-        else:
-            prompt, source = budget_mod.prompt_tokens(r, d.dataset_paths, d.facts)
-            margin = -(-int(prompt * 1.25) // 256) * 256  # a quarter more, to a multiple of 256
-            length, why = (
-                margin + completion,
-                f"longest prompt ({prompt} tokens, {source}) + 25% + MAX_COMPLETION_LENGTH",
-            )
-        config = d.facts.model_config[0] or {}
-        most = (config.get("text_config") or config).get("max_position_embeddings")
-        if not most or length < int(most):
-            chosen["ROLLOUT_MAX_MODEL_LEN"] = (str(length), f"planner: {why}")
+        found = _rollout_context(d, assumed=True)
+        if found is not None:
+            chosen["ROLLOUT_MAX_MODEL_LEN"] = (str(found[0]), f"planner: {found[1]}")
     if not r.rollout.get("max_num_seqs"):
         b = d.budget.batch
         if b is not None:
