@@ -554,6 +554,28 @@ def test_the_7b_recipe_plans_one_weight_copy_under_22_gib_on_a_4090_without_refu
     assert valid.returncode == 0 and "error" not in valid.stderr, valid.stderr
 
 
+@pytest.mark.cli
+def test_the_14b_qlora_recipe_plans_one_weight_copy_under_22_gib_on_a_4090_without_refusal(tmp_path):
+    args = [
+        "recipe=countdown-14b-1x4090",
+        f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
+        f"OUTPUT_DIR={tmp_path}",
+    ]
+    proc = run_cli("plan", "--json", *args, env=clean_env())
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    (card,) = plan["memory"]
+    assert card["peak_gib"] <= 22.0, card
+    chosen = {c["key"]: c["value"] for c in plan["shape"]}
+    assert chosen["OFFLOAD_MODEL"] == "true" and chosen["SLEEP_LEVEL"] == "1"
+    assert chosen["VLLM_MAX_MODEL_LEN"] == "2304"  # MAX_LENGTH + completion, not Qwen3's 40,960
+    trainer = next(p for p in plan["processes"] if p["role"] == "trainer")
+    assert flag(trainer["argv"], "quant_method") == ["bnb"] and flag(trainer["argv"], "quant_bits") == ["4"]
+    assert trainer["env"]["GRPO_RIG_ADAPTER_SYNC"] == "8" and "VLLM_USE_V1" not in trainer["env"]
+    assert 18.0 < sum(plan["host_ram_gib"].values()) < 20.0
+    assert not [w for w in plan["warnings"] if w.startswith("error")]
+
+
 def test_the_planner_is_within_10_percent_of_the_7b_run_on_a_physical_24_gib_card():
     """The committed 7B run (docs/benchmarks/one-card-7b.json) planned again as it ran: its measured peak
     within 10 % of the plan."""
