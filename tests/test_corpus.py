@@ -89,6 +89,7 @@ def test_every_shipped_recipe_validates_on_the_machine_it_is_for():
     that takes is a benchmark, not a test: bench/validate_time.py (target: under 5 s on 2 cores)."""
     cases = (("smoke", None, ()), ("smoke-gpu", "1x4090-driver535", ()), ("smoke-server", "2x4090-driver535", ()),
              ("countdown-1x4090", "1x4090-driver535", ()), ("countdown-7b-1x4090", "1x4090-driver535", ()),
+             ("countdown-14b-1x4090", "1x4090-driver535", ()),
              ("arithmetic-gpu", "1x4090-driver535", ()),
              ("tcm-4x4090", "5x4090-driver535", (f"DATASET={ROOT / 'examples' / 'tcm' / 'sample.jsonl'}",)))  # fmt: skip
     assert sorted(c[0] for c in cases) == sorted(

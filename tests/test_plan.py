@@ -383,6 +383,41 @@ def test_vllm_is_given_only_the_adapter_on_the_one_weight_copy_path():
     )
 
 
+def test_colocated_qlora_always_gives_vllm_the_adapter_and_never_the_v0_engine():
+    """QLoRA's merged 4-bit weights are not weights vLLM can load (preflight/values.py check_quantization):
+    vLLM is given the adapter whether or not the run offloads, and the planner never turns multi-step
+    scheduling on (vLLM's V0 runner refuses LoRA), however small the model."""
+    pairs = ("recipe=countdown-1x4090", "RUN_NAME=c", "QUANT_METHOD=bnb", "QUANT_BITS=4")
+    plan = build(*pairs, inventory="1x4090-driver535")
+    trainer = plan.process("trainer")
+    assert not plan.recipe.trainer_args.offload_model and trainer.env["GRPO_RIG_ADAPTER_SYNC"] == "8"
+    assert "VLLM_USE_V1" not in trainer.env and plan.recipe.settings.VLLM_SCHEDULER_STEPS != 8
+    assert (
+        "GRPO_RIG_ADAPTER_SYNC"
+        not in build(*pairs, "USE_VLLM=false", inventory="1x4090-driver535").process("trainer").env
+    )
+
+
+def test_a_colocated_vllm_is_sized_for_the_rollout_not_the_models_whole_context():
+    """With VLLM_MAX_MODEL_LEN unset ms-swift passes none and vLLM sizes its KV cache for the model's whole
+    context (40,960 tokens for Qwen3): the plan sets it to what a GRPO rollout asks (MAX_LENGTH + completion,
+    else the estimated prompt with a quarter more) and says why; an assumed prompt (an unknown hub dataset
+    without MAX_LENGTH) leaves it to vLLM."""
+    pairs = ("recipe=countdown-1x4090", "RUN_NAME=c", "MODEL=Qwen/Qwen3-4B", "VLLM_MAX_MODEL_LEN=")
+    plan = build(*pairs, inventory="1x4090-driver535")
+    assert plan.recipe.raw("VLLM_MAX_MODEL_LEN") == "2304"
+    assert "MAX_LENGTH + MAX_COMPLETION_LENGTH: what a GRPO rollout asks of vLLM" in plan.recipe.source(
+        "VLLM_MAX_MODEL_LEN"
+    )
+    assert flag(plan.process("trainer").argv, "vllm_max_model_len") == ["2304"]
+    estimated = build(*pairs, "MAX_LENGTH=", inventory="1x4090-driver535")
+    assert estimated.recipe.raw("VLLM_MAX_MODEL_LEN") == "512"  # 160 tokens + 25 %, to 256, + 256
+    assert "set MAX_LENGTH to bound the prompts" in estimated.recipe.source("VLLM_MAX_MODEL_LEN")
+    assumed = build(*pairs, "MAX_LENGTH=", "DATASET=someone/other-dataset#2000", inventory="1x4090-driver535")
+    assert not assumed.recipe.is_set("VLLM_MAX_MODEL_LEN")
+    assert assumed.budget.colocate.max_model_len == 40960
+
+
 def test_without_the_scheduler_steps_hook_the_colocated_engine_runs_vllm_s_v1():
     """The multi-step engine exists only through the hook; V0 stepping once per schedule would be slower
     than V1, so the plan gives V1 (entrypoint/child/hooks/scheduler_steps.py)."""

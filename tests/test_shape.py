@@ -178,10 +178,11 @@ def test_vllm_share_is_the_smallest_whose_kv_cache_holds_the_round(pairs, v0):
     resident = memory.estimate_training(w).weights
     tokens = 32 * (w.prompt_tokens + w.completion_tokens)
     need = shape.KV_MARGIN * memory.kv_gib(w.dims, w.dtype_bytes, max(2304, tokens))
-    assert memory.kv_budget(w.dims, w.dtype_bytes, 24.0, util, resident, engine_v0=v0) >= need
+    assert memory.kv_budget(w, 24.0, util, resident, engine_v0=v0) >= need
     smaller = util - shape.UTILIZATION_STEP
-    assert smaller < shape.UTILIZATION_FLOOR or memory.kv_budget(
-        w.dims, w.dtype_bytes, 24.0, smaller, resident, engine_v0=v0) < need  # fmt: skip
+    assert (
+        smaller < shape.UTILIZATION_FLOOR or memory.kv_budget(w, 24.0, smaller, resident, engine_v0=v0) < need
+    )
     assert util == (0.10 if v0 else 0.25)
     assert "VLLM_GPU_MEMORY_UTILIZATION" not in chosen(*pairs, "VLLM_GPU_MEMORY_UTILIZATION=0.4")
 

@@ -8,7 +8,7 @@ import argparse
 from collections.abc import Mapping
 
 from entrypoint.errors import EXIT_OK
-from entrypoint.facts.inventory import Inventory
+from entrypoint.facts.inventory import GIB, Inventory
 from entrypoint.plan import layout, nccl
 from entrypoint.world import hardware, host
 
@@ -48,6 +48,15 @@ def doctor_text(inv: Inventory, environ: Mapping[str, str]) -> str:
         + (", ".join(f"{p.device}:{p.port} {p.link_layer}" for p in active) or "no active port")
     )
     lines.append(f"/dev/shm: {inv.shm_gib:.2f} GiB" if inv.shm_gib is not None else "/dev/shm: unknown")
+    if inv.ram_total_bytes is not None:
+        free = (
+            f", {inv.ram_available_bytes / GIB:.1f} GiB available"
+            if inv.ram_available_bytes is not None
+            else ""
+        )
+        lines.append(f"RAM: {inv.ram_total_bytes / GIB:.1f} GiB{free}")
+    else:
+        lines.append("RAM: unknown")
     if nccl.accelerate_rtx40_check_fires(inv):
         lines.append("accelerate's RTX 40 check fires here: NCCL_P2P_DISABLE and NCCL_IB_DISABLE will be set")
     if not inv.gpus:

@@ -1,4 +1,4 @@
-"""What a machine has, as data: GPUs, peer-to-peer links, InfiniBand/RoCE ports, /dev/shm.
+"""What a machine has, as data: GPUs, peer-to-peer links, InfiniBand/RoCE ports, /dev/shm, RAM.
 
 The types every decision takes (plan/layout.py, plan/nccl.py, plan/build.py); world/hardware.py fills them from NVML and sysfs, or
 from an inventory JSON file (`doctor --save-inventory FILE`). This module reads nothing.
@@ -72,6 +72,10 @@ class Inventory(BaseModel):
     p2p: list[P2PLink] = []
     infiniband: list[IBPort] = []
     shm_bytes: int | None = Field(None, description="size of /dev/shm in bytes")
+    ram_total_bytes: int | None = Field(None, description="the machine's RAM in bytes (None: not recorded)")
+    ram_available_bytes: int | None = Field(
+        None, description="RAM available to new processes when the inventory was read (psutil's `available`)"
+    )
     interfaces: list[str] | None = Field(None, description="network interface names (None: not recorded)")
     nvml_error: str | None = Field(None, description="why NVML could not be read, if it could not")
 
@@ -91,6 +95,13 @@ class Inventory(BaseModel):
     @property
     def shm_gib(self) -> float | None:
         return None if self.shm_bytes is None else self.shm_bytes / GIB
+
+    @property
+    def ram_free_gib(self) -> float | None:
+        """RAM a run can take (GiB): what was available when the inventory was read, else the total; None when
+        the inventory does not say (an older inventory file)."""
+        free = self.ram_available_bytes if self.ram_available_bytes is not None else self.ram_total_bytes
+        return None if free is None else free / GIB
 
     def table(self) -> str:
         """The ordinal -> UUID / name / PCI mapping, one line per GPU."""

@@ -162,6 +162,7 @@ def workload(recipe: Recipe, b: Batch, dataset_paths: list[str], facts: Facts) -
         offload_params=offload_par,
         vllm_tp=a.vllm_tensor_parallel_size,
         liger=a.use_liger_kernel,
+        quant_bits=a.bnb_bits,
     )
     return w, f"model dimensions from {source}; prompt {prompt} tokens, {why}"
 
@@ -219,21 +220,31 @@ def adapter_sync_blocker(recipe: Recipe, deepspeed_config: dict | None = None) -
     serve the trained adapter itself (entrypoint/child/hooks/adapter_sync.py), and so syncs as ms-swift does,
     merging the adapter into a full copy of the weights on the CPU every step; "" when it can. Pure: the
     plan sets GRPO_RIG_ADAPTER_SYNC exactly where this is "", and validate warns where it is not."""
+    return adapter_sync_blocked(recipe, deepspeed_config)[0]
+
+
+def adapter_sync_blocked(recipe: Recipe, deepspeed_config: dict | None = None) -> tuple[str, str]:
+    """(why, the change that lifts it) of adapter_sync_blocker; ("", "") when vLLM can serve the adapter."""
     a, s = recipe.trainer_args, recipe.settings
     v0 = recipe.vllm_use_v1 is False or (
         s.VLLM_SCHEDULER_STEPS > 1 and "scheduler_steps" not in s.disabled_hooks
     )
     checks = (
-        (a.train_type != "lora", "there is no adapter (TRAIN_TYPE is not lora)"),
-        (a.sleep_level >= 2, "SLEEP_LEVEL=2 discards the base weights vLLM would serve the adapter on"),
+        (a.train_type != "lora", "there is no adapter (TRAIN_TYPE is not lora)", "TRAIN_TYPE=lora"),
+        (a.sleep_level >= 2, "SLEEP_LEVEL=2 discards the base weights vLLM would serve the adapter on",
+         "SLEEP_LEVEL=1"),
         (v0, "vLLM's V0 engine runs it (VLLM_SCHEDULER_STEPS > 1 or VLLM_USE_V1=0): its multi-step runner refuses "
-             "LoRA (vllm/worker/multi_step_model_runner.py:285-287), and only V1 was measured"),
+             "LoRA (vllm/worker/multi_step_model_runner.py:285-287), and only V1 was measured",
+         "VLLM_SCHEDULER_STEPS=1, without VLLM_USE_V1=0"),
         (deepspeed_stage(a.deepspeed, deepspeed_config)[0] == 3,
-         "DeepSpeed ZeRO-3 partitions the adapter's weights (ms-swift gathers them for its merge)"),
-        (a.lora_rank > VLLM_MAX_LORA_RANK, f"vLLM 0.8.5 serves LoRA ranks up to {VLLM_MAX_LORA_RANK}"),
-        ("adapter_sync" in s.disabled_hooks, "DISABLE_HOOKS turns adapter_sync off"),
+         "DeepSpeed ZeRO-3 partitions the adapter's weights (ms-swift gathers them for its merge)",
+         "DEEPSPEED=zero2, or none"),
+        (a.lora_rank > VLLM_MAX_LORA_RANK, f"vLLM 0.8.5 serves LoRA ranks up to {VLLM_MAX_LORA_RANK}",
+         f"LORA_RANK={VLLM_MAX_LORA_RANK} or less"),
+        ("adapter_sync" in s.disabled_hooks, "DISABLE_HOOKS turns adapter_sync off",
+         "take adapter_sync out of DISABLE_HOOKS"),
     )  # fmt: skip
-    return next((why for blocked, why in checks if blocked), "")
+    return next(((why, fix) for blocked, why, fix in checks if blocked), ("", ""))
 
 
 def engine_v0(recipe: Recipe) -> bool:
@@ -347,6 +358,18 @@ class Budget:
             return []
         colocate = colocate if colocate is not None else self.colocate
         return per_gpu(layout, self.card, w, colocate, self.rollout_utilization, self.offload)
+
+
+def host_ram(recipe: Recipe, layout: Layout, budget: Budget) -> dict[str, float]:
+    """GiB of this node's RAM the run's colocated training processes need for what they offload around
+    generation and vLLM's sleep (memory.host_ram, once per process on the node); {} where nothing waits in
+    CPU memory or the memory cannot be estimated."""
+    a, w = recipe.trainer_args, budget.workload
+    if layout.mode != "colocate" or w is None or budget.colocate is None:
+        return {}
+    train = memory.estimate_training(w)
+    parts = memory.host_ram(train, w, a.offload_model, a.offload_optimizer, budget.colocate.sleep_level)
+    return {k: v * layout.nproc_per_node for k, v in parts.items()}
 
 
 def compute(

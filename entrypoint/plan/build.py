@@ -99,6 +99,7 @@ class Plan:
     placed: bool = True  # False: no layout was possible (its problems say why); nothing else is checked
     memory: tuple = ()  # memory.GpuEstimate per GPU
     memory_note: tuple = ()
+    host_ram: tuple = ()  # (part, GiB) of this node's RAM the offloaded copies need (budget.host_ram)
     budget: Budget | None = dataclasses.field(default=None, repr=False, compare=False)
     facts: Facts | None = dataclasses.field(default=None, repr=False, compare=False)
     offline: bool = False  # no hub access (OFFLINE, or a hub's offline variable in the environment)
@@ -173,10 +174,24 @@ class Plan:
                 }  # fmt: skip
                 for e in self.memory
             ],
+            **({"host_ram_gib": {k: round(v, 2) for k, v in self.host_ram}} if self.host_ram else {}),
             "resume_from": self.resume_from,
             "processes": [p.to_json() for p in self.processes],
             "warnings": [p.render() for p in self.problems if not p.fatal],
         }
+
+    def host_ram_line(self) -> str:
+        """What the run keeps in this node's RAM (the one-weight-copy path), against what the inventory says."""
+        need = sum(v for _, v in self.host_ram)
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in self.host_ram)
+        free = self.inventory.ram_free_gib
+        have = (
+            f"this machine has {free:.1f} GiB available"
+            + (f" of {self.inventory.ram_total_bytes / 2**30:.1f}" if self.inventory.ram_total_bytes else "")
+            if free is not None
+            else "the inventory does not record RAM (doctor --save-inventory records it)"
+        )
+        return f"host RAM: about {need:.1f} GiB for what waits in CPU memory [{parts}]; {have}"
 
     def render(self) -> str:
         lines = [f"recipe {self.recipe.name} -> run {self.run_name} in {self.run_dir}"]
@@ -194,6 +209,8 @@ class Plan:
             lines.append("memory (predicted peak per GPU, GiB):")
             lines += [f"  {e.render()}" for e in self.memory]
             lines += [f"  ({note})" for note in self.memory_note]
+            if self.host_ram:
+                lines.append(f"  {self.host_ram_line()}")
         if self.resume_from:
             lines.append(f"resume: from {self.resume_from}")
         lines += [f"step: {step}" for step in self.steps]
@@ -275,6 +292,7 @@ def build(recipe: Recipe, inventory: Inventory, facts: Facts, rollout_only: bool
     if d.layout is None:  # the recipe's and the dataset's problems still count (preflight.check_unplaced)
         d.problems += d.recipe.problems + d.resume_problems
         return _frozen(d, placed=False)
+    _context(d)
     _budget(d)
     if _shape(d):  # the planner set values: the stages that read them run on the shaped recipe
         d.problems.clear()
@@ -637,27 +655,61 @@ def _rollout(d: Draft) -> None:
     d.trainer_args.pop("vllm_server_timeout", None)
 
 
+def _rollout_context(d: Draft, assumed: bool = False) -> tuple[int, str] | None:
+    """(tokens, why) of the longest sequence a GRPO rollout of this run asks vLLM for: MAX_LENGTH (ms-swift cuts
+    prompts to it) + MAX_COMPLETION_LENGTH; without MAX_LENGTH, the longest prompt the planner reads (generated
+    tasks, the dataset's rows, a known hub dataset; an assumed 512 only where `assumed`) with a quarter more,
+    to a multiple of 256. None where that is not below the model's own context, which vLLM takes by default
+    (vllm 0.8.5 EngineArgs: max_model_len None)."""
+    r = d.recipe
+    completion, max_length = r.trainer_args.max_completion_length, r.trainer_args.max_length
+    if max_length:
+        length, why = max_length + completion, "MAX_LENGTH + MAX_COMPLETION_LENGTH"
+    else:
+        prompt, source = budget_mod.prompt_tokens(r, d.dataset_paths, d.facts)
+        if not assumed and prompt == budget_mod.DEFAULT_PROMPT_TOKENS and source.startswith("assumed"):
+            return None
+        margin = -(-int(prompt * 1.25) // 256) * 256  # a quarter more, to a multiple of 256
+        length, why = (
+            margin + completion,
+            f"longest prompt ({prompt} tokens, {source}) + 25% + MAX_COMPLETION_LENGTH",
+        )
+    config = d.facts.model_config[0] or {}
+    most = (config.get("text_config") or config).get("max_position_embeddings")
+    return (length, why) if not most or length < int(most) else None
+
+
+def _context(d: Draft) -> None:
+    """VLLM_MAX_MODEL_LEN of a colocated engine, unless the recipe sets it: without it ms-swift passes none and
+    vLLM sizes its KV cache for the model's whole context (40,960 tokens for Qwen3), which alone puts a 4B-8B
+    model on the one-weight-copy path on a 24 GiB card; a GRPO rollout uses at most the prompt and the
+    completion (_rollout_context). Without MAX_LENGTH the prompt is the planner's estimate, which bounds what
+    vLLM accepts: a longer prompt would be refused by it (MAX_LENGTH bounds it)."""
+    r = d.recipe
+    if d.layout.mode != "colocate" or not r.trainer_args.use_vllm or r.is_set("VLLM_MAX_MODEL_LEN"):
+        return
+    found = _rollout_context(d)
+    if found is not None:
+        length, why = found
+        bound = (
+            ""
+            if r.trainer_args.max_length
+            else "; set MAX_LENGTH to bound the prompts ms-swift passes to vLLM"
+        )
+        reason = f"planner: {why}: what a GRPO rollout asks of vLLM, not the model's whole context{bound}"
+        d.recipe = r.with_values({"VLLM_MAX_MODEL_LEN": (str(length), reason)})
+
+
 def _size_rollout(d: Draft) -> None:
     """--max_model_len and --max_num_seqs of a local rollout server from this run's budget, unless the recipe
     sets them: without them vLLM sizes for the model's whole context (32k tokens for Qwen2.5-7B) and 256
     sequences, and may refuse to start on a 24 GB card (vllm 0.8.5 EngineArgs defaults)."""
     r = d.recipe
     chosen: dict[str, tuple[str, str]] = {}
-    completion, max_length = r.trainer_args.max_completion_length, r.trainer_args.max_length
     if not r.rollout.get("max_model_len"):
-        if max_length:
-            length, why = max_length + completion, "MAX_LENGTH + MAX_COMPLETION_LENGTH"
-        else:
-            prompt, source = budget_mod.prompt_tokens(r, d.dataset_paths, d.facts)
-            margin = -(-int(prompt * 1.25) // 256) * 256  # a quarter more, to a multiple of 256
-            length, why = (
-                margin + completion,
-                f"longest prompt ({prompt} tokens, {source}) + 25% + MAX_COMPLETION_LENGTH",
-            )
-        config = d.facts.model_config[0] or {}
-        most = (config.get("text_config") or config).get("max_position_embeddings")
-        if not most or length < int(most):
-            chosen["ROLLOUT_MAX_MODEL_LEN"] = (str(length), f"planner: {why}")
+        found = _rollout_context(d, assumed=True)
+        if found is not None:
+            chosen["ROLLOUT_MAX_MODEL_LEN"] = (str(found[0]), f"planner: {found[1]}")
     if not r.rollout.get("max_num_seqs"):
         b = d.budget.batch
         if b is not None:
@@ -702,10 +754,14 @@ def _trainer_env(d: Draft) -> dict[str, str]:
         env["GRPO_RIG_VLLM_KEEP_POOLS"] = "1"
         if a.offload_model:  # else both weight copies meet on the GPU at each generation's start
             env["GRPO_RIG_OFFLOAD_BEFORE_WAKE"] = "1"
-            # vLLM serves the trained adapter on its base weights instead of ms-swift merging it on the CPU
-            # each step (entrypoint/child/hooks/adapter_sync.py); budget.adapter_sync_blocker says where not
-            if not budget_mod.adapter_sync_blocker(d.recipe, d.facts.deepspeed_config):
-                env["GRPO_RIG_ADAPTER_SYNC"] = str(a.lora_rank)
+    # vLLM serves the trained adapter on its base weights instead of ms-swift merging it (on the CPU, offloaded)
+    # each step (entrypoint/child/hooks/adapter_sync.py), on the one-copy path; and always for QLoRA, whose
+    # merged 4-bit weights vLLM cannot load (preflight/values.py _check_quantization); budget.adapter_sync_blocker
+    # says where not
+    one_copy = a.sleep_level >= 1 and a.offload_model
+    blocked = budget_mod.adapter_sync_blocker(d.recipe, d.facts.deepspeed_config)
+    if layout.mode == "colocate" and (one_copy or a.bnb_bits) and not blocked:
+        env["GRPO_RIG_ADAPTER_SYNC"] = str(a.lora_rank)
     if layout.mode == "colocate":
         env.update(_vllm_env(a.vllm_enforce_eager))
         # multi-step scheduling exists only through its hook; V0 without it is slower than V1
@@ -806,7 +862,10 @@ def _memory(plan: Plan) -> Plan:
     if w.dims.params > memory.CALIBRATED_MAX_PARAMS:
         note += (f"; extrapolated: the coefficients were fitted on models up to 1.5B parameters, this one has "
                  f"{w.dims.params / 1e9:.1f}B (bench/calibration/memory-calibration.json)")  # fmt: skip
-    return dataclasses.replace(plan, memory=tuple(b.estimates(plan.layout)), memory_note=(note,))
+    ram = tuple(budget_mod.host_ram(plan.recipe, plan.layout, b).items())
+    return dataclasses.replace(
+        plan, memory=tuple(b.estimates(plan.layout)), memory_note=(note,), host_ram=ram
+    )
 
 
 def _with_site_hooks(process: Process, env: Mapping[str, str], disabled: frozenset[str]) -> Process:

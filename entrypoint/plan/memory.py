@@ -70,6 +70,19 @@ vLLM refuses to start when its share leaves no room for one sequence of max_mode
 
 A dedicated rollout GPU holds ROLLOUT_GPU_MEMORY_UTILIZATION x the card (vLLM's own process there).
 Every GPU also carries the CUDA context (CUDA_CONTEXT_GIB).
+
+QLoRA (QUANT_METHOD=bnb QUANT_BITS=4, `Workload.quant_bits`): the decoder's linear weights are bitsandbytes NF4
+(QUANT_BYTES: half a byte per weight and double quantization's absmax codes) in both copies, the trainer's
+(transformers' 4-bit loader) and vLLM's (its bitsandbytes loader quantizes the bf16 checkpoint while loading,
+vllm 0.8.5.post1 model_executor/model_loader/loader.py:1038-1122); the embeddings, the lm_head (tied or not,
+by config), the norms and biases stay bf16, and the LoRA adapter, its gradients and AdamW states are what they
+are for bf16 LoRA. OFFLOAD_MODEL leaves the quantized weights on the GPU (`TrainingEstimate.pinned`): moving
+the model to the CPU left 6.46 of its 9.85 GiB on the card (Qwen3-14B's dimensions, random weights, an H200,
+bitsandbytes 0.45.5; ms-swift's own offload moves each parameter's .data, grpo_trainer.py:1457-1459, not yet
+measured with bitsandbytes: the model keeps the larger, measured, figure), so they sit beside vLLM while it
+generates; vLLM's sleep level 1 frees its own copy and KV cache (measured there too). The same measurements:
+vLLM loaded the 4-bit model with LoRA on in 9.39 GiB ("Model loading took"), the trainer's loaded in 9.85;
+the model predicts 9.25 GiB of weights for each.
 """
 
 from __future__ import annotations
@@ -102,6 +115,11 @@ VLLM_UTILIZATION_CEILING = 0.95
 VLLM_NON_KV_GIB = 1.0  # vLLM activations, CUDA graphs, sampler buffers beside weights and KV cache
 HEADROOM_WARNING = 0.10
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+# Bytes per weight of a linear layer bitsandbytes holds quantized: NF4 packs two 4-bit codes in a byte, and
+# double quantization keeps each 64-weight block's absmax as an 8-bit code plus an fp32 scale per 256 blocks,
+# about 0.127 bits per weight (bitsandbytes 0.45.5 quantize_4bit, blocksize 64, compress_statistics; vLLM's
+# loader the same: loader.py:1113-1117); LLM.int8 a byte per weight (its fp32 row scales are negligible).
+QUANT_BYTES = {4: 0.5 + 0.127 / 8, 8: 1.0}
 
 # Fitted coefficients (bench/fit_memory.py writes them to data/memory_coefficients.json).
 DEFAULT_COEFFICIENTS = {
@@ -187,6 +205,20 @@ class ModelDims:
         embed = self.vocab * self.hidden * (1 if self.tie_embeddings else 2)
         return self.layers * per_layer + embed + self.hidden
 
+    @property
+    def linear_params(self) -> int:
+        """Weights of the decoder's linear layers (attention and MLP): what bitsandbytes quantizes; the
+        embeddings, lm_head, norms and biases stay in the model's dtype."""
+        return self.layers * sum(a * b for a, b in self.linear_shapes())
+
+    def weight_bytes(self, dtype_bytes: int, quant_bits: int = 0) -> tuple[float, float]:
+        """(all, quantized) bytes of one copy of the weights: everything in `dtype_bytes`, or with `quant_bits`
+        the linear layers in QUANT_BYTES and the rest in `dtype_bytes`."""
+        if not quant_bits:
+            return float(self.params * dtype_bytes), 0.0
+        quantized = self.linear_params * QUANT_BYTES[quant_bits]
+        return (self.params - self.linear_params) * dtype_bytes + quantized, quantized
+
     def lora_params(self, rank: int) -> int:
         """Trainable parameters of LoRA on all linear layers (TARGET_MODULES=all-linear)."""
         return self.layers * sum(rank * (a + b) for a, b in self.linear_shapes())
@@ -236,6 +268,16 @@ class Workload:
     offload_params: bool = False  # zero3_offload: parameters in CPU memory, gathered layer by layer
     vllm_tp: int = 1  # colocated vLLM's tensor parallel size (VLLM_TENSOR_PARALLEL_SIZE)
     liger: bool = False  # USE_LIGER_KERNEL: ms-swift's GRPO loss through liger's fused linear + loss
+    quant_bits: int = 0  # QUANT_METHOD=bnb: 4 (QLoRA) or 8 bits for the linear weights; 0 not quantized
+
+    def vllm_weights_gib(self, tensor_parallel: int = 1) -> float:
+        """vLLM's copy of the weights on one GPU (1/tensor_parallel of them): bitsandbytes 4-bit with QLoRA (the
+        plan refuses vLLM with 8 bits), else the model's dtype."""
+        return (
+            self.dims.weight_bytes(self.dtype_bytes, 4 if self.quant_bits else 0)[0]
+            / GIB
+            / max(1, tensor_parallel)
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,6 +291,7 @@ class TrainingEstimate:
     peak: float  # torch max reserved, GiB
     logit_entries: float = 0.0  # completion tokens x vocabulary of one micro-batch, in units of 2**30
     checkpointed: bool = True  # gradient checkpointing: `activations` are the stored layer inputs
+    pinned: float = 0.0  # of `weights`, what OFFLOAD_MODEL leaves on the GPU: bitsandbytes' quantized weights
 
     def components(self) -> dict[str, float]:
         return {k: round(v, 2) for k, v in dataclasses.asdict(self).items()}
@@ -260,7 +303,8 @@ def estimate_training(w: Workload, coef: Mapping[str, float] | None = None) -> T
     d = w.dtype_bytes
     p = w.dims.params
     world = max(1, w.world)
-    weights = p * d * (2 if w.reference_copy else 1)
+    one, quantized = w.dims.weight_bytes(d, w.quant_bits)
+    weights = one * (2 if w.reference_copy else 1)
     if w.zero_stage >= 3:
         # ZeRO-3 keeps 1/world of the parameters on each GPU and gathers a layer at a time for compute
         # (DeepSpeed ZeRO docs, "ZeRO Stage 3"); zero3_offload keeps them in CPU memory
@@ -310,6 +354,7 @@ def estimate_training(w: Workload, coef: Mapping[str, float] | None = None) -> T
         peak=peak,
         logit_entries=w.per_device * w.completion_tokens * w.dims.vocab / GIB,
         checkpointed=w.gradient_checkpointing,
+        pinned=quantized / GIB,
     )
 
 
@@ -352,8 +397,11 @@ def offload_phases(
         generation["context"] = CUDA_CONTEXT_GIB
     if not v.offload_model:
         generation["weights (not offloaded)"] = train.weights
-    elif not v.trainer_leaves_first:
-        generation["trainer's weights (vLLM wakes before they leave)"] = train.weights
+    else:
+        if v.engine_v0 and train.pinned:  # V1 counts them inside its share (they were there when it started)
+            generation["trainer's quantized weights (stay on the GPU)"] = train.pinned
+        if not v.trainer_leaves_first:
+            generation["trainer's weights (vLLM wakes before they leave)"] = train.weights - train.pinned
     logits = (
         train.logit_entries
         * c["colocate_torch_liger_logit_bytes" if v.liger else "colocate_torch_logit_bytes"]
@@ -375,19 +423,50 @@ def offload_phases(
 
 def largest_one_copy_params(w: Workload, card_gib: float, v: Colocate, coef=None) -> float:
     """Parameters (billions) of the largest model of this workload's kind whose offloaded phases both leave
-    HEADROOM_WARNING of a `card_gib` card free at micro-batch 1 in bf16 (offload_phases; the rest of the
-    workload, vocabulary and lengths included, as given): what a card can train with one weight copy at a
-    time. Training bounds it by the trainer's weights beside its step; generation by vLLM's weights beside
-    its context, non-KV memory and one max_model_len sequence at the planner's largest share."""
+    HEADROOM_WARNING of a `card_gib` card free at micro-batch 1 (offload_phases; the rest of the workload,
+    vocabulary, lengths and QUANT_BITS included, as given): what a card can train with one weight copy at a
+    time. Training bounds it by the trainer's weights beside its step; generation by vLLM's weights (and the
+    trainer's quantized ones, which stay) beside its context, non-KV memory and one max_model_len sequence at
+    the planner's largest share. A model "of this kind" has this one's bytes per parameter in each copy."""
     one = dataclasses.replace(w, per_device=1)
-    training = offload_phases(estimate_training(one, coef), card_gib, v, coef)["training"]
+    train = estimate_training(one, coef)
+    training = offload_phases(train, card_gib, v, coef)["training"]
     beside = sum(training.values()) - training["weights"] - (training.get("vLLM (awake)") or 0.0)
     room_training = (
         (1 - HEADROOM_WARNING) * card_gib - beside - (v.utilization * card_gib if v.sleep_level == 0 else 0)
     )
     kv = kv_gib(w.dims, w.dtype_bytes, v.max_model_len, w.vllm_tp)
     room_generation = VLLM_UTILIZATION_CEILING * card_gib - CUDA_CONTEXT_GIB - VLLM_NON_KV_GIB - kv
-    return max(0.0, min(room_training, room_generation * max(1, w.vllm_tp)) * GIB / w.dtype_bytes / 1e9)
+    params = w.dims.params / 1e9
+    per_training = train.weights / params  # GiB per billion parameters in each phase
+    per_generation = (w.vllm_weights_gib(w.vllm_tp) + train.pinned) / params
+    return max(0.0, min(room_training / per_training, room_generation / per_generation))
+
+
+# RAM the trainer's process holds beside what it offloads (the interpreter, torch's and CUDA's host libraries,
+# ms-swift, vLLM's engine, tokenizer and dataset): an estimate, not measured on a GPU run (on the CPU the smoke
+# run's trainer holds about 7 GB with its 135M model in it: README, "Try it")
+HOST_PROCESS_GIB = 6.0
+
+
+def host_ram(
+    train: TrainingEstimate, w: Workload, offload_model: bool, offload_optimizer: bool, sleep_level: int
+) -> dict[str, float]:
+    """GiB of RAM one colocated training process needs for what waits in CPU memory, by part ({} when nothing
+    does): the trainer's weights while vLLM generates (OFFLOAD_MODEL; bitsandbytes' quantized ones stay on the
+    GPU), its optimizer states (OFFLOAD_OPTIMIZER), vLLM's weights while it sleeps at level 1 (level 2 discards
+    them), and the process around them. Both copies are counted: vLLM's CPU copy is freed only when it wakes,
+    after the trainer's left (hooks/offload_before_wake.py), and the trainer's comes back after vLLM sleeps."""
+    parts = {}
+    if offload_model:
+        parts["trainer's weights (offloaded)"] = train.weights - train.pinned
+    if offload_optimizer:
+        parts["optimizer states (offloaded)"] = train.resident - train.weights
+    if sleep_level == 1:
+        parts["vLLM's weights (asleep)"] = w.vllm_weights_gib(w.vllm_tp)
+    if parts:
+        parts["the process"] = HOST_PROCESS_GIB
+    return parts
 
 
 def colocate_peak(
@@ -416,8 +495,7 @@ def colocate_peak(
 
 
 def kv_budget(
-    dims: ModelDims,
-    dtype_bytes: int,
+    w: Workload,
     card_gib: float,
     utilization: float,
     resident_gib: float,
@@ -425,13 +503,13 @@ def kv_budget(
     engine_v0: bool = False,
 ) -> float:
     """GiB left for vLLM's KV cache on a colocated card: vLLM's V1 engine counts everything the process
-    already holds (CUDA context, the trainer's weights) against utilization x card, then its own weights
-    (1/tensor_parallel of them per GPU) and activation peak (vllm 0.8.5.post1 v1/worker/gpu_worker.py:170-215).
-    The V0 engine (`engine_v0`) counts only what it allocates itself from a snapshot taken when it starts
-    (worker/worker.py:162-181, 225-264, utils.memory_profiling): its weights and activation peak, not the trainer's."""
-    vllm_weights = dims.params * dtype_bytes / GIB / max(1, tensor_parallel)
+    already holds (CUDA context, the trainer's weights on the GPU: `resident_gib`) against utilization x card,
+    then its own weights (Workload.vllm_weights_gib: 1/tensor_parallel of them per GPU, 4-bit with QLoRA) and
+    activation peak (vllm 0.8.5.post1 v1/worker/gpu_worker.py:170-215). The V0 engine (`engine_v0`) counts
+    only what it allocates itself from a snapshot taken when it starts (worker/worker.py:162-181, 225-264,
+    utils.memory_profiling): its weights and activation peak, not the trainer's."""
     already = 0.0 if engine_v0 else CUDA_CONTEXT_GIB + resident_gib
-    return utilization * card_gib - already - vllm_weights - VLLM_NON_KV_GIB
+    return utilization * card_gib - already - w.vllm_weights_gib(tensor_parallel) - VLLM_NON_KV_GIB
 
 
 def rollout_share_with_headroom(card_gib: float) -> float:
@@ -477,7 +555,8 @@ class GpuEstimate:
 
     @property
     def headroom(self) -> float:
-        return (self.card_gib - self.peak_gib) / self.card_gib
+        """The share of the card left free, to 1e-9: a share of 0.90 leaves exactly 10 %, not 9.99999 %."""
+        return round((self.card_gib - self.peak_gib) / self.card_gib, 9)
 
     def render(self) -> str:
         parts = ", ".join(f"{k} {v:.1f}" for k, v in self.parts.items() if abs(v) >= 0.05)

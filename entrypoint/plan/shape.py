@@ -293,6 +293,7 @@ def engine_options(r: Recipe, layout: Layout, w: Workload, budget: Budget) -> li
         or a.vllm_tensor_parallel_size > 1
         or (r.is_set("SLEEP_LEVEL") and a.sleep_level >= 1)
         or budget.offload
+        or a.bnb_bits  # QLoRA: vLLM serves the adapter, and V0's multi-step runner refuses LoRA
         or w.dims.params > memory.CALIBRATED_MAX_PARAMS
     ):
         return []
@@ -440,21 +441,21 @@ def smallest_share(budget: Budget, layout: Layout, per_process: int, v0: bool | 
     context and both copies of the weights on the smallest training card (`v0`: vLLM's V0 engine, which
     counts only its own; default the budget's engine); UTILIZATION_CEILING when none holds. With OFFLOAD_MODEL
     the trainer's weights are on the CPU while the engine starts (ms-swift builds it inside offload_context:
-    v3.6.4 grpo_trainer.py:274-280) and while it generates: only vLLM's copy counts. Needs budget.workload and
-    budget.colocate."""
+    v3.6.4 grpo_trainer.py:274-280) and while it generates: only vLLM's copy counts, and the trainer's quantized
+    weights, which stay (TrainingEstimate.pinned). Needs budget.workload and budget.colocate."""
     w, current = budget.workload, budget.colocate
     v0 = current.engine_v0 if v0 is None else v0
     card = min(budget.card(g) for g in layout.train_gpus)
-    resident = 0.0 if current.offload_model else memory.estimate_training(w).weights
+    train = memory.estimate_training(w)
+    resident = train.pinned if current.offload_model else train.weights
     tokens = w.prompt_tokens + w.completion_tokens
     need = KV_MARGIN * memory.kv_gib(w.dims, w.dtype_bytes, max(current.max_model_len, per_process * tokens))
     util = UTILIZATION_FLOOR
     while (
-        util < UTILIZATION_CEILING - 1e-9
-        and memory.kv_budget(w.dims, w.dtype_bytes, card, util, resident, engine_v0=v0) < need
+        util < UTILIZATION_CEILING - 1e-9 and memory.kv_budget(w, card, util, resident, engine_v0=v0) < need
     ):
         util = min(UTILIZATION_CEILING, _round_up(util + UTILIZATION_STEP, UTILIZATION_STEP))
-    holds = memory.kv_budget(w.dims, w.dtype_bytes, card, util, resident, engine_v0=v0) >= need
+    holds = memory.kv_budget(w, card, util, resident, engine_v0=v0) >= need
     return VllmShare(util, holds, need)
 
 
@@ -592,6 +593,9 @@ def _vllm_share(
                 + (
                     "vLLM's own weights (its V0 engine counts only what it allocates)"
                     if v0
+                    else "the context, vLLM's weights and the trainer's quantized ones (bitsandbytes' stay on the GPU; "
+                    "the rest of the trainer's is on the CPU while vLLM generates)"
+                    if current.offload_model and w.quant_bits
                     else "the context and vLLM's weights (the trainer's are on the CPU while vLLM generates)"
                     if current.offload_model
                     else "the context and both copies of the weights"

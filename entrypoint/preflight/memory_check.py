@@ -3,9 +3,12 @@ per-GPU peaks plan.build computed (budget.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from entrypoint.errors import Problem
+from entrypoint.errors import LOCAL, Problem
+from entrypoint.plan import build as plan_build
 from entrypoint.plan import memory, shape
 from entrypoint.plan.memory import (
     CUDA_CONTEXT_GIB,
@@ -15,6 +18,7 @@ from entrypoint.plan.memory import (
     GpuEstimate,
     Workload,
 )
+from entrypoint.preflight import values
 
 if TYPE_CHECKING:
     from entrypoint.plan.build import Plan
@@ -33,9 +37,46 @@ def check(plan: Plan) -> list[Problem]:
     if w is None:
         return _not_estimated(plan, b.note)
     extrapolated = w.dims.params > memory.CALIBRATED_MAX_PARAMS
-    return _peak_problems(plan, w, list(plan.memory), b.colocate, extrapolated) + _vllm_fits(
-        plan, w, b.card, b.colocate, b.offload
+    return (
+        _peak_problems(plan, w, list(plan.memory), b.colocate, extrapolated)
+        + _vllm_fits(plan, w, b.card, b.colocate, b.offload)
+        + _host_ram(plan)
     )
+
+
+# under this share of the machine's available RAM left beside the offloaded copies, a warning
+RAM_HEADROOM = 0.10
+
+
+def _ram_short(plan: Plan) -> tuple[float, float] | None:
+    """(needed, available GiB) where the offloaded copies (plan.host_ram) do not fit the RAM the inventory
+    records; None where they fit or either is unknown."""
+    need, free = sum(v for _, v in plan.host_ram), plan.inventory.ram_free_gib
+    return (need, free) if plan.host_ram and free is not None and need > free else None
+
+
+def _host_ram(plan: Plan) -> list[Problem]:
+    """The one-weight-copy path keeps the trainer's and vLLM's weights in CPU memory in turn: more than the
+    machine has, and the kernel's OOM killer ends the run at its first offload (a 7B in bf16 on a 32 GB PC).
+    Refused like a card that does not hold its peak (MEMORY_CHECK); an inventory that does not record RAM
+    (an older file) is not judged."""
+    free = plan.inventory.ram_free_gib
+    if not plan.host_ram or free is None:
+        return []
+    need = sum(v for _, v in plan.host_ram)
+    what = (f"{plan.host_ram_line().removeprefix('host RAM: ')}"
+            + (" (what was available when the inventory was read)" if plan.inventory.source.startswith("file:") else ""))  # fmt: skip
+    if need > free:
+        alternatives = [f for f in (_qlora(plan),) if f]
+        fix = "; or ".join([*alternatives, f"free {need - free:.0f} GiB more RAM (other programs), or a machine with "
+                            f"at least {need + 1:.0f} GiB available; or a smaller MODEL"])  # fmt: skip
+        return [Problem("host RAM", f"does not fit: {what}: the kernel's OOM killer would end the run at its first "
+                        "offload", fix + ("; or MEMORY_CHECK=warn to try anyway" if plan.recipe.settings.MEMORY_CHECK == "error" else ""),
+                        fatal=plan.recipe.settings.MEMORY_CHECK == "error")]  # fmt: skip
+    if need > (1 - RAM_HEADROOM) * free:
+        return [Problem("host RAM", f"under {RAM_HEADROOM:.0%} left: {what}", "close other programs before the run, "
+                        "or use a machine with more RAM", fatal=False)]  # fmt: skip
+    return []
 
 
 def _not_estimated(plan: Plan, note: str) -> list[Problem]:
@@ -81,44 +122,170 @@ def _share_knob(plan: Plan, colocate: memory.Colocate) -> str:
             "hold them)")  # fmt: skip
 
 
-def _knobs(plan: Plan, colocate: memory.Colocate | None) -> dict[str, str]:
-    """Per layout mode, the settings that lower a training GPU's peak, as a fix names them."""
-    share = _share_knob(plan, colocate) if colocate is not None else ""
+def _replanned(plan: Plan, changes: Mapping[str, str]) -> Plan:
+    """The plan of the recipe as its layers set it (the planner's choices left out, to be made again) with
+    `changes` written on the command line: what following a fix would give."""
+    r = plan.recipe.without_planner().with_values({k: (v, "command line") for k, v in changes.items()})
+    return plan_build.build(r, plan.inventory, plan.facts)
+
+
+def fits(plan: Plan) -> GpuEstimate | None:
+    """The fullest training GPU of a plan that no check refuses for memory or quantization: every card holds its
+    predicted peak, vLLM's KV cache holds one sequence, the RAM the inventory records holds the offloaded
+    copies, nothing fatal in the plan or its QLoRA values (a bitsandbytes missing from this Python aside: the
+    image has it). None otherwise."""
+    b = plan.budget
+    if not plan.placed or any(p.fatal for p in plan.problems) or b is None or b.workload is None:
+        return None
+    if not plan.memory or any(e.peak_gib > e.card_gib for e in plan.memory):
+        return None
+    if b.colocate is not None and _kv_shortfalls(plan, b.workload, b.card, b.colocate, b.offload):
+        return None
+    if _ram_short(plan):
+        return None
+    quant = values.check_quantization(plan, plan.facts, lambda key: key)
+    if any(p.fatal and p.kind != LOCAL for p in quant):
+        return None
+    trainers = [e for e in plan.memory if not e.role.startswith("rollout")] or list(plan.memory)
+    return min(trainers, key=lambda e: e.headroom)
+
+
+def _verified(
+    plan: Plan, changes: Mapping[str, str], why: str = "", say: str = "", headroom: bool = False
+) -> str:
+    """`KEY=V ... fits: N GiB (why)` where planning the recipe with `changes` fits (with HEADROOM_WARNING free,
+    `headroom`), else "": a fix names only values that fit. `say` words the change instead of its keys."""
+    replanned = _replanned(plan, changes)
+    e = fits(replanned)
+    if e is None or (headroom and e.headroom < HEADROOM_WARNING):
+        return ""
+    words = say or " ".join(f"{k}={v}" for k, v in changes.items())
+    ram = f" and about {sum(v for _, v in replanned.host_ram):.0f} GiB of RAM" if replanned.host_ram else ""
+    return f"{words} fits: {e.peak_gib:.1f} of {e.card_gib:.1f} GiB on GPU {e.gpu}{ram}" + (
+        f" ({why})" if why else ""
+    )
+
+
+def _qlora(plan: Plan, headroom: bool = False, extra: Mapping[str, str] | None = None) -> str:
+    """QUANT_METHOD=bnb QUANT_BITS=4 (with the `extra` pieces the one-copy path misses) where a bf16 LoRA run's
+    weights are what does not fit and QLoRA fits."""
+    a = plan.recipe.trainer_args
+    if a.bnb_bits or a.train_type != "lora" or plan.recipe.is_set("QUANT_METHOD"):
+        return ""
+    return _verified(plan, {"QUANT_METHOD": "bnb", "QUANT_BITS": "4", **(extra or {})}, "QLoRA: both weight "
+                     "copies in bitsandbytes 4-bit, the LoRA adapter trained as now", headroom=headroom)  # fmt: skip
+
+
+def _one_copy_levers(plan: Plan, headroom: bool = False) -> str:
+    """OFFLOAD_MODEL, OFFLOAD_OPTIMIZER and SLEEP_LEVEL=1 (those not set so) where they make the plan fit."""
+    a = plan.recipe.trainer_args
+    if plan.layout.mode != "colocate" or a.train_type != "lora" or a.vllm_tensor_parallel_size > 1:
+        return ""
+    changes = {k: v for k, v in shape.ONE_COPY_LEVERS.items() if (plan.recipe.raw(k) or "").lower() != v}
+    if not changes or (a.offload_model and a.offload_optimizer and a.sleep_level == 1):
+        return ""
+    return _verified(plan, changes, "one weight copy on the card at a time", headroom=headroom)
+
+
+def _step_knobs(plan: Plan) -> str:
+    """What lowers the step's own memory, as far as the recipe has it to lower (no smaller micro-batch at 1)."""
+    smaller = plan.recipe.trainer_args.per_device_train_batch_size > 1
+    return ", ".join(["a shorter MAX_COMPLETION_LENGTH"]
+                     + (["a smaller PER_DEVICE_TRAIN_BATCH_SIZE (keep the generation batch with "
+                         "GRADIENT_ACCUMULATION_STEPS)"] if smaller else [])
+                     + ["fewer NUM_GENERATIONS"])  # fmt: skip
+
+
+def _knobs(
+    plan: Plan, colocate: memory.Colocate | None, fatal: bool = True, qlora: bool = False
+) -> dict[str, str]:
+    """Per layout mode, the settings that lower a training GPU's peak, as a fix names them: the one-copy levers
+    only where planning them fits (`fatal`: the plan does not fit; else they must leave HEADROOM_WARNING free),
+    QLoRA (`qlora`: nothing lighter fits) where it fits, and a smaller micro-batch only above 1."""
+    levers = _one_copy_levers(plan, not fatal)
+    verified = [f for f in (levers, _qlora(plan) if qlora and fatal and not levers else "") if f]
+    share = [_share_knob(plan, colocate)] if colocate is not None else []
+    step = _step_knobs(plan)
+    smaller = plan.recipe.trainer_args.per_device_train_batch_size > 1
+    micro = ("a smaller PER_DEVICE_TRAIN_BATCH_SIZE (raise GRADIENT_ACCUMULATION_STEPS to keep the batch), "
+             if smaller else "")  # fmt: skip
     return {
-        "colocate": f"{share}, OFFLOAD_MODEL=true and OFFLOAD_OPTIMIZER=true with SLEEP_LEVEL=1, a shorter "
-        "MAX_COMPLETION_LENGTH, a smaller PER_DEVICE_TRAIN_BATCH_SIZE (keep the generation batch with "
-        "GRADIENT_ACCUMULATION_STEPS), fewer NUM_GENERATIONS",
-        "server": "a shorter MAX_COMPLETION_LENGTH, a smaller PER_DEVICE_TRAIN_BATCH_SIZE (raise GRADIENT_ACCUMULATION_STEPS "
-        "to keep the batch), GRADIENT_CHECKPOINTING=true, DEEPSPEED=zero2 or zero3 for full fine-tuning",
-        "hf": "a shorter MAX_COMPLETION_LENGTH, a smaller PER_DEVICE_TRAIN_BATCH_SIZE, fewer NUM_GENERATIONS, "
-        "GRADIENT_CHECKPOINTING=true",
+        "colocate": ", ".join([*verified, *share, step]),
+        "server": f"a shorter MAX_COMPLETION_LENGTH, {micro}GRADIENT_CHECKPOINTING=true, DEEPSPEED=zero2 or zero3 "
+        "for full fine-tuning",
+        "hf": f"{step}, GRADIENT_CHECKPOINTING=true",
     }
 
 
-def _largest_model_text(w: Workload, card_gib: float, colocate: memory.Colocate) -> str:
-    """A fix for a model too large even with one weight copy on the card: the largest that would fit."""
+def _largest_model_text(
+    plan: Plan,
+    w: Workload,
+    card_gib: float,
+    colocate: memory.Colocate,
+    missing: Mapping[str, str] | None = None,
+) -> str:
+    """A fix for a model too large even with one weight copy on the card: the largest that would fit on the
+    one-copy path (vLLM asleep while the trainer trains, the trainer away while vLLM generates), in bf16 LoRA
+    and with QLoRA, and QLoRA itself (with the one-copy pieces `missing`) where planning it fits."""
+    colocate = dataclasses.replace(colocate, sleep_level=max(1, colocate.sleep_level), offload_model=True,
+                                   trainer_leaves_first=True)  # fmt: skip
     largest = memory.largest_one_copy_params(w, card_gib, colocate)
-    return (f"even with one weight copy on the card at a time (OFFLOAD_MODEL, OFFLOAD_OPTIMIZER, SLEEP_LEVEL=1) this "
-            f"{card_gib:.0f} GiB card trains at most about {largest:.1f}B parameters of this kind (bf16 LoRA, "
-            f"micro-batch 1; this model has {w.dims.params / 1e9:.1f}B): a smaller MODEL; or, on several cards, "
-            "DEEPSPEED=zero3 with VLLM_TENSOR_PARALLEL_SIZE=<the cards> shards both copies")  # fmt: skip
+    kind = "QLoRA, " if w.quant_bits else "bf16 LoRA, "
+    also = ""
+    if not w.quant_bits and not w.full:
+        quantized = memory.largest_one_copy_params(dataclasses.replace(w, quant_bits=4), card_gib, colocate)
+        also = f", about {quantized:.1f}B with QLoRA (QUANT_METHOD=bnb QUANT_BITS=4)"
+    qlora = _qlora(plan, extra=missing)
+    return ((f"{qlora}; or " if qlora else "")
+            + f"even with one weight copy on the card at a time (OFFLOAD_MODEL, OFFLOAD_OPTIMIZER, SLEEP_LEVEL=1) this "
+            f"{card_gib:.0f} GiB card trains at most about {largest:.1f}B parameters of this kind ({kind}micro-batch 1, "
+            f"{w.completion_tokens}-token completions; this model has {w.dims.params / 1e9:.1f}B){also}: a smaller "
+            "MODEL; or, on several cards, DEEPSPEED=zero3 with VLLM_TENSOR_PARALLEL_SIZE=<the cards> shards both copies")  # fmt: skip
 
 
-def _one_copy_fix(w: Workload, card_gib: float, colocate: memory.Colocate) -> str:
-    """What still lowers a card whose trainer is offloaded around generation (OFFLOAD_MODEL), most
-    direct first: the lever or hook missing from the one-copy path, LoRA for full fine-tuning, a smaller
-    model when its weights alone leave too little, else the step's own size."""
-    if colocate.sleep_level == 0:
-        return "SLEEP_LEVEL=1: awake, vLLM's share stays on the card while the trainer trains"
+def _missing_pieces(plan: Plan, colocate: memory.Colocate) -> dict[str, str]:
+    """What an offloaded (OFFLOAD_MODEL) recipe lacks of the one-copy path: vLLM asleep while the trainer
+    trains, the hook that offloads the trainer before vLLM wakes."""
+    missing = {"SLEEP_LEVEL": "1"} if colocate.sleep_level == 0 else {}
     if not colocate.trainer_leaves_first:
-        return ("take offload_before_wake out of DISABLE_HOOKS: without it ms-swift wakes vLLM's weights while the "
-                "trainer's are still on the card")  # fmt: skip
+        missing["DISABLE_HOOKS"] = ",".join(
+            sorted(plan.recipe.settings.disabled_hooks - {"offload_before_wake"})
+        )
+    return missing
+
+
+def _one_copy_fix(
+    plan: Plan, w: Workload, card_gib: float, colocate: memory.Colocate, fatal: bool = True
+) -> str:
+    """What still lowers a card whose trainer is offloaded around generation (OFFLOAD_MODEL), each checked by
+    planning it, most direct first: the lever or hook missing from the one-copy path, LoRA for full
+    fine-tuning, the largest micro-batch that fits, QLoRA; else a model too large for the card is named with
+    the largest that fits, and otherwise the step's own size. `fatal`: the plan does not fit (else the fixes
+    must leave HEADROOM_WARNING free)."""
+    headroom = not fatal
+    fixes = []
+    missing = _missing_pieces(plan, colocate)  # the one-copy pieces the recipe lacks, for QLoRA's fix
+    if colocate.sleep_level == 0:
+        fixes.append(_verified(plan, {"SLEEP_LEVEL": "1"}, "awake, vLLM's share stays on the card while the "
+                               "trainer trains", headroom=headroom))  # fmt: skip
+    if not colocate.trainer_leaves_first:
+        fixes.append(_verified(plan, {"DISABLE_HOOKS": missing["DISABLE_HOOKS"]}, "without it ms-swift wakes vLLM's weights while the "
+                               "trainer's are still on the card", say="take offload_before_wake out of DISABLE_HOOKS",
+                               headroom=headroom))  # fmt: skip
     if w.full:
-        return "TRAIN_TYPE=lora: full fine-tuning keeps gradients and optimizer states for every weight on the card"
-    if w.dims.params / 1e9 > memory.largest_one_copy_params(w, card_gib, colocate):
-        return _largest_model_text(w, card_gib, colocate)
-    return ("a shorter MAX_COMPLETION_LENGTH, a smaller PER_DEVICE_TRAIN_BATCH_SIZE (keep the generation batch with "
-            "GRADIENT_ACCUMULATION_STEPS), fewer NUM_GENERATIONS")  # fmt: skip
+        fixes.append(_verified(plan, {"TRAIN_TYPE": "lora"}, "full fine-tuning keeps gradients and optimizer states "
+                               "for every weight on the card", headroom=headroom))  # fmt: skip
+    fixes.append(_fit_text(plan).removesuffix("; ") if fatal else "")
+    fixes = [f for f in fixes if f]
+    if fixes or not fatal:
+        return "; or ".join(fixes) or _step_knobs(plan)
+    one_copy = dataclasses.replace(
+        colocate, sleep_level=max(1, colocate.sleep_level), trainer_leaves_first=True
+    )
+    if w.dims.params / 1e9 > memory.largest_one_copy_params(w, card_gib, one_copy):
+        return _largest_model_text(plan, w, card_gib, colocate, missing)
+    qlora = _qlora(plan, extra=missing)  # nothing lighter fits: the weights in 4 bits
+    return f"{qlora}; or {_step_knobs(plan)}" if qlora else _step_knobs(plan)
 
 
 def _peak_problems(
@@ -132,7 +299,6 @@ def _peak_problems(
     only when it is certain (certain_gib) or past the planner's uncertainty (EXTRAPOLATED_REFUSE_RATIO)."""
     s, mode = plan.recipe.settings, plan.layout.mode
     train = memory.estimate_training(w)
-    knobs = _knobs(plan, colocate)
     beyond = (
         f" (extrapolated: a {w.dims.params / 1e9:.1f}B model, and the planner's measurements stop at 1.5B, so this "
         f"warns instead of refusing up to {memory.EXTRAPOLATED_REFUSE_RATIO:.2f}x the card; MEMORY_CHECK=off silences it)"
@@ -158,16 +324,20 @@ def _peak_problems(
             )
             past = (f" (extrapolated beyond the measured models, but {e.peak_gib / e.card_gib:.1f}x the card is past "
                     f"the planner's uncertainty, {memory.EXTRAPOLATED_REFUSE_RATIO:.2f}x)")  # fmt: skip
-            fit = _fit_text(plan)
-            turn = f"{fit}{'other knobs' if fit else 'turn these knobs'}: {knobs[mode]}"
             if colocate is not None and colocate.offload_model:
-                turn = _one_copy_fix(w, e.card_gib, colocate)
+                turn = _one_copy_fix(plan, w, e.card_gib, colocate)
+            else:
+                fit = _fit_text(plan)
+                knobs = _knobs(plan, colocate, qlora=not fit)[mode]
+                turn = f"{fit}{'other knobs' if fit else 'turn these knobs'}: {knobs}"
             problems.append(Problem("memory", f"does not fit: {what}" + (beyond if not sure else past if extrapolated else ""),
                                     turn + ("; or MEMORY_CHECK=warn to try anyway" if sure else ""),
                                     fatal=s.MEMORY_CHECK == "error" and sure))  # fmt: skip
         elif e.headroom < HEADROOM_WARNING:
             consider = (
-                _one_copy_fix(w, e.card_gib, colocate) if colocate and colocate.offload_model else knobs[mode]
+                _one_copy_fix(plan, w, e.card_gib, colocate, fatal=False)
+                if colocate and colocate.offload_model
+                else _knobs(plan, colocate, fatal=False)[mode]
             )
             problems.append(Problem("memory", f"under {HEADROOM_WARNING:.0%} headroom: {what}",
                                     f"consider: {consider}", fatal=False))  # fmt: skip
@@ -241,41 +411,54 @@ def _refuses(plan: Plan, w: Workload, at_most: float, need: float) -> bool:
     return plan.recipe.settings.MEMORY_CHECK == "error" and (calibrated or at_most < need)
 
 
-def _colocated_fits(plan: Plan, w: Workload, card, colocate: memory.Colocate, offload: bool) -> list[Problem]:
-    """Per size of training card, the colocated engine's KV cache at its share (after the CUDA context and
-    the weights; its V0 engine counts only its own) against one sequence of its max_model_len."""
+def _kv_shortfalls(
+    plan: Plan, w: Workload, card, colocate: memory.Colocate, offload: bool
+) -> list[tuple[float, list[int], float, float, float]]:
+    """(card size, its GPUs, KV budget at the share, at the planner's largest share, one sequence's need) per
+    size of training card whose colocated engine cannot hold one sequence of its max_model_len (after the
+    CUDA context and the weights; its V0 engine counts only its own)."""
     tp, v0 = w.vllm_tp, colocate.engine_v0
     need = memory.kv_gib(w.dims, w.dtype_bytes, colocate.max_model_len, tp)
     # OFFLOAD_MODEL: ms-swift builds the engine with the trainer's weights in CPU memory
-    # (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:274-280, offload_context)
+    # (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:274-280, offload_context), but bitsandbytes' stay
     model_offloaded = offload and plan.recipe.trainer_args.offload_model
-    resident = 0.0 if model_offloaded else memory.estimate_training(w).weights
+    train = memory.estimate_training(w)
+    resident = train.pinned if model_offloaded else train.weights
     by_card: dict[float, list[int]] = {}
     for gpu in plan.layout.train_gpus:
         by_card.setdefault(round(card(gpu), 2), []).append(gpu)
-    out: list[Problem] = []
+    out = []
     for size, gpus in by_card.items():
-        budget = memory.kv_budget(w.dims, w.dtype_bytes, size, colocate.utilization, resident, tp, v0)
-        if budget >= need:
-            continue
-        at_most = memory.kv_budget(
-            w.dims, w.dtype_bytes, size, memory.VLLM_UTILIZATION_CEILING, resident, tp, v0
-        )
-        fix = (
-            "raise VLLM_GPU_MEMORY_UTILIZATION, set VLLM_MAX_MODEL_LEN to prompt + completion tokens, or "
-            "raise VLLM_TENSOR_PARALLEL_SIZE"
-            if at_most >= need
-            else _largest_model_text(w, size, colocate)
-            if model_offloaded
-            else f"no share of this {size:.0f} GiB card holds both copies of the weights and one sequence: "
-            "OFFLOAD_MODEL=true, OFFLOAD_OPTIMIZER=true and SLEEP_LEVEL=1 (one weight copy on the card at a time: "
-            "ms-swift builds vLLM while the trainer's weights are in CPU memory), a rollout server on its own GPU "
-            "(ROLLOUT_GPUS), VLLM_TENSOR_PARALLEL_SIZE over several GPUs, or a smaller MODEL"
-        )
+        budget = memory.kv_budget(w, size, colocate.utilization, resident, tp, v0)
+        if budget < need:
+            out.append((size, gpus, budget, memory.kv_budget(w, size, memory.VLLM_UTILIZATION_CEILING, resident, tp, v0), need))  # fmt: skip
+    return out
+
+
+def _colocated_fits(plan: Plan, w: Workload, card, colocate: memory.Colocate, offload: bool) -> list[Problem]:
+    """Per size of training card, the colocated engine's KV cache at its share against one sequence of its
+    max_model_len (_kv_shortfalls), with the fix: a larger share or a shorter context where one holds it, else
+    the one-copy levers or QLoRA where planning them fits, else the largest model that would."""
+    tp, v0 = w.vllm_tp, colocate.engine_v0
+    model_offloaded = offload and plan.recipe.trainer_args.offload_model
+    out: list[Problem] = []
+    for size, gpus, budget, at_most, need in _kv_shortfalls(plan, w, card, colocate, offload):
+        if at_most >= need:
+            fix = ("raise VLLM_GPU_MEMORY_UTILIZATION, set VLLM_MAX_MODEL_LEN to prompt + completion tokens, or "
+                   "raise VLLM_TENSOR_PARALLEL_SIZE")  # fmt: skip
+        elif model_offloaded:
+            fix = _largest_model_text(plan, w, size, colocate, _missing_pieces(plan, colocate))
+        else:
+            verified = "; or ".join(f for f in (_one_copy_levers(plan), _qlora(plan)) if f)
+            fix = (f"no share of this {size:.0f} GiB card holds both copies of the weights and one sequence: "
+                   + (f"{verified}; or " if verified else "")
+                   + "a rollout server on its own GPU (ROLLOUT_GPUS), VLLM_TENSOR_PARALLEL_SIZE over several GPUs, "
+                   "or a smaller MODEL")  # fmt: skip
+        kept = "; the trainer's quantized ones stay" if memory.estimate_training(w).pinned else ""
         counted = (
             f"vLLM's weights (1/{tp} per GPU; its V0 engine counts only its own) are"
             if v0
-            else f"the CUDA context and vLLM's weights (1/{tp} per GPU; the trainer's are in CPU memory) are"
+            else f"the CUDA context and vLLM's weights (1/{tp} per GPU; the trainer's are in CPU memory{kept}) are"
             if model_offloaded
             else f"the CUDA context, the trainer's and vLLM's weights (1/{tp} per GPU) are"
         )
@@ -299,7 +482,7 @@ def _rollout_fits(plan: Plan, w: Workload, card) -> list[Problem]:
     ra = plan.recipe.rollout_args
     util, tp = ra.gpu_memory_utilization, ra.tensor_parallel_size
     length = ra.max_model_len or w.prompt_tokens + w.completion_tokens
-    weights = w.dims.params * w.dtype_bytes / GIB / tp
+    weights = w.vllm_weights_gib(tp)
     need = memory.kv_gib(w.dims, w.dtype_bytes, length, tp)
     out: list[Problem] = []
     for gpu in plan.layout.rollout_gpus:

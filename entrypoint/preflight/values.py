@@ -7,7 +7,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from entrypoint.errors import Problem
+from entrypoint.errors import LOCAL, Problem
+from entrypoint.facts import vllm_bnb
 from entrypoint.plan import budget
 from entrypoint.recipe import swift_schema
 from entrypoint.recipe.args import COMPLETION_LENGTH_ALIASES
@@ -48,6 +49,7 @@ def check(plan: Plan, facts: Facts) -> list[Problem]:
         _check_deepspeed,
         _check_rewards,
         _check_train_type,
+        check_quantization,
         _check_completion_length,
         _check_one_copy_sync,
         _check_model_type,
@@ -271,21 +273,10 @@ def _check_rewards(plan: Plan, facts: Facts, where) -> list[Problem]:
 
 
 def _check_train_type(plan: Plan, facts: Facts, where) -> list[Problem]:
-    """LoRA keys that do nothing with full fine-tuning; full fine-tuning of a bitsandbytes-quantized model,
-    which transformers' Trainer refuses in its constructor after the model has loaded ("You cannot perform
-    fine-tuning on purely quantized models", transformers 4.51.3 trainer.py, Trainer.__init__; bnb's
-    quantizer is not QAT-trainable)."""
+    """LoRA keys that do nothing with full fine-tuning; TARGET_MODULES words ms-swift does not expand."""
     r = plan.recipe
     problems: list[Problem] = []
     train_type = r.trainer_args.train_type
-    if train_type == "full" and r.trainer_args.quant_method == "bnb" and r.trainer_args.quant_bits:
-        problems.append(
-            Problem(
-                f"TRAIN_TYPE=full with QUANT_METHOD=bnb ({r.source('QUANT_METHOD')})",
-                "transformers' Trainer refuses to fine-tune a quantized model without adapters (after loading it)",
-                "TRAIN_TYPE=lora for QLoRA, or remove QUANT_METHOD and QUANT_BITS to train the full model",
-            )
-        )
     problems += _check_adapter_values(r, facts)
     if train_type == "full":
         lora_keys = [
@@ -312,9 +303,7 @@ TARGET_MODULE_WORDS = ("all-linear", "all-embedding")
 
 def _check_adapter_values(r, facts: Facts) -> list[Problem]:
     """TARGET_MODULES words that look like ms-swift's expansions but are not one (ms-swift 2.x's ALL, a typo
-    of all-linear): PEFT would look for a module of that name and fail after the model loaded. And QLoRA
-    without bitsandbytes: the image's lock does not hold it, and transformers needs it to load 4/8-bit
-    weights (its bitsandbytes quantizer's validate_environment), after the start-up."""
+    of all-linear): PEFT would look for a module of that name and fail after the model loaded."""
     a, problems = r.trainer_args, []
     for word in a.target_modules:
         if word.lower().startswith("all") and word not in TARGET_MODULE_WORDS:
@@ -322,14 +311,110 @@ def _check_adapter_values(r, facts: Facts) -> list[Problem]:
                                     f"{word!r} is not a word ms-swift 3.6.4 knows (it expands "
                                     f"{' and '.join(TARGET_MODULE_WORDS)}; ms-swift 2.x spelled every linear layer ALL)",
                                     "TARGET_MODULES=all-linear"))  # fmt: skip
-    if a.quant_method == "bnb" and "bitsandbytes" not in facts.quantizers:
-        problems.append(Problem(f"QUANT_METHOD=bnb ({r.source('QUANT_METHOD')})",
-                                "bitsandbytes is not installed here (the image's lock, requirements/runtime.lock, does "
-                                "not hold it): loading 4/8-bit weights would fail after the start-up",
-                                "remove QUANT_METHOD and QUANT_BITS to train bf16 LoRA: where both weight copies do "
-                                "not fit, the planner keeps one on the card at a time (a 7B on one 24 GB card: recipe "
-                                "countdown-7b-1x4090), or USE_VLLM=false (generation inside the trainer: one weight copy, slower)"))  # fmt: skip
     return problems
+
+
+# what a bf16 route says where QLoRA cannot run (the planner keeps one weight copy on a card where two do not fit)
+BF16_ROUTE = ("remove QUANT_METHOD and QUANT_BITS to train bf16 LoRA (where two weight copies do not fit a card, the "
+              "planner keeps one on it at a time: recipe countdown-7b-1x4090)")  # fmt: skip
+
+
+def check_quantization(plan: Plan, facts: Facts, where) -> list[Problem]:
+    """QUANT_METHOD=bnb: what ms-swift, transformers and vLLM 0.8.5 accept of it, refused before the model loads.
+    QLoRA with vLLM runs colocated, vLLM holding its own 4-bit copy (quantized while it loads the bf16
+    checkpoint: vllm/model_executor/model_loader/loader.py:1038-1122) and given only the trained adapter each
+    step (entrypoint/child/hooks/adapter_sync.py): ms-swift's own sync merges the adapter into the base
+    weights and copies them (v3.6.4 grpo_trainer.py:491-552), and merged into bitsandbytes' packed 4-bit
+    weights those are not weights vLLM can load."""
+    r, a = plan.recipe, plan.recipe.trainer_args
+    if a.quant_method != "bnb":
+        return []
+    problems: list[Problem] = []
+    method = where("QUANT_METHOD")
+    if "bitsandbytes" not in facts.quantizers:
+        problems.append(Problem(f"QUANT_METHOD=bnb ({r.source('QUANT_METHOD')})",
+                                "bitsandbytes cannot be imported by this Python: transformers and vLLM need it to "
+                                "load the weights in 4 or 8 bits, which would fail after the start-up",
+                                "the lock holds bitsandbytes 0.45.5 (requirements/runtime.lock): "
+                                + ("rebuild the image (make build)" if facts.in_container
+                                   else "re-sync the virtualenv from it (make venv)"), kind=LOCAL))  # fmt: skip
+    if a.quant_bits not in ("4", "8"):
+        problems.append(Problem(where("QUANT_BITS") if a.quant_bits else "QUANT_BITS",
+                                f"{a.quant_bits or 'unset'} with QUANT_METHOD=bnb: ms-swift 3.6.4 loads bitsandbytes "
+                                "weights in 4 or 8 bits and raises at start-up otherwise "
+                                "(swift/llm/argument/base_args/quant_args.py:42-51)", "QUANT_BITS=4 (QLoRA)"))  # fmt: skip
+        return problems
+    if a.train_type == "full":
+        problems.append(Problem(f"TRAIN_TYPE=full with QUANT_METHOD=bnb ({r.source('QUANT_METHOD')})",
+                                "transformers' Trainer refuses to fine-tune a quantized model without adapters "
+                                "(after loading it: 'You cannot perform fine-tuning on purely quantized models', "
+                                "transformers 4.51.3 trainer.py, Trainer.__init__)",
+                                "TRAIN_TYPE=lora for QLoRA, or remove QUANT_METHOD and QUANT_BITS to train the full "
+                                "model"))  # fmt: skip
+    zero3 = budget.deepspeed_stage(a.deepspeed, facts.deepspeed_config)[0] == 3
+    if zero3:
+        problems.append(Problem(f"{where('DEEPSPEED')} with QUANT_METHOD=bnb",
+                                "DeepSpeed ZeRO-3 shards nothing of a bitsandbytes model: transformers loads a "
+                                "quantized model whole on every GPU (no zero.Init: transformers 4.51.3 "
+                                "modeling_utils.py get_init_context)"
+                                + (", and it partitions the adapter, which vLLM is given whole each step"
+                                   if a.use_vllm else "") + "; no run measured it",
+                                "DEEPSPEED=zero2 (each GPU keeps its 4-bit copy, ZeRO-2 shards the adapter's "
+                                "optimizer states), or no DEEPSPEED"))  # fmt: skip
+    if not a.use_vllm:
+        return problems
+    if a.quant_bits == "8":
+        problems.append(Problem(f"{where('QUANT_BITS')} with vLLM",
+                                "vLLM 0.8.5 quantizes a bf16 checkpoint while it loads it to bitsandbytes 4-bit NF4 "
+                                "only (8 bits only from a checkpoint saved in 8 bits: model_loader/loader.py:928-939): "
+                                "its copy would not be the trainer's 8-bit model",
+                                "QUANT_BITS=4 (QLoRA), or USE_VLLM=false (generation inside the trainer, slower)"))  # fmt: skip
+        return problems
+    if a.bnb_4bit_quant_type != "nf4":
+        problems.append(Problem(f"{where('BNB_4BIT_QUANT_TYPE')} with vLLM",
+                                f"{a.bnb_4bit_quant_type}: vLLM 0.8.5 quantizes its copy to nf4 "
+                                "(model_loader/loader.py:1113-1117), so it would sample from another model than the "
+                                "one trained", "BNB_4BIT_QUANT_TYPE=nf4 (ms-swift's default)"))  # fmt: skip
+    if plan.layout.mode == "server":
+        problems.append(Problem(f"{where('ROLLOUT_GPUS')} with QUANT_METHOD=bnb",
+                                "ms-swift 3.6.4 gives a rollout server the adapter merged into the base weights each "
+                                "step (grpo_trainer.py:491-552); merged into bitsandbytes' packed 4-bit weights, those "
+                                "are not weights vLLM can load",
+                                "remove ROLLOUT_GPUS: colocated, vLLM loads its own 4-bit copy and is given only the "
+                                f"adapter; or {BF16_ROUTE}"))  # fmt: skip
+    elif plan.layout.mode == "colocate":
+        why, lift = budget.adapter_sync_blocked(r, facts.deepspeed_config)
+        if why and not zero3 and a.train_type == "lora":
+            problems.append(Problem(f"{method} with vLLM",
+                                    "vLLM can be given QLoRA's weights only as the trained adapter (it holds its own "
+                                    f"4-bit copy; ms-swift's merged copy cannot be loaded into it), and here it cannot: {why}",
+                                    f"{lift}; or {BF16_ROUTE}"))  # fmt: skip
+    problems += _check_bnb_architecture(r, facts, method)
+    return problems
+
+
+def _check_bnb_architecture(r, facts: Facts, method: str) -> list[Problem]:
+    """The model's architecture against what vLLM 0.8.5 loads in bitsandbytes with LoRA (facts/vllm_bnb.py): by
+    its config.json, else by the architectures ms-swift registers its type for (all of them alike)."""
+    config = facts.model_config[0] or {}
+    found = config.get("architectures") or []
+    if not found:
+        kind = swift_schema.registered_type(r.trainer_args.model or "")
+        found = swift_schema.model_types().get(kind, {}).get("architectures", []) if kind else []
+    verdicts = {arch: vllm_bnb.why_not(arch) for arch in found}
+    refused = {arch: why for arch, why in verdicts.items() if why}
+    unlisted = [arch for arch, why in verdicts.items() if why is None]
+    fix = (f"{BF16_ROUTE}; or USE_VLLM=false (transformers loads it in 4 bits; generation inside the trainer, "
+           "slower)")  # fmt: skip
+    if refused and len(refused) == len(verdicts):
+        arch, why = next(iter(refused.items()))
+        return [Problem(f"{method} with vLLM", f"vLLM 0.8.5 cannot load {arch} in bitsandbytes 4-bit and serve the "
+                        f"adapter on it: {why}", fix)]  # fmt: skip
+    if unlisted and len(unlisted) == len(verdicts):
+        return [Problem(f"{method} with vLLM", f"vLLM 0.8.5's model registry does not list {unlisted[0]}: it would "
+                        "load it through its Transformers backend, which no run here loaded in bitsandbytes",
+                        fix, fatal=False)]  # fmt: skip
+    return []
 
 
 def _check_completion_length(plan: Plan, facts: Facts, where) -> list[Problem]:
@@ -357,6 +442,8 @@ def _check_one_copy_sync(plan: Plan, facts: Facts, where) -> list[Problem]:
     since nothing else changes in the plan."""
     r, a = plan.recipe, plan.recipe.trainer_args
     if plan.layout.mode != "colocate" or a.sleep_level < 1 or not a.offload_model or a.train_type != "lora":
+        return []
+    if a.bnb_bits and a.use_vllm:  # QLoRA: no merge to fall back on (check_quantization refuses it)
         return []
     why = budget.adapter_sync_blocker(r, facts.deepspeed_config)
     if not why:

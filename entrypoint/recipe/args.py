@@ -108,6 +108,7 @@ class TrainerArgs:
     train_type: str
     quant_method: str | None  # bnb, hqq, eetq, quanto, fp8; None: not quantized
     quant_bits: str | None  # one of the schema's choices ("4", "8", "float8", ...)
+    bnb_4bit_quant_type: str  # nf4 (ms-swift's default) or fp4
     lora_rank: int
     beta: float
     deepspeed: str
@@ -154,6 +155,11 @@ class TrainerArgs:
                 values["max_completion_length"] = int(tokens[alias][0])
                 break
         return cls(**values)
+
+    @property
+    def bnb_bits(self) -> int:
+        """4 or 8 where the model is loaded in bitsandbytes' 4/8 bits (QUANT_METHOD=bnb), else 0."""
+        return int(self.quant_bits) if self.quant_method == "bnb" and self.quant_bits in ("4", "8") else 0
 
     @property
     def offload(self) -> bool:

@@ -110,20 +110,19 @@ RENAMED: dict[str, Renamed] = {
     ),
     "LOAD_IN_4BIT": Renamed(
         "not an ms-swift argument in any version (a transformers/bitsandbytes kwarg)",
-        "QLoRA is QUANT_METHOD=bnb and QUANT_BITS=4 in ms-swift, which needs bitsandbytes, not in this image's lock: "
-        "leave it out to train bf16 LoRA (where two weight copies do not fit a card, the planner keeps one on it at a "
-        "time: recipe countdown-7b-1x4090)",
+        "QUANT_METHOD=bnb QUANT_BITS=4 (QLoRA, with TRAIN_TYPE=lora; bitsandbytes 0.45.5 is in the lock: a 14B model "
+        "on one 24 GB card, recipe countdown-14b-1x4090)",
         "v3.6.4:swift/llm/argument/base_args/quant_args.py:29-32",
     ),
     "LOAD_IN_8BIT": Renamed(
         "not an ms-swift argument in any version",
-        "QUANT_METHOD=bnb and QUANT_BITS=8 in ms-swift, which needs bitsandbytes, not in this image's lock: leave it "
-        "out to train bf16",
+        "QUANT_METHOD=bnb QUANT_BITS=4 (QLoRA; vLLM 0.8.5 loads a bf16 checkpoint in bitsandbytes 4-bit only), or "
+        "QUANT_METHOD=bnb QUANT_BITS=8 with USE_VLLM=false",
         "v3.6.4:swift/llm/argument/base_args/quant_args.py:29-32",
     ),
     "QUANTIZATION_BIT": Renamed(
         "not an ms-swift argument (LLaMA-Factory's name)",
-        "QUANT_METHOD=bnb and QUANT_BITS=4",
+        "QUANT_METHOD=bnb QUANT_BITS=4",
         "v3.6.4:swift/llm/argument/base_args/quant_args.py:29-32",
     ),
     "LORA_TARGET_MODULES": Renamed(

@@ -141,6 +141,33 @@ class Recipe:
             self, values=values, settings=settings, trainer=trainer, rollout=rollout, env=env
         )
 
+    def without_planner(self) -> Recipe:
+        """A copy without the values the planner chose (with_values, source "planner..."): the recipe as its
+        layers set it, which plan.build shapes again (a fix is checked by planning it: preflight/memory_check)."""
+        chosen = [k for k, v in self.values.items() if layer_of(v.source) == 4]
+        if not chosen:
+            return self
+        rlhf, rollout_schema = swift_schema.load("rlhf"), swift_schema.load("rollout")
+        trainer, rollout, env = dict(self.trainer), dict(self.rollout), dict(self.env)
+        owned: dict[str, object] = {}
+        for key in chosen:
+            kind = getattr(keys.lookup(key), "kind", None)
+            if kind == "env":
+                env.pop(key, None)
+            elif kind == "owned":
+                owned[key] = Settings.model_fields[key].default
+            elif key.startswith("ROLLOUT_") and key[len("ROLLOUT_") :].lower() in rollout_schema:
+                rollout.pop(rollout_schema[key[len("ROLLOUT_") :].lower()].name, None)
+            else:
+                trainer.pop(rlhf[key.lower()].name, None)
+        settings = (
+            Settings.model_validate({**self.settings.model_dump(), **owned}) if owned else self.settings
+        )
+        values = {k: v for k, v in self.values.items() if k not in chosen}
+        return dataclasses.replace(
+            self, values=values, settings=settings, trainer=trainer, rollout=rollout, env=env
+        )
+
     def resolved(self) -> dict[str, dict[str, str]]:
         """{KEY: {"value", "source"}} for the manifest and `plan --json`."""
         return {k: {"value": v.value, "source": v.source} for k, v in sorted(self.values.items())}

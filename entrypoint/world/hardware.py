@@ -1,4 +1,4 @@
-"""What the machine has: GPUs through NVML, peer-to-peer links, InfiniBand/RoCE ports, /dev/shm.
+"""What the machine has: GPUs through NVML, peer-to-peer links, InfiniBand/RoCE ports, /dev/shm, RAM.
 
 `probe()` reads the real machine (nvidia-ml-py); `load(path)` reads an inventory JSON file instead, so a
 user can plan for a machine they are not on (`python -m entrypoint doctor --save-inventory FILE` writes
@@ -55,6 +55,18 @@ def read_shm_bytes(path: Path = SHM_PATH) -> int | None:
     return st.f_blocks * st.f_frsize
 
 
+def read_ram() -> dict[str, int | None]:
+    """{"ram_total_bytes", "ram_available_bytes"} from psutil.virtual_memory() (Linux: /proc/meminfo's MemTotal
+    and MemAvailable); None each where it cannot be read."""
+    try:
+        import psutil
+
+        memory = psutil.virtual_memory()
+        return {"ram_total_bytes": int(memory.total), "ram_available_bytes": int(memory.available)}
+    except (ImportError, OSError, RuntimeError):  # pragma: no cover - psutil is in the lock
+        return {"ram_total_bytes": None, "ram_available_bytes": None}
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -70,18 +82,15 @@ def probe() -> Inventory:
     """Read this machine through NVML. Never raises: NVML failures land in `nvml_error`."""
     ib, shm = read_infiniband(), read_shm_bytes()
     interfaces = read_interfaces()
+    host = {"infiniband": ib, "shm_bytes": shm, **read_ram()}
     try:
         import pynvml
     except ImportError as exc:  # pragma: no cover - nvidia-ml-py is in the lock
-        return Inventory(
-            source="nvml", nvml_error=f"nvidia-ml-py missing: {exc}", infiniband=ib, shm_bytes=shm
-        )
+        return Inventory(source="nvml", nvml_error=f"nvidia-ml-py missing: {exc}", **host)
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
-        return Inventory(
-            source="nvml", nvml_error=str(exc), infiniband=ib, shm_bytes=shm, interfaces=interfaces
-        )
+        return Inventory(source="nvml", nvml_error=str(exc), interfaces=interfaces, **host)
     try:
         driver = _text(pynvml.nvmlSystemGetDriverVersion())
         cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
@@ -118,14 +127,11 @@ def probe() -> Inventory:
             cuda_driver_version=f"{cuda // 1000}.{cuda % 1000 // 10}",
             gpus=gpus,
             p2p=links,
-            infiniband=ib,
-            shm_bytes=shm,
             interfaces=interfaces,
+            **host,
         )
     except pynvml.NVMLError as exc:
-        return Inventory(
-            source="nvml", nvml_error=str(exc), infiniband=ib, shm_bytes=shm, interfaces=interfaces
-        )
+        return Inventory(source="nvml", nvml_error=str(exc), interfaces=interfaces, **host)
     finally:
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
