@@ -761,7 +761,8 @@ def _trainer_env(d: Draft) -> dict[str, str]:
     one_copy = a.sleep_level >= 1 and a.offload_model
     blocked = budget_mod.adapter_sync_blocker(d.recipe, d.facts.deepspeed_config)
     if layout.mode == "colocate" and (one_copy or a.bnb_bits) and not blocked:
-        env["GRPO_RIG_ADAPTER_SYNC"] = str(a.lora_rank)
+        # a 4-bit base: vLLM loads the same checkpoint in bitsandbytes 4-bit too (the hook's ":bitsandbytes")
+        env["GRPO_RIG_ADAPTER_SYNC"] = str(a.lora_rank) + (":bitsandbytes" if a.bnb_bits else "")
     if layout.mode == "colocate":
         env.update(_vllm_env(a.vllm_enforce_eager))
         # multi-step scheduling exists only through its hook; V0 without it is slower than V1
