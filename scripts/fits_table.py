@@ -3,8 +3,10 @@
 Each row plans the shipped countdown recipe (recipes/countdown-1x4090.env: 8 completions of up to 256 tokens per
 prompt, 32 per step, LoRA rank 8) with MODEL set to the row's model, on two example machines:
 examples/inventories/1x4090-driver535.json (colocated vLLM) and 2x4090-driver535.json (vLLM on the second card,
-TRAIN_GPUS=0 ROLLOUT_GPUS=1). The models are entrypoint/data/model_configs.json's (their dimensions and sources
-are there). `--write` rewrites the table between the README's markers; `--check` exits 1 when it differs
+TRAIN_GPUS=0 ROLLOUT_GPUS=1), and with QLoRA (QUANT_METHOD=bnb QUANT_BITS=4) on the first. A cell says "no" where
+the plan, its memory check or its QLoRA checks refuse it (bitsandbytes counted as installed: the image's lock
+holds it). The models are entrypoint/data/model_configs.json's (their dimensions and sources are there).
+`--write` rewrites the table between the README's markers; `--check` exits 1 when it differs
 (tests/test_fits_table.py runs it).
 
     python scripts/fits_table.py [--write | --check]
@@ -24,6 +26,7 @@ from entrypoint.errors import BadInput  # noqa: E402
 from entrypoint.facts.facts import Ports  # noqa: E402
 from entrypoint.plan import build as plan_mod  # noqa: E402
 from entrypoint.plan import memory  # noqa: E402
+from entrypoint.preflight import memory_check, values  # noqa: E402
 from entrypoint.recipe import load as recipe_mod  # noqa: E402
 from entrypoint.world import hardware, host  # noqa: E402
 
@@ -33,6 +36,7 @@ RECIPE = "countdown-1x4090"
 MACHINES = {
     "1 x RTX 4090": ("1x4090-driver535", []),
     "2 x RTX 4090": ("2x4090-driver535", ["TRAIN_GPUS=0", "ROLLOUT_GPUS=1"]),
+    "1 x RTX 4090, QLoRA (4-bit)": ("1x4090-driver535", ["QUANT_METHOD=bnb", "QUANT_BITS=4"]),
 }
 # GPU runs that back a row (the others are planned only): where to read them
 EVIDENCE = {
@@ -53,7 +57,9 @@ def cell(model: str, inventory: str, extra: list[str]) -> str:
     except BadInput as exc:
         return f"refused: {exc.problems[0].message}"
     facts = dataclasses.replace(
-        host.gather(r, {}, probe_plugins=False), ports=Ports(rollout_first_free=8000, ephemeral=29999)
+        host.gather(r, {}, probe_plugins=False),
+        ports=Ports(rollout_first_free=8000, ephemeral=29999),
+        quantizers=frozenset({"bitsandbytes"}),
     )
     plan = plan_mod.build(
         r, hardware.load(str(ROOT / "examples" / "inventories" / f"{inventory}.json")), facts
@@ -61,6 +67,15 @@ def cell(model: str, inventory: str, extra: list[str]) -> str:
     fatal = [p for p in plan.problems if p.fatal]
     if fatal:
         return "no: " + fatal[0].message.split(":")[0]
+    refused = [p for p in values.check_quantization(plan, facts, lambda key: key) if p.fatal]
+    if refused:
+        return "no: " + refused[0].message.split(":")[0]
+    if any(p.fatal for p in memory_check.check(plan)):
+        return (
+            "no: "
+            + " + ".join(f"{e.peak_gib:.1f}" for e in plan.budget.estimates(plan.layout))
+            + " GiB predicted"
+        )
     peaks = " + ".join(f"{e.peak_gib:.1f}" for e in plan.budget.estimates(plan.layout))
     a = plan.recipe.trainer_args
     how = [f"micro-batch {a.per_device_train_batch_size}"]

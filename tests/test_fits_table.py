@@ -44,3 +44,15 @@ def test_a_model_whose_two_copies_fit_but_cannot_train_beside_them_gets_one_weig
     assert small.recipe.raw("OFFLOAD_MODEL") != "true", (
         "a model that fits keeps both copies (no offload cost)"
     )
+
+
+def test_the_qlora_column_fits_the_14b_that_bf16_cannot():
+    """Qwen3-14B: refused in bf16 on one card and on two (its trainer's weights alone exceed a card), planned
+    with one 4-bit weight copy at a time under 22 GiB with QLoRA; a cell says "no" where the memory check
+    refuses, not only where the plan itself does."""
+    row = next(line for line in fits_table.rows() if line.startswith("| Qwen/Qwen3-14B |"))
+    one, two, qlora = [cell.strip() for cell in row.split("|")[3:6]]
+    assert one.startswith("no:") and two.startswith("no:"), row
+    peak = float(qlora.removeprefix("yes: ").split(" GiB")[0])
+    assert peak <= 22.0 and "one weight copy" in qlora, row
+    assert "QLoRA (4-bit)" in fits_table.rows()[0]
