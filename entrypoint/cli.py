@@ -120,7 +120,7 @@ def _not_a_command(word: str, commands: list[str], environ: Mapping[str, str]) -
     close = difflib.get_close_matches(word, commands, n=1)
     if close:
         fix = f"did you mean {close[0]}?"
-    elif recipe_mod.recipe_path(word, recipe_mod.recipes_dir(environ)).is_file():
+    elif recipe_mod.is_file(recipe_mod.recipe_path(word, recipe_mod.recipes_dir(environ))):
         fix = f"write {DEFAULT} recipe={word}"
     else:
         fix = f"the commands: {', '.join(commands)}; KEY=VALUE words go after one ({DEFAULT} is the default)"

@@ -435,3 +435,39 @@ def test_a_resume_with_changed_sampling_values_goes_on_saying_so():
 def test_a_manifest_without_a_resolved_recipe_is_not_compared():
     plan = _resumed("LEARNING_RATE=5e-4", before=None)
     assert not any("resumes from" in p.message for p in plan.problems)
+
+
+# DeepSeek-R1's system prompt: 399 characters, longer than a file name may be (255 bytes on ext4, xfs, tmpfs)
+R1_SYSTEM = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. The "
+    "assistant first thinks about the reasoning process in the mind and then provides the user with the answer. "
+    "The reasoning process and answer are enclosed within <think> </think> and <answer> </answer> tags, "
+    "respectively, i.e., <think> reasoning process here </think> <answer> answer here </answer>."
+)
+
+
+def test_a_system_prompt_longer_than_a_file_name_validates_and_plans_as_text(tmp_path, capsys):
+    """A SYSTEM value is a prompt or a prompt file; asking whether a 399-character prompt is a file ended
+    validate and plan in `OSError: File name too long`."""
+    import argparse
+
+    from entrypoint.commands import plan as plan_command
+    from entrypoint.commands import validate
+
+    environ = {"INVENTORY": str(ROOT / "examples" / "inventories" / "1x4090-driver535.json")}
+    words = ["recipe=countdown-1x4090", f"SYSTEM={R1_SYSTEM}", f"OUTPUT_DIR={tmp_path}", "RUN_NAME=r1"]
+    assert validate.main(argparse.Namespace(words=words), environ) == 0
+    assert "recipe countdown-1x4090: valid" in capsys.readouterr().out
+    assert plan_command.main(argparse.Namespace(words=words, json=True), environ) == 0
+    trainer = next(p for p in json.loads(capsys.readouterr().out)["processes"] if p["role"] == "trainer")
+    assert flag(trainer["argv"], "system") == [R1_SYSTEM]
+
+
+@pytest.mark.parametrize("value", ["x" * 400, "prompt\0with a NUL", "é" * 200])
+def test_a_value_that_cannot_be_a_path_is_no_file_and_asking_never_raises(value):
+    from entrypoint.recipe import load as recipe_mod
+    from entrypoint.world import host
+
+    assert not recipe_mod.is_file(value) and not recipe_mod.is_dir(value) and not recipe_mod.exists(value)
+    info = host.path_info(Path(value))
+    assert not info.exists and not info.is_file and not info.is_dir and not info.readable

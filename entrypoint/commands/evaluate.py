@@ -383,7 +383,7 @@ def load_rewards(names: Sequence[str], plugins: Sequence[str]) -> dict[str, Any]
 
     for file in plugins:
         path = Path(file)
-        if path.is_file():
+        if recipe_mod.is_file(path):
             sys.path.insert(0, str(path.parent))
             importlib.import_module(path.stem)
     from swift.plugin import orms
@@ -658,7 +658,7 @@ def _evaluate(run_dir: Path, settings: Settings, environ: Mapping[str, str], pri
         )
     system = TrainerArgs.of(args).system
     prompts = [prompt_messages(r, system) for r in rows]
-    plugins = [p for p in args.get("external_plugins", []) if Path(p).is_file()] or [str(PLUGIN_FILE)]
+    plugins = [p for p in args.get("external_plugins", []) if recipe_mod.is_file(p)] or [str(PLUGIN_FILE)]
     rewards = load_rewards(args.get("reward_funcs", []), plugins)
     probe_rewards(rewards, rows, prompts, how)
     model_path = data.get("model", {}).get("path") or (args.get("model") or [""])[0]

@@ -197,6 +197,35 @@ def explain_unknown(key: str, source: str) -> Problem:
     return Problem(where, message, fix)
 
 
+def path_mode(value: str | os.PathLike) -> int | None:
+    """The st_mode of what `value` names on this machine, or None where it names nothing: missing,
+    unreachable, or text that cannot be a path at all (a name longer than the file system allows, a NUL
+    byte). A recipe value may be a path or literal text (SYSTEM is a prompt or a prompt file, MODEL a hub id
+    or a folder, DATASET a hub id or a file), so asking never raises; every "is it a file?" about such a value
+    goes through here (pathlib's own is_file/exists raise OSError for ENAMETOOLONG and ValueError for NUL)."""
+    try:
+        return Path(value).expanduser().stat().st_mode
+    except (OSError, ValueError):
+        return None
+
+
+def is_file(value: str | os.PathLike) -> bool:
+    """An existing regular file (path_mode: never raises)."""
+    mode = path_mode(value)
+    return mode is not None and stat.S_ISREG(mode)
+
+
+def is_dir(value: str | os.PathLike) -> bool:
+    """An existing directory (path_mode: never raises)."""
+    mode = path_mode(value)
+    return mode is not None and stat.S_ISDIR(mode)
+
+
+def exists(value: str | os.PathLike) -> bool:
+    """Anything at all under that name (path_mode: never raises)."""
+    return path_mode(value) is not None
+
+
 TEXT_FILE_LIMIT = 16 * 1024**2  # bytes: a recipe, prompt, script or inventory is text far below this
 
 
@@ -223,6 +252,8 @@ def read_user_file(path: Path) -> tuple[str | None, str]:
         return None, f"cannot be read by this process (uid {os.getuid()}: permission denied)"
     except OSError as exc:
         return None, f"cannot be read ({exc.strerror or exc})"
+    except ValueError:  # a NUL byte in the name
+        return None, "is not a path (it holds a NUL byte)"
     if len(data) > TEXT_FILE_LIMIT:
         return None, f"is larger than {TEXT_FILE_LIMIT // 1024**2} MiB: not a text file of this kind"
     nul = data.find(b"\0")
@@ -470,13 +501,13 @@ def _file_layers(name: str, recipes_dir: Path, problems: list[Problem]) -> list[
     read as text)."""
     layers: list[dict[str, Value]] = []
     defaults_path = recipes_dir / DEFAULTS_FILE
-    if defaults_path.exists():
+    if exists(defaults_path):
         values, found = read_env_file(defaults_path, f"recipes/{DEFAULTS_FILE}")
         layers.append(values)
         problems += found
     path = recipe_path(name, recipes_dir)
-    _, why = read_user_file(path) if path.exists() else (None, "")
-    if why or not path.exists():  # nothing else can be checked without the recipe
+    _, why = read_user_file(path) if exists(path) else (None, "")
+    if why or not exists(path):  # nothing else can be checked without the recipe
         shipped = available_recipes(recipes_dir)
         close = difflib.get_close_matches(name, shipped, n=1) if not why else []
         problems.append(

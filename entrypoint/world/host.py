@@ -42,6 +42,7 @@ from entrypoint.facts.facts import (
 )
 from entrypoint.plan import build as plan_build
 from entrypoint.plan import memory
+from entrypoint.recipe import load as recipe_mod
 from entrypoint.recipe.load import PROJECT_DIR, Recipe, read_user_file
 from entrypoint.record import export, manifest
 from entrypoint.rewards import PLUGIN_FILE
@@ -88,24 +89,25 @@ def swift_worker(env: Mapping[str, str]) -> tuple[str, ...]:
 
 def _nearest_existing(path: Path) -> Path:
     path = path.absolute()
-    while not path.exists() and path != path.parent:
+    while not recipe_mod.exists(path) and path != path.parent:
         path = path.parent
     return path
 
 
 def path_info(path: Path) -> PathInfo:
-    """What can be said about `path` without changing anything (a probe file is created and removed)."""
+    """What can be said about `path` without changing anything (a probe file is created and removed).
+    Never raises for a value that cannot be a path (a long SYSTEM prompt, a NUL byte): nothing is there."""
     path = path.expanduser()
     try:
         path.stat()
         reachable = True
     except PermissionError:
         return PathInfo(reachable=False)
-    except OSError:
+    except (OSError, ValueError):
         reachable = True
     nearest = _nearest_existing(path)
     writable = False
-    if nearest.is_dir():
+    if recipe_mod.is_dir(nearest):
         try:
             with tempfile.NamedTemporaryFile(dir=nearest, prefix=".grpo-rig-write-test-"):
                 writable = True
@@ -113,17 +115,19 @@ def path_info(path: Path) -> PathInfo:
             writable = False
     st = nearest.stat()
     entries: tuple[str, ...] = ()
-    if path.is_dir():
+    is_dir = recipe_mod.is_dir(path)
+    if is_dir:
         with contextlib.suppress(OSError):
             entries = tuple(sorted(itertools.islice(os.listdir(path), ENTRIES_LISTED)))
+    exists = recipe_mod.exists(path)
     return PathInfo(
         entries=entries,
-        nearest_is_dir=nearest.is_dir(),
-        exists=path.exists(),
-        is_file=path.is_file(),
-        is_dir=path.is_dir(),
+        nearest_is_dir=recipe_mod.is_dir(nearest),
+        exists=exists,
+        is_file=recipe_mod.is_file(path),
+        is_dir=is_dir,
         reachable=reachable,
-        readable=os.access(path, os.R_OK),
+        readable=exists and os.access(path, os.R_OK),
         writable=writable,
         owner=f"{st.st_uid}:{st.st_gid}",
         nearest=str(nearest),
@@ -204,7 +208,7 @@ def _model_config(
         if local is not None:
             candidates += sorted(local.glob("snapshots/*/config.json")) + [local / "config.json"]
     for candidate in candidates:
-        if candidate.is_file():
+        if recipe_mod.is_file(candidate):
             return json.loads(candidate.read_text()), str(candidate), hub
     shipped = memory.shipped_config(model)
     if shipped:
@@ -288,7 +292,7 @@ def gather(
     datasets = {}
     for spec in _dataset_specs(r):
         p = Path(dataset_checks.parse_spec(spec).path).expanduser()
-        if p.suffix in dataset_checks.READ_SUFFIXES and p.is_file() and os.access(p, os.R_OK):
+        if p.suffix in dataset_checks.READ_SUFFIXES and recipe_mod.is_file(p) and os.access(p, os.R_OK):
             datasets[dataset_checks.dataset_key(p)] = read_dataset(p)
     online = fetch_config and not plan_build.offline(r, env)
     config, source, hub = _model_config(r, env, environ if online else None)
@@ -313,7 +317,7 @@ def gather(
         )
     deepspeed_config = None
     ds = resolved(a.deepspeed, paths) if a.deepspeed.endswith(".json") else ""
-    if ds and Path(ds).is_file():
+    if ds and recipe_mod.is_file(ds):
         try:
             deepspeed_config = json.loads(Path(ds).read_text())
         except (OSError, ValueError):
