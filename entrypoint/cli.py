@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import NamedTuple
 
+from entrypoint import redact
 from entrypoint.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput, Problem, tally
 from entrypoint.recipe import load as recipe_mod
 
@@ -59,10 +60,24 @@ class Chosen(NamedTuple):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command `argv` names (sys.argv[1:] by default); returns the exit status."""
+    """Run the command `argv` names (sys.argv[1:] by default); returns the exit status. Everything it
+    prints goes through redact.Scrubbing: a secret given on the command line or in the environment never
+    reaches the console, whichever line names it (an override, a plan, a refusal's fix)."""
     typed = list(sys.argv[1:] if argv is None else argv)
     if typed[:1] and typed[0] in QUIET:
         quiet_libraries(os.environ)
+    secrets = redact.values_in(typed, os.environ)
+    if not secrets:
+        return _main(typed)
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = redact.Scrubbing(stdout, secrets), redact.Scrubbing(stderr, secrets)
+    try:
+        return _main(typed)
+    finally:
+        sys.stdout, sys.stderr = stdout, stderr
+
+
+def _main(typed: list[str]) -> int:
     from entrypoint.commands import REGISTRY  # after quiet_libraries (QUIET says why)
     from entrypoint.supervise.supervisor import Interrupted
 

@@ -123,6 +123,25 @@ def test_a_rerun_named_as_the_run_itself_is_refused_not_resumed(tmp_path, finish
     assert (finished / "manifest.json").read_text() == before
 
 
+@pytest.mark.cli
+def test_secrets_given_to_a_rerun_reach_no_printed_surface(tmp_path, finished):
+    """The console's first line, --plan and --plan --json once printed the overrides' values as typed."""
+    secrets = {"HF_TOKEN": "hf_rerunSECRETvalue1", "WANDB_API_KEY": "wbSECRETvalue2"}
+    given = [f"{k}={v}" for k, v in secrets.items()]
+    shown = run(tmp_path, "rerun", f"run={finished}", *given, "HUB_TOKEN=ab", "--plan")
+    as_json = run(tmp_path, "rerun", f"run={finished}", *given, "HUB_TOKEN=ab", "--plan", "--json")
+    trained = run(tmp_path, "rerun", f"run={finished}", *given, "RUN_NAME=s")
+    for proc in (shown, as_json, trained):
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert not [v for v in secrets.values() if v in proc.stdout + proc.stderr], proc.stdout + proc.stderr
+    # a value too short to scrub from free text is still replaced where a listing names its key
+    assert "overrides: HF_TOKEN=<redacted>, WANDB_API_KEY=<redacted>, HUB_TOKEN=<redacted>" in shown.stdout
+    assert "HUB_TOKEN=ab" not in shown.stdout and '"ab"' not in as_json.stdout
+    assert set(json.loads(as_json.stdout)["rerun_of"]["overrides"].values()) == {"<redacted>"}
+    first = trained.stderr.splitlines()[0]
+    assert first.startswith("rerun of r (") and "HF_TOKEN=<redacted>, WANDB_API_KEY=<redacted>" in first
+
+
 DATA = {
     "versions": {"ms-swift": "3.6.4", "torch": "2.6.0", "grpo-rig": None},
     "image": {"lock_sha256": "a" * 64},

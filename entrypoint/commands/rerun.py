@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from entrypoint import redact
 from entrypoint.commands import edge, train, words
 from entrypoint.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput, Problem
 from entrypoint.facts.facts import MANIFEST
@@ -77,7 +78,7 @@ def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         "path": str(run_dir.resolve()),
         "manifest_sha256": export.sha256_file(run_dir / MANIFEST),
         "status": data.get("status"),
-        "overrides": {k: v.value for k, v in cli.items()},
+        "overrides": redact.env({k: v.value for k, v in cli.items()}),  # shown on the console: no secret
         "secrets_from_environment": rec.secrets,
     }
     checker = Checker(data, rec, record, environ, args.accept_drift, show=not args.plan)
@@ -208,8 +209,9 @@ def _plan_only(pairs: list[str], environ: Mapping[str, str], checker: Checker, a
     except BadInput as exc:
         code, checker.found = EXIT_BAD_INPUT, exc.problems
     if as_json:
-        print(json.dumps({"rerun_of": checker.record, "problems": [p.render() for p in checker.found],
-                          "resolved_recipe": plan.recipe.resolved(), "plan": plan.to_json()}, indent=2))  # fmt: skip
+        shown = {"rerun_of": checker.record, "problems": [p.render() for p in checker.found],
+                 "resolved_recipe": plan.recipe.resolved(), "plan": plan.to_json()}  # fmt: skip
+        print(json.dumps(redact.deep(shown, manifest.secrets_of(plan)), indent=2))  # as the manifest keeps it
         return code
     print(f"rerun of {checker.record['run_name']} ({checker.record['path']}): {len(checker.rec.values)} values "
           f"as recorded, {len(checker.rec.replanned)} planned again for this machine")  # fmt: skip

@@ -33,6 +33,7 @@ from pathlib import Path
 from dotenv.parser import parse_stream
 from pydantic import ValidationError
 
+from entrypoint import redact
 from entrypoint.child import hooks as child_hooks
 from entrypoint.errors import BadInput, Problem
 from entrypoint.recipe import keys, swift_schema
@@ -329,6 +330,7 @@ def parse_cli_pairs(pairs: list[str]) -> tuple[dict[str, Value], list[Problem]]:
                 following.append(pairs[i + 1])
                 i += 1
             value = value or " ".join(following)
+            value = redact.REDACTED if value and redact.is_secret(name) else value
             spelled = f'{name.upper()}="{value}"' if " " in value else f"{name.upper()}={value or '<value>'}"
             found = keys.lookup(name.upper())
             fix = (  # a flag the entrypoint composes has no KEY=VALUE spelling: name the key that owns it
@@ -337,7 +339,11 @@ def parse_cli_pairs(pairs: list[str]) -> tuple[dict[str, Value], list[Problem]]:
                 else f"write {spelled}"
             )
             problems.append(
-                Problem(f"command line {word!r}", "arguments are KEY=VALUE words, not --flags", fix)
+                Problem(
+                    f"command line {redact.words([word])[0]!r}",
+                    "arguments are KEY=VALUE words, not --flags",
+                    fix,
+                )
             )
         elif "=" not in word:
             bare = [word]

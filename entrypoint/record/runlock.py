@@ -39,16 +39,6 @@ def _holder(text: str) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _redacted(words: list[str]) -> list[str]:
-    """A command line with the values of secret flags and secret KEY=VALUE words replaced (redact.py): the
-    lock file is readable by anyone who can list the run."""
-    out = []
-    for word in redact.argv(words):
-        key, eq, value = word.partition("=")
-        out.append(f"{key}={redact.REDACTED}" if eq and value and redact.is_secret(key) else word)
-    return out
-
-
 def describe(holder: dict) -> str:
     """'PID 1234 on host h since 2026-12-01T12:00:00+00:00: python -m entrypoint train ...' (for messages)."""
     if not holder.get("pid"):
@@ -152,7 +142,7 @@ class RunLock:
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "command": shlex.join(_redacted(psutil.Process().cmdline())),
+            "command": shlex.join(redact.words(psutil.Process().cmdline())),
         }
         with contextlib.suppress(OSError):  # a full disk: the lock still holds, only its label is missing
             os.ftruncate(fd, 0)
