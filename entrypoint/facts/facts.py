@@ -39,6 +39,8 @@ class PathInfo:
     reachable: bool = True  # False: a parent directory cannot be entered
     readable: bool = False
     writable: bool = False  # a file can be created in it (or in its nearest existing ancestor)
+    read_only: bool = False  # its nearest existing ancestor is on a file system mounted read-only
+    write_error: str = ""  # why a file could not be created there (the failed write's strerror)
     owner: str = ""  # uid:gid of it or of its nearest existing ancestor
     nearest: str = ""  # the nearest existing ancestor (itself when it exists)
     disk_free_gib: float | None = None  # free space where it would be written

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import importlib.util
 import itertools
 import json
@@ -106,13 +107,16 @@ def path_info(path: Path) -> PathInfo:
     except (OSError, ValueError):
         reachable = True
     nearest = _nearest_existing(path)
-    writable = False
+    writable, read_only, write_error = False, False, ""
     if recipe_mod.is_dir(nearest):
         try:
             with tempfile.NamedTemporaryFile(dir=nearest, prefix=".grpo-rig-write-test-"):
                 writable = True
-        except OSError:
-            writable = False
+        except OSError as exc:
+            write_error, read_only = exc.strerror or str(exc), exc.errno == errno.EROFS
+    # a read-only mount, whatever the permissions say (root writes nowhere there either)
+    with contextlib.suppress(OSError):
+        read_only = read_only or bool(os.statvfs(nearest).f_flag & os.ST_RDONLY)
     st = nearest.stat()
     entries: tuple[str, ...] = ()
     is_dir = recipe_mod.is_dir(path)
@@ -129,6 +133,8 @@ def path_info(path: Path) -> PathInfo:
         reachable=reachable,
         readable=exists and os.access(path, os.R_OK),
         writable=writable,
+        read_only=read_only,
+        write_error=write_error,
         owner=f"{st.st_uid}:{st.st_gid}",
         nearest=str(nearest),
         disk_free_gib=shutil.disk_usage(nearest).free / 1024**3,
