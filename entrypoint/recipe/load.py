@@ -135,9 +135,9 @@ class Recipe:
             else:
                 spec = rlhf[key.lower()]
                 trainer[spec.name] = spec.coerce(value)
-        settings = (
-            Settings.model_validate({**self.settings.model_dump(), **owned}) if owned else self.settings
-        )
+        # only the chosen keys are typed here: the others stand as recipe.load read them
+        typed = Settings.model_validate(owned) if owned else self.settings
+        settings = self.settings.model_copy(update={k: getattr(typed, k) for k in owned})
         return dataclasses.replace(
             self, values=values, settings=settings, trainer=trainer, rollout=rollout, env=env
         )
@@ -486,7 +486,7 @@ def load(
     _dataset_replaces_generator(merged, problems)
     _model_replaces_its_type(merged, problems)
     owned, trainer, rollout, nccl_values, env = _sort_by_kind(merged, problems)
-    settings = settings_of(owned, merged, problems)
+    settings = settings_of(owned, merged, problems, simulated=bool(environ.get("GRPO_RIG_SWIFT")))
     if strict and any(p.fatal for p in problems):
         raise BadInput(problems)
     return Recipe(
@@ -620,11 +620,15 @@ def _out_of_range(key: str, tokens: list[str]) -> tuple[str, str] | None:
     return None
 
 
-def settings_of(owned: dict[str, str], merged: dict[str, Value], problems: list[Problem]) -> Settings:
+def settings_of(
+    owned: dict[str, str], merged: dict[str, Value], problems: list[Problem], simulated: bool = False
+) -> Settings:
     """The owned keys' typed values; every value pydantic refuses becomes a problem naming its source and a
-    value that fits."""
+    value that fits. `simulated`: the trainer is a stand-in (GRPO_RIG_SWIFT, the tests' fake ms-swift), whose
+    steps take milliseconds, so the time settings may go below a real run's least (settings.least)."""
+    context = {"simulated": simulated}
     try:
-        return Settings(**owned)
+        return Settings.model_validate(owned, context=context)
     except ValidationError as exc:
         bad = set()
         for err in exc.errors():
@@ -633,7 +637,7 @@ def settings_of(owned: dict[str, str], merged: dict[str, Value], problems: list[
             source = merged[key].source if key in merged else "default"
             problems.append(Problem(f"{key} ({source})", _said(err, owned.get(key)), _fix(key, err)))
     try:  # the valid values still count, so that the plan's own checks see the recipe as written
-        return Settings(**{k: v for k, v in owned.items() if k not in bad})
+        return Settings.model_validate({k: v for k, v in owned.items() if k not in bad}, context=context)
     except ValidationError:  # a validator across keys: nothing to keep
         return Settings()
 
