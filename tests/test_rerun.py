@@ -4,15 +4,17 @@ anything starts. The real CPU rerun of the smoke run is in test_smoke_run.py."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from entrypoint.errors import BadInput
-from entrypoint.record import rerun
+from entrypoint.record import rerun, runlock
 from entrypoint.record.rerun import Now
 from tests.conftest import FAKE_SWIFT, FAKES, ROOT, clean_env
 
@@ -140,6 +142,42 @@ def test_secrets_given_to_a_rerun_reach_no_printed_surface(tmp_path, finished):
     assert set(json.loads(as_json.stdout)["rerun_of"]["overrides"].values()) == {"<redacted>"}
     first = trained.stderr.splitlines()[0]
     assert first.startswith("rerun of r (") and "HF_TOKEN=<redacted>, WANDB_API_KEY=<redacted>" in first
+
+
+@pytest.mark.cli
+def test_a_run_still_training_is_refused_at_once_and_its_plan_says_so(tmp_path, finished):
+    """A rerun of a run whose lock a live training holds read a manifest saying `running`, changing under it."""
+    with runlock.RunLock() as lock:  # this process holds the run as its training would
+        assert lock.take(finished)
+        started = time.monotonic()
+        refused = run(tmp_path, "rerun", f"run={finished}")
+        assert time.monotonic() - started < 15
+        shown = run(tmp_path, "rerun", f"run={finished}", "--plan")
+        as_json = run(tmp_path, "rerun", f"run={finished}", "--plan", "--json")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"error: run r: is still training (PID {os.getpid()} since " in refused.stderr
+    assert "fix: wait for it or stop it (kill -TERM" in refused.stderr
+    assert "a rerun reads a finished attempt's manifest" in refused.stderr
+    assert sorted(p.name for p in finished.parent.iterdir()) == ["r"], "a refused rerun wrote a run directory"
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert f"warning: run r: is still training (PID {os.getpid()}" in shown.stdout
+    assert "a rerun is refused until it ends" in shown.stdout and "[trainer]" in shown.stdout
+    assert "is still training" in json.loads(as_json.stdout)["problems"][0]
+    # once the holder is gone (the lock dropped with its descriptor), the run is a finished one again
+    again = run(tmp_path, "rerun", f"run={finished}", "--plan")
+    assert again.returncode == 0 and "still training" not in again.stdout + again.stderr
+
+
+def test_a_lock_held_by_an_evaluation_or_by_nobody_is_no_training(tmp_path):
+    assert runlock.held_by(tmp_path) is None  # no lock file
+    (tmp_path / "manifest.json").write_text("{}")  # a run directory: its lock file stays after release
+    with runlock.RunLock() as lock:
+        lock.take(tmp_path)
+        assert runlock.held_by(tmp_path)["pid"] == os.getpid()
+        evaluation = {"pid": 1, "command": "python -m entrypoint evaluate run=r"}
+        os.pwrite(lock.fd, json.dumps(evaluation).encode().ljust(200), 0)
+        assert runlock.evaluating(runlock.held_by(tmp_path))
+    assert (tmp_path / "run.lock").exists() and runlock.held_by(tmp_path) is None  # its holder is gone
 
 
 DATA = {
