@@ -341,6 +341,38 @@ def test_disabled_hooks_leave_every_child_s_environment():
     assert "GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS" not in server.env and server.env[topk] == "1"
 
 
+def test_plan_and_validate_say_which_hooks_disable_hooks_took_out_and_why(tmp_path, capsys):
+    """The hooks DISABLE_HOOKS left out were visible only as GRPO_RIG_* variables missing from the env."""
+    import argparse
+
+    from entrypoint.commands import validate
+
+    words = ["recipe=countdown-1x4090", "RUN_NAME=c", f"OUTPUT_DIR={tmp_path}", "DISABLE_HOOKS=lean,events"]
+    plan = build(*words, inventory="1x4090-driver535")
+    lines = plan.render().splitlines()
+    head = "hooks off by DISABLE_HOOKS (command line): lean, events"
+    assert head in lines, plan.render()
+    at = lines.index(head)
+    assert lines[at + 1 : at + 3] == [
+        f"  lean: {hooks.lean.HOOK.gist}",
+        f"  events: {hooks.events.HOOK.gist}",
+    ]
+    # what each is about: its `why` up to the end of the first clause, a bracket's own ';' kept inside
+    assert all(h.why.startswith(h.gist) and 20 < len(h.gist) < len(h.why) + 1 for h in hooks.ALL)
+    assert hooks.lean.HOOK.gist.endswith("unless it asks for FINAL_ONLY")
+    assert [h["name"] for h in plan.to_json()["hooks_off"]] == ["lean", "events"]
+    assert plan.to_json()["hooks_off"][1]["why"] == hooks.events.HOOK.why
+    assert (
+        build("recipe=countdown-1x4090", "RUN_NAME=c", inventory="1x4090-driver535")
+        .to_json()
+        .get("hooks_off")
+        is None
+    )
+    inventory = str(ROOT / "examples" / "inventories" / "1x4090-driver535.json")
+    assert validate.main(argparse.Namespace(words=words), {"INVENTORY": inventory}) == 0
+    assert head in capsys.readouterr().out.splitlines()
+
+
 def test_a_colocated_trainer_with_sleep_and_model_offload_leaves_the_gpu_before_vllm_wakes():
     """ms-swift 3.6.4 wakes vLLM's weights before it offloads the trainer (two weight copies at once): the
     plan turns the reordering hook on exactly where that happens, colocated with SLEEP_LEVEL >= 1 and
