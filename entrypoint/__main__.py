@@ -21,6 +21,10 @@ except ImportError:
     print(f"grpo-rig: {sys.executable} lacks the locked stack (no python-dotenv): {USE}", file=sys.stderr)
     sys.exit(WRONG_INTERPRETER)
 
-from entrypoint.cli import main  # noqa: E402 (after the checks above)
+try:
+    from entrypoint.cli import main  # noqa: E402 (after the checks above)
+except KeyboardInterrupt:  # Ctrl-C while the entrypoint's own modules are imported (pydantic, requests)
+    print("grpo-rig: stopped by SIGINT before the command started: nothing written", file=sys.stderr)
+    sys.exit(130)
 
 raise SystemExit(main())

@@ -67,12 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     if typed[:1] and typed[0] in QUIET:
         quiet_libraries(os.environ)
     secrets = redact.values_in(typed, os.environ)
-    if not secrets:
-        return _main(typed)
     stdout, stderr = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = redact.Scrubbing(stdout, secrets), redact.Scrubbing(stderr, secrets)
+    if secrets:
+        sys.stdout, sys.stderr = redact.Scrubbing(stdout, secrets), redact.Scrubbing(stderr, secrets)
     try:
         return _main(typed)
+    except KeyboardInterrupt:  # Ctrl-C before the command's own handlers (interruptible) are in place
+        return stopped_early()
     finally:
         sys.stdout, sys.stderr = stdout, stderr
 
@@ -96,6 +97,14 @@ def _main(typed: list[str]) -> int:
         return _refused(exc)
     except BrokenPipeError:  # the reader went away (`keys | head`): what it read stands, no traceback
         return _reader_gone()
+
+
+def stopped_early() -> int:
+    """Ctrl-C where no command's handlers (supervisor.interruptible) are in place: while the commands are
+    imported, their words read, or a command that starts nothing runs (plan, validate): one line and 130,
+    as a command stopped later ends, not a traceback."""
+    print("grpo-rig: stopped by SIGINT", file=sys.stderr)
+    return 128 + signal.SIGINT
 
 
 def _reader_gone() -> int:

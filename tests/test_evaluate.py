@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import pytest
 from entrypoint.commands import evaluate
 from entrypoint.record import manifest
 from entrypoint.supervise.console import Progress
-from tests.conftest import clean_env, run_cli
+from tests.conftest import ROOT, clean_env, run_cli
 
 pytestmark = pytest.mark.cli  # each test starts the entrypoint or a process tree
 
@@ -220,6 +222,51 @@ def test_ctrl_c_during_evaluate_is_one_line_and_128_plus_the_signal(tmp_path, mo
     out = capsys.readouterr()
     assert f"evaluate stopped by {signal.Signals(signum).name}: no eval.* written" in out.out
     assert "Traceback" not in out.err + out.out
+
+
+def test_ctrl_c_in_a_library_import_that_put_python_s_handler_back_is_one_line_too(
+    tmp_path, monkeypatch, capsys
+):
+    """A library imported while evaluate runs may restore Python's own SIGINT handler: Ctrl-C then arrives
+    as KeyboardInterrupt, which printed a traceback."""
+    from entrypoint import cli
+    from entrypoint.commands import evaluate as evaluate_command
+
+    fake_run(tmp_path, "r", adapter=True)
+
+    def importing(*args, **kwargs):
+        raise KeyboardInterrupt  # what `import torch` raises on Ctrl-C under Python's default handler
+
+    monkeypatch.setattr(evaluate_command, "_evaluate", importing)
+    assert cli.main(["evaluate", "run=r", f"OUTPUT_DIR={tmp_path}"]) == 130
+    out = capsys.readouterr()
+    assert "evaluate stopped by SIGINT: no eval.* written" in out.out and "Traceback" not in out.err + out.out
+
+
+@pytest.mark.parametrize(
+    "module, said",
+    [("pydantic", "grpo-rig: stopped by SIGINT before the command started: nothing written"),
+     ("huggingface_hub", "grpo-rig: stopped by SIGINT"), ("swift", "evaluate stopped by SIGINT: no eval.* written")],
+)  # fmt: skip
+def test_ctrl_c_while_the_entrypoint_imports_its_libraries_is_one_line_and_130(tmp_path, module, said):
+    """Ctrl-C arrives as KeyboardInterrupt, raised here by an import hook at `module`'s import: before any
+    command's handlers are in place (the entrypoint's own imports, the commands'), or inside evaluate where a
+    library restored Python's handler (ms-swift's plugins, imported to load the run's rewards)."""
+    fake_run(tmp_path, "r", adapter=True)
+    code = (
+        "import importlib.abc, runpy, sys\n"
+        "class CtrlC(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name == {module!r}: raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, CtrlC())\n"
+        f"sys.argv = ['entrypoint', 'evaluate', 'run=r', 'OUTPUT_DIR={tmp_path}', 'EVAL_DATASET={tmp_path}/x.jsonl']\n"
+        "runpy.run_module('entrypoint', run_name='__main__')\n"
+    )
+    (tmp_path / "x.jsonl").write_text('{"messages": [{"role": "user", "content": "1+1"}]}\n' * 4)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=clean_env(), capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 130, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and said in proc.stderr + proc.stdout, proc.stderr
 
 
 def test_held_out_rows_the_run_s_rewards_cannot_read_are_refused_before_a_model_loads(tmp_path):

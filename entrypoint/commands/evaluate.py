@@ -606,9 +606,12 @@ def evaluate(pairs: Sequence[str], environ: Mapping[str, str], printer=print) ->
         lock.take(run_dir, required=False)
         try:
             return _evaluate(run_dir, settings, environ, printer)
-        except Interrupted as exc:
-            printer(f"evaluate stopped by {signal.Signals(exc.signum).name}: no eval.* written in {run_dir}")
-            raise
+        except (Interrupted, KeyboardInterrupt) as exc:  # KeyboardInterrupt: a library imported meanwhile
+            signum = (
+                exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+            )  # put Python's handler back
+            printer(f"evaluate stopped by {signal.Signals(signum).name}: no eval.* written in {run_dir}")
+            raise Interrupted(signum) from None
 
 
 def unfinished(data: Mapping[str, Any]) -> str:
