@@ -204,6 +204,41 @@ def test_a_cut_manifest_is_refused_naming_the_file_and_the_fix(tmp_path):
     assert f"{run / 'manifest.json'} is not readable JSON" in err and "same RUN_NAME" in err
 
 
+@pytest.mark.parametrize(
+    "text, said",
+    [("[]", "manifest.json is [] (input should be a valid dictionary)"),
+     ('{"resolved_recipe": {"SEED": 5}}', "manifest.json has resolved_recipe.SEED = 5"),
+     ('{"processes": [{"role": "trainer", "argv": "--model m"}]}', 'manifest.json has processes.0.argv = "--model m"'),
+     ('{"dataset": "/data/x.jsonl"}', 'manifest.json has dataset = "/data/x.jsonl" (input should be a valid list)')],
+)  # fmt: skip
+def test_a_manifest_of_another_shape_is_refused_naming_the_value(tmp_path, text, said):
+    run = fake_run(tmp_path, "odd", adapter=True)
+    (run / "manifest.json").write_text(text)
+    err = refused("run=odd", f"OUTPUT_DIR={tmp_path}")
+    assert f"error: run odd: {run}/{said}" in err and "restore manifest.json from a copy" in err, err
+
+
+@pytest.mark.parametrize("text", ["", '{"r": 8', "[1]", "\udcff"])
+def test_an_adapter_config_that_is_not_a_json_object_is_refused_before_a_model_loads(tmp_path, text):
+    run = fake_run(tmp_path, "r", adapter=True)
+    (run / "adapter" / "adapter_config.json").write_bytes(text.encode("utf-8", "surrogateescape"))
+    err = refused("run=r", f"OUTPUT_DIR={tmp_path}")
+    assert (
+        f"error: run r: {run / 'adapter' / 'adapter_config.json'} " in err and "restore it from a copy" in err
+    )
+
+
+def test_a_secret_the_manifest_keeps_redacted_is_no_crash_in_choosing_held_out_rows():
+    """The manifest keeps a secret as "<redacted>" in place of its {value, source}; held_out read each as an
+    item (TypeError: string indices must be integers)."""
+    from entrypoint.recipe.settings import Settings
+
+    data = {"resolved_recipe": {"HF_TOKEN": "<redacted>", "DATASET_GENERATOR": {"value": "countdown", "source": "x"},
+                                "DATASET_ROWS": {"value": "8", "source": "x"}}, "seed": 1}  # fmt: skip
+    rows, how = evaluate.held_out(data, {}, Settings(EVAL_PROMPTS=4))
+    assert len(rows) == 4 and "fresh countdown tasks" in how
+
+
 def test_ctrl_c_during_evaluate_is_one_line_and_128_plus_the_signal(tmp_path, monkeypatch, capsys):
     """Ctrl-C while the models generate: no KeyboardInterrupt traceback, exit 130, and the console says
     nothing was written (SIGTERM takes the same path: supervisor.install_signal_handlers)."""

@@ -175,9 +175,43 @@ def test_a_lock_held_by_an_evaluation_or_by_nobody_is_no_training(tmp_path):
         lock.take(tmp_path)
         assert runlock.held_by(tmp_path)["pid"] == os.getpid()
         evaluation = {"pid": 1, "command": "python -m entrypoint evaluate run=r"}
-        os.pwrite(lock.fd, json.dumps(evaluation).encode().ljust(200), 0)
+        os.ftruncate(lock.fd, 0)
+        os.pwrite(lock.fd, json.dumps(evaluation).encode(), 0)
         assert runlock.evaluating(runlock.held_by(tmp_path))
     assert (tmp_path / "run.lock").exists() and runlock.held_by(tmp_path) is None  # its holder is gone
+
+
+def test_a_secret_as_the_manifest_keeps_it_is_taken_from_the_environment_not_a_crash():
+    """manifest.write redacts a secret's whole {value, source} item to "<redacted>" (redact.deep): reading it
+    as an item ended `rerun` (and `evaluate`) of any run given a token in AttributeError."""
+    from entrypoint import redact
+
+    written = redact.deep({"resolved_recipe": {"HF_TOKEN": {"value": "hf_x", "source": "command line"},
+                                               "BETA": {"value": "0.04", "source": "recipes/x.env:3"}}}, [])  # fmt: skip
+    assert written["resolved_recipe"]["HF_TOKEN"] == "<redacted>"
+    rec = rerun.recorded(written)
+    assert rec.secrets == ["HF_TOKEN"] and set(rec.values) == {"BETA"}
+
+
+@pytest.mark.cli
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("[]", "its manifest.json is [] (input should be a valid dictionary)"),
+        ("null", "its manifest.json is null (input should be a valid dictionary)"),
+        ('{"resolved_recipe": {"SEED": 5}}', "its manifest.json has resolved_recipe.SEED = 5 (input should be"),
+        ('{"resolved_recipe": {"SEED": {"value": "1", "source": "x"}}, "processes": [{"role": "trainer", "argv": "x"}]}',
+         'its manifest.json has processes.0.argv = "x" (input should be a valid list)'),
+        ('{"resolved_recipe": {"SEED": {"value": "1", "source": "x"}}, "inputs": {"dataset": 3}}',
+         "its manifest.json has inputs.dataset = 3"),
+    ],
+)  # fmt: skip
+def test_a_manifest_of_another_shape_is_refused_in_one_line_naming_the_value(tmp_path, text, said):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "manifest.json").write_text(text)
+    proc = run(tmp_path, "rerun", f"run={tmp_path / 'm'}", "--plan")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"error: run {tmp_path / 'm'}: {said}" in proc.stderr, proc.stderr
 
 
 DATA = {

@@ -130,8 +130,12 @@ def _manifest(run_dir: Path) -> dict[str, Any]:
     """The run's manifest, refused when it cannot be rerun from (raises BadInput)."""
     try:
         data = manifest.read(run_dir)
+    except manifest.Unreadable as exc:
+        data, why = None, str(exc)
     except ValueError as exc:
         data, why = None, f"is not JSON ({exc})"
+    except OSError as exc:
+        data, why = None, f"cannot be read ({exc.strerror or exc})"
     else:
         why = "records no resolved recipe" if data is not None and not data.get("resolved_recipe") else ""
     if data is None or why:

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 from entrypoint import redact
 from entrypoint.errors import Problem
 from entrypoint.recipe.load import Value
+from entrypoint.record.manifest import resolved_values
 
 NOT_REPEATED = ("RUN_NAME", "OUTPUT_DIR")  # a rerun writes its own directory
 # the packages whose version changes what trains (manifest.PACKAGES less the tools that do not)
@@ -46,8 +47,8 @@ def recorded(data: Mapping[str, Any]) -> Recorded:
     values: dict[str, Value] = {}
     replanned: dict[str, str] = {}
     secrets: list[str] = []
-    for key, item in sorted((data.get("resolved_recipe") or {}).items()):
-        value, source = str(item.get("value", "")), str(item.get("source", ""))
+    for key, item in sorted(resolved_values(data).items()):  # a secret: "<redacted>" in place of its item
+        value, source = item["value"], item["source"]
         if source.startswith("planner"):
             replanned[key] = value
         elif redact.REDACTED in value:
