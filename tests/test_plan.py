@@ -285,6 +285,32 @@ def test_a_local_model_directory_is_planned_from_its_config(tmp_path):
         assert f"--model {spec}" in proc.stdout
 
 
+@pytest.mark.parametrize(
+    "text, said",
+    [('{"hidden_size": ', "is not JSON (Expecting value"),
+     ("[]", "is [] (input should be a valid dictionary)"),
+     ('{"hidden_size": 896, "head_dim": "64"}', 'has head_dim = "64" (input should be a valid integer)'),
+     ('{"text_config": [1]}', "has text_config = [1]"),
+     ('{"architectures": "Qwen2ForCausalLM"}', 'has architectures = "Qwen2ForCausalLM"'),
+     ('{"max_position_embeddings": "32768"}', 'has max_position_embeddings = "32768"')],
+)  # fmt: skip
+def test_a_model_config_json_not_of_transformers_types_is_one_problem_not_a_traceback(tmp_path, text, said):
+    """A local model's config.json that was not JSON ended plan in JSONDecodeError; a list, or a number
+    written as text, in AttributeError or TypeError deep in the planner."""
+    from entrypoint import preflight
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(text)
+    (model / "model.safetensors").write_bytes(b"")
+    plan = build("recipe=countdown-1x4090", f"MODEL={model}", "RUN_NAME=c", inventory="1x4090-driver535")
+    problems = {p.where.split(" (")[0]: p for p in preflight.check(plan, plan.facts, for_train=False)}
+    damaged = problems["MODEL"]
+    assert damaged.fatal and damaged.message.startswith(f"{model}/config.json {said}"), damaged.render()
+    assert damaged.fix.startswith("restore the model's config.json")
+    assert f"the config.json at {model}/config.json {said}" in problems["memory"].message
+
+
 def test_a_container_runs_closing_lines_are_for_the_host(tmp_path, monkeypatch):
     """After `docker compose run ... train` the closing lines said `python -m entrypoint evaluate ...
     OUTPUT_DIR=/output` and /output paths, which the host's shell has neither of."""

@@ -120,6 +120,7 @@ class Facts:
     previous: Previous = Previous()
     secret_values: tuple[str, ...] = ()  # values of the environment's secret variables (redact.py)
     swift_worker: tuple[str, ...] = ()  # (python, swift/cli/rlhf.py) when the worker can start directly
+    model_config_error: str = ""  # why the config.json at model_config's source cannot be read (its phrase)
     quantizers: frozenset[str] = (
         frozenset()
     )  # quantization libraries importable here (QUANT_METHOD=bnb needs bitsandbytes)

@@ -24,6 +24,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
+from typing import NamedTuple
 
 from entrypoint import redact
 from entrypoint.facts import datasets as dataset_checks
@@ -195,12 +196,25 @@ def _paths(r: Recipe, env: Mapping[str, str]) -> list[Path]:
     return wanted
 
 
+class ModelConfig(NamedTuple):
+    config: dict | None  # None: none found, or the one found cannot be read (`error`)
+    source: str  # where it was found (or why the hub gave none)
+    hub: dict[str, str | None]  # the hub lookups made on the way
+    error: str = ""  # why the config.json at `source` cannot be read: not JSON, a field of another type
+
+
 def _model_config(
     r: Recipe, env: Mapping[str, str], hub_environ: Mapping[str, str] | None = None
-) -> tuple[dict | None, str, dict[str, str | None]]:
+) -> ModelConfig:
     """config.json of the model (local directory, HF or ModelScope cache, else the shipped table, else, given
-    `hub_environ` (the environment to ask the hub with: an online run), from the hub: hubconfig.py) and the
-    hub lookups made on the way."""
+    `hub_environ` (the environment to ask the hub with: an online run), from the hub: hubconfig.py), checked
+    against the fields the planner reads (memory.config_problem), and the hub lookups made on the way."""
+    found = _found_config(r, env, hub_environ)
+    why = memory.config_problem(found.config) if found.config is not None else ""
+    return found._replace(config=None, error=why) if why else found
+
+
+def _found_config(r: Recipe, env: Mapping[str, str], hub_environ: Mapping[str, str] | None) -> ModelConfig:
     model, path = r.trainer_args.model or "", _model_path(r)
     hub: dict[str, str | None] = {}
     candidates = [Path(path) / "config.json"] if path else []
@@ -215,15 +229,20 @@ def _model_config(
             candidates += sorted(local.glob("snapshots/*/config.json")) + [local / "config.json"]
     for candidate in candidates:
         if recipe_mod.is_file(candidate):
-            return json.loads(candidate.read_text()), str(candidate), hub
+            try:
+                return ModelConfig(json.loads(candidate.read_text()), str(candidate), hub)
+            except ValueError as exc:  # UnicodeDecodeError too
+                return ModelConfig(None, str(candidate), hub, f"is not JSON ({exc})")
+            except OSError as exc:
+                return ModelConfig(None, str(candidate), hub, f"cannot be read ({exc.strerror or exc})")
     shipped = memory.shipped_config(model)
     if shipped:
-        return shipped, "entrypoint/data/model_configs.json", hub
+        return ModelConfig(shipped, "entrypoint/data/model_configs.json", hub)
     # the source of a config not found says why the hub gave none (budget.workload)
     if hub_environ:
         config, where = hubconfig.fetch(model, r.trainer_args.use_hf, hub_environ)
-        return config, where, hub
-    return None, "", hub
+        return ModelConfig(config, where, hub)
+    return ModelConfig(None, "", hub)
 
 
 def _ports(r: Recipe) -> Ports:
@@ -301,7 +320,7 @@ def gather(
         if p.suffix in dataset_checks.READ_SUFFIXES and recipe_mod.is_file(p) and os.access(p, os.R_OK):
             datasets[dataset_checks.dataset_key(p)] = read_dataset(p)
     online = fetch_config and not plan_build.offline(r, env)
-    config, source, hub = _model_config(r, env, environ if online else None)
+    config, source, hub, config_error = _model_config(r, env, environ if online else None)
     a = r.trainer_args
     for spec in _dataset_specs(r):
         name = dataset_checks.parse_spec(spec).path
@@ -342,6 +361,7 @@ def gather(
         paths=MappingProxyType(paths),
         datasets=MappingProxyType(datasets),
         model_config=(config, source),
+        model_config_error=config_error,
         hub=MappingProxyType({k: v for k, v in hub.items() if not k.startswith("where:")}),
         hub_expected=MappingProxyType(
             {k[len("where:") :]: v for k, v in hub.items() if k.startswith("where:")}
