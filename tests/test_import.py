@@ -392,3 +392,24 @@ def test_an_import_without_o_names_the_printed_recipe_not_its_temporary_file():
                    "--reward_funcs", "format", "--num_generatoins", "4", env=clean_env())  # fmt: skip
     assert proc.returncode == 2 and "NUM_GENERATOINS (the recipe above:" in proc.stderr, proc.stderr
     assert "imported.env" not in proc.stderr and "save it with -o FILE" in proc.stderr
+
+
+def test_a_system_prompt_longer_than_a_file_name_imports_and_validates(tmp_path, capsys):
+    """--system takes a prompt or a prompt file; a 399-character prompt ended import's validation in
+    `OSError: File name too long` (the value was asked about as a path)."""
+    import argparse
+
+    from entrypoint.commands import import_
+    from tests.test_plan import R1_SYSTEM
+
+    script = tmp_path / "run.sh"
+    script.write_text("swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct --dataset /data/x.jsonl "
+                      f"--reward_funcs accuracy --system {shlex.quote(R1_SYSTEM)}\n")  # fmt: skip
+    out = tmp_path / "imported.env"
+    inventory = f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}"
+    args = argparse.Namespace(words=[str(script), inventory], output=str(out))
+    rc = import_.main(args, {})
+    err = capsys.readouterr().err
+    assert rc == 2 and "the imported recipe is not valid yet (1 error" in err, err
+    assert "/data/x.jsonl" in err and "SYSTEM" not in err  # the dataset is not here; the prompt is no problem
+    assert read_env_file(out, "imported.env")[0]["SYSTEM"].value == R1_SYSTEM

@@ -565,10 +565,46 @@ def test_missing_plugin_file(tmp_path):
 # Environment -------------------------------------------------------------------------------------------------
 
 
-def test_output_dir_not_writable_names_uid_and_fix(tmp_path):
+def test_a_read_only_output_volume_is_called_read_only_not_given_a_chown(tmp_path):
+    """A read-only mount was refused as "not writable" with `chown` to the owner it already had."""
     with tmpfs(tmp_path / "volume", "1m", "ro"):  # read-only: even root cannot write there
         err = refused(tmp_path, "recipe=smoke", f"OUTPUT_DIR={tmp_path / 'volume'}/runs")
-    assert "is not writable by this process (uid:gid" in err and "chown" in err and "HOST_UID=$(id -u)" in err
+    assert (
+        f"error: OUTPUT_DIR {tmp_path / 'volume'}/runs: is on a read-only file system ({tmp_path / 'volume'})"
+        in err
+    )
+    assert "fix: mount it read-write (compose: remove :ro from its volume)" in err and "chown" not in err
+
+
+@pytest.mark.parametrize(
+    "info, said, fix",
+    [
+        ({"read_only": True, "owner": "1000:1000", "write_error": "Read-only file system"},
+         "is on a read-only file system", "mount it read-write (compose: remove :ro from its volume)"),
+        ({"owner": "4242:4242", "write_error": "Permission denied"},
+         "is not writable by this process, though it belongs to its user (uid:gid 4242:4242, owner 4242:4242; "
+         "Permission denied)", "give the owner write permission to"),
+        ({"owner": "0:0", "write_error": "Permission denied"},
+         "is not writable by this process (uid:gid 4242:4242; the directory belongs to 0:0; Permission denied)",
+         "on the host: `sudo chown -R 4242:4242 ./output`"),
+    ],
+)  # fmt: skip
+def test_an_output_dir_that_cannot_be_written_gets_the_fix_of_its_cause(info, said, fix):
+    """Read-only mount, a mode that keeps out its own owner, another owner: chown only for the last."""
+    import dataclasses
+
+    from entrypoint.facts.facts import PathInfo
+    from entrypoint.preflight import environment
+
+    plan = build_plan("recipe=smoke", "RUN_NAME=r")
+    out = str(Path(plan.recipe.settings.OUTPUT_DIR).expanduser())
+    shut = PathInfo(
+        exists=True, is_dir=True, readable=True, writable=False, nearest=out, disk_free_gib=100, **info
+    )
+    facts = dataclasses.replace(plan.facts, paths={**plan.facts.paths, out: shut}, uid=4242, gid=4242)
+    (problem,) = [p for p in environment.check(plan, facts, 0) if p.where == f"OUTPUT_DIR {out}"]
+    assert problem.message == said or problem.message.startswith(said), problem.render()
+    assert problem.fix.startswith(fix) and ("chown" in problem.fix) == (info["owner"] == "0:0")
 
 
 @pytest.mark.parametrize("where", ["itself", "its parent"])

@@ -8,6 +8,8 @@ import dataclasses
 import re
 from pathlib import Path
 
+from entrypoint.recipe import load as recipe_mod
+
 MAX_ROWS_PARSED = 50_000  # rows fully checked; beyond that only lines are counted (keeps this in seconds)
 MAX_ROW_PROBLEMS = 5  # faulty rows named one by one (the readers stop there; preflight counts the rest)
 LOCAL_SUFFIXES = (".jsonl", ".json", ".csv", ".txt", ".parquet")
@@ -46,7 +48,9 @@ def dataset_key(path: str | Path) -> str:
 
 
 def is_local(path: str) -> bool:
-    return path.startswith(("/", "./", "../", "~")) or path.endswith(LOCAL_SUFFIXES) or Path(path).exists()
+    return (
+        path.startswith(("/", "./", "../", "~")) or path.endswith(LOCAL_SUFFIXES) or recipe_mod.exists(path)
+    )
 
 
 def type_name(value) -> str:
