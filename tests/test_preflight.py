@@ -218,16 +218,16 @@ def test_qlora_is_refused_where_bitsandbytes_is_missing_naming_the_routes_that_f
     venv): loading 4-bit weights failed after the start-up. Refused in seconds; where bitsandbytes can be
     imported, QLoRA passes this check."""
     from entrypoint.plan import build as plan_mod
-    from entrypoint.preflight import values
+    from entrypoint.preflight import packages
     from tests.conftest import facts_for, load_inventory, load_recipe
 
     err = refused(tmp_path, "recipe=smoke", "QUANT_METHOD=bnb", "QUANT_BITS=4")
     assert "QUANT_METHOD=bnb (command line): bitsandbytes is not installed here" in err
     assert "remove QUANT_METHOD and QUANT_BITS" in err and "countdown-7b-1x4090" in err
     r = load_recipe("recipe=smoke", "QUANT_METHOD=bnb", "QUANT_BITS=4")
-    facts = facts_for(r, None, quantizers=frozenset({"bitsandbytes"}))
+    facts = facts_for(r, None, importable=facts_for(r).importable | {"bitsandbytes"})
     plan = plan_mod.build(r, load_inventory("5x4090-driver535"), facts)
-    assert not [p for p in values.check(plan, facts) if "QUANT" in p.where]
+    assert not [p for p in packages.check(plan, facts) if "QUANT" in p.where]
 
 
 @pytest.mark.parametrize("word", ["ALL", "all", "all_linear", "all-linears"])

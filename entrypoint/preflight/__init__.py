@@ -19,7 +19,7 @@ from entrypoint.errors import LOCAL, Problem
 from entrypoint.facts import catalog
 from entrypoint.facts.facts import ENTRIES_LISTED
 from entrypoint.plan import build as plan_mod
-from entrypoint.preflight import dataset, environment, memory_check, values
+from entrypoint.preflight import dataset, environment, memory_check, packages, values
 from entrypoint.rewards import check as rewards_check
 from entrypoint.rewards import tasks
 
@@ -160,7 +160,8 @@ def check(plan: Plan, facts: Facts, for_train: bool) -> list[Problem]:
     problems of kind LOCAL come last, and `plan` (for_train False) only warns about them. A plan without a
     layout (no GPU for a GPU recipe) still gets the checks of its values, model, rewards and data."""
     workers = plan.recipe.trainer_args.dataloader_num_workers
-    found = values.check(plan, facts) + check_model(plan, facts) + check_rewards_and_data(plan, facts)
+    found = values.check(plan, facts) + packages.check(plan, facts) + check_model(plan, facts)
+    found += check_rewards_and_data(plan, facts)
     if plan.placed:  # without a layout (its problem says why) the checks of the machine would only echo it
         found += memory_check.check(plan) + environment.check(plan, facts, workers)
     local = [p for p in found if p.kind == LOCAL]

@@ -312,9 +312,8 @@ TARGET_MODULE_WORDS = ("all-linear", "all-embedding")
 
 def _check_adapter_values(r, facts: Facts) -> list[Problem]:
     """TARGET_MODULES words that look like ms-swift's expansions but are not one (ms-swift 2.x's ALL, a typo
-    of all-linear): PEFT would look for a module of that name and fail after the model loaded. And QLoRA
-    without bitsandbytes: the image's lock does not hold it, and transformers needs it to load 4/8-bit
-    weights (its bitsandbytes quantizer's validate_environment), after the start-up."""
+    of all-linear): PEFT would look for a module of that name and fail after the model loaded. (QLoRA
+    without bitsandbytes: preflight/packages.py, with every value that needs a package.)"""
     a, problems = r.trainer_args, []
     for word in a.target_modules:
         if word.lower().startswith("all") and word not in TARGET_MODULE_WORDS:
@@ -322,13 +321,6 @@ def _check_adapter_values(r, facts: Facts) -> list[Problem]:
                                     f"{word!r} is not a word ms-swift 3.6.4 knows (it expands "
                                     f"{' and '.join(TARGET_MODULE_WORDS)}; ms-swift 2.x spelled every linear layer ALL)",
                                     "TARGET_MODULES=all-linear"))  # fmt: skip
-    if a.quant_method == "bnb" and "bitsandbytes" not in facts.quantizers:
-        problems.append(Problem(f"QUANT_METHOD=bnb ({r.source('QUANT_METHOD')})",
-                                "bitsandbytes is not installed here (the image's lock, requirements/runtime.lock, does "
-                                "not hold it): loading 4/8-bit weights would fail after the start-up",
-                                "remove QUANT_METHOD and QUANT_BITS to train bf16 LoRA: where both weight copies do "
-                                "not fit, the planner keeps one on the card at a time (a 7B on one 24 GB card: recipe "
-                                "countdown-7b-1x4090), or USE_VLLM=false (generation inside the trainer: one weight copy, slower)"))  # fmt: skip
     return problems
 
 

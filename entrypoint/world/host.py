@@ -42,6 +42,7 @@ from entrypoint.facts.facts import (
 )
 from entrypoint.plan import build as plan_build
 from entrypoint.plan import memory
+from entrypoint.recipe import optional
 from entrypoint.recipe.load import PROJECT_DIR, Recipe, read_user_file
 from entrypoint.record import export, manifest
 from entrypoint.rewards import PLUGIN_FILE
@@ -54,7 +55,7 @@ ENV_NAMES = (
     "GLOO_SOCKET_IFNAME", "NCCL_P2P_DISABLE", "HF_HOME", "HF_HUB_CACHE", "MODELSCOPE_CACHE", "HF_DATASETS_CACHE",
     "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "GRPO_RIG_VERSION", "GRPO_RIG_REVISION", "GRPO_RIG_LOCK_SHA256",
     "GRPO_RIG_SWIFT", "HF_HUB_OFFLINE", "MODELSCOPE_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE",
-    "GRPO_RIG_HOST_OUTPUT",
+    "GRPO_RIG_HOST_OUTPUT", "WANDB_MODE", "WANDB_DISABLED",
 )  # fmt: skip
 
 
@@ -267,6 +268,19 @@ def _sample_rows(r: Recipe, datasets: Mapping[str, DatasetFile]) -> list[dict]:
     return []
 
 
+def importable(modules: list[str]) -> frozenset[str]:
+    """The modules this interpreter finds (importlib.util.find_spec; a dotted name imports its parent
+    package, which may itself be missing)."""
+    found = set()
+    for name in modules:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                found.add(name)
+        except (ImportError, ValueError):
+            continue
+    return frozenset(found)
+
+
 def in_container(environ: Mapping[str, str]) -> bool:
     """Inside the grpo-rig image, not on a user's host: the image sets GRPO_RIG_VERSION (Dockerfile)."""
     return bool(environ.get("GRPO_RIG_VERSION"))
@@ -328,7 +342,8 @@ def gather(
         gid=os.getgid(),
         swift=swift_executable(environ),
         swift_worker=swift_worker(environ),
-        quantizers=frozenset(n for n in ("bitsandbytes",) if importlib.util.find_spec(n) is not None),
+        importable=importable(optional.modules()),
+        secrets_set=frozenset(k for k, v in environ.items() if v and redact.is_secret(k)),
         paths=MappingProxyType(paths),
         datasets=MappingProxyType(datasets),
         model_config=(config, source),
