@@ -69,3 +69,26 @@ def test_committed_model_types_match_the_installed_ms_swift():
 )
 def test_a_model_s_registered_type_is_found_by_its_name_as_ms_swift_does(model, registered):
     assert swift_schema.registered_type(model) == registered
+
+
+@pytest.mark.slow  # imports ms-swift (~25 s)
+def test_committed_registry_matches_the_installed_ms_swift():
+    committed = json.loads(swift_schema.REGISTRY_FILE.read_text())
+    assert swift_schema.generate_registry() == committed, (
+        "regenerate: python -m entrypoint.recipe.swift_schema --write"
+    )
+
+
+def test_the_registry_holds_3_6_4_s_names_and_not_later_ones():
+    registry = swift_schema.registry()
+    assert registry["loss_types"] == ["bnpo", "dr_grpo", "grpo"]  # sapo, cispo: later versions
+    assert {"lora", "full"} <= set(registry["train_types"]) and "qlora" not in registry["train_types"]
+    assert registry["orms"]["accuracy"] == ["solution"] and registry["orms"]["format"] == []
+    assert (
+        "qwen2_5_vl" in registry["transformers_model_types"]
+        and "qwen3_vl" not in registry["transformers_model_types"]
+    )
+    assert {"chatml", "qwen2_5", "llama3_2"} <= set(registry["templates"])
+    from entrypoint.world import plugin_probe
+
+    assert registry["orms"] == plugin_probe.BUILTIN_COLUMNS  # the probe's stub registers the same built-ins

@@ -1,10 +1,14 @@
 """Import reward plugins the way ms-swift does, in a throwaway process, and report what they register.
 
-Run as `python -m entrypoint.rewards.probe [--real] FILE ...`; prints one JSON object:
+Run as `python -m entrypoint.world.plugin_probe [--real] FILE ...`; prints one JSON object:
 
     {"registered": {name: {"class": str, "columns": [required dataset columns]}},
      "errors": [{"file": str, "error": str}], "shadowed": [{"file": str, "module": str, "origin": str}],
-     "stub": bool, "calls": {name: {"ok": bool, "returned": str, "raised": str}}}
+     "stub": bool, "calls": {name: {"ok": bool, "returned": str, "raised": str}},
+     "registries": {"multi_turn_schedulers" | "rm_plugins" | "optimizers" | "train_types": [names]}}
+
+`registries`: the names in ms-swift's other plugin registries once the plugins are imported (the built-in
+ones and those a plugin added: a multi-turn scheduler, a reward-model plugin, an optimizer, a tuner).
 
 With `--call NAME,... --rows FILE` (a JSON list of a few dataset rows), each named plugin reward is also
 called once the way ms-swift calls it (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:920-940: the
@@ -34,21 +38,13 @@ import traceback
 import types
 from pathlib import Path
 
-# ms-swift 3.6.4's built-in ORMs and the dataset columns their __call__ requires
-# (v3.6.4:swift/plugin/orm.py:113-407; `math` reads `ground_truths`).
-BUILTIN_COLUMNS = {
-    "toolbench": ["solution"],
-    "math": ["ground_truths"],
-    "accuracy": ["solution"],
-    "format": [],
-    "react_format": [],
-    "cosine": ["solution"],
-    "repetition": [],
-    "soft_overlong": [],
-}
-# Keyword arguments ms-swift passes to every reward function besides the dataset columns
-# (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:927-929).
-PROVIDED = {"messages", "is_truncated", "trainer_state", "completions"}
+from entrypoint.recipe import swift_schema
+
+# ms-swift 3.6.4's registries as committed (swift_schema.registry()): the built-in ORMs with the dataset
+# columns their __call__ requires, and the other names a plugin may add to.
+BUILTIN_COLUMNS = swift_schema.registry()["orms"]
+REGISTRIES = {"multi_turns": "multi_turn_schedulers", "rm_plugins": "rm_plugins", "optimizers_map": "optimizers",
+              "extra_tuners": "train_types"}  # fmt: skip
 
 
 def install_stub() -> None:
@@ -62,24 +58,14 @@ def install_stub() -> None:
 
     plugin.ORM = ORM
     plugin.orms = {name: None for name in BUILTIN_COLUMNS}
+    for name, key in REGISTRIES.items():
+        setattr(plugin, name, dict.fromkeys(swift_schema.registry()[key]))
     swift.plugin = plugin
     sys.modules["swift"] = swift
     sys.modules["swift.plugin"] = plugin
 
 
-def required_columns(cls) -> list[str]:
-    """Dataset columns a reward class's __call__ needs: parameters without defaults, after the first
-    positional one (which receives the completions), minus what ms-swift always passes."""
-    params = list(inspect.signature(cls.__call__).parameters.values())[1:]  # drop self
-    if params and params[0].kind in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
-        params = params[1:]
-    return [
-        p.name
-        for p in params
-        if p.default is p.empty
-        and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-        and p.name not in PROVIDED
-    ]
+required_columns = swift_schema.reward_columns
 
 
 def probe(files: list[str], stub: bool) -> dict:
@@ -108,8 +94,10 @@ def probe(files: list[str], stub: bool) -> dict:
                     "traceback": traceback.format_exc(limit=3),
                 }
             )
+    import swift.plugin
     from swift.plugin import orms
 
+    result["registries"] = {key: sorted(getattr(swift.plugin, name, {})) for name, key in REGISTRIES.items()}
     for name, cls in orms.items():
         if cls is None:
             result["registered"][name] = {
