@@ -1390,3 +1390,56 @@ def test_a_model_whose_model_type_transformers_does_not_know_is_refused(tmp_path
     (model / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoConfig": "x.Config"}}))
     found = _value_problems(f"MODEL={model}", "MODEL_TYPE=qwen2_5_vl", "MODEL_SOURCE=hub")
     assert not [p for p in found if "does not know" in p.message]
+
+
+# The dataset as ms-swift 3.6.4 passes it to the rewards --------------------------------------------------
+
+
+def test_a_reward_reading_a_column_ms_swift_turns_into_messages_is_refused_naming_the_rename(tmp_path):
+    """Rows {"question", "answer"}: ms-swift's ResponsePreprocessor makes `answer` the assistant turn of
+    `messages`; a reward reading `answer` never receives it and fails after the first rollout."""
+    plugin = tmp_path / "my_answer_reward.py"
+    plugin.write_text("from swift.plugin import ORM, orms\nclass AnswerMatch(ORM):\n"
+                      "    def __call__(self, completions, answer, **kwargs):\n"
+                      "        return [float(a in c) for c, a in zip(completions, answer)]\n"
+                      "orms['answer_match'] = AnswerMatch\n")  # fmt: skip
+    rows = [json.dumps({"question": f"What is {i}+{i}?", "answer": str(2 * i)}) for i in range(32)]
+    err = refused_dataset(
+        tmp_path, write_dataset(tmp_path, rows), "answer_match", f"EXTERNAL_PLUGINS={plugin}"
+    )
+    assert (
+        "reward answer_match reads the `answer` column, but ms-swift 3.6.4 makes it the assistant turn" in err
+    )
+    assert "rename the `answer` column to `solution`" in err and "read `solution` in answer_match" in err
+    # the probe calls the reward with the columns ms-swift passes: it is told the same
+    assert "missing 1 required positional argument: 'answer'" in err
+
+
+@pytest.mark.parametrize(
+    ("row", "columns", "solution_reader", "answer_reader"),
+    [
+        ({"question": "q", "answer": "4"}, None, "which no row has", "makes it the assistant turn"),
+        (
+            {"question": "q", "answer": "4"},
+            '{"answer": "solution"}',
+            None,
+            "passes as `solution`",
+        ),  # qlora.sh
+        ({"messages": [{"role": "user", "content": "q"}], "answer": "4"}, None, "which no row has", None),
+        ({"question": "q", "solution": "4"}, None, None, "which no row has"),  # ms-swift keeps `solution`
+        ({"question": "q", "answer": "4", "solution": "4"}, None, None, None),  # two answers: neither renamed
+    ],
+)
+def test_the_columns_a_reward_receives_follow_ms_swift_s_mapping(
+    row, columns, solution_reader, answer_reader
+):
+    from entrypoint.facts.datasets import user_columns
+    from entrypoint.preflight import dataset
+
+    rows = [(n, dict(row)) for n in range(1, 5)]
+    for column, expected in (("solution", solution_reader), ("answer", answer_reader)):
+        found = dataset.check_columns(Path("d.jsonl"), rows, {column: ["r"]}, user_columns(columns))
+        assert [p.message for p in found] == [] if expected is None else expected in found[0].message, (
+            column,
+            found,
+        )

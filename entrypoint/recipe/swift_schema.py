@@ -288,6 +288,64 @@ def registry() -> dict[str, Any]:
     return json.loads(REGISTRY_FILE.read_text())
 
 
+PREPROCESSORS_FILE = DATA_DIR / "swift_preprocessors.json"
+PREPROCESSOR_SOURCE = "v3.6.4:swift/llm/dataset/preprocessor/core.py"
+_PROMPTS = {"messages": {"messages": [{"role": "user", "content": "q"}]}, "alpaca": {"instruction": "i", "input": "n"},
+            "response": {"query": "q"}}  # fmt: skip
+
+
+def generate_preprocessors() -> dict[str, Any]:
+    """How ms-swift's AutoPreprocessor reads a dataset's columns (slow: imports ms-swift and runs it on one-row
+    datasets): for each of its preprocessors, the columns it renames (`columns`: name -> standard name), the
+    standard names its preprocess() consumes into `messages`, and the columns GRPO keeps beside them although
+    they are renamed (`kept`: the `__#solution` copy); and which columns choose which preprocessor."""
+    from datasets import Dataset
+    from swift.llm.dataset.preprocessor.core import (
+        AlpacaPreprocessor,
+        AutoPreprocessor,
+        MessagesPreprocessor,
+        ResponsePreprocessor,
+    )
+
+    classes = {
+        "messages": MessagesPreprocessor,
+        "alpaca": AlpacaPreprocessor,
+        "response": ResponsePreprocessor,
+    }
+    names = {cls.__name__: name for name, cls in classes.items()}
+
+    def chosen(row: dict) -> str:
+        return names[type(AutoPreprocessor()._get_preprocessor(Dataset.from_list([row]))).__name__]
+
+    out: dict[str, Any] = {}
+    for name, cls in classes.items():
+        columns = dict(cls().columns)
+        standard = set(columns.values()) | set(_PROMPTS[name]) | {"history", "output", "probe"}
+        special = {"messages": _PROMPTS["messages"]["messages"], "history": []}
+        row = {k: special.get(k, "q") for k in standard if k not in ("images", "audios", "videos")}
+        after = set(cls().preprocess(dict(row)) or {})
+        consumed = sorted(set(row) - after - {"messages"})
+        kept = []
+        if name == "response":  # a response column that survives its renaming
+            for key in (k for k, v in columns.items() if v == "response" and k != "response"):
+                result = AutoPreprocessor()(Dataset.from_list([{"query": "q", key: "v"}]))
+                if key in result.features:
+                    kept.append(key)
+        out[name] = {"columns": columns, "consumed": consumed, "kept": sorted(kept)}
+    keys = sorted({k for v in out.values() for k in v["columns"]} | {"messages"})
+    out["chosen_by"] = {
+        "messages": [k for k in keys if chosen({k: _PROMPTS["messages"]["messages"]}) == "messages"],
+        "alpaca": ["instruction", "input"] if chosen({"instruction": "i", "input": "n"}) == "alpaca" else [],
+    }
+    return out
+
+
+@functools.cache
+def preprocessors() -> dict[str, Any]:
+    """The committed reading of ms-swift's dataset preprocessors (PREPROCESSORS_FILE, generate_preprocessors)."""
+    return json.loads(PREPROCESSORS_FILE.read_text())
+
+
 def path_for(command: str) -> Path:
     return DATA_DIR / f"swift_{command}_args.json"
 
@@ -323,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {MODEL_TYPES_FILE} ({len(types)} model types)")
         REGISTRY_FILE.write_text(json.dumps(generate_registry(), indent=0) + "\n")
         print(f"wrote {REGISTRY_FILE}")
+        PREPROCESSORS_FILE.write_text(json.dumps(generate_preprocessors(), indent=0) + "\n")
+        print(f"wrote {PREPROCESSORS_FILE}")
     for command in COMMANDS:
         text = json.dumps(generate(command), indent=1, ensure_ascii=False) + "\n"
         if args.write:

@@ -256,15 +256,19 @@ def _embedded_ready(r: Recipe) -> bool:
 
 
 def _sample_rows(r: Recipe, datasets: Mapping[str, DatasetFile]) -> list[dict]:
-    """Two rows the reward plugins are called on: generated tasks, else the first local dataset's."""
+    """Two rows the reward plugins are called on: generated tasks, else the first local dataset's, as ms-swift
+    3.6.4 passes them to the rewards (facts.datasets.as_swift_reads)."""
     if r.settings.DATASET_GENERATOR:
         from entrypoint.rewards import tasks
 
         return list(tasks.TASKS[r.settings.DATASET_GENERATOR].generate(2, 0))
+    mapping = dataset_checks.user_columns((r.trainer.get("columns") or [None])[0])
     for found in datasets.values():
         rows = [row for _, row in found.rows[:2] if isinstance(row, dict)]
-        if rows:
-            return rows
+        if rows:  # as ms-swift passes them to the rewards: the columns it turns into `messages` are gone
+            columns = dict.fromkeys(c for _, row in found.rows if isinstance(row, dict) for c in row)
+            read = dataset_checks.as_swift_reads(columns, mapping)
+            return [dataset_checks.as_swift_row(row, read) for row in rows]
     return []
 
 
