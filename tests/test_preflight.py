@@ -1443,3 +1443,46 @@ def test_the_columns_a_reward_receives_follow_ms_swift_s_mapping(
             column,
             found,
         )
+
+
+# The plugin probe's time bound: a slow import is a warning, a failing one an error ------------------------
+
+
+@pytest.mark.parametrize(
+    ("load", "cpus", "seconds", "why"),
+    [
+        (0.5, 2, 120, "120 s"),
+        (None, None, 120, "120 s"),
+        (8.0, 2, 480, "120 s x 4.0 for a load average of 8.0 on 2 core(s)"),
+        (40.0, 2, 600, "capped"),
+    ],
+)
+def test_the_probe_waits_longer_on_a_busier_machine(load, cpus, seconds, why):
+    from entrypoint.world import plugin_probe
+
+    got, text = plugin_probe.probe_bound(load, cpus)
+    assert got == seconds and why in text
+
+
+def test_a_plugin_slower_to_import_than_the_bound_is_a_warning_not_a_refusal(tmp_path):
+    """A fixed 120 s bound refused a valid plugin on a busy machine ("importing the reward plugins failed:
+    ... timed out"); the import had not failed. Past the bound the run goes on, saying how long it waited."""
+    from entrypoint.rewards import check as rewards_check
+    from entrypoint.world import plugin_probe
+
+    plugin = tmp_path / "my_slow_rewards.py"
+    plugin.write_text("import time\ntime.sleep(5)\nfrom swift.plugin import ORM, orms\n"
+                      "class Slow(ORM):\n    def __call__(self, completions, **kw):\n        return [1.0] * len(completions)\n"
+                      "orms['slow_reward'] = Slow\n")  # fmt: skip
+    result, error = plugin_probe.run([str(plugin)], bound=(1.0, "1 s (a test's bound)"))
+    assert not error and result["slow"]["seconds"] >= 1 and result["slow"]["bound"] == "1 s (a test's bound)"
+    infos, problems = rewards_check.check(
+        [str(plugin)], ["slow_reward", "format"], result, error, lambda f: ""
+    )
+    assert [p.fatal for p in problems] == [False] and "had not finished after" in problems[0].message
+    assert "the import did not fail" in problems[0].message and set(infos) == {"format"}
+    # an import that fails is an error still, however fast
+    plugin.write_text("raise RuntimeError('typo in my reward')\n")
+    result, error = plugin_probe.run([str(plugin)], bound=(60.0, "60 s"))
+    _, problems = rewards_check.check([str(plugin)], ["format"], result, error, lambda f: "")
+    assert any(p.fatal and "import failed: RuntimeError: typo in my reward" in p.message for p in problems)

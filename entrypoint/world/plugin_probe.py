@@ -32,8 +32,10 @@ import importlib
 import importlib.util
 import inspect
 import json
+import os
 import subprocess
 import sys
+import time
 import traceback
 import types
 from pathlib import Path
@@ -175,10 +177,33 @@ def call_rewards(names: list[str], rows: list[dict]) -> dict:
     return out
 
 
-PROBE_TIMEOUT = 120  # seconds; the --real fallback imports ms-swift (~10 s on 2 cores)
+# How long the probe waits for one import round. The --real fallback imports ms-swift: ~10 s on 2 idle cores,
+# minutes where other work shares them. The base scales with the load per core (os.getloadavg), up to MAX;
+# past the bound the probe stops waiting and says so: a slow import is a warning, the run goes on (ms-swift
+# imports the plugins itself); only an import that fails is an error.
+PROBE_BASE_SECONDS = 120.0
+PROBE_MAX_SECONDS = 600.0
 
 
-def _run_probe(files: list[str], real: bool, call: list[str] | None = None, rows: str = "") -> dict:
+def probe_bound(load: float | None, cpus: int | None) -> tuple[float, str]:
+    """(seconds the probe waits, why that long): the base, times the load average per core when above 1."""
+    per_core = (load or 0.0) / max(1, cpus or 1)
+    if per_core <= 1.0:
+        return PROBE_BASE_SECONDS, f"{PROBE_BASE_SECONDS:.0f} s"
+    seconds = min(PROBE_MAX_SECONDS, PROBE_BASE_SECONDS * per_core)
+    return seconds, (f"{PROBE_BASE_SECONDS:.0f} s x {per_core:.1f} for a load average of {load:.1f} on {cpus} "
+                     f"core(s){', capped' if seconds == PROBE_MAX_SECONDS else ''}")  # fmt: skip
+
+
+def _machine_bound() -> tuple[float, str]:
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = None
+    return probe_bound(load, os.cpu_count())
+
+
+def _run_probe(files: list[str], real: bool, call: list[str] | None, rows: str, timeout: float) -> dict:
     extra = ["--call", ",".join(call), "--rows", rows] if call and rows else []
     argv = [
         sys.executable,
@@ -188,7 +213,7 @@ def _run_probe(files: list[str], real: bool, call: list[str] | None = None, rows
         *extra,
         *files,
     ]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT, cwd=Path.cwd())  # noqa: S603
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=Path.cwd())  # noqa: S603
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(
@@ -205,23 +230,40 @@ def _needs_real_swift(result: dict) -> bool:
 
 
 def run(
-    files: list[str], call: list[str] | None = None, rows: list[dict] | None = None
+    files: list[str],
+    call: list[str] | None = None,
+    rows: list[dict] | None = None,
+    bound: tuple[float, str] | None = None,
 ) -> tuple[dict | None, str]:
     """Probe plugin `files` in a throwaway process, with the stub swift.plugin first and the real one
     when a plugin needs more of ms-swift; with `call` and `rows`, call those rewards on the rows too.
-    Returns (the probe's answer, "") or (None, the error)."""
+    Returns (the probe's answer, "") or (None, the error). An import round that outlasts `bound` (seconds,
+    why; default probe_bound of this machine's load) is not an error: the answer then says `slow` (how long
+    it waited, why that long) and ms-swift's built-in rewards only."""
     import tempfile
 
+    seconds, why = bound or _machine_bound()
+    start = time.monotonic()
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(list(rows or [])[:2], f, default=str)
     try:
-        result = _run_probe(files, False, call, f.name)
+        result = _run_probe(files, False, call, f.name, seconds)
         if _needs_real_swift(result):
-            result = _run_probe(files, True, call, f.name)
-    except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
+            result = _run_probe(files, True, call, f.name, seconds)
+    except subprocess.TimeoutExpired:
+        waited = time.monotonic() - start
+        builtins = {n: {"class": f"ms-swift built-in {n}", "columns": c} for n, c in BUILTIN_COLUMNS.items()}
+        return {
+            "registered": builtins,
+            "errors": [],
+            "shadowed": [],
+            "slow": {"seconds": round(waited), "bound": why},
+        }, ""
+    except (RuntimeError, ValueError) as exc:
         return None, str(exc)
     finally:
         Path(f.name).unlink(missing_ok=True)
+    result["seconds"] = round(time.monotonic() - start, 1)
     return result, ""
 
 
