@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import importlib.util
 import itertools
 import json
@@ -102,7 +103,9 @@ def path_info(path: Path) -> PathInfo:
         reachable = True
     except PermissionError:
         return PathInfo(reachable=False)
-    except OSError:
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:  # a text that is no path here (a SYSTEM prompt given inline)
+            return PathInfo()
         reachable = True
     nearest = _nearest_existing(path)
     writable = False
