@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from entrypoint.errors import Problem
+from entrypoint.facts.facts import resolved
 from entrypoint.plan import budget
 from entrypoint.recipe import optional, swift_schema
 from entrypoint.recipe.args import COMPLETION_LENGTH_ALIASES
@@ -433,10 +434,14 @@ def _check_registered(plan: Plan, facts: Facts, where) -> list[Problem]:
     r = plan.recipe
     registry = swift_schema.registry()
     added = (facts.plugins or {}).get("registries") or {}
-    slow = bool((facts.plugins or {}).get("slow"))  # the probe stopped waiting: what the plugins add is unknown
+    # what the plugins add is unknown where the probe stopped waiting or failed, or a plugin file is missing
+    # (each of those has its own problem): the plugin registries' names are then not judged
+    unknown = bool((facts.plugins or {}).get("slow") or facts.plugin_error) or any(
+        not facts.path(Path(resolved(f, facts.paths))).is_file for f in r.trainer_args.external_plugins
+    )
     problems: list[Problem] = []
     for key, arg, kind in REGISTERED:
-        if slow and kind in PLUGGABLE:
+        if unknown and kind in PLUGGABLE:
             continue
         tokens = r.rollout.get(arg.split(".", 1)[1]) if arg.startswith("rollout.") else r.trainer.get(arg)
         names = sorted(set(registry[kind]) | set(added.get(kind, [])))
