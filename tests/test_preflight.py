@@ -1486,3 +1486,10 @@ def test_a_plugin_slower_to_import_than_the_bound_is_a_warning_not_a_refusal(tmp
     result, error = plugin_probe.run([str(plugin)], bound=(60.0, "60 s"))
     _, problems = rewards_check.check([str(plugin)], ["format"], result, error, lambda f: "")
     assert any(p.fatal and "import failed: RuntimeError: typo in my reward" in p.message for p in problems)
+
+
+def test_an_inline_system_prompt_longer_than_a_file_name_is_a_prompt_not_a_crash(tmp_path):
+    """chord.sh passes its several-line prompt inline: looking it up as a path raised ENAMETOOLONG."""
+    proc = run_cli("validate", "recipe=smoke", "SYSTEM=" + "You are a helpful assistant. " * 20, f"OUTPUT_DIR={tmp_path}",
+                   env=clean_env())  # fmt: skip
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
