@@ -405,8 +405,8 @@ def _check_model_type(plan: Plan, facts: Facts, where) -> list[Problem]:
     return []
 
 
-# Values ms-swift 3.6.4 looks up by name, the registry each is looked up in (swift_schema.registry(); a plugin
-# may add to those the probe reports), and whether the value is a list.
+# Values ms-swift 3.6.4 looks up by name: (recipe key, `swift rlhf` argument or rollout.<argument>, the registry
+# it is looked up in: swift_schema.registry(), plus what the plugins add where PLUGGABLE).
 REGISTERED = (
     ("TRAIN_TYPE", "train_type", "train_types"),
     ("LOSS_TYPE", "loss_type", "loss_types"),
