@@ -122,9 +122,11 @@ class Facts:
     secret_values: tuple[str, ...] = ()  # values of the environment's secret variables (redact.py)
     swift_worker: tuple[str, ...] = ()  # (python, swift/cli/rlhf.py) when the worker can start directly
     model_config_error: str = ""  # why the config.json at model_config's source cannot be read (its phrase)
-    quantizers: frozenset[str] = (
-        frozenset()
-    )  # quantization libraries importable here (QUANT_METHOD=bnb needs bitsandbytes)
+    # the modules of recipe/optional.py's table that this interpreter can import (QUANT_METHOD=bnb needs
+    # bitsandbytes, REPORT_TO=swanlab swanlab, ...): the launcher's interpreter is the image's, or the venv
+    # installed from the same lock
+    importable: frozenset[str] = frozenset()
+    secrets_set: frozenset[str] = frozenset()  # names of the environment's secret variables that are set
 
     def path(self, text: str | Path) -> PathInfo:
         return self.paths.get(str(text), PathInfo())

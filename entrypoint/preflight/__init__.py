@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 
 from entrypoint.errors import LOCAL, Problem
 from entrypoint.facts import catalog
+from entrypoint.facts.datasets import user_columns
 from entrypoint.facts.facts import ENTRIES_LISTED
 from entrypoint.plan import build as plan_mod
-from entrypoint.preflight import dataset, environment, memory_check, values
+from entrypoint.preflight import dataset, environment, memory_check, packages, values
 from entrypoint.rewards import check as rewards_check
 from entrypoint.rewards import tasks
 
@@ -147,13 +148,14 @@ def check_rewards_and_data(plan: Plan, facts: Facts) -> list[Problem]:
         prompts_needed = 0
     a = r.trainer_args
     # held-out rows go through the same rewards: the same columns, no batch to fill
+    mapping = user_columns((r.trainer.get("columns") or [None])[0])  # COLUMNS: ms-swift renames by it first
     problems += dataset.check(
-        a.val_dataset, needed, 0, 0.0, plan.offline, a.use_hf, facts, "VAL_DATASET"
+        a.val_dataset, needed, 0, 0.0, plan.offline, a.use_hf, facts, "VAL_DATASET", mapping=mapping
     ).problems
     if not s.DATASET_GENERATOR:
         found = dataset.check(
             plan.dataset_paths, needed, prompts_needed, a.split_dataset_ratio, plan.offline, a.use_hf, facts,
-            batch_fix=batch_fix(plan), max_length=a.max_length,
+            batch_fix=batch_fix(plan), max_length=a.max_length, mapping=mapping,
         )  # fmt: skip
         return problems + found.problems
     generated = set(tasks.TASKS[s.DATASET_GENERATOR].columns)
@@ -182,7 +184,8 @@ def check(plan: Plan, facts: Facts, for_train: bool) -> list[Problem]:
     problems of kind LOCAL come last, and `plan` (for_train False) only warns about them. A plan without a
     layout (no GPU for a GPU recipe) still gets the checks of its values, model, rewards and data."""
     workers = plan.recipe.trainer_args.dataloader_num_workers
-    found = values.check(plan, facts) + check_model(plan, facts) + check_rewards_and_data(plan, facts)
+    found = values.check(plan, facts) + packages.check(plan, facts) + check_model(plan, facts)
+    found += check_rewards_and_data(plan, facts)
     if plan.placed:  # without a layout (its problem says why) the checks of the machine would only echo it
         found += memory_check.check(plan) + environment.check(plan, facts, workers)
     local = [p for p in found if p.kind == LOCAL]

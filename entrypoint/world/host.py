@@ -45,6 +45,7 @@ from entrypoint.facts.facts import (
 from entrypoint.plan import build as plan_build
 from entrypoint.plan import memory
 from entrypoint.recipe import load as recipe_mod
+from entrypoint.recipe import optional
 from entrypoint.recipe.load import PROJECT_DIR, Recipe, read_user_file
 from entrypoint.record import export, manifest
 from entrypoint.rewards import PLUGIN_FILE
@@ -58,7 +59,7 @@ ENV_NAMES = (
     "GLOO_SOCKET_IFNAME", "NCCL_P2P_DISABLE", "HF_HOME", "HF_HUB_CACHE", "MODELSCOPE_CACHE", "HF_DATASETS_CACHE",
     "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "GRPO_RIG_VERSION", "GRPO_RIG_REVISION", "GRPO_RIG_LOCK_SHA256",
     "GRPO_RIG_SWIFT", "HF_HUB_OFFLINE", "MODELSCOPE_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE",
-    "GRPO_RIG_HOST_OUTPUT",
+    "GRPO_RIG_HOST_OUTPUT", "WANDB_MODE", "WANDB_DISABLED",
 )  # fmt: skip
 
 
@@ -106,7 +107,9 @@ def path_info(path: Path) -> PathInfo:
         reachable = True
     except PermissionError:
         return PathInfo(reachable=False)
-    except (OSError, ValueError):
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, ValueError) or exc.errno == errno.ENAMETOOLONG:  # a text that is no path here
+            return PathInfo()
         reachable = True
     nearest = _nearest_existing(path)
     writable, read_only, write_error = False, False, ""
@@ -285,16 +288,33 @@ def _embedded_ready(r: Recipe) -> bool:
 
 
 def _sample_rows(r: Recipe, datasets: Mapping[str, DatasetFile]) -> list[dict]:
-    """Two rows the reward plugins are called on: generated tasks, else the first local dataset's."""
+    """Two rows the reward plugins are called on: generated tasks, else the first local dataset's, as ms-swift
+    3.6.4 passes them to the rewards (facts.datasets.as_swift_reads)."""
     if r.settings.DATASET_GENERATOR:
         from entrypoint.rewards import tasks
 
         return list(tasks.TASKS[r.settings.DATASET_GENERATOR].generate(2, 0))
+    mapping = dataset_checks.user_columns((r.trainer.get("columns") or [None])[0])
     for found in datasets.values():
         rows = [row for _, row in found.rows[:2] if isinstance(row, dict)]
-        if rows:
-            return rows
+        if rows:  # as ms-swift passes them to the rewards: the columns it turns into `messages` are gone
+            columns = dict.fromkeys(c for _, row in found.rows if isinstance(row, dict) for c in row)
+            read = dataset_checks.as_swift_reads(columns, mapping)
+            return [dataset_checks.as_swift_row(row, read) for row in rows]
     return []
+
+
+def importable(modules: list[str]) -> frozenset[str]:
+    """The modules this interpreter finds (importlib.util.find_spec; a dotted name imports its parent
+    package, which may itself be missing)."""
+    found = set()
+    for name in modules:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                found.add(name)
+        except (ImportError, ValueError):
+            continue
+    return frozenset(found)
 
 
 def in_container(environ: Mapping[str, str]) -> bool:
@@ -358,7 +378,8 @@ def gather(
         gid=os.getgid(),
         swift=swift_executable(environ),
         swift_worker=swift_worker(environ),
-        quantizers=frozenset(n for n in ("bitsandbytes",) if importlib.util.find_spec(n) is not None),
+        importable=importable(optional.modules()),
+        secrets_set=frozenset(k for k, v in environ.items() if v and redact.is_secret(k)),
         paths=MappingProxyType(paths),
         datasets=MappingProxyType(datasets),
         model_config=(config, source),
