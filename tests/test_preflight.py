@@ -1471,10 +1471,15 @@ def test_a_plugin_s_own_scheduler_is_a_registered_name(tmp_path):
     assert not error and "tool_call_scheduler" in result["registries"]["multi_turn_schedulers"]
     assert "math_tip_trick" in result["registries"]["multi_turn_schedulers"]
     ok = _value_problems(
-        f"EXTERNAL_PLUGINS={plugin}", "MULTI_TURN_SCHEDULER=tool_call_scheduler", plugins=result
+        f"EXTERNAL_PLUGINS={plugin}",
+        "MULTI_TURN_SCHEDULER=tool_call_scheduler",
+        plugins=result,
+        plugin_error="",
     )
     assert not [p for p in ok if "MULTI_TURN_SCHEDULER" in p.where]
-    bad = _value_problems(f"EXTERNAL_PLUGINS={plugin}", "MULTI_TURN_SCHEDULER=tool_scheduler", plugins=result)
+    bad = _value_problems(
+        f"EXTERNAL_PLUGINS={plugin}", "MULTI_TURN_SCHEDULER=tool_scheduler", plugins=result, plugin_error=""
+    )
     assert [p for p in bad if "MULTI_TURN_SCHEDULER" in p.where and "tool_call_scheduler" in p.fix]
 
 

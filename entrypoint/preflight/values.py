@@ -14,6 +14,7 @@ from entrypoint.facts.facts import resolved
 from entrypoint.plan import budget
 from entrypoint.recipe import optional, swift_schema
 from entrypoint.recipe.args import COMPLETION_LENGTH_ALIASES
+from entrypoint.rewards.check import NOT_PROBED
 
 if TYPE_CHECKING:
     from entrypoint.facts.facts import Facts
@@ -531,7 +532,9 @@ def _check_registered(plan: Plan, facts: Facts, where) -> list[Problem]:
     added = (facts.plugins or {}).get("registries") or {}
     # what the plugins add is unknown where the probe stopped waiting or failed, or a plugin file is missing
     # (each of those has its own problem): the plugin registries' names are then not judged
-    unknown = bool((facts.plugins or {}).get("slow") or facts.plugin_error) or any(
+    # (a command that imports nothing, `rerun --plan`, knows what a recipe without plugins of its own adds: nothing)
+    not_probed = facts.plugin_error == NOT_PROBED and not r.trainer_args.external_plugins
+    unknown = bool((facts.plugins or {}).get("slow") or (facts.plugin_error and not not_probed)) or any(
         not facts.path(Path(resolved(f, facts.paths))).is_file for f in r.trainer_args.external_plugins
     )
     problems: list[Problem] = []
