@@ -1178,6 +1178,17 @@ def test_too_few_prompts_names_the_knob_that_sets_this_recipes_generation_batch(
     assert f"fix: add prompts, or {knob}" in proc.stderr, proc.stderr
 
 
+@pytest.mark.cli
+def test_an_empty_dataset_is_one_error_not_a_batch_fix_no_one_can_follow(tmp_path):
+    """The cases re-run: a 0-byte dataset got 'has no rows' and then 'a generation batch needs <= 0 prompt(s)'."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    proc = run_cli("validate", "recipe=countdown-1x4090", f"DATASET={empty}", "DATASET_GENERATOR=", f"OUTPUT_DIR={tmp_path}",
+                   f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}", env=clean_env())  # fmt: skip
+    assert proc.returncode == 2 and "has no rows" in proc.stderr, proc.stderr
+    assert "fewer than one generation batch needs" not in proc.stderr, proc.stderr
+
+
 def test_a_mistyped_generator_is_one_error_with_a_did_you_mean():
     """Cases re-run: 'countdwn' gave three errors, two of them false ('no dataset named', 'fewer than one
     generation batch needs (2)'), and 'set a valid DATASET_GENERATOR'."""

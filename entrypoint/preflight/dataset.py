@@ -253,7 +253,8 @@ def check(
                                     mapping=mapping)  # fmt: skip
         problems += found
         total_prompts = None if prompts is None or total_prompts is None else total_prompts + prompts
-    if total_prompts is not None and prompts_needed:
+    # a dataset with no rows at all has its own problem: "add prompts" is the whole of the fix there
+    if total_prompts and prompts_needed:
         train_prompts = int(total_prompts * (1 - holdout))
         if train_prompts < prompts_needed:
             problems.append(

@@ -51,8 +51,8 @@ def check_driver(plan: Plan) -> list[Problem]:
             )
         ]
     if rtx40 and driver < Version(RECOMMENDED_DRIVER_RTX40):
-        # accelerate's check needs more than one RTX 40 card visible (plan/nccl.py): say it only where it fires
-        check = ("; with more than one RTX 40 card visible it also trips accelerate's RTX 40 check (handled by the "
+        # accelerate's check needs more than one GPU visible, one an RTX 40 (plan/nccl.py): said only where it fires
+        check = ("; with more than one GPU visible, one of them an RTX 40, it also trips accelerate's RTX 40 check (handled by the "
                  "NCCL settings: NCCL_P2P_DISABLE and NCCL_IB_DISABLE above)") if nccl.accelerate_rtx40_check_fires(inv) else ""  # fmt: skip
         return [
             Problem(
