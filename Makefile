@@ -95,6 +95,10 @@ doctor: venv  ## This machine's GPUs (NVML), NCCL-relevant facts and /dev/shm: m
 keys: venv  ## The keys the entrypoint owns, with their defaults
 	$(PY) -m entrypoint keys $(ARGS)
 
+.PHONY: recipes
+recipes: venv  ## The shipped recipes, each with what it is for
+	$(PY) -m entrypoint recipes
+
 .PHONY: import
 import: venv  ## An ms-swift command line or script as a recipe: make import FILE=my_run.sh ARGS="-o recipes/mine.env"
 	@test -n "$(FILE)" || { echo "make import FILE=<script or file with a swift rlhf command line> [ARGS=\"-o recipes/mine.env\"]"; exit 2; }
