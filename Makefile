@@ -144,7 +144,11 @@ need_docker_gpu = @scripts/docker-check.sh gpu
 .PHONY: build
 build:  ## Build the image (docker compose build); behind a TLS proxy set CA_BUNDLE=/path/to/ca.pem
 	$(need_docker)
-	$(COMPOSE) build train
+	@$(COMPOSE) build train || { status=$$?; \
+		echo "make build failed (see above). If the base image could not be pulled (Docker Hub unreachable or rate-limited),"; \
+		echo "  build from a mirror: BASE_IMAGE=<your mirror of nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04> make build"; \
+		echo "If a download failed on a certificate (a proxy that re-signs TLS), pass its CA bundle:"; \
+		echo "  CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt make build   (README: Build the image)"; exit $$status; }
 
 # Created by you before compose mounts them; otherwise the daemon creates them owned by root.
 output data:
