@@ -264,3 +264,36 @@ def test_a_hook_variable_given_as_a_key_is_refused_with_the_key_that_turns_the_h
     fixes = {p.where: p.fix for p in exc.value.problems}
     assert fixes["GRPO_RIG_VLLM_TOP_K_FIRST (command line)"] == "DISABLE_HOOKS=top_k_first turns it off in every child"  # fmt: skip
     assert fixes["GRPO_RIG_EMULATE_VRAM_GB (command line)"].endswith("; EMULATE_VRAM_GB sets its value")
+
+
+def test_each_value_carries_its_origin(tmp_path: Path):
+    """Every value knows the layer that set it as an Origin, and its detail (the file and line); the text the
+    manifest records is written from those."""
+    (tmp_path / "defaults.env").write_text("TRAIN_TYPE=lora\n")
+    (tmp_path / "r.env").write_text("LORA_RANK=16\n")
+    r = recipe.load(["recipe=r", "NUM_GENERATIONS=8"], {"SEED": "3"}, tmp_path)
+    assert r.values["TRAIN_TYPE"] == recipe.Value(
+        "lora", recipe.Origin.DEFAULTS_FILE, "recipes/defaults.env:1"
+    )
+    assert r.values["LORA_RANK"] == recipe.Value("16", recipe.Origin.RECIPE_FILE, "recipes/r.env:1")
+    assert (
+        r.origin("SEED") is recipe.Origin.ENVIRONMENT
+        and r.origin("NUM_GENERATIONS") is recipe.Origin.COMMAND_LINE
+    )
+    assert [r.layer(k) for k in ("TRAIN_TYPE", "LORA_RANK", "SEED", "NUM_GENERATIONS", "BETA")] == [
+        0,
+        1,
+        2,
+        3,
+        -1,
+    ]
+    shaped = r.with_values([recipe.Choice("PER_DEVICE_TRAIN_BATCH_SIZE", 4, "the largest that fits")])
+    assert shaped.resolved()["PER_DEVICE_TRAIN_BATCH_SIZE"] == {
+        "value": "4",
+        "source": "planner: the largest that fits",
+    }
+    assert (
+        shaped.trainer_args.per_device_train_batch_size == 4
+        and shaped.layer("PER_DEVICE_TRAIN_BATCH_SIZE") == 4
+    )
+    assert shaped.without_planner().values == r.values

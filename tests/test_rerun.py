@@ -272,3 +272,22 @@ def test_a_manifest_edited_after_the_run_is_drift_and_its_values_name_the_manife
     assert rerun.recorded(data, "/o/r/manifest.json").values["BETA"].source == (
         "/o/r/manifest.json (edited after the run)"
     )
+
+
+@pytest.mark.parametrize(
+    ("source", "origin", "detail"),
+    [
+        ("recipes/defaults.env:3", "DEFAULTS_FILE", "recipes/defaults.env:3"),
+        ("recipes/x.env:7", "RECIPE_FILE", "recipes/x.env:7"),
+        ("/home/me/my.env:2", "RECIPE_FILE", "/home/me/my.env:2"),
+        ("environment", "ENVIRONMENT", ""),
+        ("command line", "COMMAND_LINE", ""),
+        ("planner: the largest micro-batch ...", "PLANNER", "the largest micro-batch ..."),
+        ("planner", "PLANNER", ""),
+    ],
+)
+def test_a_manifests_source_text_is_read_back_as_its_origin(source, origin, detail):
+    """The manifest keeps each value's source as text (recipe.load's Value.source): read back, it gives the same
+    origin and detail, and writing it again gives the same text."""
+    value = rerun.recorded_value("4", source)
+    assert (value.origin.name, value.detail) == (origin, detail) and value.source == source

@@ -64,7 +64,7 @@ def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     cli, problems = recipe_mod.parse_cli_pairs(words_)
     if problems:
         raise BadInput(problems)
-    output_dir = (cli.get("OUTPUT_DIR") or recipe_mod.Value(environ.get("OUTPUT_DIR", ""), "")).value
+    output_dir = cli["OUTPUT_DIR"].value if "OUTPUT_DIR" in cli else environ.get("OUTPUT_DIR", "")
     run_dir = manifest.find_run(run, output_dir or str(Settings.model_fields["OUTPUT_DIR"].default))
     data = _manifest(run_dir)
     rec = rerun_mod.recorded(data, str(run_dir / MANIFEST))

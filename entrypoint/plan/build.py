@@ -42,7 +42,7 @@ from entrypoint.plan.budget import Budget
 from entrypoint.plan.layout import Layout
 from entrypoint.recipe import keys
 from entrypoint.recipe.keys import SHARED_WITH_ROLLOUT
-from entrypoint.recipe.load import Recipe
+from entrypoint.recipe.load import Choice, Origin, Recipe
 from entrypoint.redact import argv as redact_argv
 from entrypoint.redact import env as redact_env
 from entrypoint.rewards import PLUGIN_FILE
@@ -111,11 +111,7 @@ class Plan:
     @property
     def shape(self) -> list[tuple[str, str, str]]:
         """(key, value, reason) of every value the planner chose (entrypoint/shape.py)."""
-        return [
-            (k, v.value, v.source.removeprefix("planner: "))
-            for k, v in self.recipe.values.items()
-            if v.source.startswith("planner")
-        ]
+        return [(k, v.value, v.detail) for k, v in self.recipe.values.items() if v.origin is Origin.PLANNER]
 
     def process(self, role: Role) -> Process | None:
         return next((p for p in self.processes if p.role == role), None)
@@ -326,7 +322,7 @@ def _layout(d: Draft) -> bool:
 
 def _nccl(d: Draft) -> None:
     s = d.recipe.settings
-    user = {k: (v.value, v.source) for k, v in d.recipe.nccl.items()}
+    user = dict(d.recipe.nccl)
     gloo_set = "GLOO_SOCKET_IFNAME" in d.recipe.env or "GLOO_SOCKET_IFNAME" in d.facts.env
     d.nccl = nccl.decide(
         d.inventory, d.layout.used_gpus, user, s.ALLOW_P2P_WITHOUT_SUPPORT, s.NNODES, gloo_set
@@ -529,22 +525,22 @@ def _shape(d: Draft) -> bool:
     then chosen on the budget they make."""
     levers = [] if d.rollout_only else shape.one_copy_levers(d.recipe, d.layout, d.budget)
     if levers:
-        d.recipe = d.recipe.with_values({c.key: (c.value, f"planner: {c.reason}") for c in levers})
+        d.recipe = d.recipe.with_values(levers)
         _budget(d)
     choices, one_copy = _shape_choices(d), bool(levers)
     if not levers and not d.rollout_only and shape.one_copy_open(d.recipe, d.layout, d.budget):
         over = _over_card(d, choices)
         if over:  # both copies fit, nothing trains beside them: one copy at a time, where that fits
-            trial = dataclasses.replace(d, recipe=d.recipe.with_values(
-                {c.key: (c.value, f"planner: {c.reason}") for c in shape.one_copy_levers(d.recipe, d.layout, d.budget, over)}
-            ))  # fmt: skip
+            trial = dataclasses.replace(
+                d, recipe=d.recipe.with_values(shape.one_copy_levers(d.recipe, d.layout, d.budget, over))
+            )
             _budget(trial)
             trial_choices = _shape_choices(trial)
             if not _over_card(trial, trial_choices):
                 d.recipe, d.budget, choices, one_copy = trial.recipe, trial.budget, trial_choices, True
     if not choices:
         return one_copy
-    d.recipe = d.recipe.with_values({c.key: (c.value, f"planner: {c.reason}") for c in choices})
+    d.recipe = d.recipe.with_values(choices)
     return True
 
 
@@ -558,7 +554,7 @@ def _shape_choices(d: Draft) -> list[shape.Choice]:
 
 def _over_card(d: Draft, choices: list[shape.Choice]) -> str:
     """Why the recipe shaped by `choices` is predicted over a card ("" when every card holds it)."""
-    r = d.recipe.with_values({c.key: (c.value, "planner") for c in choices}) if choices else d.recipe
+    r = d.recipe.with_values(choices) if choices else d.recipe
     b = budget_mod.compute(r, d.layout, d.inventory, d.facts, d.dataset_paths)
     over = [e for e in b.estimates(d.layout) if e.peak_gib > e.card_gib]
     return (f"both copies of the weights fit, but even the smallest shape is predicted at {over[0].peak_gib:.1f} of "
@@ -696,8 +692,8 @@ def _context(d: Draft) -> None:
             if r.trainer_args.max_length
             else "; set MAX_LENGTH to bound the prompts ms-swift passes to vLLM"
         )
-        reason = f"planner: {why}: what a GRPO rollout asks of vLLM, not the model's whole context{bound}"
-        d.recipe = r.with_values({"VLLM_MAX_MODEL_LEN": (str(length), reason)})
+        reason = f"{why}: what a GRPO rollout asks of vLLM, not the model's whole context{bound}"
+        d.recipe = r.with_values([Choice("VLLM_MAX_MODEL_LEN", length, reason)])
 
 
 def _size_rollout(d: Draft) -> None:
@@ -705,18 +701,17 @@ def _size_rollout(d: Draft) -> None:
     sets them: without them vLLM sizes for the model's whole context (32k tokens for Qwen2.5-7B) and 256
     sequences, and may refuse to start on a 24 GB card (vllm 0.8.5 EngineArgs defaults)."""
     r = d.recipe
-    chosen: dict[str, tuple[str, str]] = {}
+    chosen: list[Choice] = []
     if not r.rollout.get("max_model_len"):
         found = _rollout_context(d, assumed=True)
         if found is not None:
-            chosen["ROLLOUT_MAX_MODEL_LEN"] = (str(found[0]), f"planner: {found[1]}")
+            chosen.append(Choice("ROLLOUT_MAX_MODEL_LEN", found[0], found[1]))
     if not r.rollout.get("max_num_seqs"):
         b = d.budget.batch
         if b is not None:
             seqs = min(256, -(-b.generation_batch // max(1, d.layout.rollout_dp)))
-            chosen["ROLLOUT_MAX_NUM_SEQS"] = (
-                str(seqs),
-                "planner: completions per generation round per vLLM engine",
+            chosen.append(
+                Choice("ROLLOUT_MAX_NUM_SEQS", seqs, "completions per generation round per vLLM engine")
             )
     if chosen:
         d.recipe = r.with_values(chosen)

@@ -4,7 +4,7 @@ The manifest keeps every resolved value with the layer that set it (`resolved_re
 the lock's sha256, the machine and the inputs' identities (`inputs`, world/fingerprint.py). A rerun takes the
 values back as they were, with their original sources (recipe.load's `base`), except:
 
-- the values the planner chose (source `planner: ...`): planned again for this machine, and any that come out
+- the values the planner chose (Origin.PLANNER): planned again for this machine, and any that come out
   different are reported;
 - RUN_NAME and OUTPUT_DIR: a rerun writes a new run directory beside the one it repeats;
 - secrets, which the manifest keeps redacted: taken from this environment when it has them.
@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 from entrypoint import redact
 from entrypoint.errors import Problem
 from entrypoint.recipe import keys
-from entrypoint.recipe.load import Value
+from entrypoint.recipe.load import DEFAULTS_FILE, Origin, Value
 
 NOT_REPEATED = ("RUN_NAME", "OUTPUT_DIR")  # a rerun writes its own directory
 # the files beside the datasets a run records (plan.build.input_files), in the words a user reads
@@ -77,15 +77,33 @@ def recorded(data: Mapping[str, Any], where: str = "the run's manifest") -> Reco
     for key, item in sorted((data.get("resolved_recipe") or {}).items()):
         if not isinstance(item, Mapping):
             continue
-        value, source = str(item.get("value", "")), str(item.get("source", ""))
-        source = f"{where} (edited after the run)" if by_hand else source
-        if source.startswith("planner"):
-            replanned[key] = value
-        elif redact.REDACTED in value:
+        text = str(item.get("value", ""))
+        value = (
+            Value(text, Origin.MANIFEST, f"{where} (edited after the run)")
+            if by_hand
+            else recorded_value(text, str(item.get("source", "")))
+        )
+        if value.origin is Origin.PLANNER:
+            replanned[key] = text
+        elif redact.REDACTED in text:
             secrets.append(key)
         elif key not in NOT_REPEATED:
-            values[key] = Value(value, source)
+            values[key] = value
     return Recorded(values, replanned, secrets)
+
+
+def recorded_value(value: str, source: str) -> Value:
+    """A manifest's value with the origin its "source" text names (recipe.load's Value.source wrote it, and
+    manifests written before Value had an origin hold the same words): "environment", "command line",
+    "planner" or "planner: <reason>", a line of recipes/defaults.env, else a line of the recipe file."""
+    if source in (Origin.ENVIRONMENT.value, Origin.COMMAND_LINE.value):
+        return Value(value, Origin(source))
+    head, _, reason = source.partition(": ")
+    if head == Origin.PLANNER.value:
+        return Value(value, Origin.PLANNER, reason)
+    if source.startswith(f"recipes/{DEFAULTS_FILE}"):
+        return Value(value, Origin.DEFAULTS_FILE, source)
+    return Value(value, Origin.RECIPE_FILE, source)
 
 
 class Now(NamedTuple):
