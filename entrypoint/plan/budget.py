@@ -17,6 +17,7 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from entrypoint.facts import datasets as dataset
 from entrypoint.facts.datasets import dataset_key
@@ -127,7 +128,7 @@ def prompt_tokens(recipe: Recipe, dataset_paths: list[str], facts: Facts) -> tup
 def workload(recipe: Recipe, b: Batch, dataset_paths: list[str], facts: Facts) -> tuple[Workload | None, str]:
     """The planner's view of one training process (model dimensions, batch, tokens), or None when the
     model's config.json was not found (facts.model_config)."""
-    config, source = facts.model_config
+    config, source = facts.model_config.config, facts.model_config.source
     if config is None:  # `source` then says why the hub's answer was none, where it was asked (hubconfig.py)
         asked = f"; {source}" if source else ""
         return (
@@ -140,7 +141,7 @@ def workload(recipe: Recipe, b: Batch, dataset_paths: list[str], facts: Facts) -
         return None, f"the config.json from {source} is not one the planner reads (missing {exc})"
     a = recipe.trainer_args
     full = a.train_type == "full"
-    zero, offload_opt, offload_par = deepspeed_stage(a.deepspeed, facts.deepspeed_config)
+    zero = deepspeed_stage(a.deepspeed, facts.deepspeed_config)
     prompt, why = prompt_tokens(recipe, dataset_paths, facts)
     if a.max_length:
         prompt = min(prompt, a.max_length)
@@ -155,11 +156,11 @@ def workload(recipe: Recipe, b: Batch, dataset_paths: list[str], facts: Facts) -
         completion_tokens=a.max_completion_length,
         gradient_checkpointing=a.gradient_checkpointing,
         reference_copy=full and a.beta > 0,
-        zero_stage=zero,
+        zero_stage=zero.stage,
         world=b.world,
         hf_generation=not a.use_vllm,
-        offload_optimizer=offload_opt,
-        offload_params=offload_par,
+        offload_optimizer=zero.offload_optimizer,
+        offload_params=zero.offload_param,
         vllm_tp=a.vllm_tensor_parallel_size,
         liger=a.use_liger_kernel,
         quant_bits=a.bnb_bits,
@@ -167,19 +168,29 @@ def workload(recipe: Recipe, b: Batch, dataset_paths: list[str], facts: Facts) -
     return w, f"model dimensions from {source}; prompt {prompt} tokens, {why}"
 
 
-def deepspeed_stage(value: str, file_config: dict | None) -> tuple[int, bool, bool]:
-    """(ZeRO stage, optimizer offloaded, parameters offloaded) of DEEPSPEED: one of ms-swift's names
-    (zero2, zero3_offload ...), a JSON string, or a .json file (its content read by host.gather: facts)."""
+class ZeroStage(NamedTuple):
+    """DeepSpeed's ZeRO as a run has it: its stage (0: none) and what it offloads to the CPU."""
+
+    stage: int
+    offload_optimizer: bool
+    offload_param: bool
+
+
+def deepspeed_stage(value: str, file_config: dict | None) -> ZeroStage:
+    """The ZeRO stage of DEEPSPEED: one of ms-swift's names (zero2, zero3_offload ...), a JSON string, or a
+    .json file (its content read by host.gather: facts)."""
     if value.endswith(".json") or value.startswith("{"):
         try:
             whole = json.loads(value) if value.startswith("{") else (file_config or {})
             config = whole.get("zero_optimization", {}) if isinstance(whole, dict) else {}
         except ValueError:
-            return 0, False, False
+            return ZeroStage(0, False, False)
         on_cpu = lambda key: (config.get(key) or {}).get("device") in ("cpu", "nvme")  # noqa: E731
-        return int(config.get("stage", 0) or 0), on_cpu("offload_optimizer"), on_cpu("offload_param")
+        return ZeroStage(
+            int(config.get("stage", 0) or 0), on_cpu("offload_optimizer"), on_cpu("offload_param")
+        )
     zero = 3 if "zero3" in value else 2 if "zero2" in value else 0
-    return zero, value.endswith("_offload"), value == "zero3_offload"
+    return ZeroStage(zero, value.endswith("_offload"), value == "zero3_offload")
 
 
 EXPANDABLE_SEGMENTS = "expandable_segments:True"
@@ -236,7 +247,7 @@ def adapter_sync_blocked(recipe: Recipe, deepspeed_config: dict | None = None) -
         (v0, "vLLM's V0 engine runs it (VLLM_SCHEDULER_STEPS > 1 or VLLM_USE_V1=0): its multi-step runner refuses "
              "LoRA (vllm/worker/multi_step_model_runner.py:285-287), and only V1 was measured",
          "VLLM_SCHEDULER_STEPS=1, without VLLM_USE_V1=0"),
-        (deepspeed_stage(a.deepspeed, deepspeed_config)[0] == 3,
+        (deepspeed_stage(a.deepspeed, deepspeed_config).stage == 3,
          "DeepSpeed ZeRO-3 partitions the adapter's weights (ms-swift gathers them for its merge)",
          "DEEPSPEED=zero2, or none"),
         (a.lora_rank > VLLM_MAX_LORA_RANK, f"vLLM 0.8.5 serves LoRA ranks up to {VLLM_MAX_LORA_RANK}",

@@ -40,6 +40,7 @@ from entrypoint.plan import layout as layout_mod
 from entrypoint.plan import memory, nccl, shape, speed
 from entrypoint.plan.budget import Budget
 from entrypoint.plan.layout import Layout
+from entrypoint.plan.memory import GpuEstimate
 from entrypoint.recipe import keys
 from entrypoint.recipe.keys import SHARED_WITH_ROLLOUT
 from entrypoint.recipe.load import Choice, Origin, Recipe
@@ -58,6 +59,15 @@ CHECKPOINT = "<newest complete checkpoint>"  # the export's --adapters, known on
 
 
 Role = Literal["rollout", "trainer", "export"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Shaped:
+    """A value the planner chose: its key, its text as the argv and the manifest have it, and why."""
+
+    key: str
+    value: str
+    reason: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,9 +107,9 @@ class Plan:
     problems: list[Problem]  # fatal and warnings found while planning
     resume_from: str = ""
     placed: bool = True  # False: no layout was possible (its problems say why); nothing else is checked
-    memory: tuple = ()  # memory.GpuEstimate per GPU
-    memory_note: tuple = ()
-    host_ram: tuple = ()  # (part, GiB) of this node's RAM the offloaded copies need (budget.host_ram)
+    memory: tuple[GpuEstimate, ...] = ()  # per GPU
+    memory_note: tuple[str, ...] = ()
+    host_ram: tuple[tuple[str, float], ...] = ()  # (part, GiB) the offloaded copies need (budget.host_ram)
     budget: Budget | None = dataclasses.field(default=None, repr=False, compare=False)
     facts: Facts | None = dataclasses.field(default=None, repr=False, compare=False)
     offline: bool = False  # no hub access (OFFLINE, or a hub's offline variable in the environment)
@@ -109,9 +119,11 @@ class Plan:
         return self.run_dir / TRAIN_SUBDIR
 
     @property
-    def shape(self) -> list[tuple[str, str, str]]:
-        """(key, value, reason) of every value the planner chose (entrypoint/shape.py)."""
-        return [(k, v.value, v.detail) for k, v in self.recipe.values.items() if v.origin is Origin.PLANNER]
+    def shape(self) -> list[Shaped]:
+        """Every value the planner chose (entrypoint/shape.py), with its reason."""
+        return [
+            Shaped(k, v.value, v.detail) for k, v in self.recipe.values.items() if v.origin is Origin.PLANNER
+        ]
 
     def process(self, role: Role) -> Process | None:
         return next((p for p in self.processes if p.role == role), None)
@@ -158,7 +170,7 @@ class Plan:
             },
             "gpus": [g.model_dump() for g in self.inventory.gpus],
             "nccl": [dataclasses.asdict(d) for d in self.nccl.decisions],
-            "shape": [{"key": k, "value": v, "reason": why} for k, v, why in self.shape],
+            "shape": [{"key": c.key, "value": c.value, "reason": c.reason} for c in self.shape],
             "steps": self.steps,
             "memory": [
                 {
@@ -198,7 +210,7 @@ class Plan:
             lines.append(
                 "batch shape, chosen by the planner where the recipe leaves it open (switch off: AUTO_SHAPE=false):"
             )
-            lines += [f"  {key}={value}: {why}" for key, value, why in self.shape]
+            lines += [f"  {c.key}={c.value}: {c.reason}" for c in self.shape]
         lines.append("nccl:")
         lines += [f"  {d.render()}" for d in self.nccl.decisions]
         if self.memory:
@@ -670,7 +682,7 @@ def _rollout_context(d: Draft, assumed: bool = False) -> tuple[int, str] | None:
             margin + completion,
             f"longest prompt ({prompt} tokens, {source}) + 25% + MAX_COMPLETION_LENGTH",
         )
-    config = d.facts.model_config[0] or {}
+    config = d.facts.model_config.config or {}
     most = (config.get("text_config") or config).get("max_position_embeddings")
     return (length, why) if not most or length < int(most) else None
 

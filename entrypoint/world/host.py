@@ -33,6 +33,7 @@ from entrypoint.facts.facts import (
     WEIGHT_SYNC_PORT,
     DatasetFile,
     Facts,
+    ModelConfig,
     PathInfo,
     Ports,
     Previous,
@@ -332,7 +333,7 @@ def gather(
         quantizers=frozenset(n for n in ("bitsandbytes",) if importlib.util.find_spec(n) is not None),
         paths=MappingProxyType(paths),
         datasets=MappingProxyType(datasets),
-        model_config=(config, source),
+        model_config=ModelConfig(config, source),
         hub=MappingProxyType({k: v for k, v in hub.items() if not k.startswith("where:")}),
         hub_expected=MappingProxyType(
             {k[len("where:") :]: v for k, v in hub.items() if k.startswith("where:")}
