@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from entrypoint.errors import BadInput
+from entrypoint.plan.build import Flag, Process
 from entrypoint.record import rerun
 from entrypoint.record.rerun import Now
 from tests.conftest import FAKE_SWIFT, FAKES, ROOT, clean_env
@@ -291,3 +292,21 @@ def test_a_manifests_source_text_is_read_back_as_its_origin(source, origin, deta
     origin and detail, and writing it again gives the same text."""
     value = rerun.recorded_value("4", source)
     assert (value.origin.name, value.detail) == (origin, detail) and value.source == source
+
+
+def test_argv_changes_read_the_recorded_argv_once_and_the_planned_flags_typed():
+    """The run's trainer argv comes from its manifest as text, read back in one place (recorded_flags); the
+    rerun's from the planned process's flags. Run directories, run names, resume flags and secrets aside, only
+    what changed is listed."""
+    old = ["swift", "rlhf", "--max_steps", "3", "--reward_funcs", "countdown", "format", "--output_dir",
+           "/o/r1/train", "--run_name", "r1", "--resume_from_checkpoint", "/o/r1/train/checkpoint-2",
+           "--hub_token", "<redacted>"]  # fmt: skip
+    new = Process.of("trainer", {}, ["swift", "rlhf"], [
+        Flag("max_steps", ("1",)), Flag("reward_funcs", ("countdown", "format")), Flag("output_dir", ("/o/r2/train",)),
+        Flag("run_name", ("r2",)), Flag("hub_token", ("hf_secret",))])  # fmt: skip
+    assert new.argv[:4] == ["swift", "rlhf", "--max_steps", "1"] and new.flag("reward_funcs") == (
+        "countdown",
+        "format",
+    )
+    assert rerun.recorded_run_dir(old) == "/o/r1" and rerun.recorded_run_dir(["swift"]) == "\0"
+    assert rerun.argv_changes(old, new, "/o/r1", "/o/r2") == ["--max_steps 3 -> --max_steps 1"]

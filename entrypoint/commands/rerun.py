@@ -175,7 +175,7 @@ class Checker:
         old = next((p["argv"] for p in self.data.get("processes", []) if p.get("role") == "trainer"), [])
         if trainer is not None and old:
             self.argv_changes = rerun_mod.argv_changes(
-                old, trainer.to_json()["argv"], _run_of(old), str(plan.run_dir)
+                old, trainer, rerun_mod.recorded_run_dir(old), str(plan.run_dir)
             )
         found = rerun_mod.drift(self.data, now)
         return found + rerun_mod.replanned_changes(self.rec.replanned, plan.recipe.values)
@@ -198,14 +198,6 @@ class Checker:
 def _overrides(record: Mapping[str, Any]) -> str:
     """The rerun's KEY=VALUE overrides as the console shows them ("none" without any)."""
     return ", ".join(f"{k}={v}" for k, v in record["overrides"].items()) or "none"
-
-
-def _run_of(argv: list[str]) -> str:
-    """The run directory a trainer argv writes in (its --output_dir is <run>/train)."""
-    for flag, value in zip(argv, argv[1:], strict=False):
-        if flag == "--output_dir":
-            return str(Path(value).parent)
-    return "\0"  # matches no word
 
 
 def _plan_only(pairs: list[str], environ: Mapping[str, str], checker: Checker, as_json: bool) -> int:

@@ -71,12 +71,42 @@ class Shaped:
 
 
 @dataclasses.dataclass(frozen=True)
+class Flag:
+    """One `--name value ...` of a child's command line, as the plan built it."""
+
+    name: str  # without the dashes
+    values: tuple[str, ...] = ()
+
+    def words(self) -> list[str]:
+        return [f"--{self.name}", *self.values]
+
+
+def flags(*pairs: tuple[str, object]) -> list[Flag]:
+    """Flags of (name, value) pairs, each value one word (str of it)."""
+    return [Flag(name, (str(value),)) for name, value in pairs]
+
+
+@dataclasses.dataclass(frozen=True)
 class Process:
     role: Role
     env: dict[str, str]  # set by the entrypoint, on top of the inherited environment
-    argv: list[str]
+    argv: list[str]  # written from `command` and `flags` (Process.of) where the plan builds it
     host: str = ""  # rollout: the address the trainer reaches it at
     port: int | None = None  # rollout: its HTTP port
+    command: tuple[str, ...] = ()  # the program's words before the flags
+    flags: tuple[Flag, ...] = ()  # what follows them, typed: readers take a flag from here, never from argv
+
+    @classmethod
+    def of(
+        cls, role: Role, env: dict[str, str], command: list[str], flags: list[Flag], **where: Any
+    ) -> Process:
+        """The process running `command` with `flags`: the one place a child's argv is written."""
+        argv = [*command, *(word for f in flags for word in f.words())]
+        return cls(role, env, argv, command=tuple(command), flags=tuple(flags), **where)
+
+    def flag(self, name: str) -> tuple[str, ...] | None:
+        """The values of `--name` (None when the process has no such flag)."""
+        return next((f.values for f in self.flags if f.name == name), None)
 
     @property
     def health_url(self) -> str:
@@ -151,6 +181,7 @@ class Plan:
         dataset): preflight proves each is inside the run directory, so no run writes outside its own."""
         paths = [str(self.train_dir), *(self.dataset_paths if self.recipe.settings.DATASET_GENERATOR else [])]
         for p in self.processes:
+            # the words that run (a caller may rewrite them: train's export checkpoint), not the flags they came from
             paths += [p.argv[i + 1] for i, a in enumerate(p.argv[:-1]) if a == "--output_dir"]
             paths += [p.env["GRPO_RIG_EVENTS"]] if "GRPO_RIG_EVENTS" in p.env else []
         return paths
@@ -245,12 +276,8 @@ def _render_nodes(plan: Plan) -> list[str]:
     return lines
 
 
-def _args(mapping: Mapping[str, list[str]], skip: set[str] = frozenset()) -> list[str]:
-    out: list[str] = []
-    for name, tokens in mapping.items():
-        if name not in skip:
-            out += [f"--{name}", *tokens]
-    return out
+def _args(mapping: Mapping[str, list[str]], skip: set[str] = frozenset()) -> list[Flag]:
+    return [Flag(name, tuple(tokens)) for name, tokens in mapping.items() if name not in skip]
 
 
 @dataclasses.dataclass
@@ -276,7 +303,7 @@ class Draft:
     plugins: list[str] = dataclasses.field(default_factory=list)
     common: dict[str, str] = dataclasses.field(default_factory=dict)
     processes: list[Process] = dataclasses.field(default_factory=list)
-    server_flags: list[str] = dataclasses.field(default_factory=list)
+    server_flags: list[Flag] = dataclasses.field(default_factory=list)
     budget: Budget | None = None
 
 
@@ -630,7 +657,7 @@ def _rollout(d: Draft) -> None:
     s, layout = d.recipe.settings, d.layout
     d.processes, d.server_flags = [], []
     if layout.mode == "colocate":
-        d.server_flags = ["--vllm_mode", "colocate"]
+        d.server_flags = flags(("vllm_mode", "colocate"))
     if layout.mode != "server":
         return
     port = s.ROLLOUT_PORT
@@ -647,19 +674,21 @@ def _rollout(d: Draft) -> None:
             for k in SHARED_WITH_ROLLOUT
             if k != "MODEL" and k.lower() in d.trainer_args
         }
-        argv = (
-            [d.facts.swift, "rollout", "--model", d.model_path] + _args(shared) + ["--external_plugins", *d.plugins]
-            + ["--host", s.ROLLOUT_BIND, "--port", str(port)]
-            + ["--tensor_parallel_size", str(layout.rollout_tp), "--data_parallel_size", str(layout.rollout_dp)]
+        args = (
+            flags(("model", d.model_path)) + _args(shared) + [Flag("external_plugins", tuple(d.plugins))]
+            + flags(("host", s.ROLLOUT_BIND), ("port", port))
+            + flags(("tensor_parallel_size", layout.rollout_tp), ("data_parallel_size", layout.rollout_dp))
             + _args(d.recipe.rollout, skip={"tensor_parallel_size", "data_parallel_size"})
         )  # fmt: skip
         env = {**d.common, "CUDA_VISIBLE_DEVICES": ",".join(map(str, layout.rollout_gpus))}
         env.update(_vllm_env(d.recipe.rollout_args.enforce_eager))
-        d.processes.append(Process("rollout", env, argv, host=layout.rollout_host, port=port))
+        d.processes.append(
+            Process.of("rollout", env, [d.facts.swift, "rollout"], args, host=layout.rollout_host, port=port)
+        )
     elif not port:
         port = ROLLOUT_PORT_START
-    d.server_flags = ["--vllm_mode", "server", "--vllm_server_host", layout.rollout_host,
-                      "--vllm_server_port", str(port), "--vllm_server_timeout", str(int(s.ROLLOUT_STARTUP_TIMEOUT))]  # fmt: skip
+    d.server_flags = flags(("vllm_mode", "server"), ("vllm_server_host", layout.rollout_host),
+                           ("vllm_server_port", port), ("vllm_server_timeout", int(s.ROLLOUT_STARTUP_TIMEOUT)))  # fmt: skip
     d.trainer_args.pop("vllm_server_timeout", None)
 
 
@@ -807,21 +836,16 @@ def _worker_directly(d: Draft) -> bool:
 
 def _trainer(d: Draft) -> None:
     command = list(d.facts.swift_worker) if _worker_directly(d) else [d.facts.swift, "rlhf"]
-    argv = [*command, "--rlhf_type", "grpo", "--model", d.model_path]
-    argv += ["--dataset", *d.dataset_paths] if d.dataset_paths else []
-    argv += _args(d.trainer_args) + d.server_flags + ["--external_plugins", *d.plugins]
-    argv += [
-        "--output_dir",
-        str(d.run_dir / TRAIN_SUBDIR),
-        "--add_version",
-        "false",
-        "--run_name",
-        d.run_name,
-    ]
+    args = flags(("rlhf_type", "grpo"), ("model", d.model_path))
+    args += [Flag("dataset", tuple(d.dataset_paths))] if d.dataset_paths else []
+    args += _args(d.trainer_args) + d.server_flags + [Flag("external_plugins", tuple(d.plugins))]
+    args += flags(
+        ("output_dir", d.run_dir / TRAIN_SUBDIR), ("add_version", "false"), ("run_name", d.run_name)
+    )
     if d.resume_from:
-        argv += ["--resume_from_checkpoint", d.resume_from]
+        args += flags(("resume_from_checkpoint", d.resume_from))
     if not d.rollout_only:
-        d.processes.append(Process("trainer", _trainer_env(d), argv))
+        d.processes.append(Process.of("trainer", _trainer_env(d), command, args))
     d.processes[:] = [_with_site_hooks(p, d.facts.env, d.recipe.settings.disabled_hooks) for p in d.processes]
     if d.layout.local_rollout and not d.facts.ports.weight_sync_free:
         d.problems.append(
@@ -844,18 +868,17 @@ def _export(d: Draft) -> None:
     trainer = next((p for p in d.processes if p.role == "trainer"), None)
     if not d.recipe.settings.EXPORT_MERGED or trainer is None or d.recipe.settings.NODE_RANK != 0:
         return
-    argv = [d.facts.swift, "export", "--adapters", CHECKPOINT, "--merge_lora", "true", "--load_args", "false",
-            "--model", d.model_path, "--output_dir", str(d.run_dir / MERGED_TMP), "--external_plugins", *d.plugins]  # fmt: skip
-    for name in ("model_type", "template", "torch_dtype", "use_hf"):
-        if name in d.trainer_args:
-            argv += [f"--{name}", *d.trainer_args[name]]
+    args = flags(("adapters", CHECKPOINT), ("merge_lora", "true"), ("load_args", "false"), ("model", d.model_path),
+                 ("output_dir", d.run_dir / MERGED_TMP)) + [Flag("external_plugins", tuple(d.plugins))]  # fmt: skip
+    args += _args({name: d.trainer_args[name] for name in ("model_type", "template", "torch_dtype", "use_hf")
+                   if name in d.trainer_args})  # fmt: skip
     env = {
         k: v
         for k, v in trainer.env.items()
         if k not in ("NPROC_PER_NODE", "MASTER_PORT", "NNODES", "NODE_RANK", "MASTER_ADDR")
     }
     env["CUDA_VISIBLE_DEVICES"] = str(d.layout.train_gpus[0]) if d.layout.train_gpus else ""
-    d.processes.append(Process("export", env, argv))
+    d.processes.append(Process.of("export", env, [d.facts.swift, "export"], args))
 
 
 MERGED_TMP = ".merged.tmp"  # the export's output, renamed to merged/ once complete

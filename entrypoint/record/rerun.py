@@ -24,11 +24,13 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import PurePath
 from typing import Any, NamedTuple
 
 from entrypoint import redact
 from entrypoint.errors import Problem
+from entrypoint.plan.build import Flag, Process
 from entrypoint.recipe import keys
 from entrypoint.recipe.load import DEFAULTS_FILE, Origin, Value
 
@@ -282,11 +284,12 @@ def replanned_changes(replanned: Mapping[str, str], values: Mapping[str, Value])
     return out
 
 
-def argv_changes(old: list[str], new: list[str], old_run: str, new_run: str) -> list[str]:
-    """The flags of the trainer's argv that differ between the run and its rerun ("--max_steps 3 -> --max_steps
-    1"), with each run directory and --run_name written `<run>` (the output paths and names differ by design)
-    and the run's own resume flags left out (a rerun starts from step 0). [] when they are the same."""
-    a, b = _flags(old, old_run), _flags(new, new_run)
+def argv_changes(old: list[str], new: Process, old_run: str, new_run: str) -> list[str]:
+    """The flags of the trainer's command line that differ between the run (`old`: its manifest's argv) and its
+    rerun (`new`: the planned process, its flags typed), "--max_steps 3 -> --max_steps 1", with each run
+    directory and --run_name written `<run>` (the output paths and names differ by design) and the run's own
+    resume flags left out (a rerun starts from step 0). [] when they are the same."""
+    a, b = _lines(*recorded_flags(old), old_run), _lines(new.command, new.flags, new_run)
     out = []
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
         if op != "equal":
@@ -294,21 +297,44 @@ def argv_changes(old: list[str], new: list[str], old_run: str, new_run: str) -> 
     return out
 
 
-RESUME_FLAGS = ("--resume_from_checkpoint", "--resume_only_model")
+RESUME_FLAGS = ("resume_from_checkpoint", "resume_only_model")
 
 
-def _flags(argv: list[str], run_dir: str) -> list[str]:
-    """argv as one string per flag with its values ("--reward_funcs countdown format"), the program first."""
-    words = [w.replace(run_dir, "<run>") for w in argv]
-    groups: list[list[str]] = []
-    for word in words:
-        if word.startswith("--") or not groups:
-            groups.append([word])
+def recorded_flags(argv: list[str]) -> tuple[tuple[str, ...], list[Flag]]:
+    """A manifest's argv (the only form a manifest keeps of a command) as the program's words and its flags:
+    the one place a recorded command line is read back."""
+    command: list[str] = []
+    found: list[Flag] = []
+    for word in argv:
+        if word.startswith("--"):
+            found.append(Flag(word[2:]))
+        elif found:
+            found[-1] = Flag(found[-1].name, (*found[-1].values, word))
         else:
-            groups[-1].append(word)
-    out = []
-    for group in groups:
-        if group[0] in RESUME_FLAGS:
+            command.append(word)
+    return tuple(command), found
+
+
+def recorded_run_dir(argv: list[str]) -> str:
+    """The run directory a manifest's trainer argv writes in (its --output_dir is <run>/train); "\0", which
+    matches no word, without one."""
+    output_dir = next(
+        (f.values for f in recorded_flags(argv)[1] if f.name == "output_dir" and f.values), None
+    )
+    return str(PurePath(output_dir[0]).parent) if output_dir else "\0"
+
+
+def _lines(command: Sequence[str], flags: Sequence[Flag], run_dir: str) -> list[str]:
+    """A command line as one string per flag with its values ("--reward_funcs countdown format"), the program
+    first, secrets redacted, the run directory written `<run>`."""
+    out = [" ".join(w.replace(run_dir, "<run>") for w in command)] if command else []
+    for f in flags:
+        if f.name in RESUME_FLAGS:
             continue
-        out.append("--run_name <run>" if group[0] == "--run_name" else " ".join(group))
+        words = redact.argv(f.words())
+        out.append(
+            "--run_name <run>"
+            if f.name == "run_name"
+            else " ".join(w.replace(run_dir, "<run>") for w in words)
+        )
     return out
