@@ -35,14 +35,15 @@ def refusal(
 
 
 if __name__ == "__main__":
-    why = refusal()
-    if why is not None:
-        print(why, file=sys.stderr)
-        sys.exit(WRONG_INTERPRETER)
-
     try:
+        why = refusal()
+        if why is not None:
+            print(why, file=sys.stderr)
+            sys.exit(WRONG_INTERPRETER)
         from entrypoint.cli import main  # after the check above
-    except KeyboardInterrupt:  # Ctrl-C while the entrypoint's own modules are imported (pydantic, requests)
+    except (
+        KeyboardInterrupt
+    ):  # Ctrl-C while the check or the entrypoint's own imports run (pydantic, requests)
         print("grpo-rig: stopped by SIGINT before the command started: nothing written", file=sys.stderr)
         sys.exit(130)
 

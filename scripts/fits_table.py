@@ -80,8 +80,9 @@ def cell(model: str, inventory: str, extra: list[str]) -> str:
     peaks = " + ".join(f"{e.peak_gib:.1f}" for e in plan.budget.estimates(plan.layout))
     a = plan.recipe.trainer_args
     how = [f"micro-batch {a.per_device_train_batch_size}"]
-    if plan.recipe.raw("OFFLOAD_MODEL") == "true" and plan.recipe.source("OFFLOAD_MODEL").startswith(
-        "planner"
+    if (
+        plan.recipe.raw("OFFLOAD_MODEL") == "true"
+        and plan.recipe.origin("OFFLOAD_MODEL") is recipe_mod.Origin.PLANNER
     ):
         how.append("one weight copy")
     tight = any(e.headroom < 0.10 for e in plan.budget.estimates(plan.layout))

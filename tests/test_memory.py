@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from entrypoint.facts.facts import ModelConfig
 from entrypoint.plan import memory
 from tests.conftest import INVENTORIES, ROOT, build_plan, clean_env, flag, refused, run_cli
 
@@ -290,7 +291,7 @@ def memory_problems(plan, fatal=True):
 def test_72b_lora_on_four_80gb_cards_fits_with_zero3_offload_and_vllm_tp4():
     """ms-swift's internal/vllm_72b_4gpu.sh: the weights are sharded by ZeRO-3 (offloaded) and by vLLM's
     tensor parallelism; counting the whole model on every GPU refused it."""
-    config = (QWEN72B, "test")
+    config = ModelConfig(QWEN72B, "test")
     fits = build_plan(*LORA_72B, "DEEPSPEED=zero3_offload", "VLLM_TENSOR_PARALLEL_SIZE=4",
                       inventory="4xA100-nvlink-ib", model_config=config)  # fmt: skip
     assert not memory_problems(fits), fits.problems
@@ -426,7 +427,7 @@ def test_a_model_too_large_for_one_copy_is_refused_with_the_largest_that_would_f
               "num_key_value_heads": 8, "vocab_size": 152064, "tie_word_embeddings": False,
               "max_position_embeddings": 32768}  # fmt: skip
     plan = build_plan("recipe=countdown-1x4090", "MODEL_SOURCE=hub", "MODEL=Qwen/Qwen2.5-14B-Instruct",
-                      inventory="1x4090-driver535", model_config=(config, "test"))  # fmt: skip
+                      inventory="1x4090-driver535", model_config=ModelConfig(config, "test"))  # fmt: skip
     (oom,) = [p for p in memory_problems(plan) if p.where == "memory"]
     largest = float(re.search(r"trains at most about ([0-9.]+)B parameters", oom.fix).group(1))
     assert 7.6 < largest < 14.8 and "this model has 14.8B" in oom.fix, oom.fix

@@ -9,6 +9,7 @@ import pytest
 from entrypoint.errors import BadInput
 from entrypoint.facts.inventory import IBPort, Inventory
 from entrypoint.plan import nccl
+from entrypoint.recipe.load import Origin, Value
 from tests.conftest import FAKE_SWIFT, ROOT, build_plan, clean_env, load_inventory, load_recipe, run_cli
 
 build = build_plan
@@ -93,14 +94,19 @@ def test_user_values_are_kept_never_overwritten():
     policy = decide(
         load_inventory("5x4090-driver535"),
         [0, 1],
-        {"NCCL_P2P_DISABLE": ("1", "command line"), "NCCL_IB_DISABLE": ("0", "recipes/x.env:3")},
+        {
+            "NCCL_P2P_DISABLE": Value("1", Origin.COMMAND_LINE),
+            "NCCL_IB_DISABLE": Value("0", Origin.RECIPE_FILE, "recipes/x.env:3"),
+        },
     )
     assert policy.env == {"NCCL_P2P_DISABLE": "1", "NCCL_IB_DISABLE": "0"}
     assert {d.set_by for d in policy.decisions} == {"command line", "recipes/x.env:3"}
 
 
 def test_environment_values_are_inherited_not_copied():
-    policy = decide(load_inventory("5x4090-driver535"), [0, 1], {"NCCL_IB_DISABLE": ("1", "environment")})
+    policy = decide(
+        load_inventory("5x4090-driver535"), [0, 1], {"NCCL_IB_DISABLE": Value("1", Origin.ENVIRONMENT)}
+    )
     assert "NCCL_IB_DISABLE" not in policy.env
     assert any(d.variable == "NCCL_IB_DISABLE" and d.set_by == "environment" for d in policy.decisions)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from entrypoint.facts.facts import ModelConfig
 from entrypoint.recipe import keys
 from tests.conftest import (
     FAKES,
@@ -288,11 +289,11 @@ def test_qlora_of_an_architecture_vllm_cannot_load_in_4bit_is_refused_and_an_unl
 
     config = shipped_config("Qwen/Qwen3-14B")
     moe = _quant_problems(*QLORA_14B, inventory="1x4090-driver535",
-                          model_config=({**config, "architectures": ["Qwen3MoeForCausalLM"]}, "test"))  # fmt: skip
+                          model_config=ModelConfig({**config, "architectures": ["Qwen3MoeForCausalLM"]}, "test"))  # fmt: skip
     assert [p.fatal for p in moe] == [True] and "cannot load Qwen3MoeForCausalLM" in moe[0].message
     assert "packed_modules_mapping" in moe[0].message and "USE_VLLM=false" in moe[0].fix
     odd = _quant_problems(*QLORA_14B, inventory="1x4090-driver535",
-                          model_config=({**config, "architectures": ["MyForCausalLM"]}, "test"))  # fmt: skip
+                          model_config=ModelConfig({**config, "architectures": ["MyForCausalLM"]}, "test"))  # fmt: skip
     assert [p.fatal for p in odd] == [False] and "does not list MyForCausalLM" in odd[0].message
 
 
@@ -821,7 +822,7 @@ def test_offline_run_uses_the_hugging_face_snapshot(tmp_path):
                       environ={"HF_HUB_CACHE": str(tmp_path / "hf")})  # fmt: skip
     assert not [p for p in plan.problems if p.fatal], plan.problems
     assert flag(plan.processes[-1].argv, "model") == [str(snapshot)]
-    assert plan.facts.model_config[1] == str(snapshot / "config.json")  # the planner read the real config
+    assert plan.facts.model_config.source == str(snapshot / "config.json")  # the planner read the real config
 
 
 @pytest.mark.slow  # imports modelscope (~6 s)

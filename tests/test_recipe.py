@@ -306,3 +306,36 @@ def test_time_settings_at_their_least_or_automatic_are_taken_and_a_simulated_tra
     assert recipe.load(["recipe=r", "STALL_TIMEOUT=3"], fake, tmp_path).settings.STALL_TIMEOUT == 3
     with pytest.raises(BadInput):  # not below zero, even simulated
         recipe.load(["recipe=r", "STOP_GRACE_SECONDS=-1"], fake, tmp_path)
+
+
+def test_each_value_carries_its_origin(tmp_path: Path):
+    """Every value knows the layer that set it as an Origin, and its detail (the file and line); the text the
+    manifest records is written from those."""
+    (tmp_path / "defaults.env").write_text("TRAIN_TYPE=lora\n")
+    (tmp_path / "r.env").write_text("LORA_RANK=16\n")
+    r = recipe.load(["recipe=r", "NUM_GENERATIONS=8"], {"SEED": "3"}, tmp_path)
+    assert r.values["TRAIN_TYPE"] == recipe.Value(
+        "lora", recipe.Origin.DEFAULTS_FILE, "recipes/defaults.env:1"
+    )
+    assert r.values["LORA_RANK"] == recipe.Value("16", recipe.Origin.RECIPE_FILE, "recipes/r.env:1")
+    assert (
+        r.origin("SEED") is recipe.Origin.ENVIRONMENT
+        and r.origin("NUM_GENERATIONS") is recipe.Origin.COMMAND_LINE
+    )
+    assert [r.layer(k) for k in ("TRAIN_TYPE", "LORA_RANK", "SEED", "NUM_GENERATIONS", "BETA")] == [
+        0,
+        1,
+        2,
+        3,
+        -1,
+    ]
+    shaped = r.with_values([recipe.Choice("PER_DEVICE_TRAIN_BATCH_SIZE", 4, "the largest that fits")])
+    assert shaped.resolved()["PER_DEVICE_TRAIN_BATCH_SIZE"] == {
+        "value": "4",
+        "source": "planner: the largest that fits",
+    }
+    assert (
+        shaped.trainer_args.per_device_train_batch_size == 4
+        and shaped.layer("PER_DEVICE_TRAIN_BATCH_SIZE") == 4
+    )
+    assert shaped.without_planner().values == r.values

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from entrypoint.errors import BadInput
+from entrypoint.plan.build import Flag, Process
 from entrypoint.record import rerun, runlock
 from entrypoint.record.rerun import Now
 from tests.conftest import FAKE_SWIFT, FAKES, ROOT, clean_env
@@ -363,3 +364,40 @@ def test_a_manifest_edited_after_the_run_is_drift_and_its_values_name_the_manife
     assert rerun.recorded(data, "/o/r/manifest.json").values["BETA"].source == (
         "/o/r/manifest.json (edited after the run)"
     )
+
+
+@pytest.mark.parametrize(
+    ("source", "origin", "detail"),
+    [
+        ("recipes/defaults.env:3", "DEFAULTS_FILE", "recipes/defaults.env:3"),
+        ("recipes/x.env:7", "RECIPE_FILE", "recipes/x.env:7"),
+        ("/home/me/my.env:2", "RECIPE_FILE", "/home/me/my.env:2"),
+        ("environment", "ENVIRONMENT", ""),
+        ("command line", "COMMAND_LINE", ""),
+        ("planner: the largest micro-batch ...", "PLANNER", "the largest micro-batch ..."),
+        ("planner", "PLANNER", ""),
+    ],
+)
+def test_a_manifests_source_text_is_read_back_as_its_origin(source, origin, detail):
+    """The manifest keeps each value's source as text (recipe.load's Value.source): read back, it gives the same
+    origin and detail, and writing it again gives the same text."""
+    value = rerun.recorded_value("4", source)
+    assert (value.origin.name, value.detail) == (origin, detail) and value.source == source
+
+
+def test_argv_changes_read_the_recorded_argv_once_and_the_planned_flags_typed():
+    """The run's trainer argv comes from its manifest as text, read back in one place (recorded_flags); the
+    rerun's from the planned process's flags. Run directories, run names, resume flags and secrets aside, only
+    what changed is listed."""
+    old = ["swift", "rlhf", "--max_steps", "3", "--reward_funcs", "countdown", "format", "--output_dir",
+           "/o/r1/train", "--run_name", "r1", "--resume_from_checkpoint", "/o/r1/train/checkpoint-2",
+           "--hub_token", "<redacted>"]  # fmt: skip
+    new = Process.of("trainer", {}, ["swift", "rlhf"], [
+        Flag("max_steps", ("1",)), Flag("reward_funcs", ("countdown", "format")), Flag("output_dir", ("/o/r2/train",)),
+        Flag("run_name", ("r2",)), Flag("hub_token", ("hf_secret",))])  # fmt: skip
+    assert new.argv[:4] == ["swift", "rlhf", "--max_steps", "1"] and new.flag("reward_funcs") == (
+        "countdown",
+        "format",
+    )
+    assert rerun.recorded_run_dir(old) == "/o/r1" and rerun.recorded_run_dir(["swift"]) == "\0"
+    assert rerun.argv_changes(old, new, "/o/r1", "/o/r2") == ["--max_steps 3 -> --max_steps 1"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from entrypoint.plan import budget, memory, shape, speed
+from entrypoint.recipe.load import text_of
 from tests.conftest import INVENTORIES, build_plan, clean_env, draft_plan, run_cli
 
 COUNTDOWN = ("recipe=countdown-1x4090",)
@@ -22,8 +23,18 @@ def linear(per_completion: float, base: float):
 
 
 def chosen(*pairs: str, estimate=linear(2.0, 4.0), inventory="1x4090-driver535") -> dict[str, str]:
+    """The planner's choices as the recipe writes them (their text)."""
     d, _ = draft_plan(*COUNTDOWN, *pairs, inventory=inventory)
-    return {c.key: c.value for c in shape.choose(d.recipe, d.layout, budget_of(d), estimate)}
+    return {c.key: text_of(c.value) for c in shape.choose(d.recipe, d.layout, budget_of(d), estimate)}
+
+
+def test_choices_are_typed():
+    """The planner's values reach the recipe as the types their keys have, never as text."""
+    d, _ = draft_plan(*COUNTDOWN, inventory="1x4090-driver535")
+    typed = {c.key: c.value for c in shape.choose(d.recipe, d.layout, budget_of(d), linear(2.0, 4.0))}
+    assert type(typed["PER_DEVICE_TRAIN_BATCH_SIZE"]) is int and type(typed["SLEEP_LEVEL"]) is int
+    assert type(typed["VLLM_GPU_MEMORY_UTILIZATION"]) is float
+    assert all(type(typed[k]) is bool for k in ("GRADIENT_CHECKPOINTING", "USE_LIGER_KERNEL") if k in typed)
 
 
 def budget_of(d):

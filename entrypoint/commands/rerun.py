@@ -66,7 +66,7 @@ def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     cli, problems = recipe_mod.parse_cli_pairs(words_)
     if problems:
         raise BadInput(problems)
-    output_dir = (cli.get("OUTPUT_DIR") or recipe_mod.Value(environ.get("OUTPUT_DIR", ""), "")).value
+    output_dir = cli["OUTPUT_DIR"].value if "OUTPUT_DIR" in cli else environ.get("OUTPUT_DIR", "")
     run_dir = manifest.find_run(run, output_dir or str(Settings.model_fields["OUTPUT_DIR"].default))
     training = _still_training(run_dir)
     if training is not None and not args.plan:
@@ -197,7 +197,7 @@ class Checker:
         old = next((p["argv"] for p in self.data.get("processes", []) if p.get("role") == "trainer"), [])
         if trainer is not None and old:
             self.argv_changes = rerun_mod.argv_changes(
-                old, trainer.to_json()["argv"], _run_of(old), str(plan.run_dir)
+                old, trainer, rerun_mod.recorded_run_dir(old), str(plan.run_dir)
             )
         found = rerun_mod.drift(self.data, now)
         return found + rerun_mod.replanned_changes(self.rec.replanned, plan.recipe.values)
@@ -220,14 +220,6 @@ class Checker:
 def _overrides(record: Mapping[str, Any]) -> str:
     """The rerun's KEY=VALUE overrides as the console shows them ("none" without any)."""
     return ", ".join(f"{k}={v}" for k, v in record["overrides"].items()) or "none"
-
-
-def _run_of(argv: list[str]) -> str:
-    """The run directory a trainer argv writes in (its --output_dir is <run>/train)."""
-    for flag, value in zip(argv, argv[1:], strict=False):
-        if flag == "--output_dir":
-            return str(Path(value).parent)
-    return "\0"  # matches no word
 
 
 def _plan_only(

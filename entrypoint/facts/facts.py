@@ -11,7 +11,7 @@ import datetime as dt
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from entrypoint.errors import Problem
 from entrypoint.recipe.load import PROJECT_DIR, Recipe
@@ -96,6 +96,14 @@ class Ports:
     rollout_host_error: str = ""  # ROLLOUT_HOST does not resolve (why)
 
 
+class ModelConfig(NamedTuple):
+    """The model's config.json and where it came from (a path, the shipped table, the hub); without one
+    (config None), why the hub gave none where it was asked ("" otherwise)."""
+
+    config: dict | None
+    source: str
+
+
 @dataclasses.dataclass(frozen=True)
 class Facts:
     env: Mapping[str, str]
@@ -106,7 +114,7 @@ class Facts:
     swift: str
     paths: Mapping[str, PathInfo]
     datasets: Mapping[str, DatasetFile]
-    model_config: tuple[dict | None, str]  # (config.json, where it came from)
+    model_config: ModelConfig
     hub: Mapping[str, str | None]  # "models:org/name:hf" -> local snapshot or None
     # same keys -> where the hub's library keeps it (a factory: Python 3.11 refuses a mappingproxy default)
     hub_expected: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))

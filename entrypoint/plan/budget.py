@@ -17,6 +17,7 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from entrypoint.facts import datasets as dataset
 from entrypoint.facts.datasets import dataset_key
@@ -127,7 +128,7 @@ def prompt_tokens(recipe: Recipe, dataset_paths: list[str], facts: Facts) -> tup
 def workload(recipe: Recipe, b: Batch, dataset_paths: list[str], facts: Facts) -> tuple[Workload | None, str]:
     """The planner's view of one training process (model dimensions, batch, tokens), or None when the
     model's config.json was not found (facts.model_config)."""
-    config, source = facts.model_config
+    config, source = facts.model_config.config, facts.model_config.source
     if config is None and facts.model_config_error:  # found, but not JSON or not of transformers' types
         return None, f"the config.json at {source} {facts.model_config_error}"
     if config is None:  # `source` then says why the hub's answer was none, where it was asked (hubconfig.py)
@@ -142,7 +143,7 @@ def workload(recipe: Recipe, b: Batch, dataset_paths: list[str], facts: Facts) -
         return None, f"the config.json from {source} is not one the planner reads (missing {exc})"
     a = recipe.trainer_args
     full = a.train_type == "full"
-    zero, offload_opt, offload_par = deepspeed_stage(a.deepspeed, facts.deepspeed_config)
+    zero = deepspeed_stage(a.deepspeed, facts.deepspeed_config)
     prompt, why = prompt_tokens(recipe, dataset_paths, facts)
     if a.max_length:
         prompt = min(prompt, a.max_length)
@@ -157,11 +158,11 @@ def workload(recipe: Recipe, b: Batch, dataset_paths: list[str], facts: Facts) -
         completion_tokens=a.max_completion_length,
         gradient_checkpointing=a.gradient_checkpointing,
         reference_copy=full and a.beta > 0,
-        zero_stage=zero,
+        zero_stage=zero.stage,
         world=b.world,
         hf_generation=not a.use_vllm,
-        offload_optimizer=offload_opt,
-        offload_params=offload_par,
+        offload_optimizer=zero.offload_optimizer,
+        offload_params=zero.offload_param,
         vllm_tp=a.vllm_tensor_parallel_size,
         liger=a.use_liger_kernel,
         quant_bits=a.bnb_bits,
@@ -169,14 +170,22 @@ def workload(recipe: Recipe, b: Batch, dataset_paths: list[str], facts: Facts) -
     return w, f"model dimensions from {source}; prompt {prompt} tokens, {why}"
 
 
-def deepspeed_stage(value: str, file_config: dict | None) -> tuple[int, bool, bool]:
-    """(ZeRO stage, optimizer offloaded, parameters offloaded) of DEEPSPEED: one of ms-swift's names
-    (zero2, zero3_offload ...), a JSON string, or a .json file (its content read by host.gather: facts)."""
+class ZeroStage(NamedTuple):
+    """DeepSpeed's ZeRO as a run has it: its stage (0: none) and what it offloads to the CPU."""
+
+    stage: int
+    offload_optimizer: bool
+    offload_param: bool
+
+
+def deepspeed_stage(value: str, file_config: dict | None) -> ZeroStage:
+    """The ZeRO stage of DEEPSPEED: one of ms-swift's names (zero2, zero3_offload ...), a JSON string, or a
+    .json file (its content read by host.gather: facts)."""
     if value.endswith(".json") or value.startswith("{"):
         try:
             whole = json.loads(value) if value.startswith("{") else (file_config or {})
         except ValueError:
-            return 0, False, False
+            return ZeroStage(0, False, False)
         config = whole.get("zero_optimization") if isinstance(whole, dict) else None
         config = config if isinstance(config, dict) else {}  # another type: DeepSpeed's own check says so
         part = lambda key: config[key] if isinstance(config.get(key), dict) else {}  # noqa: E731
@@ -184,13 +193,13 @@ def deepspeed_stage(value: str, file_config: dict | None) -> tuple[int, bool, bo
             stage = int(config.get("stage", 0) or 0)
         except (TypeError, ValueError):
             stage = 0
-        return (
+        return ZeroStage(
             stage,
             part("offload_optimizer").get("device") in ("cpu", "nvme"),
             part("offload_param").get("device") in ("cpu", "nvme"),
         )
     zero = 3 if "zero3" in value else 2 if "zero2" in value else 0
-    return zero, value.endswith("_offload"), value == "zero3_offload"
+    return ZeroStage(zero, value.endswith("_offload"), value == "zero3_offload")
 
 
 EXPANDABLE_SEGMENTS = "expandable_segments:True"
@@ -247,7 +256,7 @@ def adapter_sync_blocked(recipe: Recipe, deepspeed_config: dict | None = None) -
         (v0, "vLLM's V0 engine runs it (VLLM_SCHEDULER_STEPS > 1 or VLLM_USE_V1=0): its multi-step runner refuses "
              "LoRA (vllm/worker/multi_step_model_runner.py:285-287), and only V1 was measured",
          "VLLM_SCHEDULER_STEPS=1, without VLLM_USE_V1=0"),
-        (deepspeed_stage(a.deepspeed, deepspeed_config)[0] == 3,
+        (deepspeed_stage(a.deepspeed, deepspeed_config).stage == 3,
          "DeepSpeed ZeRO-3 partitions the adapter's weights (ms-swift gathers them for its merge)",
          "DEEPSPEED=zero2, or none"),
         (a.lora_rank > VLLM_MAX_LORA_RANK, f"vLLM 0.8.5 serves LoRA ranks up to {VLLM_MAX_LORA_RANK}",

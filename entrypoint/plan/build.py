@@ -40,9 +40,10 @@ from entrypoint.plan import layout as layout_mod
 from entrypoint.plan import memory, nccl, shape, speed
 from entrypoint.plan.budget import Budget
 from entrypoint.plan.layout import Layout
+from entrypoint.plan.memory import GpuEstimate
 from entrypoint.recipe import keys
 from entrypoint.recipe.keys import SHARED_WITH_ROLLOUT
-from entrypoint.recipe.load import Recipe
+from entrypoint.recipe.load import Choice, Origin, Recipe
 from entrypoint.redact import argv as redact_argv
 from entrypoint.redact import env as redact_env
 from entrypoint.rewards import PLUGIN_FILE
@@ -61,12 +62,51 @@ Role = Literal["rollout", "trainer", "export"]
 
 
 @dataclasses.dataclass(frozen=True)
+class Shaped:
+    """A value the planner chose: its key, its text as the argv and the manifest have it, and why."""
+
+    key: str
+    value: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """One `--name value ...` of a child's command line, as the plan built it."""
+
+    name: str  # without the dashes
+    values: tuple[str, ...] = ()
+
+    def words(self) -> list[str]:
+        return [f"--{self.name}", *self.values]
+
+
+def flags(*pairs: tuple[str, object]) -> list[Flag]:
+    """Flags of (name, value) pairs, each value one word (str of it)."""
+    return [Flag(name, (str(value),)) for name, value in pairs]
+
+
+@dataclasses.dataclass(frozen=True)
 class Process:
     role: Role
     env: dict[str, str]  # set by the entrypoint, on top of the inherited environment
-    argv: list[str]
+    argv: list[str]  # written from `command` and `flags` (Process.of) where the plan builds it
     host: str = ""  # rollout: the address the trainer reaches it at
     port: int | None = None  # rollout: its HTTP port
+    command: tuple[str, ...] = ()  # the program's words before the flags
+    flags: tuple[Flag, ...] = ()  # what follows them, typed: readers take a flag from here, never from argv
+
+    @classmethod
+    def of(
+        cls, role: Role, env: dict[str, str], command: list[str], flags: list[Flag], **where: Any
+    ) -> Process:
+        """The process running `command` with `flags`: the one place a child's argv is written."""
+        argv = [*command, *(word for f in flags for word in f.words())]
+        return cls(role, env, argv, command=tuple(command), flags=tuple(flags), **where)
+
+    def flag(self, name: str) -> tuple[str, ...] | None:
+        """The values of `--name` (None when the process has no such flag)."""
+        return next((f.values for f in self.flags if f.name == name), None)
 
     @property
     def health_url(self) -> str:
@@ -97,9 +137,9 @@ class Plan:
     problems: list[Problem]  # fatal and warnings found while planning
     resume_from: str = ""
     placed: bool = True  # False: no layout was possible (its problems say why); nothing else is checked
-    memory: tuple = ()  # memory.GpuEstimate per GPU
-    memory_note: tuple = ()
-    host_ram: tuple = ()  # (part, GiB) of this node's RAM the offloaded copies need (budget.host_ram)
+    memory: tuple[GpuEstimate, ...] = ()  # per GPU
+    memory_note: tuple[str, ...] = ()
+    host_ram: tuple[tuple[str, float], ...] = ()  # (part, GiB) the offloaded copies need (budget.host_ram)
     budget: Budget | None = dataclasses.field(default=None, repr=False, compare=False)
     facts: Facts | None = dataclasses.field(default=None, repr=False, compare=False)
     offline: bool = False  # no hub access (OFFLINE, or a hub's offline variable in the environment)
@@ -109,12 +149,10 @@ class Plan:
         return self.run_dir / TRAIN_SUBDIR
 
     @property
-    def shape(self) -> list[tuple[str, str, str]]:
-        """(key, value, reason) of every value the planner chose (entrypoint/shape.py)."""
+    def shape(self) -> list[Shaped]:
+        """Every value the planner chose (entrypoint/shape.py), with its reason."""
         return [
-            (k, v.value, v.source.removeprefix("planner: "))
-            for k, v in self.recipe.values.items()
-            if v.source.startswith("planner")
+            Shaped(k, v.value, v.detail) for k, v in self.recipe.values.items() if v.origin is Origin.PLANNER
         ]
 
     @property
@@ -156,6 +194,7 @@ class Plan:
         dataset): preflight proves each is inside the run directory, so no run writes outside its own."""
         paths = [str(self.train_dir), *(self.dataset_paths if self.recipe.settings.DATASET_GENERATOR else [])]
         for p in self.processes:
+            # the words that run (a caller may rewrite them: train's export checkpoint), not the flags they came from
             paths += [p.argv[i + 1] for i, a in enumerate(p.argv[:-1]) if a == "--output_dir"]
             paths += [p.env["GRPO_RIG_EVENTS"]] if "GRPO_RIG_EVENTS" in p.env else []
         return paths
@@ -175,7 +214,7 @@ class Plan:
             },
             "gpus": [g.model_dump() for g in self.inventory.gpus],
             "nccl": [dataclasses.asdict(d) for d in self.nccl.decisions],
-            "shape": [{"key": k, "value": v, "reason": why} for k, v, why in self.shape],
+            "shape": [{"key": c.key, "value": c.value, "reason": c.reason} for c in self.shape],
             "steps": self.steps,
             "memory": [
                 {
@@ -221,7 +260,7 @@ class Plan:
             lines.append(
                 "batch shape, chosen by the planner where the recipe leaves it open (switch off: AUTO_SHAPE=false):"
             )
-            lines += [f"  {key}={value}: {why}" for key, value, why in self.shape]
+            lines += [f"  {c.key}={c.value}: {c.reason}" for c in self.shape]
         lines.append("nccl:")
         lines += [f"  {d.render()}" for d in self.nccl.decisions]
         if self.memory:
@@ -257,12 +296,8 @@ def _render_nodes(plan: Plan) -> list[str]:
     return lines
 
 
-def _args(mapping: Mapping[str, list[str]], skip: set[str] = frozenset()) -> list[str]:
-    out: list[str] = []
-    for name, tokens in mapping.items():
-        if name not in skip:
-            out += [f"--{name}", *tokens]
-    return out
+def _args(mapping: Mapping[str, list[str]], skip: set[str] = frozenset()) -> list[Flag]:
+    return [Flag(name, tuple(tokens)) for name, tokens in mapping.items() if name not in skip]
 
 
 @dataclasses.dataclass
@@ -288,7 +323,7 @@ class Draft:
     plugins: list[str] = dataclasses.field(default_factory=list)
     common: dict[str, str] = dataclasses.field(default_factory=dict)
     processes: list[Process] = dataclasses.field(default_factory=list)
-    server_flags: list[str] = dataclasses.field(default_factory=list)
+    server_flags: list[Flag] = dataclasses.field(default_factory=list)
     budget: Budget | None = None
 
 
@@ -346,7 +381,7 @@ def _layout(d: Draft) -> bool:
 
 def _nccl(d: Draft) -> None:
     s = d.recipe.settings
-    user = {k: (v.value, v.source) for k, v in d.recipe.nccl.items()}
+    user = dict(d.recipe.nccl)
     gloo_set = "GLOO_SOCKET_IFNAME" in d.recipe.env or "GLOO_SOCKET_IFNAME" in d.facts.env
     d.nccl = nccl.decide(
         d.inventory, d.layout.used_gpus, user, s.ALLOW_P2P_WITHOUT_SUPPORT, s.NNODES, gloo_set
@@ -549,22 +584,22 @@ def _shape(d: Draft) -> bool:
     then chosen on the budget they make."""
     levers = [] if d.rollout_only else shape.one_copy_levers(d.recipe, d.layout, d.budget)
     if levers:
-        d.recipe = d.recipe.with_values({c.key: (c.value, f"planner: {c.reason}") for c in levers})
+        d.recipe = d.recipe.with_values(levers)
         _budget(d)
     choices, one_copy = _shape_choices(d), bool(levers)
     if not levers and not d.rollout_only and shape.one_copy_open(d.recipe, d.layout, d.budget):
         over = _over_card(d, choices)
         if over:  # both copies fit, nothing trains beside them: one copy at a time, where that fits
-            trial = dataclasses.replace(d, recipe=d.recipe.with_values(
-                {c.key: (c.value, f"planner: {c.reason}") for c in shape.one_copy_levers(d.recipe, d.layout, d.budget, over)}
-            ))  # fmt: skip
+            trial = dataclasses.replace(
+                d, recipe=d.recipe.with_values(shape.one_copy_levers(d.recipe, d.layout, d.budget, over))
+            )
             _budget(trial)
             trial_choices = _shape_choices(trial)
             if not _over_card(trial, trial_choices):
                 d.recipe, d.budget, choices, one_copy = trial.recipe, trial.budget, trial_choices, True
     if not choices:
         return one_copy
-    d.recipe = d.recipe.with_values({c.key: (c.value, f"planner: {c.reason}") for c in choices})
+    d.recipe = d.recipe.with_values(choices)
     return True
 
 
@@ -578,7 +613,7 @@ def _shape_choices(d: Draft) -> list[shape.Choice]:
 
 def _over_card(d: Draft, choices: list[shape.Choice]) -> str:
     """Why the recipe shaped by `choices` is predicted over a card ("" when every card holds it)."""
-    r = d.recipe.with_values({c.key: (c.value, "planner") for c in choices}) if choices else d.recipe
+    r = d.recipe.with_values(choices) if choices else d.recipe
     b = budget_mod.compute(r, d.layout, d.inventory, d.facts, d.dataset_paths)
     over = [e for e in b.estimates(d.layout) if e.peak_gib > e.card_gib]
     return (f"both copies of the weights fit, but even the smallest shape is predicted at {over[0].peak_gib:.1f} of "
@@ -642,7 +677,7 @@ def _rollout(d: Draft) -> None:
     s, layout = d.recipe.settings, d.layout
     d.processes, d.server_flags = [], []
     if layout.mode == "colocate":
-        d.server_flags = ["--vllm_mode", "colocate"]
+        d.server_flags = flags(("vllm_mode", "colocate"))
     if layout.mode != "server":
         return
     port = s.ROLLOUT_PORT
@@ -659,19 +694,21 @@ def _rollout(d: Draft) -> None:
             for k in SHARED_WITH_ROLLOUT
             if k != "MODEL" and k.lower() in d.trainer_args
         }
-        argv = (
-            [d.facts.swift, "rollout", "--model", d.model_path] + _args(shared) + ["--external_plugins", *d.plugins]
-            + ["--host", s.ROLLOUT_BIND, "--port", str(port)]
-            + ["--tensor_parallel_size", str(layout.rollout_tp), "--data_parallel_size", str(layout.rollout_dp)]
+        args = (
+            flags(("model", d.model_path)) + _args(shared) + [Flag("external_plugins", tuple(d.plugins))]
+            + flags(("host", s.ROLLOUT_BIND), ("port", port))
+            + flags(("tensor_parallel_size", layout.rollout_tp), ("data_parallel_size", layout.rollout_dp))
             + _args(d.recipe.rollout, skip={"tensor_parallel_size", "data_parallel_size"})
         )  # fmt: skip
         env = {**d.common, "CUDA_VISIBLE_DEVICES": ",".join(map(str, layout.rollout_gpus))}
         env.update(_vllm_env(d.recipe.rollout_args.enforce_eager))
-        d.processes.append(Process("rollout", env, argv, host=layout.rollout_host, port=port))
+        d.processes.append(
+            Process.of("rollout", env, [d.facts.swift, "rollout"], args, host=layout.rollout_host, port=port)
+        )
     elif not port:
         port = ROLLOUT_PORT_START
-    d.server_flags = ["--vllm_mode", "server", "--vllm_server_host", layout.rollout_host,
-                      "--vllm_server_port", str(port), "--vllm_server_timeout", str(int(s.ROLLOUT_STARTUP_TIMEOUT))]  # fmt: skip
+    d.server_flags = flags(("vllm_mode", "server"), ("vllm_server_host", layout.rollout_host),
+                           ("vllm_server_port", port), ("vllm_server_timeout", int(s.ROLLOUT_STARTUP_TIMEOUT)))  # fmt: skip
     d.trainer_args.pop("vllm_server_timeout", None)
 
 
@@ -694,7 +731,7 @@ def _rollout_context(d: Draft, assumed: bool = False) -> tuple[int, str] | None:
             margin + completion,
             f"longest prompt ({prompt} tokens, {source}) + 25% + MAX_COMPLETION_LENGTH",
         )
-    config = d.facts.model_config[0] or {}
+    config = d.facts.model_config.config or {}
     most = (config.get("text_config") or config).get("max_position_embeddings")
     return (length, why) if not most or length < int(most) else None
 
@@ -716,8 +753,8 @@ def _context(d: Draft) -> None:
             if r.trainer_args.max_length
             else "; set MAX_LENGTH to bound the prompts ms-swift passes to vLLM"
         )
-        reason = f"planner: {why}: what a GRPO rollout asks of vLLM, not the model's whole context{bound}"
-        d.recipe = r.with_values({"VLLM_MAX_MODEL_LEN": (str(length), reason)})
+        reason = f"{why}: what a GRPO rollout asks of vLLM, not the model's whole context{bound}"
+        d.recipe = r.with_values([Choice("VLLM_MAX_MODEL_LEN", length, reason)])
 
 
 def _size_rollout(d: Draft) -> None:
@@ -725,18 +762,17 @@ def _size_rollout(d: Draft) -> None:
     sets them: without them vLLM sizes for the model's whole context (32k tokens for Qwen2.5-7B) and 256
     sequences, and may refuse to start on a 24 GB card (vllm 0.8.5 EngineArgs defaults)."""
     r = d.recipe
-    chosen: dict[str, tuple[str, str]] = {}
+    chosen: list[Choice] = []
     if not r.rollout.get("max_model_len"):
         found = _rollout_context(d, assumed=True)
         if found is not None:
-            chosen["ROLLOUT_MAX_MODEL_LEN"] = (str(found[0]), f"planner: {found[1]}")
+            chosen.append(Choice("ROLLOUT_MAX_MODEL_LEN", found[0], found[1]))
     if not r.rollout.get("max_num_seqs"):
         b = d.budget.batch
         if b is not None:
             seqs = min(256, -(-b.generation_batch // max(1, d.layout.rollout_dp)))
-            chosen["ROLLOUT_MAX_NUM_SEQS"] = (
-                str(seqs),
-                "planner: completions per generation round per vLLM engine",
+            chosen.append(
+                Choice("ROLLOUT_MAX_NUM_SEQS", seqs, "completions per generation round per vLLM engine")
             )
     if chosen:
         d.recipe = r.with_values(chosen)
@@ -820,21 +856,16 @@ def _worker_directly(d: Draft) -> bool:
 
 def _trainer(d: Draft) -> None:
     command = list(d.facts.swift_worker) if _worker_directly(d) else [d.facts.swift, "rlhf"]
-    argv = [*command, "--rlhf_type", "grpo", "--model", d.model_path]
-    argv += ["--dataset", *d.dataset_paths] if d.dataset_paths else []
-    argv += _args(d.trainer_args) + d.server_flags + ["--external_plugins", *d.plugins]
-    argv += [
-        "--output_dir",
-        str(d.run_dir / TRAIN_SUBDIR),
-        "--add_version",
-        "false",
-        "--run_name",
-        d.run_name,
-    ]
+    args = flags(("rlhf_type", "grpo"), ("model", d.model_path))
+    args += [Flag("dataset", tuple(d.dataset_paths))] if d.dataset_paths else []
+    args += _args(d.trainer_args) + d.server_flags + [Flag("external_plugins", tuple(d.plugins))]
+    args += flags(
+        ("output_dir", d.run_dir / TRAIN_SUBDIR), ("add_version", "false"), ("run_name", d.run_name)
+    )
     if d.resume_from:
-        argv += ["--resume_from_checkpoint", d.resume_from]
+        args += flags(("resume_from_checkpoint", d.resume_from))
     if not d.rollout_only:
-        d.processes.append(Process("trainer", _trainer_env(d), argv))
+        d.processes.append(Process.of("trainer", _trainer_env(d), command, args))
     d.processes[:] = [_with_site_hooks(p, d.facts.env, d.recipe.settings.disabled_hooks) for p in d.processes]
     if d.layout.local_rollout and not d.facts.ports.weight_sync_free:
         d.problems.append(
@@ -857,18 +888,17 @@ def _export(d: Draft) -> None:
     trainer = next((p for p in d.processes if p.role == "trainer"), None)
     if not d.recipe.settings.EXPORT_MERGED or trainer is None or d.recipe.settings.NODE_RANK != 0:
         return
-    argv = [d.facts.swift, "export", "--adapters", CHECKPOINT, "--merge_lora", "true", "--load_args", "false",
-            "--model", d.model_path, "--output_dir", str(d.run_dir / MERGED_TMP), "--external_plugins", *d.plugins]  # fmt: skip
-    for name in ("model_type", "template", "torch_dtype", "use_hf"):
-        if name in d.trainer_args:
-            argv += [f"--{name}", *d.trainer_args[name]]
+    args = flags(("adapters", CHECKPOINT), ("merge_lora", "true"), ("load_args", "false"), ("model", d.model_path),
+                 ("output_dir", d.run_dir / MERGED_TMP)) + [Flag("external_plugins", tuple(d.plugins))]  # fmt: skip
+    args += _args({name: d.trainer_args[name] for name in ("model_type", "template", "torch_dtype", "use_hf")
+                   if name in d.trainer_args})  # fmt: skip
     env = {
         k: v
         for k, v in trainer.env.items()
         if k not in ("NPROC_PER_NODE", "MASTER_PORT", "NNODES", "NODE_RANK", "MASTER_ADDR")
     }
     env["CUDA_VISIBLE_DEVICES"] = str(d.layout.train_gpus[0]) if d.layout.train_gpus else ""
-    d.processes.append(Process("export", env, argv))
+    d.processes.append(Process.of("export", env, [d.facts.swift, "export"], args))
 
 
 MERGED_TMP = ".merged.tmp"  # the export's output, renamed to merged/ once complete

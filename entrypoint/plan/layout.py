@@ -23,7 +23,7 @@ from typing import Literal
 from entrypoint.errors import Problem
 from entrypoint.facts.inventory import Inventory
 from entrypoint.recipe.keys import COLOCATE_ONLY, COLOCATE_ONLY_SOURCE
-from entrypoint.recipe.load import Recipe
+from entrypoint.recipe.load import Origin, Recipe
 
 DOCKER_RENUMBERING = (
     "Ordinals are the container's: Docker numbers the GPUs it exposes from 0, whatever their host "
@@ -458,8 +458,7 @@ def _check_mode_keys(recipe: Recipe, mode: str, rollout_only: bool, problems: li
                 and k != "ROLLOUT_GPUS"
                 and k not in recipe.dropped  # its own refusal says what is wrong with it
                 and recipe.is_set(k)
-                and recipe.source(k) != "environment"
-                and not recipe.source(k).startswith("recipes/defaults.env")
+                and recipe.origin(k) not in (Origin.ENVIRONMENT, Origin.DEFAULTS_FILE)
             )
         ]
         if server_keys:

@@ -34,6 +34,7 @@ from packaging.version import InvalidVersion, Version
 
 from entrypoint.errors import Problem
 from entrypoint.facts.inventory import Inventory
+from entrypoint.recipe.load import Origin, Value
 
 # accelerate's threshold (v0.29.0, PR #2558); HF's number, not NVIDIA's (no NVIDIA note names one).
 ACCELERATE_RTX40_DRIVER_TEXT = "550.40.07"
@@ -163,14 +164,15 @@ def _unset_ifname(interfaces: Sequence[str] | None, listed: str) -> Problem:
 
 
 def decide_multi_node(
-    inventory: Inventory, user: Mapping[str, tuple[str, str]], gloo_user_set: bool
+    inventory: Inventory, user: Mapping[str, Value], gloo_user_set: bool
 ) -> tuple[dict[str, str], list[Decision], list[Problem]]:
     """NCCL_IB_DISABLE / NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME for a run over several nodes."""
     env: dict[str, str] = {}
     decisions: list[Decision] = []
     problems: list[Problem] = []
     interfaces = inventory.interfaces
-    ib_on = bool(inventory.active_ib_ports()) and not nccl_true(user.get("NCCL_IB_DISABLE", ("0", ""))[0])
+    ib_disable = user["NCCL_IB_DISABLE"].value if "NCCL_IB_DISABLE" in user else "0"
+    ib_on = bool(inventory.active_ib_ports()) and not nccl_true(ib_disable)
     if ib_on:
         decisions.append(
             Decision(
@@ -185,7 +187,7 @@ def decide_multi_node(
     if "NCCL_SOCKET_IFNAME" not in user:
         problems.append(_unset_ifname(interfaces, listed))
         return env, decisions, problems
-    value, source = user["NCCL_SOCKET_IFNAME"]
+    value, source = user["NCCL_SOCKET_IFNAME"].value, user["NCCL_SOCKET_IFNAME"].source
     unknown = interface_matches(value, interfaces) if interfaces is not None else []
     if unknown:
         problems.append(
@@ -210,7 +212,7 @@ def decide_multi_node(
 
 def _decide_p2p(
     gpus: Sequence[int],
-    user: Mapping[str, tuple[str, str]],
+    user: Mapping[str, Value],
     allow: bool,
     why: str,
     env: dict[str, str],
@@ -219,7 +221,8 @@ def _decide_p2p(
 ) -> None:
     """NCCL_P2P_DISABLE. `why`: the reason these GPUs must not use P2P ("" when they may)."""
     if "NCCL_P2P_DISABLE" in user:
-        value, source = user["NCCL_P2P_DISABLE"]
+        given = user["NCCL_P2P_DISABLE"]
+        value, source = given.value, given.source
         if not nccl_true(value) and why and not allow:
             numeric = value.strip().lstrip("-").isdigit()
             problems.append(
@@ -232,7 +235,7 @@ def _decide_p2p(
                 )
             )
         reason = "kept as the user set it" + (" (ALLOW_P2P_WITHOUT_SUPPORT=true)" if allow and why else "")
-        if source != "environment":
+        if given.origin is not Origin.ENVIRONMENT:
             env["NCCL_P2P_DISABLE"] = value
         decisions.append(Decision("NCCL_P2P_DISABLE", value, reason, source))
     elif why:
@@ -249,7 +252,7 @@ def _decide_p2p(
 
 def _decide_ib(
     inventory: Inventory,
-    user: Mapping[str, tuple[str, str]],
+    user: Mapping[str, Value],
     accelerate: bool,
     env: dict[str, str],
     decisions: list[Decision],
@@ -257,8 +260,9 @@ def _decide_ib(
     """NCCL_IB_DISABLE: off without an active InfiniBand/RoCE port; present (0) for accelerate's check."""
     active = inventory.active_ib_ports()
     if "NCCL_IB_DISABLE" in user:
-        value, source = user["NCCL_IB_DISABLE"]
-        if source != "environment":
+        given = user["NCCL_IB_DISABLE"]
+        value, source = given.value, given.source
+        if given.origin is not Origin.ENVIRONMENT:
             env["NCCL_IB_DISABLE"] = value
         decisions.append(Decision("NCCL_IB_DISABLE", value, "kept as the user set it", source))
     elif not active:
@@ -290,7 +294,7 @@ def _decide_ib(
 def decide(
     inventory: Inventory,
     gpus: Sequence[int],
-    user: Mapping[str, tuple[str, str]],
+    user: Mapping[str, Value],
     allow_p2p_without_support: bool = False,
     nnodes: int = 1,
     gloo_user_set: bool = False,
@@ -300,7 +304,7 @@ def decide(
     Args:
         inventory: the machine.
         gpus: in-container ordinals the run uses; empty for a CPU run.
-        user: NCCL variables the user set, name -> (value, source), from recipe, CLI or environment.
+        user: NCCL variables the user set, name -> their recipe.load Value, from recipe, CLI or environment.
         allow_p2p_without_support: the opt-in key ALLOW_P2P_WITHOUT_SUPPORT.
 
     Returns a Policy; its `problems` hold the refused NCCL_P2P_DISABLE=0 (fatal).
@@ -309,11 +313,11 @@ def decide(
     decisions: list[Decision] = []
     problems: list[Problem] = []
 
-    for name, (value, source) in sorted(user.items()):
+    for name, given in sorted(user.items()):
         if name not in ("NCCL_P2P_DISABLE", "NCCL_IB_DISABLE"):
-            if source != "environment":
-                env[name] = value
-            decisions.append(Decision(name, value, "set by the user", source))
+            if given.origin is not Origin.ENVIRONMENT:
+                env[name] = given.value
+            decisions.append(Decision(name, given.value, "set by the user", given.source))
 
     if nnodes > 1:
         extra_env, extra, found = decide_multi_node(inventory, user, gloo_user_set)

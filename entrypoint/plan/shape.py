@@ -46,7 +46,7 @@ from entrypoint.plan.budget import Batch, Budget
 from entrypoint.plan.budget import allocator as budget_allocator
 from entrypoint.plan.layout import Layout
 from entrypoint.plan.memory import GpuEstimate, Workload
-from entrypoint.recipe.load import Recipe
+from entrypoint.recipe.load import Choice, Recipe, Typed, text_of
 
 HEADROOM = 0.10  # at least this share of every card stays free (memory.HEADROOM_WARNING warns under it)
 UTILIZATION_STEP = 0.05
@@ -56,13 +56,6 @@ KV_MARGIN = 1.25  # vLLM's block rounding and the prompts' spread around the pla
 # Decode steps per schedule when the planner turns multi-step scheduling on: vLLM alone ran a round of 32 x 256
 # tokens in 0.99 s at 8 against 1.66 s at 1 on its V0 engine (bench/generation/2026-12-03-0828-engines/).
 MULTI_STEP = 8
-
-
-@dataclasses.dataclass(frozen=True)
-class Choice:
-    key: str  # recipe key, e.g. PER_DEVICE_TRAIN_BATCH_SIZE
-    value: str
-    reason: str
 
 
 class StepWork(NamedTuple):
@@ -108,12 +101,12 @@ class _Cut:
         open."""
         out = []
         if "PER_DEVICE_TRAIN_BATCH_SIZE" not in self.user:
-            out.append(Choice("PER_DEVICE_TRAIN_BATCH_SIZE", str(pd), why))
+            out.append(Choice("PER_DEVICE_TRAIN_BATCH_SIZE", pd, why))
         if "GRADIENT_ACCUMULATION_STEPS" not in self.user:
             out.append(
                 Choice(
                     "GRADIENT_ACCUMULATION_STEPS",
-                    str(self.per_process // pd),
+                    self.per_process // pd,
                     f"{self.total} completions per optimizer step / ({pd} per micro-batch x {self.world} "
                     "process(es)): one generation round per step",
                 )
@@ -210,11 +203,11 @@ def _fastest_choices(
     lever_why = (f"the fastest shape that fits: {best.shape.seconds:.1f} s of training per step, chosen with "
                  f"PER_DEVICE_TRAIN_BATCH_SIZE={best.shape.per_device} (its line says against what)")  # fmt: skip
     if not r.is_set("GRADIENT_CHECKPOINTING"):
-        chosen.append(Choice("GRADIENT_CHECKPOINTING", str(best.shape.checkpointing).lower(), lever_why))
+        chosen.append(Choice("GRADIENT_CHECKPOINTING", best.shape.checkpointing, lever_why))
     if not r.is_set("USE_LIGER_KERNEL"):
-        chosen.append(Choice("USE_LIGER_KERNEL", str(best.shape.liger).lower(), lever_why))
+        chosen.append(Choice("USE_LIGER_KERNEL", best.shape.liger, lever_why))
     if len(engines) > 1:
-        chosen.append(Choice("VLLM_SCHEDULER_STEPS", str(best.scheduler_steps), _engine_why(runs)))
+        chosen.append(Choice("VLLM_SCHEDULER_STEPS", best.scheduler_steps, _engine_why(runs)))
     return chosen + best.vllm
 
 
@@ -422,7 +415,7 @@ def rollout_share(r: Recipe, layout: Layout, budget: Budget) -> list[Choice]:
         return []
     card = min(budget.card(g) for g in layout.rollout_gpus)
     share = memory.rollout_share_with_headroom(card)
-    return [Choice("ROLLOUT_GPU_MEMORY_UTILIZATION", f"{share:.2f}",
+    return [Choice("ROLLOUT_GPU_MEMORY_UTILIZATION", round(share, 2),
                    f"the largest share that leaves {memory.HEADROOM_WARNING:.0%} of the {card:.1f} GiB card free beside "
                    f"the CUDA context ({memory.CUDA_CONTEXT_GIB} GiB); ms-swift's default is 0.9")]  # fmt: skip
 
@@ -459,7 +452,7 @@ def smallest_share(budget: Budget, layout: Layout, per_process: int, v0: bool | 
     return VllmShare(util, holds, need)
 
 
-ONE_COPY_LEVERS = {"OFFLOAD_MODEL": "true", "OFFLOAD_OPTIMIZER": "true", "SLEEP_LEVEL": "1"}
+ONE_COPY_LEVERS = {"OFFLOAD_MODEL": True, "OFFLOAD_OPTIMIZER": True, "SLEEP_LEVEL": 1}
 
 
 def one_copy_open(r: Recipe, layout: Layout, budget: Budget) -> bool:
@@ -497,15 +490,15 @@ def one_copy_levers(r: Recipe, layout: Layout, budget: Budget, why: str = "") ->
     why += (": one copy on the GPU at a time (the trainer in CPU memory while vLLM generates, vLLM asleep while "
             "the trainer trains; docs/benchmarks/one-card-7b.md)")  # fmt: skip
     return [
-        Choice("OFFLOAD_MODEL", "true", why),
+        Choice("OFFLOAD_MODEL", True, why),
         Choice(
             "OFFLOAD_OPTIMIZER",
-            "true",
+            True,
             "with OFFLOAD_MODEL: the optimizer's states leave the GPU with the weights",
         ),
         Choice(
             "SLEEP_LEVEL",
-            "1",
+            1,
             "with OFFLOAD_MODEL: vLLM's weights wait in CPU memory while the trainer trains",
         ),
     ]
@@ -515,12 +508,12 @@ def one_copy_levers(r: Recipe, layout: Layout, budget: Budget, why: str = "") ->
 class Fit:
     """A shape that fits: the keys to write, the fullest training GPU there, the completions per step kept."""
 
-    values: dict[str, str]
+    values: dict[str, Typed]
     worst: GpuEstimate
     completions: int
 
     def line(self) -> str:
-        return " ".join(f"{k}={v}" for k, v in self.values.items())
+        return " ".join(f"{k}={text_of(v)}" for k, v in self.values.items())
 
 
 def largest_fit(r: Recipe, layout: Layout, budget: Budget) -> Fit | None:
@@ -553,12 +546,12 @@ def largest_fit(r: Recipe, layout: Layout, budget: Budget) -> Fit | None:
             ]
             worst = min(trainers, key=lambda e: e.headroom)
             if worst.headroom >= HEADROOM:
-                values = {
-                    "PER_DEVICE_TRAIN_BATCH_SIZE": str(pd),
-                    "GRADIENT_ACCUMULATION_STEPS": str(per_process // pd),
+                values: dict[str, Typed] = {
+                    "PER_DEVICE_TRAIN_BATCH_SIZE": pd,
+                    "GRADIENT_ACCUMULATION_STEPS": per_process // pd,
                 }
                 if colocate is not budget.colocate:
-                    values["VLLM_GPU_MEMORY_UTILIZATION"] = f"{colocate.utilization:.2f}"
+                    values["VLLM_GPU_MEMORY_UTILIZATION"] = round(colocate.utilization, 2)
                 return Fit(values, worst, total)
     return None
 
@@ -588,7 +581,7 @@ def _vllm_share(
         out.append(
             Choice(
                 "VLLM_GPU_MEMORY_UTILIZATION",
-                f"{util:.2f}",
+                round(util, 2),
                 f"the smallest share whose KV cache holds {what}, after "
                 + (
                     "vLLM's own weights (its V0 engine counts only what it allocates)"
@@ -614,7 +607,7 @@ def _vllm_share(
         out.append(
             Choice(
                 "SLEEP_LEVEL",
-                str(sleep),
+                sleep,
                 "offload is on: vLLM sleeps while the model and optimizer are away"
                 if offload
                 else "sleeping saves little peak memory without offload in ms-swift 3.6.4 (torch's cache and "

@@ -98,7 +98,7 @@ def _damaged_config(plan: Plan, facts: Facts) -> list[Problem]:
     """A config.json on this machine that is not JSON, or holds a field of another type than transformers
     writes (host.gather: memory.config_problem): the model cannot load from it. A hub's answer of that kind
     only leaves the memory unestimated (budget.workload says so); ms-swift downloads the model's own."""
-    source, why = facts.model_config[1], facts.model_config_error
+    source, why = facts.model_config.source, facts.model_config_error
     if not why or source.startswith(("http://", "https://")):
         return []
     r, folder = plan.recipe, Path(source).parent

@@ -384,7 +384,7 @@ def disk_need(plan: Plan, facts: Facts) -> DiskNeed:
 
     a = plan.recipe.trainer_args
     try:
-        dims = memory.ModelDims.from_config(facts.model_config[0] or {})
+        dims = memory.ModelDims.from_config(facts.model_config.config or {})
     except (KeyError, TypeError, ValueError):
         return DiskNeed(
             1.0, 1.0, 1.0, "a model this planner does not know: about 1.0 GiB assumed for its checkpoints"
@@ -461,7 +461,7 @@ def _merged_gib(plan: Plan, facts: Facts) -> float | None:
     the model is unknown."""
     from entrypoint.plan import memory
 
-    config = facts.model_config[0]
+    config = facts.model_config.config
     if not plan.recipe.settings.EXPORT_MERGED or config is None:
         return None
     try:

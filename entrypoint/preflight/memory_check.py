@@ -19,6 +19,7 @@ from entrypoint.plan.memory import (
     Workload,
 )
 from entrypoint.preflight import values
+from entrypoint.recipe.load import Choice, Origin, Typed, text_of
 
 if TYPE_CHECKING:
     from entrypoint.plan.build import Plan
@@ -108,7 +109,7 @@ def _not_estimated(plan: Plan, note: str) -> list[Problem]:
 def _share_knob(plan: Plan, colocate: memory.Colocate) -> str:
     """The colocated vLLM share as a knob: the value that still holds a generation round when it is lower
     than the recipe's (shape.smallest_share), never a range that may be what the recipe already has."""
-    if plan.recipe.source("VLLM_GPU_MEMORY_UTILIZATION").startswith("planner:"):
+    if plan.recipe.origin("VLLM_GPU_MEMORY_UTILIZATION") is Origin.PLANNER:
         # the planner already chose the smallest share that holds the generation round: lowering it is no knob
         return ("fewer or shorter completions per generation round (vLLM's share, VLLM_GPU_MEMORY_UTILIZATION="
                 f"{colocate.utilization:.2f}, was chosen by the planner to hold them)")  # fmt: skip
@@ -122,10 +123,12 @@ def _share_knob(plan: Plan, colocate: memory.Colocate) -> str:
             "hold them)")  # fmt: skip
 
 
-def _replanned(plan: Plan, changes: Mapping[str, str]) -> Plan:
+def _replanned(plan: Plan, changes: Mapping[str, Typed]) -> Plan:
     """The plan of the recipe as its layers set it (the planner's choices left out, to be made again) with
     `changes` written on the command line: what following a fix would give."""
-    r = plan.recipe.without_planner().with_values({k: (v, "command line") for k, v in changes.items()})
+    r = plan.recipe.without_planner().with_values(
+        [Choice(k, v, "", Origin.COMMAND_LINE) for k, v in changes.items()]
+    )
     return plan_build.build(r, plan.inventory, plan.facts)
 
 
@@ -151,7 +154,7 @@ def fits(plan: Plan) -> GpuEstimate | None:
 
 
 def _verified(
-    plan: Plan, changes: Mapping[str, str], why: str = "", say: str = "", headroom: bool = False
+    plan: Plan, changes: Mapping[str, Typed], why: str = "", say: str = "", headroom: bool = False
 ) -> str:
     """`KEY=V ... fits: N GiB (why)` where planning the recipe with `changes` fits (with HEADROOM_WARNING free,
     `headroom`), else "": a fix names only values that fit. `say` words the change instead of its keys."""
@@ -159,7 +162,7 @@ def _verified(
     e = fits(replanned)
     if e is None or (headroom and e.headroom < HEADROOM_WARNING):
         return ""
-    words = say or " ".join(f"{k}={v}" for k, v in changes.items())
+    words = say or " ".join(f"{k}={text_of(v)}" for k, v in changes.items())
     ram = f" and about {sum(v for _, v in replanned.host_ram):.0f} GiB of RAM" if replanned.host_ram else ""
     return f"{words} fits: {e.peak_gib:.1f} of {e.card_gib:.1f} GiB on GPU {e.gpu}{ram}" + (
         f" ({why})" if why else ""
@@ -181,7 +184,9 @@ def _one_copy_levers(plan: Plan, headroom: bool = False) -> str:
     a = plan.recipe.trainer_args
     if plan.layout.mode != "colocate" or a.train_type != "lora" or a.vllm_tensor_parallel_size > 1:
         return ""
-    changes = {k: v for k, v in shape.ONE_COPY_LEVERS.items() if (plan.recipe.raw(k) or "").lower() != v}
+    changes = {
+        k: v for k, v in shape.ONE_COPY_LEVERS.items() if (plan.recipe.raw(k) or "").lower() != text_of(v)
+    }
     if not changes or (a.offload_model and a.offload_optimizer and a.sleep_level == 1):
         return ""
     return _verified(plan, changes, "one weight copy on the card at a time", headroom=headroom)
@@ -350,7 +355,7 @@ def _fit_text(plan: Plan) -> str:
     r = plan.recipe
     fit = shape.largest_fit(r, plan.layout, plan.budget)
     # the fix is a line to write: none when the recipe already has that text (raw: as the user wrote it)
-    if fit is None or all(r.raw(k) == v for k, v in fit.values.items()):
+    if fit is None or all(r.raw(k) == text_of(v) for k, v in fit.values.items()):
         return ""
     e = fit.worst
     text = (f"write {fit.line()}: the largest micro-batch that fits, predicted {e.peak_gib:.1f} of {e.card_gib:.1f} "

@@ -401,7 +401,7 @@ def check_quantization(plan: Plan, facts: Facts, where) -> list[Problem]:
 def _check_bnb_architecture(r, facts: Facts, method: str) -> list[Problem]:
     """The model's architecture against what vLLM 0.8.5 loads in bitsandbytes with LoRA (facts/vllm_bnb.py): by
     its config.json, else by the architectures ms-swift registers its type for (all of them alike)."""
-    config = facts.model_config[0] or {}
+    config = facts.model_config.config or {}
     found = config.get("architectures") or []
     if not found:
         kind = swift_schema.registered_type(r.trainer_args.model or "")
@@ -469,7 +469,7 @@ def _check_model_type(plan: Plan, facts: Facts, where) -> list[Problem]:
         return []
     types = swift_schema.model_types()
     found = swift_schema.registered_type(model)
-    config = facts.model_config[0] or {}
+    config = facts.model_config.config or {}
     arch = (config.get("architectures") or [None])[0]
     if not given:
         # unlisted by name, ms-swift goes by the architecture and stops where several types share it

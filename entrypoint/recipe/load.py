@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
 import functools
 import io
 import os
 import stat
 from collections import ChainMap
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from dotenv.parser import parse_stream
@@ -53,10 +54,72 @@ def recipes_dir(environ: Mapping[str, str]) -> Path:
 DEFAULTS_FILE = "defaults.env"
 
 
+class Origin(enum.Enum):
+    """Where a recipe value came from, with its precedence (`layer`)."""
+
+    DEFAULTS_FILE = "defaults file"  # a line of recipes/defaults.env
+    RECIPE_FILE = "recipe file"  # a line of the recipe file
+    MANIFEST = "manifest"  # an earlier run's manifest, edited after that run (record/rerun.py)
+    ENVIRONMENT = "environment"  # the process environment
+    COMMAND_LINE = "command line"  # KEY=VALUE words
+    PLANNER = "planner"  # plan/build.py chose it, for the reason its detail gives
+
+    @property
+    def layer(self) -> int:
+        """0 recipes/defaults.env, 1 the recipe file (or the edited manifest standing in for it), 2 the process
+        environment, 3 the command line, 4 the planner."""
+        return _LAYERS[self]
+
+
+_LAYERS = {Origin.DEFAULTS_FILE: 0, Origin.RECIPE_FILE: 1, Origin.MANIFEST: 1, Origin.ENVIRONMENT: 2,
+           Origin.COMMAND_LINE: 3, Origin.PLANNER: 4}  # fmt: skip
+
+
 @dataclasses.dataclass(frozen=True)
 class Value:
+    """A value as a layer gave it: its text, where it came from, and the detail of that place (the file and
+    line, the planner's reason, the manifest's path)."""
+
     value: str
-    source: str  # "recipes/defaults.env:3", "recipes/smoke.env:7", "environment", "command line"
+    origin: Origin
+    detail: str = ""
+
+    @property
+    def source(self) -> str:
+        """Where the value came from, in words (the manifest's "source", a problem's place): "recipes/smoke.env:7",
+        "environment", "command line", "planner: <reason>"."""
+        if self.origin is Origin.ENVIRONMENT:
+            return "environment"
+        if self.origin is Origin.COMMAND_LINE:
+            return "command line"
+        if self.origin is Origin.PLANNER:
+            return f"planner: {self.detail}" if self.detail else "planner"
+        return self.detail
+
+
+Typed = int | float | bool | str  # a value set over the layers (Choice), before it is written as text
+
+
+def text_of(value: Typed) -> str:
+    """The text of a typed value as a layer would write it (the manifest's value, the argv's token): true or
+    false, a float to two decimals (the floats set over the layers are shares of a card, which vLLM and the
+    plan print at that precision), else str."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """A value set over the layers, typed: the planner's (with its reason), or a fix tried as if given on the
+    command line (preflight/memory_check.py)."""
+
+    key: str  # recipe key, e.g. PER_DEVICE_TRAIN_BATCH_SIZE
+    value: Typed
+    reason: str
+    origin: Origin = Origin.PLANNER
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,34 +170,41 @@ class Recipe:
         return bool(self.raw(key))
 
     def source(self, key: str) -> str:
+        """Where `key`'s value came from, in words (Value.source); "default" when no layer sets it."""
         v = self.values.get(key)
         return v.source if v is not None else "default"
 
-    def layer(self, key: str) -> int:
-        """Precedence of the layer that set `key`: -1 unset, 0 defaults.env, 1 the recipe file,
-        2 the process environment, 3 the command line, 4 the planner."""
-        return layer_of(self.values[key].source) if key in self.values else -1
+    def origin(self, key: str) -> Origin | None:
+        """Where `key`'s value came from; None when no layer sets it."""
+        v = self.values.get(key)
+        return v.origin if v is not None else None
 
-    def with_values(self, chosen: Mapping[str, tuple[str, str]]) -> Recipe:
+    def layer(self, key: str) -> int:
+        """Precedence of the layer that set `key` (Origin.layer); -1 unset."""
+        return self.values[key].origin.layer if key in self.values else -1
+
+    def with_values(self, chosen: Iterable[Choice]) -> Recipe:
         """A copy with swift arguments (ROLLOUT_ ones for `swift rollout`), owned keys or environment variables
-        for the children set by the planner: {KEY: (value, source)}. Keys must be unset here."""
+        for the children set to the typed values `chosen`: the settings take the value itself, the argv and
+        the environment its text (text_of), written here once. Keys must be unset here."""
         rlhf, rollout_schema = swift_schema.load("rlhf"), swift_schema.load("rollout")
         values = dict(self.values)
         trainer, rollout, env = dict(self.trainer), dict(self.rollout), dict(self.env)
-        owned: dict[str, str] = {}
-        for key, (value, source) in chosen.items():
-            values[key] = Value(value, source)
-            kind = getattr(keys.lookup(key), "kind", None)
+        owned: dict[str, Typed] = {}
+        for c in chosen:
+            text = text_of(c.value)
+            values[c.key] = Value(text, c.origin, c.reason)
+            kind = getattr(keys.lookup(c.key), "kind", None)
             if kind == "env":
-                env[key] = value
+                env[c.key] = text
             elif kind == "owned":  # typed like any layer's value (VLLM_SCHEDULER_STEPS)
-                owned[key] = value
-            elif key.startswith("ROLLOUT_") and key[len("ROLLOUT_") :].lower() in rollout_schema:
-                spec = rollout_schema[key[len("ROLLOUT_") :].lower()]
-                rollout[spec.name] = spec.coerce(value)
+                owned[c.key] = c.value
+            elif c.key.startswith("ROLLOUT_") and c.key[len("ROLLOUT_") :].lower() in rollout_schema:
+                spec = rollout_schema[c.key[len("ROLLOUT_") :].lower()]
+                rollout[spec.name] = spec.coerce(text)
             else:
-                spec = rlhf[key.lower()]
-                trainer[spec.name] = spec.coerce(value)
+                spec = rlhf[c.key.lower()]
+                trainer[spec.name] = spec.coerce(text)
         # only the chosen keys are typed here: the others stand as recipe.load read them
         typed = Settings.model_validate(owned) if owned else self.settings
         settings = self.settings.model_copy(update={k: getattr(typed, k) for k in owned})
@@ -143,9 +213,9 @@ class Recipe:
         )
 
     def without_planner(self) -> Recipe:
-        """A copy without the values the planner chose (with_values, source "planner..."): the recipe as its
+        """A copy without the values the planner chose (with_values, Origin.PLANNER): the recipe as its
         layers set it, which plan.build shapes again (a fix is checked by planning it: preflight/memory_check)."""
-        chosen = [k for k, v in self.values.items() if layer_of(v.source) == 4]
+        chosen = [k for k, v in self.values.items() if v.origin is Origin.PLANNER]
         if not chosen:
             return self
         rlhf, rollout_schema = swift_schema.load("rlhf"), swift_schema.load("rollout")
@@ -293,8 +363,11 @@ def read_user_file(path: Path) -> tuple[str | None, str]:
         return None, f"is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}): a binary file?"
 
 
-def read_env_file(path: Path, label: str) -> tuple[dict[str, Value], list[Problem]]:
-    """Parse one env file with python-dotenv's parser, reporting malformed lines instead of skipping them.
+def read_env_file(
+    path: Path, label: str, origin: Origin = Origin.RECIPE_FILE
+) -> tuple[dict[str, Value], list[Problem]]:
+    """Parse one env file with python-dotenv's parser, reporting malformed lines instead of skipping them;
+    each value's detail is `label:line`.
 
     No variable interpolation: a recipe means the same on every machine.
     """
@@ -334,7 +407,7 @@ def read_env_file(path: Path, label: str) -> tuple[dict[str, Value], list[Proble
                     fatal=False,
                 )
             )
-        values[key] = Value(binding.value if binding.value is not None else "", where)
+        values[key] = Value(binding.value if binding.value is not None else "", origin, where)
     return values, problems
 
 
@@ -392,7 +465,7 @@ def parse_cli_pairs(pairs: list[str]) -> tuple[dict[str, Value], list[Problem]]:
         else:
             key, value = word.split("=", 1)
             last = key.strip().upper()
-            values[last] = Value(value, "command line")
+            values[last] = Value(value, Origin.COMMAND_LINE)
         i += 1
     return values, problems
 
@@ -409,18 +482,11 @@ def environment_layer(environ: Mapping[str, str]) -> dict[str, Value]:
             or key in MANAGED
             and key != "CUDA_VISIBLE_DEVICES"
         ):
-            layer[key] = Value(value, "environment")
+            layer[key] = Value(value, Origin.ENVIRONMENT)
         elif key.startswith("NCCL_") and difflib.get_close_matches(key, NCCL_VARIABLES, n=1, cutoff=0.85):
-            layer[key] = Value(value, "environment")  # a likely typo; unrelated NCCL_* names pass through
+            # a likely typo; unrelated NCCL_* names pass through
+            layer[key] = Value(value, Origin.ENVIRONMENT)
     return layer
-
-
-def layer_of(source: str) -> int:
-    """Precedence of a value's source (Value.source): 0 defaults.env, 1 the recipe file, 2 the process
-    environment, 3 the command line, 4 the planner."""
-    if source.startswith(f"recipes/{DEFAULTS_FILE}"):
-        return 0
-    return {"environment": 2, "command line": 3}.get(source, 4 if source.startswith("planner") else 1)
 
 
 def _dataset_replaces_generator(merged: dict[str, Value], problems: list[Problem]) -> None:
@@ -430,11 +496,11 @@ def _dataset_replaces_generator(merged: dict[str, Value], problems: list[Problem
     dataset, generator = merged.get("DATASET"), merged.get("DATASET_GENERATOR")
     if not (dataset and dataset.value and generator and generator.value):
         return
-    if layer_of(dataset.source) > layer_of(generator.source):
+    if dataset.origin.layer > generator.origin.layer:
         problems.append(Problem(f"DATASET_GENERATOR ({generator.source})",
                                 f"{generator.value}: not used, DATASET={dataset.value} ({dataset.source}) replaces the "
                                 "recipe's generated tasks", fatal=False))  # fmt: skip
-        merged["DATASET_GENERATOR"] = Value("", dataset.source)
+        merged["DATASET_GENERATOR"] = dataclasses.replace(dataset, value="")
 
 
 def _model_replaces_its_type(merged: dict[str, Value], problems: list[Problem]) -> None:
@@ -450,18 +516,13 @@ def _model_replaces_its_type(merged: dict[str, Value], problems: list[Problem]) 
     registered = {"MODEL_TYPE": found, "TEMPLATE": swift_schema.model_types()[found]["template"]}
     for key, right in registered.items():
         value = merged.get(key)
-        if (
-            not value
-            or not value.value
-            or value.value == right
-            or layer_of(value.source) >= layer_of(model.source)
-        ):
+        if not value or not value.value or value.value == right or value.origin.layer >= model.origin.layer:
             continue
         problems.append(Problem(f"{key} ({value.source})",
                                 f"{value.value}: not used, it came with the recipe's own model; ms-swift 3.6.4 registers "
                                 f"MODEL={model.value} ({model.source}) as {found}, and takes its {key.lower()} "
                                 f"({right}) from there", fatal=False))  # fmt: skip
-        merged[key] = Value("", model.source)
+        merged[key] = dataclasses.replace(model, value="")
 
 
 def recipe_path(name: str, recipes_dir: Path = RECIPES_DIR) -> Path:
@@ -492,24 +553,21 @@ def load(
     and the command line overrides as always."""
     cli, problems = parse_cli_pairs(cli_pairs)
     if base is not None:
-        recorded = base.get("RECIPE") or Value("", "")
-        name, named_by = (
-            (cli["RECIPE"].value, "command line") if "RECIPE" in cli else (recorded.value, recorded.source)
-        )
+        named = cli.get("RECIPE") or base.get("RECIPE") or Value("", Origin.MANIFEST)
         environment = {k: v for k, v in environment_layer(environ).items() if k not in base}
         layers = [dict(base), environment, cli]
     else:
-        name = (cli.get("RECIPE") or Value(environ.get("RECIPE", ""), "environment")).value
-        named_by = cli["RECIPE"].source if "RECIPE" in cli else "environment"
-        if not name:
+        named = cli.get("RECIPE") or Value(environ.get("RECIPE", ""), Origin.ENVIRONMENT)
+        if not named.value:
             names = ", ".join(available_recipes(recipes_dir))
             raise BadInput(
                 problems
                 + [Problem("RECIPE", "no recipe named", f"add recipe=NAME; shipped recipes: {names}")]
             )
-        layers = _file_layers(name, recipes_dir, problems) + [environment_layer(environ), cli]
+        layers = _file_layers(named.value, recipes_dir, problems) + [environment_layer(environ), cli]
+    name = named.value
     merged: dict[str, Value] = dict(ChainMap(*reversed(layers)))
-    merged["RECIPE"] = Value(name, named_by)
+    merged["RECIPE"] = named
     _dataset_replaces_generator(merged, problems)
     _model_replaces_its_type(merged, problems)
     owned, trainer, rollout, nccl_values, env = _sort_by_kind(merged, problems)
@@ -535,7 +593,7 @@ def _file_layers(name: str, recipes_dir: Path, problems: list[Problem]) -> list[
     layers: list[dict[str, Value]] = []
     defaults_path = recipes_dir / DEFAULTS_FILE
     if exists(defaults_path):
-        values, found = read_env_file(defaults_path, f"recipes/{DEFAULTS_FILE}")
+        values, found = read_env_file(defaults_path, f"recipes/{DEFAULTS_FILE}", Origin.DEFAULTS_FILE)
         layers.append(values)
         problems += found
     path = recipe_path(name, recipes_dir)

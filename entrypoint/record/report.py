@@ -191,11 +191,9 @@ def gpu_memory_plot(gpu_jsonl: Path, out: Path, predicted: dict[int, float]) -> 
 def write(plan: Plan, run_dir: Path, status: str = "completed") -> dict[str, str]:
     """README.md and the plots of a run whose outcome is `status` ("completed" | "failed" | "stopped");
     returns {relative path: sha256} of what it wrote."""
-    trainer = plan.process("trainer").argv
+    trainer = plan.process("trainer")
     swift_extra = "".join(
-        f" --{k} {trainer[trainer.index('--' + k) + 1]}"
-        for k in ("model_type", "template")
-        if f"--{k}" in trainer
+        f" --{k} {trainer.flag(k)[0]}" for k in ("model_type", "template") if trainer.flag(k)
     )
     if not ((run_dir / "adapter").is_dir() or (run_dir / "model").is_dir()):
         with atomic_path(run_dir / "README.md") as tmp:

@@ -4,7 +4,7 @@ The manifest keeps every resolved value with the layer that set it (`resolved_re
 the lock's sha256, the machine and the inputs' identities (`inputs`, world/fingerprint.py). A rerun takes the
 values back as they were, with their original sources (recipe.load's `base`), except:
 
-- the values the planner chose (source `planner: ...`): planned again for this machine, and any that come out
+- the values the planner chose (Origin.PLANNER): planned again for this machine, and any that come out
   different are reported;
 - RUN_NAME and OUTPUT_DIR: a rerun writes a new run directory beside the one it repeats;
 - secrets, which the manifest keeps redacted: taken from this environment when it has them.
@@ -24,13 +24,15 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import PurePath
 from typing import Any, NamedTuple
 
 from entrypoint import redact
 from entrypoint.errors import Problem
+from entrypoint.plan.build import Flag, Process
 from entrypoint.recipe import keys
-from entrypoint.recipe.load import Value
+from entrypoint.recipe.load import DEFAULTS_FILE, Origin, Value
 from entrypoint.record.manifest import resolved_values
 
 NOT_REPEATED = ("RUN_NAME", "OUTPUT_DIR")  # a rerun writes its own directory
@@ -76,15 +78,33 @@ def recorded(data: Mapping[str, Any], where: str = "the run's manifest") -> Reco
     secrets: list[str] = []
     by_hand = edited(data)
     for key, item in sorted(resolved_values(data).items()):  # a secret: "<redacted>" in place of its item
-        value, source = item["value"], item["source"]
-        source = f"{where} (edited after the run)" if by_hand else source
-        if source.startswith("planner"):
-            replanned[key] = value
-        elif redact.REDACTED in value:
+        text = str(item["value"])
+        value = (
+            Value(text, Origin.MANIFEST, f"{where} (edited after the run)")
+            if by_hand
+            else recorded_value(text, str(item["source"]))
+        )
+        if value.origin is Origin.PLANNER:
+            replanned[key] = text
+        elif redact.REDACTED in text:
             secrets.append(key)
         elif key not in NOT_REPEATED:
-            values[key] = Value(value, source)
+            values[key] = value
     return Recorded(values, replanned, secrets)
+
+
+def recorded_value(value: str, source: str) -> Value:
+    """A manifest's value with the origin its "source" text names (recipe.load's Value.source wrote it, and
+    manifests written before Value had an origin hold the same words): "environment", "command line",
+    "planner" or "planner: <reason>", a line of recipes/defaults.env, else a line of the recipe file."""
+    if source in (Origin.ENVIRONMENT.value, Origin.COMMAND_LINE.value):
+        return Value(value, Origin(source))
+    head, _, reason = source.partition(": ")
+    if head == Origin.PLANNER.value:
+        return Value(value, Origin.PLANNER, reason)
+    if source.startswith(f"recipes/{DEFAULTS_FILE}"):
+        return Value(value, Origin.DEFAULTS_FILE, source)
+    return Value(value, Origin.RECIPE_FILE, source)
 
 
 class Now(NamedTuple):
@@ -263,11 +283,12 @@ def replanned_changes(replanned: Mapping[str, str], values: Mapping[str, Value])
     return out
 
 
-def argv_changes(old: list[str], new: list[str], old_run: str, new_run: str) -> list[str]:
-    """The flags of the trainer's argv that differ between the run and its rerun ("--max_steps 3 -> --max_steps
-    1"), with each run directory and --run_name written `<run>` (the output paths and names differ by design)
-    and the run's own resume flags left out (a rerun starts from step 0). [] when they are the same."""
-    a, b = _flags(old, old_run), _flags(new, new_run)
+def argv_changes(old: list[str], new: Process, old_run: str, new_run: str) -> list[str]:
+    """The flags of the trainer's command line that differ between the run (`old`: its manifest's argv) and its
+    rerun (`new`: the planned process, its flags typed), "--max_steps 3 -> --max_steps 1", with each run
+    directory and --run_name written `<run>` (the output paths and names differ by design) and the run's own
+    resume flags left out (a rerun starts from step 0). [] when they are the same."""
+    a, b = _lines(*recorded_flags(old), old_run), _lines(new.command, new.flags, new_run)
     out = []
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
         if op != "equal":
@@ -275,21 +296,44 @@ def argv_changes(old: list[str], new: list[str], old_run: str, new_run: str) -> 
     return out
 
 
-RESUME_FLAGS = ("--resume_from_checkpoint", "--resume_only_model")
+RESUME_FLAGS = ("resume_from_checkpoint", "resume_only_model")
 
 
-def _flags(argv: list[str], run_dir: str) -> list[str]:
-    """argv as one string per flag with its values ("--reward_funcs countdown format"), the program first."""
-    words = [w.replace(run_dir, "<run>") for w in argv]
-    groups: list[list[str]] = []
-    for word in words:
-        if word.startswith("--") or not groups:
-            groups.append([word])
+def recorded_flags(argv: list[str]) -> tuple[tuple[str, ...], list[Flag]]:
+    """A manifest's argv (the only form a manifest keeps of a command) as the program's words and its flags:
+    the one place a recorded command line is read back."""
+    command: list[str] = []
+    found: list[Flag] = []
+    for word in argv:
+        if word.startswith("--"):
+            found.append(Flag(word[2:]))
+        elif found:
+            found[-1] = Flag(found[-1].name, (*found[-1].values, word))
         else:
-            groups[-1].append(word)
-    out = []
-    for group in groups:
-        if group[0] in RESUME_FLAGS:
+            command.append(word)
+    return tuple(command), found
+
+
+def recorded_run_dir(argv: list[str]) -> str:
+    """The run directory a manifest's trainer argv writes in (its --output_dir is <run>/train); "\0", which
+    matches no word, without one."""
+    output_dir = next(
+        (f.values for f in recorded_flags(argv)[1] if f.name == "output_dir" and f.values), None
+    )
+    return str(PurePath(output_dir[0]).parent) if output_dir else "\0"
+
+
+def _lines(command: Sequence[str], flags: Sequence[Flag], run_dir: str) -> list[str]:
+    """A command line as one string per flag with its values ("--reward_funcs countdown format"), the program
+    first, secrets redacted, the run directory written `<run>`."""
+    out = [" ".join(w.replace(run_dir, "<run>") for w in command)] if command else []
+    for f in flags:
+        if f.name in RESUME_FLAGS:
             continue
-        out.append("--run_name <run>" if group[0] == "--run_name" else " ".join(group))
+        words = redact.argv(f.words())
+        out.append(
+            "--run_name <run>"
+            if f.name == "run_name"
+            else " ".join(w.replace(run_dir, "<run>") for w in words)
+        )
     return out

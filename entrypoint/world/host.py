@@ -35,6 +35,7 @@ from entrypoint.facts.facts import (
     WEIGHT_SYNC_PORT,
     DatasetFile,
     Facts,
+    ModelConfig,
     PathInfo,
     Ports,
     Previous,
@@ -200,7 +201,10 @@ def _paths(r: Recipe, env: Mapping[str, str]) -> list[Path]:
     return wanted
 
 
-class ModelConfig(NamedTuple):
+class FoundConfig(NamedTuple):
+    """A model's config.json as found here, with where and why it cannot be read (Facts.model_config keeps
+    the first two)."""
+
     config: dict | None  # None: none found, or the one found cannot be read (`error`)
     source: str  # where it was found (or why the hub gave none)
     hub: dict[str, str | None]  # the hub lookups made on the way
@@ -209,7 +213,7 @@ class ModelConfig(NamedTuple):
 
 def _model_config(
     r: Recipe, env: Mapping[str, str], hub_environ: Mapping[str, str] | None = None
-) -> ModelConfig:
+) -> FoundConfig:
     """config.json of the model (local directory, HF or ModelScope cache, else the shipped table, else, given
     `hub_environ` (the environment to ask the hub with: an online run), from the hub: hubconfig.py), checked
     against the fields the planner reads (memory.config_problem), and the hub lookups made on the way."""
@@ -218,7 +222,7 @@ def _model_config(
     return found._replace(config=None, error=why) if why else found
 
 
-def _found_config(r: Recipe, env: Mapping[str, str], hub_environ: Mapping[str, str] | None) -> ModelConfig:
+def _found_config(r: Recipe, env: Mapping[str, str], hub_environ: Mapping[str, str] | None) -> FoundConfig:
     model, path = r.trainer_args.model or "", _model_path(r)
     hub: dict[str, str | None] = {}
     candidates = [Path(path) / "config.json"] if path else []
@@ -234,19 +238,19 @@ def _found_config(r: Recipe, env: Mapping[str, str], hub_environ: Mapping[str, s
     for candidate in candidates:
         if recipe_mod.is_file(candidate):
             try:
-                return ModelConfig(json.loads(candidate.read_text()), str(candidate), hub)
+                return FoundConfig(json.loads(candidate.read_text()), str(candidate), hub)
             except ValueError as exc:  # UnicodeDecodeError too
-                return ModelConfig(None, str(candidate), hub, f"is not JSON ({exc})")
+                return FoundConfig(None, str(candidate), hub, f"is not JSON ({exc})")
             except OSError as exc:
-                return ModelConfig(None, str(candidate), hub, f"cannot be read ({exc.strerror or exc})")
+                return FoundConfig(None, str(candidate), hub, f"cannot be read ({exc.strerror or exc})")
     shipped = memory.shipped_config(model)
     if shipped:
-        return ModelConfig(shipped, "entrypoint/data/model_configs.json", hub)
+        return FoundConfig(shipped, "entrypoint/data/model_configs.json", hub)
     # the source of a config not found says why the hub gave none (budget.workload)
     if hub_environ:
         config, where = hubconfig.fetch(model, r.trainer_args.use_hf, hub_environ)
-        return ModelConfig(config, where, hub)
-    return ModelConfig(None, "", hub)
+        return FoundConfig(config, where, hub)
+    return FoundConfig(None, "", hub)
 
 
 def _ports(r: Recipe) -> Ports:
@@ -382,7 +386,7 @@ def gather(
         secrets_set=frozenset(k for k, v in environ.items() if v and redact.is_secret(k)),
         paths=MappingProxyType(paths),
         datasets=MappingProxyType(datasets),
-        model_config=(config, source),
+        model_config=ModelConfig(config, source),
         model_config_error=config_error,
         hub=MappingProxyType({k: v for k, v in hub.items() if not k.startswith("where:")}),
         hub_expected=MappingProxyType(
