@@ -45,6 +45,7 @@ from entrypoint.recipe.args import TrainerArgs
 from entrypoint.recipe.settings import Settings
 from entrypoint.record import manifest as manifest_mod
 from entrypoint.record import runlock
+from entrypoint.record.status import Status
 from entrypoint.rewards import PLUGIN_FILE, tasks
 from entrypoint.supervise.console import Progress
 from entrypoint.supervise.supervisor import Interrupted, interruptible
@@ -615,12 +616,12 @@ def unfinished(data: Mapping[str, Any]) -> str:
     """'' for a completed run, else what a reader of its evaluation must know: the run did not finish, and
     which checkpoint (the newest complete one, exported to adapter/ when it ended) is evaluated."""
     status = data.get("status", "unknown")
-    if status == "completed":
+    if status == Status.COMPLETED:
         return ""
     steps = data.get("steps") or {}
     of = f" of {steps['planned']}" if steps.get("planned") else ""
     step = f", step {steps['completed']}{of}" if steps.get("completed") is not None else ""
-    how = "its last attempt ended without recording how" if status == "running" else f"status {status}"
+    how = "its last attempt ended without recording how" if status == Status.RUNNING else f"status {status}"
     why = (data.get("failure") or {}).get("summary", "") if isinstance(data.get("failure"), dict) else ""
     return (f"the run did not finish ({how}{': ' + why if why else ''}); this evaluates its adapter from "
             f"{data.get('checkpoint') or 'its newest complete checkpoint'}{step}")  # fmt: skip

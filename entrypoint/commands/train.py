@@ -33,6 +33,7 @@ from typing import Any, NamedTuple, TextIO
 
 import psutil
 
+from entrypoint.child import wire
 from entrypoint.commands import edge, words
 from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE, BadInput, Problem, raise_if_fatal
 from entrypoint.facts.facts import MANIFEST, host_path
@@ -40,6 +41,7 @@ from entrypoint.plan import build as plan_mod
 from entrypoint.plan.build import EVENTS_FILE, Plan
 from entrypoint.preflight import environment
 from entrypoint.record import export, manifest, report, runlock
+from entrypoint.record.status import Status
 from entrypoint.rewards import tasks
 from entrypoint.supervise import deaths, monitor, nodes, stall, startup
 from entrypoint.supervise.console import Console
@@ -97,7 +99,7 @@ def completed_steps(plan: Plan) -> Steps:
 def _already_complete(plan: Plan) -> bool:
     """The run directory holds a finished training of this plan (a merged export may still be missing)."""
     previous = plan.facts.previous.manifest
-    if not previous or previous.get("status") not in ("completed", EXPORT_FAILED):
+    if not previous or previous.get("status") not in (Status.COMPLETED, Status.EXPORT_FAILED):
         return False
     # max_steps -1 (the epochs decide, ms-swift's default): a training that finished is complete
     return plan.recipe.trainer_args.max_steps <= completed_steps(plan).completed
@@ -158,7 +160,7 @@ def _run(
     here, secrets = node_dir(plan), manifest.secrets_of(plan)
     data = {**manifest.start(plan, plan.facts.previous.manifest, rerun_of),
             **({"nodes": records} if records else {})}  # fmt: skip
-    if (plan.facts.previous.manifest or {}).get("status") == "running":
+    if (plan.facts.previous.manifest or {}).get("status") == Status.RUNNING:
         printer.say("its previous attempt ended without recording how (its process was killed, or the machine "
                     "stopped); resuming from the newest complete checkpoint")  # fmt: skip
     final: dict[str, Any] | None = None
@@ -181,14 +183,15 @@ def _run(
         data.update({"trainer_exit": outcome.trainer_exit} if outcome.trainer_exit else {})
         data.update({"log_errors": list(outcome.log_errors)} if outcome.log_errors else {})
         final = finish_run(plan, data, outcome, printer, environ, oom_before)
-        code = EXIT_RUNTIME_FAILURE if final["status"] in ("failed", EXPORT_FAILED) else outcome.code
-        if final["status"] == "stopped" and outcome.status != "stopped":  # stopped in finish_run
+        failed = final["status"] in (Status.FAILED, Status.EXPORT_FAILED)
+        code = EXIT_RUNTIME_FAILURE if failed else outcome.code
+        if final["status"] == Status.STOPPED and outcome.status != Status.STOPPED:  # stopped in finish_run
             code = 128 + signal.Signals[final["failure"]["signal"]].value
     except Interrupted as exc:  # between the children: preparing, exporting
         name = signal.Signals(exc.signum).name
         printer.say(f"{name} received: the run stops here")
         final, code = (
-            manifest.finish(data, "stopped", failure={"reason": f"{name} received"}),
+            manifest.finish(data, Status.STOPPED, failure={"reason": f"{name} received"}),
             128 + exc.signum,
         )
     except OSError as exc:  # our own writes before the export: a full disk, a volume gone read-only
@@ -197,11 +200,11 @@ def _run(
         )
         for line in failure["explanation"]:
             printer.say(line)
-        final = manifest.finish(data, "failed", failure=failure)
+        final = manifest.finish(data, Status.FAILED, failure=failure)
     finally:
         if final is None:  # an error of the entrypoint itself: recorded, then shown as it is
             final = manifest.finish(
-                data, "failed", failure={"reason": f"the entrypoint failed: {sys.exc_info()[1]!r}"}
+                data, Status.FAILED, failure={"reason": f"the entrypoint failed: {sys.exc_info()[1]!r}"}
             )
         with deferred_signals():  # the last word is written whatever arrives now
             export.release(reserve)
@@ -332,12 +335,9 @@ def summary_lines(plan: Plan) -> list[str]:
     return lines
 
 
-EXPORT_FAILED = "export_failed"  # training completed, the merged export did not (EXPORT_MERGED=true)
-
-
 def _export_failed(merged: dict[str, Any]) -> dict[str, Any]:
     return {
-        "status": EXPORT_FAILED,
+        "status": Status.EXPORT_FAILED,
         "failure": f"merged export failed ({merged.get('reason') or 'status ' + str(merged['returncode'])}); "
         "the adapter is exported, see "
         "logs/export.log; run the same command again to retry the export alone",
@@ -356,9 +356,9 @@ def _export_only(plan: Plan, printer: Printer, environ: Mapping[str, str], done:
     merged = export_merged(plan, newest, printer, environ)
     secrets = manifest.secrets_of(plan)
     data["merged"] = merged
-    if merged["status"] == "completed":
+    if merged["status"] == Status.COMPLETED:
         data["exported"] = dict(sorted({**data.get("exported", {}), **merged.pop("files")}.items()))
-        data.update(status="completed", failure=None)
+        data.update(status=Status.COMPLETED, failure=None)
         manifest.write(here, data, secrets)
         printer.say(f"merged: {plan.run_dir / 'merged'}")
         return EXIT_OK
@@ -410,13 +410,9 @@ def prepare(plan: Plan, printer: Printer) -> Path:
         # the command's own start, so the start-up table (startup.py) counts from what the user typed
         events = Path(trainer.env["GRPO_RIG_EVENTS"])
         events.parent.mkdir(parents=True, exist_ok=True)
+        row = {"t": round(psutil.Process().create_time(), 3), "phase": wire.START, "process": wire.ENTRYPOINT}
         with events.open("a", encoding="utf-8") as f:
-            f.write(
-                json.dumps(
-                    {"t": round(psutil.Process().create_time(), 3), "phase": "start", "process": "entrypoint"}
-                )
-                + "\n"
-            )
+            f.write(json.dumps(row) + "\n")
     if s.DATASET_GENERATOR:
         path = Path(plan.dataset_paths[0])
         if not path.exists():
@@ -523,21 +519,21 @@ def export_merged(
             child = supervisor.start(process)
             rc = supervisor.wait(child, _export_watch(plan, tmp, child.log_path))
     except ChildFailed as exc:  # it could not even start (swift missing)
-        return {"status": "failed", "returncode": None, "log_tail": [exc.reason], "argv": process.argv}
+        return {"status": Status.FAILED, "returncode": None, "log_tail": [exc.reason], "argv": process.argv}
     except Stalled as exc:  # stopped by `supervised`; what it wrote goes
         shutil.rmtree(tmp, ignore_errors=True)
         printer.say(f"export {exc}")
-        return {"status": "failed", "returncode": None, "reason": str(exc), "argv": process.argv,
+        return {"status": Status.FAILED, "returncode": None, "reason": str(exc), "argv": process.argv,
                 "log_tail": exc.stack or list(child.tail)}  # fmt: skip
     except BaseException:  # a signal or a full disk: no half-merged model stays behind
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     if rc != 0 or not tmp.is_dir():
         shutil.rmtree(tmp, ignore_errors=True)
-        return {"status": "failed", "returncode": rc, "log_tail": list(child.tail), "argv": process.argv}
+        return {"status": Status.FAILED, "returncode": rc, "log_tail": list(child.tail), "argv": process.argv}
     export.replace_dir(tmp, plan.run_dir / "merged")
     return {
-        "status": "completed",
+        "status": Status.COMPLETED,
         "argv": process.argv,
         "files": export.hash_tree(plan.run_dir / "merged", plan.run_dir),
     }
@@ -599,29 +595,30 @@ def finish_run(
             exported.update(_export_run(plan, fields))
         if (
             plan.process("export")
-            and status == "completed"
+            and status == Status.COMPLETED
             and "checkpoint" in fields
             and (run_dir / "adapter").exists()
         ):
             fields["merged"] = export_merged(plan, run_dir / fields["checkpoint"], printer, environ)
-            if fields["merged"]["status"] == "completed":
+            if fields["merged"]["status"] == Status.COMPLETED:
                 exported.update(fields["merged"].pop("files"))
             else:
-                status, failure = EXPORT_FAILED, _export_failed(fields["merged"])["failure"]
+                status, failure = Status.EXPORT_FAILED, _export_failed(fields["merged"])["failure"]
                 printer.say(failure)
     except OSError as exc:
-        status, failure = "failed", _os_failure(plan, exc, failure, "exporting the run")
+        status, failure = Status.FAILED, _os_failure(plan, exc, failure, "exporting the run")
     except Interrupted as exc:  # during the merged export: what was exported stays recorded
         name = signal.Signals(exc.signum).name
         printer.say(f"{name} received during the merged export: the run stops here")
-        status, failure = "stopped", {"reason": f"{name} received during the merged export", "signal": name}
+        reason = f"{name} received during the merged export"
+        status, failure = Status.STOPPED, {"reason": reason, "signal": name}
     if plan.recipe.settings.NODE_RANK == 0:
         try:
             exported.update(report.write(plan, run_dir, outcome.status))  # the training's, not the export's
         except Exception as exc:  # a report is a convenience: never lose the run over it
             printer.say(f"warning: could not write the run report: {exc}")
     fields["exported"] = dict(sorted(exported.items()))
-    if status == "failed":
+    if status == Status.FAILED:
         failure = _explained(plan, failure or {}, fields, oom_before)
         for line in failure["explanation"]:
             printer.say(line)

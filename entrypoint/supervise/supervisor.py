@@ -44,15 +44,16 @@ from typing import TextIO
 
 import psutil
 
+from entrypoint.child.wire import STACKS_DIR
 from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE
 from entrypoint.plan.build import Process
+from entrypoint.record.status import Status
 from entrypoint.supervise import deaths
 from entrypoint.supervise.reaper import Reaper
 
 TAIL_LINES = 40
 POLL_SECONDS = 0.2
 STACKS_SECONDS = 2.0  # for a stalled run's stack dumps to reach their files (ask_stacks)
-STACKS_DIR = "stacks"  # under the logs: one file per process (child/hooks/events.py STACKS_DIR)
 
 
 class ChildState(enum.Enum):
@@ -165,7 +166,7 @@ class Child:
 class Outcome:
     """How a run's children ended."""
 
-    status: str  # "completed" | "failed" | "stopped"
+    status: Status  # COMPLETED, FAILED or STOPPED
     code: int  # the exit status the entrypoint returns (errors.EXIT_*)
     failure: dict | None = None  # role, returncode, reason, log_tail of the child that failed
     trainer_exit: dict | None = None  # a trainer crash after training had finished, accepted (why)
@@ -512,10 +513,10 @@ def launch(
                 raise ChildFailed("trainer", None, list(trainer.tail), str(exc)) from None
             say(f"trainer {exc}")
             say(f"training had finished before it stalled ({why}); the run counts as completed")
-            return Outcome("completed", EXIT_OK,
+            return Outcome(Status.COMPLETED, EXIT_OK,
                            trainer_exit={"returncode": None, "signal": None, "accepted": True, "reason": f"{exc}; {why}"})  # fmt: skip
         if first is trainer and first.state is ChildState.SUCCEEDED:
-            return Outcome("completed", EXIT_OK)
+            return Outcome(Status.COMPLETED, EXIT_OK)
         rc = first.popen.returncode
         why = finished(first) if first is trainer else None
         signame = exit_signal(rc, first.log_path)
@@ -525,7 +526,7 @@ def launch(
         say(f"trainer exited with status {rc}{f' ({signame})' if signame else ''} after training had finished "
             f"({why}); the run counts as completed")  # fmt: skip
         return Outcome(
-            "completed",
+            Status.COMPLETED,
             EXIT_OK,
             trainer_exit={"returncode": rc, "signal": signame, "accepted": True, "reason": why},
         )
@@ -533,12 +534,12 @@ def launch(
         say(exc.render())
         failure = {"role": exc.role, "returncode": exc.returncode, "reason": exc.reason, "log_tail": exc.tail,
                    "signal": exc.signal}  # fmt: skip
-        return Outcome("failed", EXIT_RUNTIME_FAILURE, failure=failure)
+        return Outcome(Status.FAILED, EXIT_RUNTIME_FAILURE, failure=failure)
     except Interrupted as exc:
         say(
             f"{signal.Signals(exc.signum).name} received: stopping all processes (grace {supervisor.grace_seconds:.0f} s)"
         )
-        return Outcome("stopped", 128 + exc.signum)
+        return Outcome(Status.STOPPED, 128 + exc.signum)
 
 
 def _start_healthy(supervisor: Supervisor, process: Process, timeout: float) -> Child:
