@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     if typed[:1] and typed[0] in QUIET:
         quiet_libraries(os.environ)
     from entrypoint.commands import REGISTRY  # after quiet_libraries (QUIET says why)
-    from entrypoint.supervise.supervisor import Interrupted
+    from entrypoint.supervise.signals import Interrupted
 
     parsers = build(REGISTRY)
     try:

@@ -205,7 +205,7 @@ def test_a_cut_manifest_is_refused_naming_the_file_and_the_fix(tmp_path):
 
 def test_ctrl_c_during_evaluate_is_one_line_and_128_plus_the_signal(tmp_path, monkeypatch, capsys):
     """Ctrl-C while the models generate: no KeyboardInterrupt traceback, exit 130, and the console says
-    nothing was written (SIGTERM takes the same path: supervisor.install_signal_handlers)."""
+    nothing was written (SIGTERM takes the same path: signals.install_signal_handlers)."""
     signum = signal.SIGINT
     from entrypoint import cli
     from entrypoint.commands import evaluate as evaluate_command

@@ -41,7 +41,7 @@ from entrypoint.record import manifest as manifest_mod
 from entrypoint.record import runlock
 from entrypoint.rewards import PLUGIN_FILE
 from entrypoint.supervise.console import Progress
-from entrypoint.supervise.supervisor import Interrupted, interruptible
+from entrypoint.supervise.signals import Interrupted, interruptible
 
 NAME = "evaluate"
 

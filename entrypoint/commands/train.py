@@ -43,18 +43,9 @@ from entrypoint.record.status import Status
 from entrypoint.rewards import tasks
 from entrypoint.supervise import failures, monitor, nodes, stall, startup
 from entrypoint.supervise.console import Console
-from entrypoint.supervise.supervisor import (
-    Child,
-    ChildFailed,
-    Interrupted,
-    Outcome,
-    Printer,
-    Stalled,
-    deferred_signals,
-    interruptible,
-    launch,
-    supervised,
-)
+from entrypoint.supervise.printer import Printer
+from entrypoint.supervise.signals import Interrupted, deferred_signals, interruptible
+from entrypoint.supervise.supervisor import Child, ChildFailed, Outcome, Stalled, launch, supervised
 from entrypoint.world import fingerprint
 
 END_OF_MAIN = "End time of running main"  # ms-swift's last log line (v3.6.4:swift/llm/base.py:50)
