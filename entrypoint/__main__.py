@@ -40,6 +40,10 @@ if __name__ == "__main__":
         print(why, file=sys.stderr)
         sys.exit(WRONG_INTERPRETER)
 
-    from entrypoint.cli import main  # after the check above
+    try:
+        from entrypoint.cli import main  # after the check above
+    except KeyboardInterrupt:  # Ctrl-C while the entrypoint's own modules are imported (pydantic, requests)
+        print("grpo-rig: stopped by SIGINT before the command started: nothing written", file=sys.stderr)
+        sys.exit(130)
 
     raise SystemExit(main())

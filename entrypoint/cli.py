@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import NamedTuple
 
+from entrypoint import redact
 from entrypoint.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput, Problem, tally
 from entrypoint.recipe import load as recipe_mod
 
@@ -59,10 +60,25 @@ class Chosen(NamedTuple):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command `argv` names (sys.argv[1:] by default); returns the exit status."""
+    """Run the command `argv` names (sys.argv[1:] by default); returns the exit status. Everything it
+    prints goes through redact.Scrubbing: a secret given on the command line or in the environment never
+    reaches the console, whichever line names it (an override, a plan, a refusal's fix)."""
     typed = list(sys.argv[1:] if argv is None else argv)
     if typed[:1] and typed[0] in QUIET:
         quiet_libraries(os.environ)
+    secrets = redact.values_in(typed, os.environ)
+    stdout, stderr = sys.stdout, sys.stderr
+    if secrets:
+        sys.stdout, sys.stderr = redact.Scrubbing(stdout, secrets), redact.Scrubbing(stderr, secrets)
+    try:
+        return _main(typed)
+    except KeyboardInterrupt:  # Ctrl-C before the command's own handlers (interruptible) are in place
+        return stopped_early()
+    finally:
+        sys.stdout, sys.stderr = stdout, stderr
+
+
+def _main(typed: list[str]) -> int:
     from entrypoint.commands import REGISTRY  # after quiet_libraries (QUIET says why)
     from entrypoint.supervise.signals import Interrupted
 
@@ -81,6 +97,14 @@ def main(argv: list[str] | None = None) -> int:
         return _refused(exc)
     except BrokenPipeError:  # the reader went away (`keys | head`): what it read stands, no traceback
         return _reader_gone()
+
+
+def stopped_early() -> int:
+    """Ctrl-C where no command's handlers (signals.interruptible) are in place: while the commands are
+    imported, their words read, or a command that starts nothing runs (plan, validate): one line and 130,
+    as a command stopped later ends, not a traceback."""
+    print("grpo-rig: stopped by SIGINT", file=sys.stderr)
+    return 128 + signal.SIGINT
 
 
 def _reader_gone() -> int:
@@ -120,7 +144,7 @@ def _not_a_command(word: str, commands: list[str], environ: Mapping[str, str]) -
     close = difflib.get_close_matches(word, commands, n=1)
     if close:
         fix = f"did you mean {close[0]}?"
-    elif recipe_mod.recipe_path(word, recipe_mod.recipes_dir(environ)).is_file():
+    elif recipe_mod.is_file(recipe_mod.recipe_path(word, recipe_mod.recipes_dir(environ))):
         fix = f"write {DEFAULT} recipe={word}"
     else:
         fix = f"the commands: {', '.join(commands)}; KEY=VALUE words go after one ({DEFAULT} is the default)"

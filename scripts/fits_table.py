@@ -56,10 +56,11 @@ def cell(model: str, inventory: str, extra: list[str]) -> str:
         r = recipe_mod.load(pairs, {}, recipe_mod.RECIPES_DIR)
     except BadInput as exc:
         return f"refused: {exc.problems[0].message}"
+    gathered = host.gather(r, {}, probe_plugins=False)
     facts = dataclasses.replace(
-        host.gather(r, {}, probe_plugins=False),
+        gathered,
         ports=Ports(rollout_first_free=8000, ephemeral=29999),
-        quantizers=frozenset({"bitsandbytes"}),
+        importable=gathered.importable | {"bitsandbytes"},  # in the lock: the table is the image's
     )
     plan = plan_mod.build(
         r, hardware.load(str(ROOT / "examples" / "inventories" / f"{inventory}.json")), facts

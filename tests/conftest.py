@@ -272,7 +272,8 @@ SETUP = {
     "external-vllm-multi-turn": ("8xA100-nvlink-ib", ()),
     "internal-pt": ("1xA100-80gb", ()),
     "internal-vllm-72b-4gpu": ("4xA100-nvlink-ib", ()),
-    "internal-vllm-lora-qwenvl72b": ("8xA100-nvlink-ib", ()),
+    # ms-swift's example asks for flash-attn, which the image's lock does not hold (preflight/packages.py)
+    "internal-vllm-lora-qwenvl72b": ("8xA100-nvlink-ib", ("ATTN_IMPL=sdpa",)),
     "internal-vllm-multi-turn": ("8xA100-nvlink-ib", ()),
     "internal-vllm-vl7b": ("8xA100-nvlink-ib", ()),
     "multi-node-multi-node1": ("4xA100-nvlink-ib", ("RUN_NAME=math7b",)),
@@ -286,6 +287,14 @@ SETUP = {
     "plugin-run-external-reward-func": ("1xA100-80gb", ()),
     "plugin-run-external-reward-model": ("8xA100-nvlink-ib", ()),
     "qwen2-5-omni-grpo": ("4xA100-nvlink-ib", ()),
+}
+
+
+# Corpus recipes the lock cannot run at all, and the refusal that says why.
+LOCK_CANNOT_RUN = {
+    # ms-swift 3.6.4 loads it with transformers' Qwen2_5OmniForConditionalGeneration (swift/llm/model/model/
+    # qwen.py:746), which transformers 4.51.3 does not have (it came in 4.52)
+    "qwen2-5-omni-grpo": "model_type 'qwen2_5_omni', which transformers 4.51.3 does not know",
 }
 
 

@@ -116,6 +116,18 @@ def test_an_ms_swift_flag_reaches_the_recipe_parser_beside_its_value(capsys):
     assert "fix: write NUM_GENERATIONS=8" in err
 
 
+def test_a_secret_on_the_command_line_is_printed_by_no_line_that_names_it(capsys, monkeypatch):
+    """A refusal's fix spelled the secret back (`write HUB_TOKEN=...`); what a command prints passes
+    redact.Scrubbing, and a short value is replaced where its key is named."""
+    monkeypatch.setenv("MY_SERVICE_API_KEY", "envSECRETvalue")
+    assert cli.main(["validate", "--hub_token", "cliSECRETvalue", "--swanlab_token=ab", "recipe=smoke",
+                     "LEARNING_RATE=envSECRETvalue"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "cliSECRETvalue" not in err and "envSECRETvalue" not in err and "=ab" not in err, err
+    assert "fix: write HUB_TOKEN=<redacted>" in err and "'--swanlab_token=<redacted>'" in err
+    assert "LEARNING_RATE (command line): '<redacted>' is not a number" in err
+
+
 @pytest.mark.cli
 def test_plan_json_stands_anywhere_among_the_words(tmp_path):
     proc = run_cli(

@@ -285,6 +285,8 @@ def test_an_earlier_attempts_events_are_not_this_attempts(tmp_path):
         f.write('{"t": 4640.0, "phase": "startup", "mark": "trainer ready"}\n')
     now[0] = 40.0
     assert console.stalled() == "" and console.heartbeat().startswith("step 1/3: generating the first")
+    resumed = Console(clock=lambda: now[0], wall=lambda: 4610.0, events=events, total_steps=3, resumed_at=2)
+    assert resumed.heartbeat().startswith("step 3/3: generating the first"), resumed.heartbeat()
 
 
 def test_a_checkpoint_save_is_named_and_bytes_written_are_progress(tmp_path):

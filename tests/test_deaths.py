@@ -126,3 +126,18 @@ def test_the_oom_kill_count_is_the_machine_s_first_as_a_global_oom_kill_leaves_t
     assert monitor.oom_kills((tmp_path / "none", events)) == 0
     assert monitor.oom_kills((tmp_path / "none",)) is None
     assert monitor.OOM_FILES[0] == Path("/proc/vmstat")
+
+
+def test_a_rollout_that_never_became_healthy_or_a_stall_is_told_which_bound_to_raise():
+    """The cases re-run: "run the same command again to start over" after ROLLOUT_STARTUP_TIMEOUT ran out would
+    time out the same way; the fix names the bound where only slowness is the cause."""
+    slow = deaths.explain("rollout", None, "was not healthy after 8 s (ROLLOUT_STARTUP_TIMEOUT); ...", [],
+                          deaths.Context())  # fmt: skip
+    assert "raise ROLLOUT_STARTUP_TIMEOUT if the server is only slow to start" in slow[-1], slow
+    stalled = deaths.explain(
+        "trainer", None, "stalled: step 3/5: generating completions, ...", [], deaths.Context()
+    )
+    assert "raise STALL_TIMEOUT if a step can truly take this long" in stalled[-1], stalled
+    assert deaths.explain("trainer", 1, "exited with status 1", [], deaths.Context())[-1] == (
+        "no complete checkpoint yet: run the same command again to start over"
+    )

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from entrypoint.errors import BadInput
 from entrypoint.evaluation import generation, heldout, report, scoring, summary
 from entrypoint.record import manifest
 from entrypoint.supervise.console import Progress
-from tests.conftest import clean_env, run_cli
+from tests.conftest import ROOT, clean_env, run_cli
 
 pytestmark = pytest.mark.cli  # each test starts the entrypoint or a process tree
 
@@ -203,6 +205,41 @@ def test_a_cut_manifest_is_refused_naming_the_file_and_the_fix(tmp_path):
     assert f"{run / 'manifest.json'} is not readable JSON" in err and "same RUN_NAME" in err
 
 
+@pytest.mark.parametrize(
+    "text, said",
+    [("[]", "manifest.json is [] (input should be a valid dictionary)"),
+     ('{"resolved_recipe": {"SEED": 5}}', "manifest.json has resolved_recipe.SEED = 5"),
+     ('{"processes": [{"role": "trainer", "argv": "--model m"}]}', 'manifest.json has processes.0.argv = "--model m"'),
+     ('{"dataset": "/data/x.jsonl"}', 'manifest.json has dataset = "/data/x.jsonl" (input should be a valid list)')],
+)  # fmt: skip
+def test_a_manifest_of_another_shape_is_refused_naming_the_value(tmp_path, text, said):
+    run = fake_run(tmp_path, "odd", adapter=True)
+    (run / "manifest.json").write_text(text)
+    err = refused("run=odd", f"OUTPUT_DIR={tmp_path}")
+    assert f"error: run odd: {run}/{said}" in err and "restore manifest.json from a copy" in err, err
+
+
+@pytest.mark.parametrize("text", ["", '{"r": 8', "[1]", "\udcff"])
+def test_an_adapter_config_that_is_not_a_json_object_is_refused_before_a_model_loads(tmp_path, text):
+    run = fake_run(tmp_path, "r", adapter=True)
+    (run / "adapter" / "adapter_config.json").write_bytes(text.encode("utf-8", "surrogateescape"))
+    err = refused("run=r", f"OUTPUT_DIR={tmp_path}")
+    assert (
+        f"error: run r: {run / 'adapter' / 'adapter_config.json'} " in err and "restore it from a copy" in err
+    )
+
+
+def test_a_secret_the_manifest_keeps_redacted_is_no_crash_in_choosing_held_out_rows():
+    """The manifest keeps a secret as "<redacted>" in place of its {value, source}; held_out read each as an
+    item (TypeError: string indices must be integers)."""
+    from entrypoint.recipe.settings import Settings
+
+    data = {"resolved_recipe": {"HF_TOKEN": "<redacted>", "DATASET_GENERATOR": {"value": "countdown", "source": "x"},
+                                "DATASET_ROWS": {"value": "8", "source": "x"}}, "seed": 1}  # fmt: skip
+    rows, how = heldout.held_out(data, {}, Settings(EVAL_PROMPTS=4))
+    assert len(rows) == 4 and "fresh countdown tasks" in how
+
+
 def test_ctrl_c_during_evaluate_is_one_line_and_128_plus_the_signal(tmp_path, monkeypatch, capsys):
     """Ctrl-C while the models generate: no KeyboardInterrupt traceback, exit 130, and the console says
     nothing was written (SIGTERM takes the same path: signals.install_signal_handlers)."""
@@ -221,6 +258,51 @@ def test_ctrl_c_during_evaluate_is_one_line_and_128_plus_the_signal(tmp_path, mo
     out = capsys.readouterr()
     assert f"evaluate stopped by {signal.Signals(signum).name}: no eval.* written" in out.out
     assert "Traceback" not in out.err + out.out
+
+
+def test_ctrl_c_in_a_library_import_that_put_python_s_handler_back_is_one_line_too(
+    tmp_path, monkeypatch, capsys
+):
+    """A library imported while evaluate runs may restore Python's own SIGINT handler: Ctrl-C then arrives
+    as KeyboardInterrupt, which printed a traceback."""
+    from entrypoint import cli
+    from entrypoint.commands import evaluate as evaluate_command
+
+    fake_run(tmp_path, "r", adapter=True)
+
+    def importing(*args, **kwargs):
+        raise KeyboardInterrupt  # what `import torch` raises on Ctrl-C under Python's default handler
+
+    monkeypatch.setattr(evaluate_command, "_evaluate", importing)
+    assert cli.main(["evaluate", "run=r", f"OUTPUT_DIR={tmp_path}"]) == 130
+    out = capsys.readouterr()
+    assert "evaluate stopped by SIGINT: no eval.* written" in out.out and "Traceback" not in out.err + out.out
+
+
+@pytest.mark.parametrize(
+    "module, said",
+    [("pydantic", "grpo-rig: stopped by SIGINT before the command started: nothing written"),
+     ("huggingface_hub", "grpo-rig: stopped by SIGINT"), ("swift", "evaluate stopped by SIGINT: no eval.* written")],
+)  # fmt: skip
+def test_ctrl_c_while_the_entrypoint_imports_its_libraries_is_one_line_and_130(tmp_path, module, said):
+    """Ctrl-C arrives as KeyboardInterrupt, raised here by an import hook at `module`'s import: before any
+    command's handlers are in place (the entrypoint's own imports, the commands'), or inside evaluate where a
+    library restored Python's handler (ms-swift's plugins, imported to load the run's rewards)."""
+    fake_run(tmp_path, "r", adapter=True)
+    code = (
+        "import importlib.abc, runpy, sys\n"
+        "class CtrlC(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name == {module!r}: raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, CtrlC())\n"
+        f"sys.argv = ['entrypoint', 'evaluate', 'run=r', 'OUTPUT_DIR={tmp_path}', 'EVAL_DATASET={tmp_path}/x.jsonl']\n"
+        "runpy.run_module('entrypoint', run_name='__main__')\n"
+    )
+    (tmp_path / "x.jsonl").write_text('{"messages": [{"role": "user", "content": "1+1"}]}\n' * 4)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=clean_env(), capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 130, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and said in proc.stderr + proc.stdout, proc.stderr
 
 
 def test_held_out_rows_the_run_s_rewards_cannot_read_are_refused_before_a_model_loads(tmp_path):

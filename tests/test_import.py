@@ -17,7 +17,16 @@ import pytest
 
 from entrypoint.recipe import importer, keys
 from entrypoint.recipe.load import read_env_file
-from tests.conftest import INVENTORIES, RECIPES, ROOT, SETUP, clean_env, inventory_file, run_cli
+from tests.conftest import (
+    INVENTORIES,
+    LOCK_CANNOT_RUN,
+    RECIPES,
+    ROOT,
+    SETUP,
+    clean_env,
+    inventory_file,
+    run_cli,
+)
 
 pytestmark = pytest.mark.cli  # each test starts the entrypoint or a process tree
 
@@ -184,6 +193,8 @@ def test_a_script_without_swift_rlhf_is_refused(tmp_path):
 def test_every_corpus_recipe_survives_the_round_trip(recipe, modelscope_cache, tmp_path):
     """ms-swift's examples, as planned: the plan's own `swift rollout` and `swift rlhf` commands (with their
     CUDA_VISIBLE_DEVICES / NPROC_PER_NODE / node variables) imported again plan the same swift arguments."""
+    if recipe.stem in LOCK_CANNOT_RUN:
+        pytest.skip(f"the lock cannot run it: {LOCK_CANNOT_RUN[recipe.stem]}")
     inventory, words = SETUP[recipe.stem]
     env = clean_env(MODELSCOPE_CACHE=str(modelscope_cache))
     before = plan_json(recipe, inventory, *words, env=env)
@@ -392,3 +403,111 @@ def test_an_import_without_o_names_the_printed_recipe_not_its_temporary_file():
                    "--reward_funcs", "format", "--num_generatoins", "4", env=clean_env())  # fmt: skip
     assert proc.returncode == 2 and "NUM_GENERATOINS (the recipe above:" in proc.stderr, proc.stderr
     assert "imported.env" not in proc.stderr and "save it with -o FILE" in proc.stderr
+
+
+def test_a_system_prompt_longer_than_a_file_name_imports_and_validates(tmp_path, capsys):
+    """--system takes a prompt or a prompt file; a 399-character prompt ended import's validation in
+    `OSError: File name too long` (the value was asked about as a path)."""
+    import argparse
+
+    from entrypoint.commands import import_
+    from tests.test_plan import R1_SYSTEM
+
+    script = tmp_path / "run.sh"
+    script.write_text("swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct --dataset /data/x.jsonl "
+                      f"--reward_funcs accuracy --system {shlex.quote(R1_SYSTEM)}\n")  # fmt: skip
+    out = tmp_path / "imported.env"
+    inventory = f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}"
+    args = argparse.Namespace(words=[str(script), inventory], output=str(out))
+    rc = import_.main(args, {})
+    err = capsys.readouterr().err
+    assert rc == 2 and "the imported recipe is not valid yet (1 error" in err, err
+    assert "/data/x.jsonl" in err and "SYSTEM" not in err  # the dataset is not here; the prompt is no problem
+    assert read_env_file(out, "imported.env")[0]["SYSTEM"].value == R1_SYSTEM
+
+
+# Shell as bash reads it (recipe/shell.py) ------------------------------------------------------------------
+
+BASE = "swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct --reward_funcs accuracy"
+
+
+def test_a_comment_line_inside_a_continued_command_ends_it_as_bash_does():
+    """`# --quant_method bnb \\` after the last `\\` is a comment: bash ends the command at that line, so
+    QLoRA stays off; the lines after it are other commands, and the recipe says so. A `#` inside a word is
+    not a comment (`#1000` samples the dataset)."""
+    script = ("CUDA_VISIBLE_DEVICES=0 \\\nswift rlhf \\\n    --rlhf_type grpo \\\n    --model Qwen/Qwen2.5-0.5B-Instruct \\\n"
+              "    --dataset AI-MO/NuminaMath-TIR#1000 \\\n    # --quant_method bnb \\\n    --quant_bits 4 \\\n"
+              "    --lora_rank 32\n")  # fmt: skip
+    text = importer.to_recipe(script, defaults={})
+    values = read(text)
+    assert "QUANT_METHOD" not in values and "QUANT_BITS" not in values and "LORA_RANK" not in values
+    assert values["DATASET"] == '"AI-MO/NuminaMath-TIR#1000"'
+    assert "line 6: the comment '# --quant_method bnb \\\\' ends the `swift rlhf` command there" in text
+    # a trailing comment on the command's last line is just a comment
+    same = importer.to_recipe(f"{BASE} \\\n  --lora_rank 32  # more later\n", defaults={})
+    assert read(same)["LORA_RANK"] == "32" and "ends the `swift rlhf` command" not in same
+
+
+@pytest.mark.parametrize(
+    "assignment",
+    [
+        "SYSTEM_PROMPT='\nYou are a calculator.\nUse the format: \"2*(3+4)\", \\(\\boxed{10}\\)\n'",
+        'SYSTEM_PROMPT="\nYou are a calculator.\nUse the format: \\"2*(3+4)\\", \\(\\boxed{10}\\)\n"',
+        'export SYSTEM_PROMPT="\nYou are a calculator.\nUse the format: \\"2*(3+4)\\", \\(\\boxed{10}\\)\n"',
+    ],
+    ids=["single-quoted", "double-quoted", "export"],
+)
+def test_a_prompt_quoted_over_several_lines_is_one_value(assignment, tmp_path):
+    """ms-swift's examples (run_external_scheduler, chord, qlora) keep their system prompt in a variable
+    quoted over several lines; the line-by-line reader failed with "No closing quotation"."""
+    text = importer.to_recipe(f'{assignment}\n{BASE} \\\n    --system "$SYSTEM_PROMPT" \\\n    --lora_rank 32\n',
+                              defaults={})  # fmt: skip
+    values, problems = read_env_file_text(text, tmp_path)
+    assert not problems and values["LORA_RANK"] == "32"
+    assert values["SYSTEM"] == '\nYou are a calculator.\nUse the format: "2*(3+4)", \\(\\boxed{10}\\)\n'
+
+
+def test_a_quoted_line_that_looks_like_a_comment_is_part_of_the_value(tmp_path):
+    """qlora.sh's prompt ends with a line `#### 42"`: inside the quotes, not a comment."""
+    script = f'SYSTEM_PROMPT="Answer after ####.\nFor example:\n#### 42"\n{BASE} --system "$SYSTEM_PROMPT"\n'
+    values, _ = read_env_file_text(importer.to_recipe(script, defaults={}), tmp_path)
+    assert values["SYSTEM"] == "Answer after ####.\nFor example:\n#### 42"
+
+
+def test_single_quotes_keep_dollars_and_redirections_are_not_values():
+    script = f"{BASE} --system 'costs $5' --lora_rank 16 > train.log 2>&1 &\nnohup {BASE} 2> err.log\n"
+    values = read(importer.to_recipe(script, defaults={}))
+    assert values["SYSTEM"] == '"costs $5"' and values["LORA_RANK"] == "16"
+    assert "train.log" not in str(values) and "2>&1" not in str(values)
+
+
+def test_an_unclosed_quote_names_its_line():
+    with pytest.raises(ValueError, match=r"line 2: cannot read .*no closing quotation"):
+        importer.to_recipe(f"X=1\n{BASE} --system 'never closed\n --lora_rank 8\n")
+
+
+def test_ckpt_dir_is_the_model_as_ms_swift_3_6_4_takes_it():
+    """v3.6.4:swift/llm/argument/base_args/base_args.py:33-43: --ckpt_dir becomes the model (over --model);
+    as a recipe key it would reach ms-swift while the plan planned MODEL, so it is refused naming MODEL."""
+    text = importer.to_recipe(f"{BASE} --ckpt_dir /data/ckpt/checkpoint-100", defaults={})
+    assert read(text)["MODEL"] == "/data/ckpt/checkpoint-100" and "CKPT_DIR" not in read(text)
+    assert "translated from --ckpt_dir /data/ckpt/checkpoint-100" in text and "ADAPTERS" in text
+    found = keys.lookup("CKPT_DIR")
+    assert found.kind == "renamed" and "MODEL=<the folder>" in found.renamed.fix
+
+
+def test_the_rollout_s_own_plugins_are_kept_when_the_trainer_loads_none():
+    """ms-swift's run_external_scheduler.sh loads its plugin (the multi-turn scheduler) only in the
+    commented `swift rollout` command; the plan gives EXTERNAL_PLUGINS to both processes."""
+    script = ("# CUDA_VISIBLE_DEVICES=0 \\\n# swift rollout \\\n#     --model Qwen/Qwen2.5-7B-Instruct \\\n"
+              "#     --external_plugins examples/train/grpo/plugin/plugin.py \\\n"
+              "#     --multi_turn_scheduler tool_call_scheduler \\\n#     --vllm_max_model_len 8192\n\n"
+              "CUDA_VISIBLE_DEVICES=1,2 NPROC_PER_NODE=2 swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-7B-Instruct "
+              "--reward_funcs accuracy --use_vllm true --vllm_mode server --vllm_server_host 127.0.0.1\n")  # fmt: skip
+    values = read(importer.to_recipe(script, defaults={}))
+    assert values["EXTERNAL_PLUGINS"] == "examples/train/grpo/plugin/plugin.py"
+    assert values["ROLLOUT_MULTI_TURN_SCHEDULER"] == "tool_call_scheduler"
+    assert values["ROLLOUT_MAX_MODEL_LEN"] == "8192"  # the 3.7+ spelling, translated
+    both = read(importer.to_recipe(script.replace("--reward_funcs", "--external_plugins mine.py --reward_funcs"),
+                                   defaults={}))  # fmt: skip
+    assert both["EXTERNAL_PLUGINS"] == '"mine.py examples/train/grpo/plugin/plugin.py"'

@@ -691,8 +691,9 @@ def test_a_bf16_model_too_large_for_the_card_is_told_that_qlora_fits_and_followi
     bf16 = float(re.search(r"at most about ([0-9.]+)B parameters of this kind \(bf16 LoRA", oom.fix).group(1))
     qlora = float(re.search(r"about ([0-9.]+)B with QLoRA", oom.fix).group(1))
     assert 8.0 < bf16 < 10.0 and qlora > 14.8, oom.fix
-    followed = build_plan(*QWEN3_14B_ON_A_4090, "QUANT_METHOD=bnb", "QUANT_BITS=4", inventory="1x4090-driver535",
-                          quantizers=frozenset({"bitsandbytes"}))  # fmt: skip
+    followed = build_plan(
+        *QWEN3_14B_ON_A_4090, "QUANT_METHOD=bnb", "QUANT_BITS=4", inventory="1x4090-driver535"
+    )
     assert not memory_problems(followed), [p.render() for p in memory_problems(followed)]
     (card,) = followed.memory
     assert f"{card.peak_gib:.1f}" == named[1]
@@ -730,7 +731,7 @@ def _on_a_pc(ram_gib: float | None, *pairs: str):
             }
         )
     r = load_recipe(*pairs)
-    return plan_mod.build(r, inventory, facts_for(r, None, quantizers=frozenset({"bitsandbytes"})))
+    return plan_mod.build(r, inventory, facts_for(r, None))
 
 
 def test_the_one_copy_path_is_refused_on_a_pc_whose_ram_cannot_hold_the_offloaded_copies():

@@ -288,6 +288,32 @@ def test_a_local_model_directory_is_planned_from_its_config(tmp_path):
         assert f"--model {spec}" in proc.stdout
 
 
+@pytest.mark.parametrize(
+    "text, said",
+    [('{"hidden_size": ', "is not JSON (Expecting value"),
+     ("[]", "is [] (input should be a valid dictionary)"),
+     ('{"hidden_size": 896, "head_dim": "64"}', 'has head_dim = "64" (input should be a valid integer)'),
+     ('{"text_config": [1]}', "has text_config = [1]"),
+     ('{"architectures": "Qwen2ForCausalLM"}', 'has architectures = "Qwen2ForCausalLM"'),
+     ('{"max_position_embeddings": "32768"}', 'has max_position_embeddings = "32768"')],
+)  # fmt: skip
+def test_a_model_config_json_not_of_transformers_types_is_one_problem_not_a_traceback(tmp_path, text, said):
+    """A local model's config.json that was not JSON ended plan in JSONDecodeError; a list, or a number
+    written as text, in AttributeError or TypeError deep in the planner."""
+    from entrypoint import preflight
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(text)
+    (model / "model.safetensors").write_bytes(b"")
+    plan = build("recipe=countdown-1x4090", f"MODEL={model}", "RUN_NAME=c", inventory="1x4090-driver535")
+    problems = {p.where.split(" (")[0]: p for p in preflight.check(plan, plan.facts, for_train=False)}
+    damaged = problems["MODEL"]
+    assert damaged.fatal and damaged.message.startswith(f"{model}/config.json {said}"), damaged.render()
+    assert damaged.fix.startswith("restore the model's config.json")
+    assert f"the config.json at {model}/config.json {said}" in problems["memory"].message
+
+
 def test_a_container_runs_closing_lines_are_for_the_host(tmp_path, monkeypatch):
     """After `docker compose run ... train` the closing lines said `python -m entrypoint evaluate ...
     OUTPUT_DIR=/output` and /output paths, which the host's shell has neither of."""
@@ -342,6 +368,38 @@ def test_disabled_hooks_leave_every_child_s_environment():
     server = build("recipe=smoke-server", "RUN_NAME=s", "DISABLE_HOOKS=graphs_up_to_max_seqs",
                    inventory="2x4090-driver535").process("rollout")  # fmt: skip
     assert "GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS" not in server.env and server.env[topk] == "1"
+
+
+def test_plan_and_validate_say_which_hooks_disable_hooks_took_out_and_why(tmp_path, capsys):
+    """The hooks DISABLE_HOOKS left out were visible only as GRPO_RIG_* variables missing from the env."""
+    import argparse
+
+    from entrypoint.commands import validate
+
+    words = ["recipe=countdown-1x4090", "RUN_NAME=c", f"OUTPUT_DIR={tmp_path}", "DISABLE_HOOKS=lean,events"]
+    plan = build(*words, inventory="1x4090-driver535")
+    lines = plan.render().splitlines()
+    head = "hooks off by DISABLE_HOOKS (command line): lean, events"
+    assert head in lines, plan.render()
+    at = lines.index(head)
+    assert lines[at + 1 : at + 3] == [
+        f"  lean: {hooks.lean.HOOK.gist}",
+        f"  events: {hooks.events.HOOK.gist}",
+    ]
+    # what each is about: its `why` up to the end of the first clause, a bracket's own ';' kept inside
+    assert all(h.why.startswith(h.gist) and 20 < len(h.gist) < len(h.why) + 1 for h in hooks.ALL)
+    assert hooks.lean.HOOK.gist.endswith("unless it asks for FINAL_ONLY")
+    assert [h["name"] for h in plan.to_json()["hooks_off"]] == ["lean", "events"]
+    assert plan.to_json()["hooks_off"][1]["why"] == hooks.events.HOOK.why
+    assert (
+        build("recipe=countdown-1x4090", "RUN_NAME=c", inventory="1x4090-driver535")
+        .to_json()
+        .get("hooks_off")
+        is None
+    )
+    inventory = str(ROOT / "examples" / "inventories" / "1x4090-driver535.json")
+    assert validate.main(argparse.Namespace(words=words), {"INVENTORY": inventory}) == 0
+    assert head in capsys.readouterr().out.splitlines()
 
 
 def test_a_colocated_trainer_with_sleep_and_model_offload_leaves_the_gpu_before_vllm_wakes():
@@ -476,3 +534,39 @@ def test_a_resume_with_changed_sampling_values_goes_on_saying_so():
 def test_a_manifest_without_a_resolved_recipe_is_not_compared():
     plan = _resumed("LEARNING_RATE=5e-4", before=None)
     assert not any("resumes from" in p.message for p in plan.problems)
+
+
+# DeepSeek-R1's system prompt: 399 characters, longer than a file name may be (255 bytes on ext4, xfs, tmpfs)
+R1_SYSTEM = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. The "
+    "assistant first thinks about the reasoning process in the mind and then provides the user with the answer. "
+    "The reasoning process and answer are enclosed within <think> </think> and <answer> </answer> tags, "
+    "respectively, i.e., <think> reasoning process here </think> <answer> answer here </answer>."
+)
+
+
+def test_a_system_prompt_longer_than_a_file_name_validates_and_plans_as_text(tmp_path, capsys):
+    """A SYSTEM value is a prompt or a prompt file; asking whether a 399-character prompt is a file ended
+    validate and plan in `OSError: File name too long`."""
+    import argparse
+
+    from entrypoint.commands import plan as plan_command
+    from entrypoint.commands import validate
+
+    environ = {"INVENTORY": str(ROOT / "examples" / "inventories" / "1x4090-driver535.json")}
+    words = ["recipe=countdown-1x4090", f"SYSTEM={R1_SYSTEM}", f"OUTPUT_DIR={tmp_path}", "RUN_NAME=r1"]
+    assert validate.main(argparse.Namespace(words=words), environ) == 0
+    assert "recipe countdown-1x4090: valid" in capsys.readouterr().out
+    assert plan_command.main(argparse.Namespace(words=words, json=True), environ) == 0
+    trainer = next(p for p in json.loads(capsys.readouterr().out)["processes"] if p["role"] == "trainer")
+    assert flag(trainer["argv"], "system") == [R1_SYSTEM]
+
+
+@pytest.mark.parametrize("value", ["x" * 400, "prompt\0with a NUL", "é" * 200])
+def test_a_value_that_cannot_be_a_path_is_no_file_and_asking_never_raises(value):
+    from entrypoint.recipe import load as recipe_mod
+    from entrypoint.world import host
+
+    assert not recipe_mod.is_file(value) and not recipe_mod.is_dir(value) and not recipe_mod.exists(value)
+    info = host.path_info(Path(value))
+    assert not info.exists and not info.is_file and not info.is_dir and not info.readable

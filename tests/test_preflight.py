@@ -221,7 +221,10 @@ def _quant_problems(*pairs: str, inventory: str = "5x4090-driver535", **changes)
     from tests.conftest import facts_for, load_inventory, load_recipe
 
     r = load_recipe(*pairs)
-    facts = facts_for(r, None, **{"quantizers": frozenset({"bitsandbytes"}), **changes})
+    importable = facts_for(r).importable | {"bitsandbytes"}
+    if changes.pop("without_bitsandbytes", False):
+        importable = importable - {"bitsandbytes"}
+    facts = facts_for(r, None, **{"importable": importable, **changes})
     plan = plan_mod.build(r, load_inventory(inventory), facts)
     return [p for p in values.check(plan, facts) if "QUANT" in p.where or "bnb" in p.where]
 
@@ -235,7 +238,7 @@ def test_qlora_passes_where_bitsandbytes_imports_and_names_the_lock_where_it_doe
     0.8.5 loads in 4-bit with LoRA) has no problem; a Python without it (an older venv or image) is told to
     re-sync from the lock, a local problem (`plan` warns, `validate` refuses)."""
     assert _quant_problems(*QLORA_14B, inventory="1x4090-driver535") == []
-    missing = _quant_problems(*QLORA_14B, inventory="1x4090-driver535", quantizers=frozenset())
+    missing = _quant_problems(*QLORA_14B, inventory="1x4090-driver535", without_bitsandbytes=True)
     assert [p.kind for p in missing] == ["local"]
     assert "bitsandbytes cannot be imported" in missing[0].message and "make venv" in missing[0].fix
 
@@ -565,10 +568,46 @@ def test_missing_plugin_file(tmp_path):
 # Environment -------------------------------------------------------------------------------------------------
 
 
-def test_output_dir_not_writable_names_uid_and_fix(tmp_path):
+def test_a_read_only_output_volume_is_called_read_only_not_given_a_chown(tmp_path):
+    """A read-only mount was refused as "not writable" with `chown` to the owner it already had."""
     with tmpfs(tmp_path / "volume", "1m", "ro"):  # read-only: even root cannot write there
         err = refused(tmp_path, "recipe=smoke", f"OUTPUT_DIR={tmp_path / 'volume'}/runs")
-    assert "is not writable by this process (uid:gid" in err and "chown" in err and "HOST_UID=$(id -u)" in err
+    assert (
+        f"error: OUTPUT_DIR {tmp_path / 'volume'}/runs: is on a read-only file system ({tmp_path / 'volume'})"
+        in err
+    )
+    assert "fix: mount it read-write (compose: remove :ro from its volume)" in err and "chown" not in err
+
+
+@pytest.mark.parametrize(
+    "info, said, fix",
+    [
+        ({"read_only": True, "owner": "1000:1000", "write_error": "Read-only file system"},
+         "is on a read-only file system", "mount it read-write (compose: remove :ro from its volume)"),
+        ({"owner": "4242:4242", "write_error": "Permission denied"},
+         "is not writable by this process, though it belongs to its user (uid:gid 4242:4242, owner 4242:4242; "
+         "Permission denied)", "give the owner write permission to"),
+        ({"owner": "0:0", "write_error": "Permission denied"},
+         "is not writable by this process (uid:gid 4242:4242; the directory belongs to 0:0; Permission denied)",
+         "on the host: `sudo chown -R 4242:4242 ./output`"),
+    ],
+)  # fmt: skip
+def test_an_output_dir_that_cannot_be_written_gets_the_fix_of_its_cause(info, said, fix):
+    """Read-only mount, a mode that keeps out its own owner, another owner: chown only for the last."""
+    import dataclasses
+
+    from entrypoint.facts.facts import PathInfo
+    from entrypoint.preflight import environment
+
+    plan = build_plan("recipe=smoke", "RUN_NAME=r")
+    out = str(Path(plan.recipe.settings.OUTPUT_DIR).expanduser())
+    shut = PathInfo(
+        exists=True, is_dir=True, readable=True, writable=False, nearest=out, disk_free_gib=100, **info
+    )
+    facts = dataclasses.replace(plan.facts, paths={**plan.facts.paths, out: shut}, uid=4242, gid=4242)
+    (problem,) = [p for p in environment.check(plan, facts, 0) if p.where == f"OUTPUT_DIR {out}"]
+    assert problem.message == said or problem.message.startswith(said), problem.render()
+    assert problem.fix.startswith(fix) and ("chown" in problem.fix) == (info["owner"] == "0:0")
 
 
 @pytest.mark.parametrize("where", ["itself", "its parent"])
@@ -1139,6 +1178,17 @@ def test_too_few_prompts_names_the_knob_that_sets_this_recipes_generation_batch(
     assert f"fix: add prompts, or {knob}" in proc.stderr, proc.stderr
 
 
+@pytest.mark.cli
+def test_an_empty_dataset_is_one_error_not_a_batch_fix_no_one_can_follow(tmp_path):
+    """The cases re-run: a 0-byte dataset got 'has no rows' and then 'a generation batch needs <= 0 prompt(s)'."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    proc = run_cli("validate", "recipe=countdown-1x4090", f"DATASET={empty}", "DATASET_GENERATOR=", f"OUTPUT_DIR={tmp_path}",
+                   f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}", env=clean_env())  # fmt: skip
+    assert proc.returncode == 2 and "has no rows" in proc.stderr, proc.stderr
+    assert "fewer than one generation batch needs" not in proc.stderr, proc.stderr
+
+
 def test_a_mistyped_generator_is_one_error_with_a_did_you_mean():
     """Cases re-run: 'countdwn' gave three errors, two of them false ('no dataset named', 'fewer than one
     generation batch needs (2)'), and 'set a valid DATASET_GENERATOR'."""
@@ -1369,3 +1419,195 @@ def test_every_spelling_of_the_completion_length_is_named_with_the_one_ms_swift_
     ]
     assert "up to 1024 tokens" in warned.message and "MAX_NEW_TOKENS=2048" in warned.message
     assert warned.fix == "set MAX_COMPLETION_LENGTH=1024 and remove RESPONSE_LENGTH and MAX_NEW_TOKENS"
+
+
+# Registered names: what the lock's ms-swift (and transformers) look up by name -----------------------------
+
+
+def _value_problems(*pairs: str, **changes):
+    from entrypoint.preflight import values
+
+    plan = build_plan("recipe=smoke", *pairs, **changes)
+    return values.check(plan, plan.facts)
+
+
+@pytest.mark.parametrize(
+    ("pair", "message", "fix"),
+    [
+        (
+            "LOSS_TYPE=sapo",
+            "registers no GRPO loss type named 'sapo'",
+            "LOSS_TYPE=<one of: bnpo, dr_grpo, grpo>",
+        ),
+        (
+            "LOSS_TYPE=cispo",
+            "registers no GRPO loss type named 'cispo'",
+            "LOSS_TYPE=<one of: bnpo, dr_grpo, grpo>",
+        ),
+        ("TRAIN_TYPE=foo", "registers no train type named 'foo'", "TRAIN_TYPE=<one of: adalora,"),
+        ("TRAIN_TYPE=qlora", "registers no train type named 'qlora'", "QUANT_METHOD=bnb and QUANT_BITS=4"),
+        ("TEMPLATE=qwen9", "registers no template named 'qwen9'", "did you mean qwen?"),
+        ("MULTI_TURN_SCHEDULER=tool_call_scheduler", "registers no multi-turn scheduler", "math_tip_trick"),
+        ("REWARD_MODEL_PLUGIN=gen_rm", "registers no reward-model plugin", "did you mean genrm?"),
+        (
+            "REPORT_TO=tensorbaord",
+            "is not an integration transformers 4.51.3 knows",
+            "did you mean tensorboard?",
+        ),
+        ("MODEL_TYPE=qwen25", "registers no model type 'qwen25'", "did you mean qwen2_5"),
+    ],
+)
+def test_a_name_the_lock_s_ms_swift_does_not_register_is_refused(pair, message, fix):
+    """ms-swift 3.6.4 looks these up by name once the model has loaded (`Unknown loss type`, KeyError); the
+    names are its registries' (entrypoint/data/swift_registry.json, regenerated by test_swift_schema.py)."""
+    found = [p for p in _value_problems(pair) if message in p.message]
+    assert len(found) == 1 and found[0].fatal and found[0].where.startswith(pair.split("=")[0]), found
+    assert fix in found[0].fix, found[0]
+    assert not [p for p in _value_problems(pair.split("=")[0] + "=" + {"LOSS_TYPE": "bnpo", "TRAIN_TYPE": "lora",
+                "TEMPLATE": "chatml", "MULTI_TURN_SCHEDULER": "math_tip_trick", "REWARD_MODEL_PLUGIN": "default",
+                "REPORT_TO": "tensorboard", "MODEL_TYPE": "llama"}[pair.split("=")[0]])
+                if "register" in p.message or "knows" in p.message]  # fmt: skip
+
+
+def test_a_plugin_s_own_scheduler_is_a_registered_name(tmp_path):
+    """The probe reports what the plugins add to ms-swift's registries; a scheduler a plugin registers is
+    accepted, one it does not is refused naming both."""
+    plugin = tmp_path / "my_scheduler_plugin.py"
+    plugin.write_text(
+        "from swift.plugin import multi_turns\nclass Tool:\n    pass\nmulti_turns['tool_call_scheduler'] = Tool\n"
+    )
+    from entrypoint.world import plugin_probe
+
+    result, error = plugin_probe.run([str(plugin)])
+    assert not error and "tool_call_scheduler" in result["registries"]["multi_turn_schedulers"]
+    assert "math_tip_trick" in result["registries"]["multi_turn_schedulers"]
+    ok = _value_problems(
+        f"EXTERNAL_PLUGINS={plugin}",
+        "MULTI_TURN_SCHEDULER=tool_call_scheduler",
+        plugins=result,
+        plugin_error="",
+    )
+    assert not [p for p in ok if "MULTI_TURN_SCHEDULER" in p.where]
+    bad = _value_problems(
+        f"EXTERNAL_PLUGINS={plugin}", "MULTI_TURN_SCHEDULER=tool_scheduler", plugins=result, plugin_error=""
+    )
+    assert [p for p in bad if "MULTI_TURN_SCHEDULER" in p.where and "tool_call_scheduler" in p.fix]
+
+
+def test_a_model_whose_model_type_transformers_does_not_know_is_refused(tmp_path):
+    """A config.json with model_type qwen3_vl (a newer family): transformers 4.51.3 cannot build it, after the
+    start-up; refused in seconds. A config with its own code (auto_map) is left to it."""
+    model = tmp_path / "Qwen3-VL-4B-Instruct"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"")
+    config = {"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl", "hidden_size": 2560,
+              "num_hidden_layers": 36, "num_attention_heads": 32, "vocab_size": 151936}  # fmt: skip
+    (model / "config.json").write_text(json.dumps(config))
+    err = refused(tmp_path, "recipe=smoke", f"MODEL={model}", "MODEL_TYPE=qwen2_5_vl", "MODEL_SOURCE=hub")
+    assert "model_type 'qwen3_vl', which transformers 4.51.3 does not know" in err
+    (model / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoConfig": "x.Config"}}))
+    found = _value_problems(f"MODEL={model}", "MODEL_TYPE=qwen2_5_vl", "MODEL_SOURCE=hub")
+    assert not [p for p in found if "does not know" in p.message]
+
+
+# The dataset as ms-swift 3.6.4 passes it to the rewards --------------------------------------------------
+
+
+def test_a_reward_reading_a_column_ms_swift_turns_into_messages_is_refused_naming_the_rename(tmp_path):
+    """Rows {"question", "answer"}: ms-swift's ResponsePreprocessor makes `answer` the assistant turn of
+    `messages`; a reward reading `answer` never receives it and fails after the first rollout."""
+    plugin = tmp_path / "my_answer_reward.py"
+    plugin.write_text("from swift.plugin import ORM, orms\nclass AnswerMatch(ORM):\n"
+                      "    def __call__(self, completions, answer, **kwargs):\n"
+                      "        return [float(a in c) for c, a in zip(completions, answer)]\n"
+                      "orms['answer_match'] = AnswerMatch\n")  # fmt: skip
+    rows = [json.dumps({"question": f"What is {i}+{i}?", "answer": str(2 * i)}) for i in range(32)]
+    err = refused_dataset(
+        tmp_path, write_dataset(tmp_path, rows), "answer_match", f"EXTERNAL_PLUGINS={plugin}"
+    )
+    assert (
+        "reward answer_match reads the `answer` column, but ms-swift 3.6.4 makes it the assistant turn" in err
+    )
+    assert "rename the `answer` column to `solution`" in err and "read `solution` in answer_match" in err
+    # the probe calls the reward with the columns ms-swift passes: it is told the same
+    assert "missing 1 required positional argument: 'answer'" in err
+
+
+@pytest.mark.parametrize(
+    ("row", "columns", "solution_reader", "answer_reader"),
+    [
+        ({"question": "q", "answer": "4"}, None, "which no row has", "makes it the assistant turn"),
+        (
+            {"question": "q", "answer": "4"},
+            '{"answer": "solution"}',
+            None,
+            "passes as `solution`",
+        ),  # qlora.sh
+        ({"messages": [{"role": "user", "content": "q"}], "answer": "4"}, None, "which no row has", None),
+        ({"question": "q", "solution": "4"}, None, None, "which no row has"),  # ms-swift keeps `solution`
+        ({"question": "q", "answer": "4", "solution": "4"}, None, None, None),  # two answers: neither renamed
+    ],
+)
+def test_the_columns_a_reward_receives_follow_ms_swift_s_mapping(
+    row, columns, solution_reader, answer_reader
+):
+    from entrypoint.facts.datasets import user_columns
+    from entrypoint.preflight import dataset
+
+    rows = [(n, dict(row)) for n in range(1, 5)]
+    for column, expected in (("solution", solution_reader), ("answer", answer_reader)):
+        found = dataset.check_columns(Path("d.jsonl"), rows, {column: ["r"]}, user_columns(columns))
+        assert [p.message for p in found] == [] if expected is None else expected in found[0].message, (
+            column,
+            found,
+        )
+
+
+# The plugin probe's time bound: a slow import is a warning, a failing one an error ------------------------
+
+
+@pytest.mark.parametrize(
+    ("load", "cpus", "seconds", "why"),
+    [
+        (0.5, 2, 120, "120 s"),
+        (None, None, 120, "120 s"),
+        (8.0, 2, 480, "120 s x 4.0 for a load average of 8.0 on 2 core(s)"),
+        (40.0, 2, 600, "capped"),
+    ],
+)
+def test_the_probe_waits_longer_on_a_busier_machine(load, cpus, seconds, why):
+    from entrypoint.world import plugin_probe
+
+    got, text = plugin_probe.probe_bound(load, cpus)
+    assert got == seconds and why in text
+
+
+def test_a_plugin_slower_to_import_than_the_bound_is_a_warning_not_a_refusal(tmp_path):
+    """A fixed 120 s bound refused a valid plugin on a busy machine ("importing the reward plugins failed:
+    ... timed out"); the import had not failed. Past the bound the run goes on, saying how long it waited."""
+    from entrypoint.rewards import check as rewards_check
+    from entrypoint.world import plugin_probe
+
+    plugin = tmp_path / "my_slow_rewards.py"
+    plugin.write_text("import time\ntime.sleep(5)\nfrom swift.plugin import ORM, orms\n"
+                      "class Slow(ORM):\n    def __call__(self, completions, **kw):\n        return [1.0] * len(completions)\n"
+                      "orms['slow_reward'] = Slow\n")  # fmt: skip
+    result, error = plugin_probe.run([str(plugin)], bound=(1.0, "1 s (a test's bound)"))
+    assert not error and result["slow"]["seconds"] >= 1 and result["slow"]["bound"] == "1 s (a test's bound)"
+    infos, problems = rewards_check.check(
+        [str(plugin)], ["slow_reward", "format"], result, error, lambda f: ""
+    )
+    assert [p.fatal for p in problems] == [False] and "had not finished after" in problems[0].message
+    assert "the import did not fail" in problems[0].message and set(infos) == {"format"}
+    # an import that fails is an error still, however fast
+    plugin.write_text("raise RuntimeError('typo in my reward')\n")
+    result, error = plugin_probe.run([str(plugin)], bound=(60.0, "60 s"))
+    _, problems = rewards_check.check([str(plugin)], ["format"], result, error, lambda f: "")
+    assert any(p.fatal and "import failed: RuntimeError: typo in my reward" in p.message for p in problems)
+
+
+def test_an_inline_system_prompt_longer_than_a_file_name_is_a_prompt_not_a_crash(tmp_path):
+    """chord.sh passes its several-line prompt inline: looking it up as a path raised ENAMETOOLONG."""
+    proc = run_cli("validate", "recipe=smoke", "SYSTEM=" + "You are a helpful assistant. " * 20, f"OUTPUT_DIR={tmp_path}",
+                   env=clean_env())  # fmt: skip
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr

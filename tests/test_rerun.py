@@ -4,15 +4,17 @@ anything starts. The real CPU rerun of the smoke run is in test_smoke_run.py."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from entrypoint.errors import BadInput
-from entrypoint.record import rerun
+from entrypoint.record import rerun, runlock
 from entrypoint.record.rerun import Now
 from tests.conftest import FAKE_SWIFT, FAKES, ROOT, clean_env
 
@@ -152,6 +154,95 @@ def test_rerun_plan_imports_no_plugin_and_names_a_changed_system_file(tmp_path):
     system.write_text("You are a careless physician.")
     changed = run(tmp_path, "rerun", f"run={tmp_path / 'out' / 'r'}", "--plan")
     assert changed.returncode == 2 and f"SYSTEM file {system}" in changed.stdout, changed.stdout
+
+
+@pytest.mark.cli
+def test_secrets_given_to_a_rerun_reach_no_printed_surface(tmp_path, finished):
+    """The console's first line, --plan and --plan --json once printed the overrides' values as typed."""
+    secrets = {"HF_TOKEN": "hf_rerunSECRETvalue1", "WANDB_API_KEY": "wbSECRETvalue2"}
+    given = [f"{k}={v}" for k, v in secrets.items()]
+    shown = run(tmp_path, "rerun", f"run={finished}", *given, "HUB_TOKEN=ab", "--plan")
+    as_json = run(tmp_path, "rerun", f"run={finished}", *given, "HUB_TOKEN=ab", "--plan", "--json")
+    trained = run(tmp_path, "rerun", f"run={finished}", *given, "RUN_NAME=s")
+    for proc in (shown, as_json, trained):
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert not [v for v in secrets.values() if v in proc.stdout + proc.stderr], proc.stdout + proc.stderr
+    # a value too short to scrub from free text is still replaced where a listing names its key
+    assert "overrides: HF_TOKEN=<redacted>, WANDB_API_KEY=<redacted>, HUB_TOKEN=<redacted>" in shown.stdout
+    assert "HUB_TOKEN=ab" not in shown.stdout and '"ab"' not in as_json.stdout
+    assert set(json.loads(as_json.stdout)["rerun_of"]["overrides"].values()) == {"<redacted>"}
+    first = trained.stderr.splitlines()[0]
+    assert first.startswith("rerun of r (") and "HF_TOKEN=<redacted>, WANDB_API_KEY=<redacted>" in first
+
+
+@pytest.mark.cli
+def test_a_run_still_training_is_refused_at_once_and_its_plan_says_so(tmp_path, finished):
+    """A rerun of a run whose lock a live training holds read a manifest saying `running`, changing under it."""
+    with runlock.RunLock() as lock:  # this process holds the run as its training would
+        assert lock.take(finished)
+        started = time.monotonic()
+        refused = run(tmp_path, "rerun", f"run={finished}")
+        assert time.monotonic() - started < 15
+        shown = run(tmp_path, "rerun", f"run={finished}", "--plan")
+        as_json = run(tmp_path, "rerun", f"run={finished}", "--plan", "--json")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"error: run r: is still training (PID {os.getpid()} since " in refused.stderr
+    assert "fix: wait for it or stop it (kill -TERM" in refused.stderr
+    assert "a rerun reads a finished attempt's manifest" in refused.stderr
+    assert sorted(p.name for p in finished.parent.iterdir()) == ["r"], "a refused rerun wrote a run directory"
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert f"warning: run r: is still training (PID {os.getpid()}" in shown.stdout
+    assert "a rerun is refused until it ends" in shown.stdout and "[trainer]" in shown.stdout
+    assert "is still training" in json.loads(as_json.stdout)["problems"][0]
+    # once the holder is gone (the lock dropped with its descriptor), the run is a finished one again
+    again = run(tmp_path, "rerun", f"run={finished}", "--plan")
+    assert again.returncode == 0 and "still training" not in again.stdout + again.stderr
+
+
+def test_a_lock_held_by_an_evaluation_or_by_nobody_is_no_training(tmp_path):
+    assert runlock.held_by(tmp_path) is None  # no lock file
+    (tmp_path / "manifest.json").write_text("{}")  # a run directory: its lock file stays after release
+    with runlock.RunLock() as lock:
+        lock.take(tmp_path)
+        assert runlock.held_by(tmp_path)["pid"] == os.getpid()
+        evaluation = {"pid": 1, "command": "python -m entrypoint evaluate run=r"}
+        os.ftruncate(lock.fd, 0)
+        os.pwrite(lock.fd, json.dumps(evaluation).encode(), 0)
+        assert runlock.evaluating(runlock.held_by(tmp_path))
+    assert (tmp_path / "run.lock").exists() and runlock.held_by(tmp_path) is None  # its holder is gone
+
+
+def test_a_secret_as_the_manifest_keeps_it_is_taken_from_the_environment_not_a_crash():
+    """manifest.write redacts a secret's whole {value, source} item to "<redacted>" (redact.deep): reading it
+    as an item ended `rerun` (and `evaluate`) of any run given a token in AttributeError."""
+    from entrypoint import redact
+
+    written = redact.deep({"resolved_recipe": {"HF_TOKEN": {"value": "hf_x", "source": "command line"},
+                                               "BETA": {"value": "0.04", "source": "recipes/x.env:3"}}}, [])  # fmt: skip
+    assert written["resolved_recipe"]["HF_TOKEN"] == "<redacted>"
+    rec = rerun.recorded(written)
+    assert rec.secrets == ["HF_TOKEN"] and set(rec.values) == {"BETA"}
+
+
+@pytest.mark.cli
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("[]", "its manifest.json is [] (input should be a valid dictionary)"),
+        ("null", "its manifest.json is null (input should be a valid dictionary)"),
+        ('{"resolved_recipe": {"SEED": 5}}', "its manifest.json has resolved_recipe.SEED = 5 (input should be"),
+        ('{"resolved_recipe": {"SEED": {"value": "1", "source": "x"}}, "processes": [{"role": "trainer", "argv": "x"}]}',
+         'its manifest.json has processes.0.argv = "x" (input should be a valid list)'),
+        ('{"resolved_recipe": {"SEED": {"value": "1", "source": "x"}}, "inputs": {"dataset": 3}}',
+         "its manifest.json has inputs.dataset = 3"),
+    ],
+)  # fmt: skip
+def test_a_manifest_of_another_shape_is_refused_in_one_line_naming_the_value(tmp_path, text, said):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "manifest.json").write_text(text)
+    proc = run(tmp_path, "rerun", f"run={tmp_path / 'm'}", "--plan")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"error: run {tmp_path / 'm'}: {said}" in proc.stderr, proc.stderr
 
 
 DATA = {

@@ -147,17 +147,21 @@ def test_phase_events_time_generation_and_training(tmp_path, monkeypatch):
         def log(self, logs, start_time=None):
             pass
 
+        def _save_checkpoint(self, model, trial):
+            pass
+
     events._record_phases(types.SimpleNamespace(GRPOTrainer=GRPOTrainer), runtime.Events(str(path)))
     trainer = GRPOTrainer()
     trainer._generate_and_score_completions(["a", "b", "c", "d"])
     trainer.training_step(None, None)
     trainer.log({})
     trainer.log({})
+    trainer._save_checkpoint(None, None)
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert trainer.engine == "engine"
     assert [r.get("mark", r["phase"]) for r in rows] == [
         "vLLM engine starting", "vLLM engine ready", "trainer ready", "generate", "rollout", "train",
-        "first step logged",
+        "first step logged", "save",
     ]  # fmt: skip
     phases = [r for r in rows if r["phase"] != "startup"]
     assert phases[0]["completions"] == 4 and all(r["step"] == 3 and r["seconds"] >= 0 for r in phases)

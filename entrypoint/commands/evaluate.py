@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from entrypoint.errors import BadInput, Problem
 from entrypoint.evaluation import generation, heldout, report, scoring, summary
@@ -108,24 +109,51 @@ def evaluate(pairs: Sequence[str], environ: Mapping[str, str], printer=print) ->
         lock.take(run_dir, required=False)
         try:
             return _evaluate(run_dir, settings, environ, printer)
-        except Interrupted as exc:
-            printer(f"evaluate stopped by {signal.Signals(exc.signum).name}: no eval.* written in {run_dir}")
-            raise
+        except (Interrupted, KeyboardInterrupt) as exc:  # KeyboardInterrupt: a library imported meanwhile
+            signum = (
+                exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+            )  # put Python's handler back
+            printer(f"evaluate stopped by {signal.Signals(signum).name}: no eval.* written in {run_dir}")
+            raise Interrupted(signum) from None
+
+
+def _adapter_config(adapter: Path) -> dict[str, Any]:
+    """The adapter's adapter_config.json, which PEFT and vLLM read (raises BadInput, before a model loads,
+    for one that is not a JSON object: cut short by a full disk, edited by hand)."""
+    path = adapter / "adapter_config.json"
+    try:
+        config = json.loads(path.read_text())
+        why = "" if isinstance(config, dict) else f"holds {json.dumps(config)[:40]}, not a JSON object"
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        config, why = None, f"cannot be read as JSON ({getattr(exc, 'strerror', None) or exc})"
+    if why:
+        raise BadInput([Problem(f"run {adapter.parent.name}", f"{path} {why}",
+                                "restore it from a copy; adapter/ is the newest checkpoint's adapter (train/checkpoint-N/, "
+                                "base_model_name_or_path set to the run's MODEL)")])  # fmt: skip
+    return config
 
 
 def _evaluate(run_dir: Path, settings: Settings, environ: Mapping[str, str], printer) -> int:
     """`evaluate` once the run directory is held: generate, score, write."""
     try:
-        data = manifest_mod.read(run_dir) or {}
+        data, why = manifest_mod.read(run_dir), ""
+    except manifest_mod.Unreadable as exc:  # edited by hand: a value of another type than train writes
+        why = str(exc)
     except ValueError as exc:  # cut short (a full disk, a copy that stopped): not JSON
-        raise BadInput([Problem(f"run {run_dir.name}", f"{run_dir / MANIFEST} is not readable JSON ({exc}): "
+        why = f"is not readable JSON ({exc})"
+    except OSError as exc:
+        why = f"cannot be read ({exc.strerror or exc})"
+    if why:
+        raise BadInput([Problem(f"run {run_dir.name}", f"{run_dir / MANIFEST} {why}: "
                                 "evaluate reads the run's plan (its trainer's arguments, rewards and dataset) from it",
                                 "restore manifest.json from a copy; or start the run again with the same RUN_NAME "
                                 "(it resumes from its newest checkpoint and writes a new manifest)")]) from None  # fmt: skip
+    data = data or {}
     adapter = run_dir / "adapter"
     if not (adapter / "adapter_config.json").is_file():
         raise BadInput([Problem(f"run {run_dir.name}", f"has no adapter yet (status {data.get('status', 'unknown')}; "
                                 f"{adapter} is missing)", "finish the run first: start it again with the same RUN_NAME to resume")])  # fmt: skip
+    _adapter_config(adapter)
     note = report.unfinished(data)
     if note:
         printer(f"note: {note}")
@@ -145,7 +173,7 @@ def _evaluate(run_dir: Path, settings: Settings, environ: Mapping[str, str], pri
         )
     system = TrainerArgs.of(args).system
     prompts = [heldout.prompt_messages(r, system) for r in rows]
-    plugins = [p for p in args.get("external_plugins", []) if Path(p).is_file()] or [str(PLUGIN_FILE)]
+    plugins = [p for p in args.get("external_plugins", []) if recipe_mod.is_file(p)] or [str(PLUGIN_FILE)]
     rewards = scoring.load_rewards(args.get("reward_funcs", []), plugins)
     scoring.probe_rewards(rewards, rows, prompts, how)
     model_path = data.get("model", {}).get("path") or (args.get("model") or [""])[0]

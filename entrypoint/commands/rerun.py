@@ -12,6 +12,7 @@ machine is rerun here: its plan is made for this machine's GPUs.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import sys
@@ -20,13 +21,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from entrypoint import redact
 from entrypoint.commands import edge, train, words
 from entrypoint.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput, Problem
 from entrypoint.facts.facts import MANIFEST
 from entrypoint.plan.build import Plan
 from entrypoint.recipe import load as recipe_mod
 from entrypoint.recipe.settings import Settings
-from entrypoint.record import export, manifest
+from entrypoint.record import export, manifest, runlock
 from entrypoint.record import rerun as rerun_mod
 from entrypoint.rewards import tasks
 from entrypoint.world import fingerprint
@@ -66,6 +68,9 @@ def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         raise BadInput(problems)
     output_dir = (cli.get("OUTPUT_DIR") or recipe_mod.Value(environ.get("OUTPUT_DIR", ""), "")).value
     run_dir = manifest.find_run(run, output_dir or str(Settings.model_fields["OUTPUT_DIR"].default))
+    training = _still_training(run_dir)
+    if training is not None and not args.plan:
+        raise BadInput([training])
     data = _manifest(run_dir)
     rec = rerun_mod.recorded(data, str(run_dir / MANIFEST))
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
@@ -77,13 +82,13 @@ def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         "path": str(run_dir.resolve()),
         "manifest_sha256": export.sha256_file(run_dir / MANIFEST),
         "status": data.get("status"),
-        "overrides": {k: v.value for k, v in cli.items()},
+        "overrides": redact.env({k: v.value for k, v in cli.items()}),  # shown on the console: no secret
         "secrets_from_environment": rec.secrets,
     }
     checker = Checker(data, rec, record, environ, args.accept_drift, show=not args.plan)
     pairs = [*words_, *placed]
     if args.plan:
-        return _plan_only(pairs, environ, checker, args.json)
+        return _plan_only(pairs, environ, checker, args.json, [training] if training else [])
     return train.train(pairs, environ, rerun=train.Rerun(rec.values, checker, record))
 
 
@@ -116,12 +121,29 @@ def _not_the_run_itself(cli: dict[str, recipe_mod.Value], run_dir: Path) -> None
                                 "<run>-rerun-<time>)")])  # fmt: skip
 
 
+def _still_training(run_dir: Path) -> Problem | None:
+    """A run whose lock a live training holds (runlock.held_by) has no finished attempt to repeat yet: its
+    manifest says `running` and changes under the rerun. An evaluation holding it is no obstacle."""
+    holder = runlock.held_by(run_dir)
+    if holder is None or runlock.evaluating(holder):
+        return None
+    pid = holder.get("pid") or "?"
+    return Problem(f"run {run_dir.name}", f"is still training (PID {pid} since {holder.get('started_at', '?')}, "
+                   f"{holder.get('command', 'a process still starting')})",
+                   f"wait for it or stop it (kill -TERM {pid}: it exports its newest checkpoint and records the run "
+                   "as stopped); a rerun reads a finished attempt's manifest")  # fmt: skip
+
+
 def _manifest(run_dir: Path) -> dict[str, Any]:
     """The run's manifest, refused when it cannot be rerun from (raises BadInput)."""
     try:
         data = manifest.read(run_dir)
+    except manifest.Unreadable as exc:
+        data, why = None, str(exc)
     except ValueError as exc:
         data, why = None, f"is not JSON ({exc})"
+    except OSError as exc:
+        data, why = None, f"cannot be read ({exc.strerror or exc})"
     else:
         why = "records no resolved recipe" if data is not None and not data.get("resolved_recipe") else ""
     if data is None or why:
@@ -208,18 +230,24 @@ def _run_of(argv: list[str]) -> str:
     return "\0"  # matches no word
 
 
-def _plan_only(pairs: list[str], environ: Mapping[str, str], checker: Checker, as_json: bool) -> int:
+def _plan_only(
+    pairs: list[str], environ: Mapping[str, str], checker: Checker, as_json: bool, notes: list[Problem]
+) -> int:
     """--plan: the plan made from the recorded values, the drift and the argv changes; 2 when the drift is
-    not accepted."""
+    not accepted. `notes`: said first (a run still training: the plan is shown, a rerun would be refused)."""
     plan = edge.make_plan(pairs, environ, for_train=False, base=checker.rec.values, probe_plugins=False)
     try:
         checker(plan)
         code = EXIT_OK
     except BadInput as exc:
         code, checker.found = EXIT_BAD_INPUT, exc.problems
+    checker.found = [dataclasses.replace(n, fatal=False, message=f"{n.message}: this plan is made from its "
+                                         "manifest as it stands now, and a rerun is refused until it ends")
+                     for n in notes] + checker.found  # fmt: skip
     if as_json:
-        print(json.dumps({"rerun_of": checker.record, "problems": [p.render() for p in checker.found],
-                          "resolved_recipe": plan.recipe.resolved(), "plan": plan.to_json()}, indent=2))  # fmt: skip
+        shown = {"rerun_of": checker.record, "problems": [p.render() for p in checker.found],
+                 "resolved_recipe": plan.recipe.resolved(), "plan": plan.to_json()}  # fmt: skip
+        print(json.dumps(redact.deep(shown, manifest.secrets_of(plan)), indent=2))  # as the manifest keeps it
         return code
     print(f"rerun of {checker.record['run_name']} ({checker.record['path']}): {len(checker.rec.values)} values "
           f"as recorded, {len(checker.rec.replanned)} planned again for this machine")  # fmt: skip

@@ -419,7 +419,8 @@ def supervise(
         printer.shown = Console(show_all=s.CONSOLE == "all", events=here / "logs" / EVENTS_FILE,
                                 total_steps=a.max_steps, stall_seconds=s.STALL_TIMEOUT,
                                 predicted_step=plan.step_seconds, logging_steps=a.logging_steps,
-                                probe=stall.dir_bytes(plan.train_dir))  # fmt: skip
+                                probe=stall.dir_bytes(plan.train_dir),
+                                resumed_at=completed_steps(plan).completed if plan.resume_from else 0)  # fmt: skip
         printer.say(f"the console shows one line per step; everything ms-swift prints is in {here / 'logs'}")
     children = [p for p in plan.processes if p.role in ("rollout", "trainer")]
     gpu_monitor = None

@@ -27,6 +27,8 @@ def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """The `validate` command: 0 with the warnings printed, or BadInput (exit 2) with every problem."""
     plan = edge.make_plan(words.recipe_words(args.words, environ), environ, for_train=True)
     warnings = [p for p in plan.problems if not p.fatal]
+    for line in plan.render_hooks_off():
+        print(line)
     for w in warnings:
         print(w.render())
     print(f"recipe {plan.recipe.name}: valid ({tally(warnings)})")

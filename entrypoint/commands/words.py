@@ -53,7 +53,7 @@ def recipe_words(words: list[str], environ: Mapping[str, str]) -> list[str]:
     if not first or "=" in first or first.startswith("-") or named:
         return list(words)
     folder = recipe_mod.recipes_dir(environ)
-    if recipe_mod.recipe_path(first, folder).is_file():
+    if recipe_mod.is_file(recipe_mod.recipe_path(first, folder)):
         return [f"recipe={first}", *words[1:]]
     close = difflib.get_close_matches(
         first, recipe_mod.available_recipes(folder) if folder.is_dir() else [], n=1

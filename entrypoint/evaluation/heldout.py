@@ -14,6 +14,7 @@ from entrypoint.facts import datasets
 from entrypoint.recipe import load as recipe_mod
 from entrypoint.recipe.args import TrainerArgs
 from entrypoint.recipe.settings import Settings
+from entrypoint.record import manifest as manifest_mod
 from entrypoint.rewards import tasks
 from entrypoint.world import dataset_files
 
@@ -41,7 +42,7 @@ class HeldOut(NamedTuple):
 
 def held_out(data: Mapping[str, Any], args: Mapping[str, list[str]], settings: Settings) -> HeldOut:
     """The rows the trainer never saw, and how they were chosen. Raises BadInput when there are none."""
-    recipe = {k: v["value"] for k, v in data.get("resolved_recipe", {}).items()}
+    recipe = {k: v["value"] for k, v in manifest_mod.resolved_values(data).items()}
     if settings.EVAL_DATASET:
         rows = _read_rows(Path(settings.EVAL_DATASET), settings.EVAL_PROMPTS, "EVAL_DATASET")
         return HeldOut(rows, f"EVAL_DATASET {settings.EVAL_DATASET}")

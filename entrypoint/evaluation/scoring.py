@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from entrypoint.errors import BadInput, Problem
+from entrypoint.recipe import load as recipe_mod
 
 
 def load_rewards(names: Sequence[str], plugins: Sequence[str]) -> dict[str, Any]:
@@ -17,7 +18,7 @@ def load_rewards(names: Sequence[str], plugins: Sequence[str]) -> dict[str, Any]
 
     for file in plugins:
         path = Path(file)
-        if path.is_file():
+        if recipe_mod.is_file(path):
             sys.path.insert(0, str(path.parent))
             importlib.import_module(path.stem)
     from swift.plugin import orms

@@ -39,6 +39,8 @@ class PathInfo:
     reachable: bool = True  # False: a parent directory cannot be entered
     readable: bool = False
     writable: bool = False  # a file can be created in it (or in its nearest existing ancestor)
+    read_only: bool = False  # its nearest existing ancestor is on a file system mounted read-only
+    write_error: str = ""  # why a file could not be created there (the failed write's strerror)
     owner: str = ""  # uid:gid of it or of its nearest existing ancestor
     nearest: str = ""  # the nearest existing ancestor (itself when it exists)
     disk_free_gib: float | None = None  # free space where it would be written
@@ -119,9 +121,12 @@ class Facts:
     previous: Previous = Previous()
     secret_values: tuple[str, ...] = ()  # values of the environment's secret variables (redact.py)
     swift_worker: tuple[str, ...] = ()  # (python, swift/cli/rlhf.py) when the worker can start directly
-    quantizers: frozenset[str] = (
-        frozenset()
-    )  # quantization libraries importable here (QUANT_METHOD=bnb needs bitsandbytes)
+    model_config_error: str = ""  # why the config.json at model_config's source cannot be read (its phrase)
+    # the modules of recipe/optional.py's table that this interpreter can import (QUANT_METHOD=bnb needs
+    # bitsandbytes, REPORT_TO=swanlab swanlab, ...): the launcher's interpreter is the image's, or the venv
+    # installed from the same lock
+    importable: frozenset[str] = frozenset()
+    secrets_set: frozenset[str] = frozenset()  # names of the environment's secret variables that are set
 
     def path(self, text: str | Path) -> PathInfo:
         return self.paths.get(str(text), PathInfo())

@@ -128,6 +128,8 @@ def workload(recipe: Recipe, b: Batch, dataset_paths: list[str], facts: Facts) -
     """The planner's view of one training process (model dimensions, batch, tokens), or None when the
     model's config.json was not found (facts.model_config)."""
     config, source = facts.model_config
+    if config is None and facts.model_config_error:  # found, but not JSON or not of transformers' types
+        return None, f"the config.json at {source} {facts.model_config_error}"
     if config is None:  # `source` then says why the hub's answer was none, where it was asked (hubconfig.py)
         asked = f"; {source}" if source else ""
         return (
@@ -173,11 +175,20 @@ def deepspeed_stage(value: str, file_config: dict | None) -> tuple[int, bool, bo
     if value.endswith(".json") or value.startswith("{"):
         try:
             whole = json.loads(value) if value.startswith("{") else (file_config or {})
-            config = whole.get("zero_optimization", {}) if isinstance(whole, dict) else {}
         except ValueError:
             return 0, False, False
-        on_cpu = lambda key: (config.get(key) or {}).get("device") in ("cpu", "nvme")  # noqa: E731
-        return int(config.get("stage", 0) or 0), on_cpu("offload_optimizer"), on_cpu("offload_param")
+        config = whole.get("zero_optimization") if isinstance(whole, dict) else None
+        config = config if isinstance(config, dict) else {}  # another type: DeepSpeed's own check says so
+        part = lambda key: config[key] if isinstance(config.get(key), dict) else {}  # noqa: E731
+        try:
+            stage = int(config.get("stage", 0) or 0)
+        except (TypeError, ValueError):
+            stage = 0
+        return (
+            stage,
+            part("offload_optimizer").get("device") in ("cpu", "nvme"),
+            part("offload_param").get("device") in ("cpu", "nvme"),
+        )
     zero = 3 if "zero3" in value else 2 if "zero2" in value else 0
     return zero, value.endswith("_offload"), value == "zero3_offload"
 

@@ -117,6 +117,19 @@ class Plan:
             if v.source.startswith("planner")
         ]
 
+    @property
+    def hooks_off(self) -> list[hooks.Hook]:
+        """The hooks DISABLE_HOOKS leaves out of every child, in install order."""
+        return [h for h in hooks.ALL if h.name in self.recipe.settings.disabled_hooks]
+
+    def render_hooks_off(self) -> list[str]:
+        """'hooks off by DISABLE_HOOKS: a, b', then a line of what each is about (its `why`); [] for none."""
+        off = self.hooks_off
+        if not off:
+            return []
+        head = f"hooks off by DISABLE_HOOKS ({self.recipe.source('DISABLE_HOOKS')}): {', '.join(h.name for h in off)}"
+        return [head] + [f"  {h.name}: {h.gist}" for h in off]
+
     def process(self, role: Role) -> Process | None:
         return next((p for p in self.processes if p.role == role), None)
 
@@ -176,6 +189,12 @@ class Plan:
             ],
             **({"host_ram_gib": {k: round(v, 2) for k, v in self.host_ram}} if self.host_ram else {}),
             "resume_from": self.resume_from,
+            # only when some are off: the plans of the shipped recipes read as before (tests/golden)
+            **(
+                {"hooks_off": [{"name": h.name, "why": h.why} for h in self.hooks_off]}
+                if self.hooks_off
+                else {}
+            ),
             "processes": [p.to_json() for p in self.processes],
             "warnings": [p.render() for p in self.problems if not p.fatal],
         }
@@ -214,6 +233,7 @@ class Plan:
         if self.resume_from:
             lines.append(f"resume: from {self.resume_from}")
         lines += [f"step: {step}" for step in self.steps]
+        lines += self.render_hooks_off()
         lines += [p.render() for p in self.processes]
         lines += _render_nodes(self)
         lines += [p.render() for p in self.problems if not p.fatal]

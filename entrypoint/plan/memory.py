@@ -95,6 +95,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+from typing_extensions import TypedDict
+
 from entrypoint.recipe import swift_schema
 
 GIB = 1024**3
@@ -225,6 +228,56 @@ class ModelDims:
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         return self.layers * 2 * self.kv_heads * self.head_dim * dtype_bytes
+
+
+class _TextConfig(TypedDict, total=False):
+    """The fields of a transformers config.json the planner reads (ModelDims.from_config, plan._engine's
+    max_model_len, preflight's architectures), with the JSON types transformers writes."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int | None
+    vocab_size: int
+    tie_word_embeddings: bool
+    attention_bias: bool
+    head_dim: int | None
+    max_position_embeddings: int | None
+    model_type: str
+    architectures: list[str] | None
+
+
+class _Thinker(TypedDict, total=False):
+    text_config: _TextConfig | None
+
+
+class ModelConfig(_TextConfig, total=False):
+    """A config.json as the planner reads it: the text model's fields at the top, or under text_config (VL
+    models) or thinker_config.text_config (Omni)."""
+
+    text_config: _TextConfig | None
+    thinker_config: _Thinker | None
+
+
+_MODEL_CONFIG = TypeAdapter(ModelConfig)
+
+
+def config_problem(config: Any) -> str:
+    """Why a config.json's content cannot be read by the planner ('' when it can), a phrase to follow its
+    path: not an object, or a field the planner reads of another type ("has hidden_size = "896" (a number
+    expected)"). Strict: a number written as text is refused, as transformers would write a number."""
+    try:
+        _MODEL_CONFIG.validate_python(config, strict=True)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where, value = [], config
+        for part in err["loc"]:  # the path in the file (a union's member names are pydantic's, not keys)
+            if isinstance(value, dict) and part in value or isinstance(value, list) and isinstance(part, int):
+                where, value = [*where, str(part)], value[part]
+        said = f"{json.dumps(value)[:60]} ({err['msg'][0].lower()}{err['msg'][1:]})"
+        return f"has {'.'.join(where)} = {said}" if where else f"is {said}"
+    return ""
 
 
 def shipped_config(model: str) -> dict | None:

@@ -4,7 +4,7 @@ Rules (each decision carries its reason into `plan`, the train log and the manif
 
 - NCCL_P2P_DISABLE=1 when any pair of the GPUs the run uses (training and rollout: the weight-sync
   communicator spans both) lacks P2P by NVML (`nvmlDeviceGetP2PStatus`, read capability), or when
-  accelerate's RTX 40 check would fire: more than one GPU whose name contains "RTX 40" visible with a
+  accelerate's RTX 40 check would fire: more than one GPU visible, any of them named "RTX 40...", with a
   driver older than 550.40.07. accelerate then raises NotImplementedError for any job unless both
   NCCL_P2P_DISABLE and NCCL_IB_DISABLE are present, and it lists GPUs through nvidia-smi, which ignores
   CUDA_VISIBLE_DEVICES, so single-GPU jobs on such machines fail too

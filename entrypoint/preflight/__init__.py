@@ -14,7 +14,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from entrypoint.errors import LOCAL, Problem
-from entrypoint.preflight import environment, memory_check, model_check, rewards_and_data, values
+from entrypoint.preflight import environment, memory_check, model_check, packages, rewards_and_data, values
 
 if TYPE_CHECKING:
     from entrypoint.facts.facts import Facts
@@ -26,7 +26,8 @@ def check(plan: Plan, facts: Facts, for_train: bool) -> list[Problem]:
     problems of kind LOCAL come last, and `plan` (for_train False) only warns about them. A plan without a
     layout (no GPU for a GPU recipe) still gets the checks of its values, model, rewards and data."""
     workers = plan.recipe.trainer_args.dataloader_num_workers
-    found = values.check(plan, facts) + model_check.check(plan, facts) + rewards_and_data.check(plan, facts)
+    found = values.check(plan, facts) + packages.check(plan, facts) + model_check.check(plan, facts)
+    found += rewards_and_data.check(plan, facts)
     if plan.placed:  # without a layout (its problem says why) the checks of the machine would only echo it
         found += memory_check.check(plan) + environment.check(plan, facts, workers)
     local = [p for p in found if p.kind == LOCAL]

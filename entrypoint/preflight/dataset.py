@@ -21,8 +21,11 @@ from entrypoint.errors import LOCAL, Problem
 from entrypoint.facts.datasets import (
     HUB_ID_RE,
     MAX_ROW_PROBLEMS,
+    MESSAGE_COLUMNS,
     READ_SUFFIXES,
+    ROLES_OF,
     DatasetSpec,
+    as_swift_reads,
     dataset_key,
     is_local,
     message_column,
@@ -31,15 +34,16 @@ from entrypoint.facts.datasets import (
     type_name,
 )
 from entrypoint.plan import memory
+from entrypoint.recipe import swift_schema
 
 if TYPE_CHECKING:
     from entrypoint.facts.facts import Facts
 
 ROLES = {"system", "user", "assistant", "tool", "tool_call", "tool_response"}
-# Columns ms-swift 3.6.4 reads a row's prompt from: the conversation columns (datasets.MESSAGE_COLUMNS) and
-# ResponsePreprocessor's query keys (v3.6.4:swift/llm/dataset/preprocessor/core.py:347).
-PROMPT_COLUMNS = ("messages", "conversations", "conversation", "query", "prompt", "input", "instruction", "question",
-                  "problem")  # fmt: skip
+# Columns ms-swift 3.6.4 reads a row's prompt from: the conversation columns and those its preprocessors
+# rename to `query` (swift_schema.preprocessors(), read from v3.6.4:swift/llm/dataset/preprocessor/core.py).
+PROMPT_COLUMNS = tuple(dict.fromkeys([*MESSAGE_COLUMNS, *(k for k, v in swift_schema.preprocessors()["response"]["columns"].items()
+                                                          if v == "query")]))  # fmt: skip
 # Columns users commonly have instead of the one a reward reads (an SFT set's answer: response, output).
 SYNONYMS = {
     "solution": [
@@ -110,15 +114,39 @@ def _row_problem(path: Path, number: int, row: dict) -> Problem | None:
     return None
 
 
-def check_columns(path: Path, rows: list[tuple[int, dict]], needed: dict[str, list[str]]) -> list[Problem]:
-    """`needed`: column -> reward functions that read it."""
+def check_columns(
+    path: Path,
+    rows: list[tuple[int, dict]],
+    needed: dict[str, list[str]],
+    mapping: dict[str, str] | None = None,
+) -> list[Problem]:
+    """`needed`: column -> reward functions that read it, checked against the columns ms-swift 3.6.4 passes
+    to the rewards (facts.datasets.as_swift_reads: its preprocessors turn `query`, `answer`, `response` and
+    their kin into `messages`, and keep the others); `mapping`: the recipe's COLUMNS."""
     problems: list[Problem] = []
-    present = set().union(*(row.keys() for _, row in rows)) if rows else set()
+    present = list(dict.fromkeys(c for _, row in rows for c in row)) if rows else []
+    read = as_swift_reads(present, mapping)
+    received = read.received()
     for column, readers in needed.items():
-        missing = [number for number, row in rows if column not in row]
+        who = ", ".join(readers)
+        source = received.get(column)
+        if source is None and column in read.standard:  # the column is there, but ms-swift consumes it
+            problems.append(Problem(f"dataset {path}", f"reward {who} reads the `{column}` column, but ms-swift 3.6.4 "
+                                    f"makes it the {ROLES_OF.get(read.standard[column], read.standard[column])} of "
+                                    f"`messages` (its {read.preprocessor} preprocessor), so the reward never receives "
+                                    f"it [source: {swift_schema.PREPROCESSOR_SOURCE}]",
+                                    f"rename the `{column}` column to `solution` (ms-swift keeps `solution` for the "
+                                    f"rewards) and read `solution` in {who}; or keep `{column}` and give the prompt "
+                                    "as `messages` (ms-swift then passes the other columns as they are)"))  # fmt: skip
+            continue
+        if source is None and read.names.get(column) not in (None, column):
+            problems.append(Problem(f"dataset {path}", f"reward {who} reads the `{column}` column, which ms-swift 3.6.4 "
+                                    f"passes as `{read.names[column]}` (its column mapping renames it)",
+                                    f"read `{read.names[column]}` in {who}, or rename the column in the file"))  # fmt: skip
+            continue
+        missing = [number for number, row in rows if (source or column) not in row]
         if not missing:
             continue
-        who = ", ".join(readers)
         if len(missing) == len(rows):
             candidates = [c for c in SYNONYMS.get(column, []) if c in present] or difflib.get_close_matches(
                 column, sorted(present), n=1
@@ -140,21 +168,22 @@ def check_columns(path: Path, rows: list[tuple[int, dict]], needed: dict[str, li
             problems.append(
                 Problem(
                     f"dataset {path} line {missing[0]}",
-                    f"has no `{column}` column, which reward {who} reads ({len(missing)} rows lack it)",
-                    f"add `{column}` to those rows",
+                    f"has no `{source or column}` column, which reward {who} reads ({len(missing)} rows lack it)",
+                    f"add `{source or column}` to those rows",
                 )
             )
     for column, readers in needed.items():
+        source = received.get(column, column)
         empty = [
-            n for n, row in rows if column in row and (row[column] is None or str(row[column]).strip() == "")
+            n for n, row in rows if source in row and (row[source] is None or str(row[source]).strip() == "")
         ]
         if empty:  # an empty reference scores every completion 0: no reward variance, nothing learned
             problems.append(
                 Problem(
                     f"dataset {path} line {empty[0]}",
-                    f"`{column}` is empty ({len(empty)} of {len(rows)} rows read), so reward {', '.join(readers)} "
+                    f"`{source}` is empty ({len(empty)} of {len(rows)} rows read), so reward {', '.join(readers)} "
                     "has nothing to compare with and scores every completion the same",
-                    f"fill `{column}` with the reference answer, or drop those rows",
+                    f"fill `{source}` with the reference answer, or drop those rows",
                 )
             )
     return problems
@@ -210,19 +239,22 @@ def check(
     key: str = "DATASET",
     batch_fix: str = "lower PER_DEVICE_TRAIN_BATCH_SIZE / GRADIENT_ACCUMULATION_STEPS",
     max_length: int | None = None,
+    mapping: dict[str, str] | None = None,
 ) -> DatasetCheck:
     """Check every dataset (as host.gather read it into `facts`) of recipe key `key` (DATASET or
     VAL_DATASET): its problems and the training prompts in local files (None if unknown). A file
     not there yet, or not readable, is of kind LOCAL. `batch_fix`: the knobs that shrink a generation
-    batch in this recipe (preflight.batch_fix)."""
+    batch in this recipe (rewards_and_data.batch_fix)."""
     problems: list[Problem] = []
     total_prompts: int | None = 0
     for text in specs:
         spec = parse_spec(text)
-        found, prompts = _check_one(text, spec, needed, offline, use_hf, facts, key, max_length=max_length)
+        found, prompts = _check_one(text, spec, needed, offline, use_hf, facts, key, max_length=max_length,
+                                    mapping=mapping)  # fmt: skip
         problems += found
         total_prompts = None if prompts is None or total_prompts is None else total_prompts + prompts
-    if total_prompts is not None and prompts_needed:
+    # a dataset with no rows at all has its own problem: "add prompts" is the whole of the fix there
+    if total_prompts and prompts_needed:
         train_prompts = int(total_prompts * (1 - holdout))
         if train_prompts < prompts_needed:
             problems.append(
@@ -246,6 +278,7 @@ def _check_one(
     key: str = "DATASET",
     batch_fix: str = "lower PER_DEVICE_TRAIN_BATCH_SIZE / GRADIENT_ACCUMULATION_STEPS",
     max_length: int | None = None,
+    mapping: dict[str, str] | None = None,
 ) -> tuple[list[Problem], int | None]:
     """Problems of one dataset of recipe key `key` and its prompt count (None: unknown)."""
     where = f"{key} {text}"
@@ -294,7 +327,9 @@ def _check_one(
     rows = list(data.rows)
     if not rows:
         problems.append(Problem(where, "has no rows", "add rows"))
-    problems += check_messages(path, rows) + check_columns(path, rows, needed) + check_types(path, rows)
+    problems += (
+        check_messages(path, rows) + check_columns(path, rows, needed, mapping) + check_types(path, rows)
+    )
     problems += check_lengths(path, rows, max_length)
     return problems, min(data.count, spec.rows) if spec.rows else data.count
 

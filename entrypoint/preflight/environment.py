@@ -51,8 +51,8 @@ def check_driver(plan: Plan) -> list[Problem]:
             )
         ]
     if rtx40 and driver < Version(RECOMMENDED_DRIVER_RTX40):
-        # accelerate's check needs more than one RTX 40 card visible (plan/nccl.py): say it only where it fires
-        check = ("; with more than one RTX 40 card visible it also trips accelerate's RTX 40 check (handled by the "
+        # accelerate's check needs more than one GPU visible, one an RTX 40 (plan/nccl.py): said only where it fires
+        check = ("; with more than one GPU visible, one of them an RTX 40, it also trips accelerate's RTX 40 check (handled by the "
                  "NCCL settings: NCCL_P2P_DISABLE and NCCL_IB_DISABLE above)") if nccl.accelerate_rtx40_check_fires(inv) else ""  # fmt: skip
         return [
             Problem(
@@ -255,6 +255,22 @@ def _not_a_run(run: facts_mod.PathInfo) -> str:
     return ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
 
 
+def _not_writable(where: str, what: str, info: facts_mod.PathInfo, facts: Facts, chown_fix: str) -> Problem:
+    """Why a directory this run writes cannot be written, with the fix that fits the cause: a read-only
+    mount (no owner or mode helps, root included), a directory this user owns but may not write (its mode),
+    else another owner (`chown_fix`). A chown to the owner it already has fixes nothing."""
+    if info.read_only:
+        return Problem(where, f"{what}is on a read-only file system ({info.nearest})",
+                       "mount it read-write (compose: remove :ro from its volume)")  # fmt: skip
+    why = f"; {info.write_error}" if info.write_error else ""
+    if info.owner.partition(":")[0] == str(facts.uid):
+        return Problem(where, f"{what}is not writable by this process, though it belongs to its user "
+                       f"(uid:gid {facts.uid}:{facts.gid}, owner {info.owner}{why})",
+                       f"give the owner write permission to {info.nearest}: `chmod u+rwx {info.nearest}`")  # fmt: skip
+    return Problem(where, f"{what}is not writable by this process (uid:gid {facts.uid}:{facts.gid}; "
+                   f"the directory belongs to {info.owner}{why})", chown_fix)  # fmt: skip
+
+
 def _check_writable(plan: Plan, facts: Facts) -> list[Problem]:
     uid, gid = facts.uid, facts.gid
     problems = []
@@ -294,9 +310,11 @@ def _check_writable(plan: Plan, facts: Facts) -> list[Problem]:
         )
     elif not info.writable:
         problems.append(
-            Problem(
+            _not_writable(
                 f"OUTPUT_DIR {out}",
-                f"is not writable by this process (uid:gid {uid}:{gid}; the directory belongs to {info.owner})",
+                "",
+                info,
+                facts,
                 f"on the host: `sudo chown -R {uid}:{gid} ./output`, or run the container as the owner: "
                 "`mkdir -p output data && HOST_UID=$(id -u) HOST_GID=$(id -g) docker compose run ...` "
                 "(compose.yaml sets user: from them; `make train` does this)",
@@ -306,9 +324,11 @@ def _check_writable(plan: Plan, facts: Facts) -> list[Problem]:
         if facts.env.get(var) and not facts.path(Path(facts.env[var])).writable:
             path = Path(facts.env[var])
             problems.append(
-                Problem(
+                _not_writable(
                     f"{var} {path}",
-                    f"cache directory is not writable (uid:gid {uid}:{gid}; owner {facts.path(path).owner})",
+                    "cache directory ",
+                    facts.path(path),
+                    facts,
                     "make the cache volume writable for this user, or point the variable elsewhere",
                 )
             )

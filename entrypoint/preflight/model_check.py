@@ -26,6 +26,9 @@ def check(plan: Plan, facts: Facts) -> list[Problem]:
     """MODEL: an embedded model converted, a local directory with its config and weights, or a hub id."""
     r = plan.recipe
     value = r.trainer_args.model or ""
+    damaged = _damaged_config(plan, facts)
+    if damaged:
+        return damaged
     if not value or r.settings.MODEL_SOURCE == "embedded":
         if value in catalog.CATALOG and not facts.embedded_ready:
             return [
@@ -70,3 +73,22 @@ def check(plan: Plan, facts: Facts) -> list[Problem]:
             )  # fmt: skip
         ]
     return []  # offline without a local snapshot: plan._offline_model
+
+
+def _damaged_config(plan: Plan, facts: Facts) -> list[Problem]:
+    """A config.json on this machine that is not JSON, or holds a field of another type than transformers
+    writes (host.gather: memory.config_problem): the model cannot load from it. A hub's answer of that kind
+    only leaves the memory unestimated (budget.workload says so); ms-swift downloads the model's own."""
+    source, why = facts.model_config[1], facts.model_config_error
+    if not why or source.startswith(("http://", "https://")):
+        return []
+    r, folder = plan.recipe, Path(source).parent
+    if r.settings.MODEL_SOURCE == "embedded":
+        fix = "convert the embedded model again: `python -m entrypoint prepare-model` (`make model`)"
+    elif str(folder) == str(Path(r.trainer_args.model or "").expanduser()):
+        fix = "restore the model's config.json (download the model again into that folder), or point MODEL elsewhere"
+    else:  # a hub cache's snapshot
+        fix = f"remove the damaged snapshot {folder} from the hub cache: ms-swift then downloads the model again"
+    return [
+        Problem(f"MODEL ({r.source('MODEL')})", f"{source} {why}: the model cannot be loaded from it", fix)
+    ]

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from entrypoint.errors import Problem
+from entrypoint.facts.datasets import user_columns
 from entrypoint.plan import build as plan_mod
 from entrypoint.preflight import dataset
 from entrypoint.rewards import check as rewards_check
@@ -57,13 +58,14 @@ def check(plan: Plan, facts: Facts) -> list[Problem]:
         prompts_needed = 0
     a = r.trainer_args
     # held-out rows go through the same rewards: the same columns, no batch to fill
+    mapping = user_columns((r.trainer.get("columns") or [None])[0])  # COLUMNS: ms-swift renames by it first
     problems += dataset.check(
-        a.val_dataset, needed, 0, 0.0, plan.offline, a.use_hf, facts, "VAL_DATASET"
+        a.val_dataset, needed, 0, 0.0, plan.offline, a.use_hf, facts, "VAL_DATASET", mapping=mapping
     ).problems
     if not s.DATASET_GENERATOR:
         found = dataset.check(
             plan.dataset_paths, needed, prompts_needed, a.split_dataset_ratio, plan.offline, a.use_hf, facts,
-            batch_fix=batch_fix(plan), max_length=a.max_length,
+            batch_fix=batch_fix(plan), max_length=a.max_length, mapping=mapping,
         )  # fmt: skip
         return problems + found.problems
     generated = set(tasks.TASKS[s.DATASET_GENERATOR].columns)

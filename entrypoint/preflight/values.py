@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from pathlib import Path
@@ -9,9 +10,11 @@ from typing import TYPE_CHECKING
 
 from entrypoint.errors import LOCAL, Problem
 from entrypoint.facts import vllm_bnb
+from entrypoint.facts.facts import resolved
 from entrypoint.plan import budget
-from entrypoint.recipe import swift_schema
+from entrypoint.recipe import optional, swift_schema
 from entrypoint.recipe.args import COMPLETION_LENGTH_ALIASES
+from entrypoint.rewards.check import NOT_PROBED
 
 if TYPE_CHECKING:
     from entrypoint.facts.facts import Facts
@@ -53,6 +56,8 @@ def check(plan: Plan, facts: Facts) -> list[Problem]:
         _check_completion_length,
         _check_one_copy_sync,
         _check_model_type,
+        _check_registered,
+        _check_config_model_type,
     ):
         problems += part(plan, facts, where)
     return problems
@@ -331,7 +336,7 @@ def check_quantization(plan: Plan, facts: Facts, where) -> list[Problem]:
         return []
     problems: list[Problem] = []
     method = where("QUANT_METHOD")
-    if "bitsandbytes" not in facts.quantizers:
+    if "bitsandbytes" not in facts.importable:
         problems.append(Problem(f"QUANT_METHOD=bnb ({r.source('QUANT_METHOD')})",
                                 "bitsandbytes cannot be imported by this Python: transformers and vLLM need it to "
                                 "load the weights in 4 or 8 bits, which would fail after the start-up",
@@ -476,6 +481,12 @@ def _check_model_type(plan: Plan, facts: Facts, where) -> list[Problem]:
                             f"types share its architecture {arch}: it would stop at start-up asking for one",
                             f"MODEL_TYPE=<one of: {', '.join(same[:8])}{' ...' if len(same) > 8 else ''}>")]  # fmt: skip
         return []
+    if given not in types:
+        close = difflib.get_close_matches(given, list(types), n=3, cutoff=0.6)
+        return [Problem(where("MODEL_TYPE"), f"ms-swift 3.6.4 registers no model type {given!r}: it would stop at "
+                        "start-up", (f"did you mean {', '.join(close)}? " if close else "")
+                        + (f"MODEL_TYPE={found}, or remove MODEL_TYPE" if found else "remove MODEL_TYPE (ms-swift "
+                        "finds the type from MODEL), or one of the types in entrypoint/data/swift_model_types.json"))]  # fmt: skip
     if found is not None and found != given:
         return [Problem(where("MODEL_TYPE"), f"{given} is not the type ms-swift 3.6.4 registers MODEL={model} under "
                         f"({found}): it would load the model with {given}'s template and loader without checking",
@@ -488,6 +499,91 @@ def _check_model_type(plan: Plan, facts: Facts, where) -> list[Problem]:
                         "checking", f"MODEL_TYPE=<one of ms-swift's types for {arch}: {', '.join(same[:8]) or 'none'}"
                         + (" ..." if len(same) > 8 else "") + ">")]  # fmt: skip
     return []
+
+
+# Values ms-swift 3.6.4 looks up by name: (recipe key, `swift rlhf` argument or rollout.<argument>, the registry
+# it is looked up in: swift_schema.registry(), plus what the plugins add where PLUGGABLE).
+REGISTERED = (
+    ("TRAIN_TYPE", "train_type", "train_types"),
+    ("LOSS_TYPE", "loss_type", "loss_types"),
+    ("MULTI_TURN_SCHEDULER", "multi_turn_scheduler", "multi_turn_schedulers"),
+    ("ROLLOUT_MULTI_TURN_SCHEDULER", "rollout.multi_turn_scheduler", "multi_turn_schedulers"),
+    ("TEMPLATE", "template", "templates"),
+    ("OPTIMIZER", "optimizer", "optimizers"),
+    ("REWARD_MODEL_PLUGIN", "reward_model_plugin", "rm_plugins"),
+)
+KIND_NAMES = {"train_types": "train type", "loss_types": "GRPO loss type", "multi_turn_schedulers": "multi-turn scheduler",
+              "templates": "template", "optimizers": "plugin optimizer", "rm_plugins": "reward-model plugin"}  # fmt: skip
+PLUGGABLE = ("multi_turn_schedulers", "rm_plugins", "optimizers", "train_types")  # swift.plugin registries
+# Other tools' and versions' names, with what 3.6.4 spells instead.
+REGISTERED_HINTS = {
+    ("TRAIN_TYPE", "qlora"): "QLoRA is TRAIN_TYPE=lora with QUANT_METHOD=bnb and QUANT_BITS=4 in ms-swift",
+    ("TRAIN_TYPE", "dora"): "DoRA is TRAIN_TYPE=lora with USE_DORA=true in ms-swift",
+}
+
+
+def _check_registered(plan: Plan, facts: Facts, where) -> list[Problem]:
+    """A name ms-swift 3.6.4 looks up in one of its registries (a tuner, GRPO's loss, a multi-turn scheduler,
+    a template, a plugin optimizer, a reward-model plugin; REPORT_TO's integrations in transformers): one it
+    does not register fails after the model has loaded (`Unknown loss type`, a KeyError). The names are
+    those of the lock's ms-swift, plus those the recipe's plugins register (the probe's `registries`)."""
+    r = plan.recipe
+    registry = swift_schema.registry()
+    added = (facts.plugins or {}).get("registries") or {}
+    # what the plugins add is unknown where the probe stopped waiting or failed, or a plugin file is missing
+    # (each of those has its own problem): the plugin registries' names are then not judged
+    # (a command that imports nothing, `rerun --plan`, knows what a recipe without plugins of its own adds: nothing)
+    not_probed = facts.plugin_error == NOT_PROBED and not r.trainer_args.external_plugins
+    unknown = bool((facts.plugins or {}).get("slow") or (facts.plugin_error and not not_probed)) or any(
+        not facts.path(Path(resolved(f, facts.paths))).is_file for f in r.trainer_args.external_plugins
+    )
+    problems: list[Problem] = []
+    for key, arg, kind in REGISTERED:
+        if unknown and kind in PLUGGABLE:
+            continue
+        tokens = r.rollout.get(arg.split(".", 1)[1]) if arg.startswith("rollout.") else r.trainer.get(arg)
+        names = sorted(set(registry[kind]) | set(added.get(kind, [])))
+        for value in tokens or []:
+            if value in names:
+                continue
+            hint = REGISTERED_HINTS.get((key, value))
+            close = difflib.get_close_matches(value, names, n=1, cutoff=0.6)
+            listed = ", ".join(names[:20]) + (f" ... ({len(names)} in all)" if len(names) > 20 else "")
+            fix = (
+                f"{hint}; " if hint else f"did you mean {close[0]}? " if close else ""
+            ) + f"{key}=<one of: {listed}>"
+            if kind in PLUGGABLE:
+                fix += "; a plugin in EXTERNAL_PLUGINS may register more"
+            problems.append(Problem(f"{key}={value} ({r.source(key)})", f"ms-swift 3.6.4 registers no {KIND_NAMES[kind]} "
+                                    f"named {value!r}: it would fail after the model has loaded [source: "
+                                    f"{swift_schema.REGISTRY_SOURCES[kind]}]", fix))  # fmt: skip
+    integrations = sorted(optional.generated()["report_to"])
+    for value in r.trainer.get("report_to") or []:
+        if value not in integrations and value not in ("none", "all"):
+            close = difflib.get_close_matches(value, integrations, n=1, cutoff=0.6)
+            problems.append(Problem(f"REPORT_TO={value} ({r.source('REPORT_TO')})", "is not an integration transformers "
+                                    f"4.51.3 knows (its trainer refuses it at start-up) [source: {optional.INTEGRATIONS}]",
+                                    (f"did you mean {close[0]}? " if close else "")
+                                    + f"REPORT_TO=<some of: {', '.join(integrations)}, or none>"))  # fmt: skip
+    return problems
+
+
+def _check_config_model_type(plan: Plan, facts: Facts, where) -> list[Problem]:
+    """A config.json whose model_type transformers 4.51.3 does not know (qwen3_vl, a newer model): it cannot
+    build the model, and ms-swift 3.6.4 needs transformers < 4.53, so the lock cannot move on for it. A
+    config with its own code (auto_map) loads through it instead."""
+    config, source = facts.model_config
+    model_type = (config or {}).get("model_type")
+    known = swift_schema.registry()["transformers_model_types"]
+    if not model_type or model_type in known or (config or {}).get("auto_map"):
+        return []
+    close = difflib.get_close_matches(model_type, known, n=3, cutoff=0.7)
+    return [Problem(f"MODEL ({plan.recipe.source('MODEL')})", f"its config.json ({source}) has model_type "
+                    f"{model_type!r}, which transformers 4.51.3 does not know: loading it would fail after the "
+                    f"start-up (ms-swift 3.6.4 supports transformers < 4.53) [source: "
+                    f"{swift_schema.REGISTRY_SOURCES['transformers_model_types']}]",
+                    "choose a model this transformers knows" + (f" (close: {', '.join(close)})" if close else "")
+                    + "; a newer model family needs a newer ms-swift and transformers than this image's lock")]  # fmt: skip
 
 
 def _eval_batch(now: int, world: int, generations: int) -> int:

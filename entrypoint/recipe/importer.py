@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
-from entrypoint.recipe import keys, swift_schema
+from entrypoint.recipe import keys, shell, swift_schema
 from entrypoint.recipe.load import DEFAULTS_FILE, RECIPES_DIR, read_env_file
 from entrypoint.recipe.settings import split_address
 
@@ -47,6 +46,8 @@ TRANSLATED = {
     "target_modules": lambda v: {"TARGET_MODULES": all_linear(v)},
     "load_in_4bit": lambda v: {"QUANT_METHOD": "bnb", "QUANT_BITS": "4"} if _true(v) else {},
     "load_in_8bit": lambda v: {"QUANT_METHOD": "bnb", "QUANT_BITS": "8"} if _true(v) else {},
+    # ms-swift 3.6.4 loads --ckpt_dir as the model, over --model: _trainer_flags' last step writes MODEL
+    "ckpt_dir": lambda v: {},
 }
 SECRET_RE = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 
@@ -70,63 +71,34 @@ class Command:
     flags: list[tuple[str, list[str]]]  # (name, values) in order
     commented: bool = False
     torchrun: dict[str, str] = dataclasses.field(default_factory=dict)  # --nproc_per_node etc.
-
-
-CONTROL_WORDS = {"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac",
-                 "function", "select", "{", "}"}  # fmt: skip
-VARIABLE_RE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
-
-
-def _logical_lines(text: str) -> list[tuple[str, bool, int]]:
-    """(line, commented, first line number) with backslash continuations joined; a commented block keeps
-    its `#`s off (ms-swift's examples keep the `swift rollout` command in comments)."""
-    out: list[tuple[str, bool, int]] = []
-    current, commented, start = "", False, 0
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        is_comment = line.startswith("#")
-        body = line.lstrip("#").strip() if is_comment else line
-        if current:
-            current += " " + body.rstrip("\\").strip()
-        else:
-            current, commented, start = body.rstrip("\\").strip(), is_comment, number
-        if not body.endswith("\\"):
-            if current:
-                out.append((current, commented, start))
-            current = ""
-    if current:
-        out.append((current, commented, start))
-    return out
-
-
-def _expand(word: str, variables: Mapping[str, str]) -> str:
-    """$VAR and ${VAR} from the script's own assignments; others are left as written."""
-    return VARIABLE_RE.sub(lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), word)
+    cut: tuple[int, str] | None = None  # a comment line inside its `\` continuation ended it: (line, text)
 
 
 def parse(text: str) -> list[Command]:
-    """Every swift rlhf / rollout command in a shell script or command line. Raises ValueError when a line
-    cannot be split (an unclosed quote)."""
+    """Every swift rlhf / rollout command in a shell script or command line, read as bash reads it
+    (recipe/shell.py), commented-out ones included. Raises ValueError where bash would not read the text
+    (an unclosed quote) or where it is more than plain commands (control flow, command substitution)."""
+    lines = text.splitlines()
+    try:
+        read = shell.read(text)
+    except shell.ShellError as exc:
+        source = lines[exc.line - 1].strip() if 0 < exc.line <= len(lines) else ""
+        raise ValueError(f"line {exc.line}: cannot read {source[:60]!r}: {exc.reason}") from None
     commands: list[Command] = []
     exported: dict[str, str] = {}  # `export`ed: reach the commands' environment
     variables: dict[str, str] = {}  # every assignment: what $VAR expands to
-    for line, commented, number in _logical_lines(text):
-        try:
-            words = shlex.split(line)
-        except ValueError as exc:
-            if commented:
-                continue
-            raise ValueError(f"line {number}: cannot read {line[:60]!r}: {exc}") from None
+    for found in read:
+        if found.control and not found.commented:
+            source = lines[found.line - 1].strip() if found.line <= len(lines) else ""
+            raise ValueError(
+                f"line {found.line}: {source[:60]!r} is shell control flow or command substitution "
+                f"({found.control}); import reads plain commands: give the one command alone "
+                "(python -m entrypoint import -- swift rlhf ...)"
+            )
+        words = found.expand(variables)
+        commented = found.commented
         if not words:
             continue
-        if not commented and (
-            words[0] in CONTROL_WORDS or line.rstrip().endswith(("() {", "(){")) or "$(" in line
-        ):
-            raise ValueError(
-                f"line {number}: {line[:60]!r} is shell control flow or command substitution; import reads plain "
-                "commands: give the one command alone (python -m entrypoint import -- swift rlhf ...)"
-            )
-        words = [_expand(w, variables) for w in words]
         if words[0] == "export" and not commented:
             for w in words[1:]:
                 if "=" in w:
@@ -167,7 +139,7 @@ def parse(text: str) -> list[Command]:
                 flags.append((name, [value] if eq else []))
             elif flags:
                 flags[-1][1].append(word)
-        commands.append(Command(words[1], {**exported, **env}, flags, commented, torchrun))
+        commands.append(Command(words[1], {**exported, **env}, flags, commented, torchrun, found.cut))
     return commands
 
 
@@ -233,6 +205,10 @@ def to_recipe(
     rollouts = [c for c in commands if c.sub == "rollout"]
     rollout = next((c for c in rollouts if not c.commented), None) or (rollouts[0] if rollouts else None)
     d = _Draft(_defaults() if defaults is None else defaults)
+    for command in (rlhf, rollout):
+        if command is not None and command.cut is not None:
+            d.notes.append(f"line {command.cut[0]}: the comment {command.cut[1][:60]!r} ends the `swift {command.sub}` "
+                           "command there, as bash does; the lines after it are not part of it")  # fmt: skip
     env = dict(rlhf.env)
     rollout_gpus = _layout(d, rlhf, rollout, env)
     _node_and_environment(d, rlhf, env)
@@ -241,7 +217,7 @@ def to_recipe(
         _rollout_flags(d, rollout)
     lines = [f"# Imported from {source} by `python -m entrypoint import` (ms-swift 3.6.4 spelling).",
              f"# Check it with: .venv/bin/python -m entrypoint validate recipe={target}{' ' + check_with if check_with else ''}"]  # fmt: skip
-    lines += [f"# {n}" for n in d.notes]
+    lines += [f"# {n}".replace("\n", "\\n") for n in d.notes]
     lines.append("")
     lines += [f"{k}={_quote(v)}" for k, v in d.values.items()]
     return "\n".join(lines) + "\n"
@@ -346,7 +322,8 @@ def _node_and_environment(d: _Draft, rlhf: Command, env: dict[str, str]) -> None
         elif found is not None and found.kind not in ("managed", "renamed"):
             d.put(name, value)
         else:
-            d.notes.append(f"{name}={value}: not a key this image knows; left out")
+            shown = value if len(value) <= 40 else value[:40] + "..."
+            d.notes.append(f"{name}={shown}: not a key this image knows; left out")
 
 
 def _trainer_flags(d: _Draft, rlhf: Command, rollout_gpus: list[int]) -> None:
@@ -385,6 +362,11 @@ def _trainer_flags(d: _Draft, rlhf: Command, rollout_gpus: list[int]) -> None:
     first = next(
         (f for f in ("response_length", "max_new_tokens", "max_completion_length") if given.get(f)), None
     )
+    if given.get("ckpt_dir"):
+        d.put("MODEL", given["ckpt_dir"][0], f"translated from --ckpt_dir {given['ckpt_dir'][0]}: ms-swift 3.6.4 loads "
+              "it as the model, over --model (CompatArguments._handle_ckpt_dir, swift/llm/argument/base_args/"
+              "base_args.py:33-43); a folder holding adapter_config.json is an adapter instead: then ADAPTERS=<it> "
+              "and MODEL=<its base model>")  # fmt: skip
     if first and first != "max_completion_length":
         d.put("MAX_COMPLETION_LENGTH", given[first][0], f"translated from --{first} {given[first][0]} (ms-swift's RLHF "
               "reads the first given of --response_length, --max_new_tokens, --max_completion_length)")  # fmt: skip
@@ -394,6 +376,9 @@ def _rollout_flags(d: _Draft, rollout: Command) -> None:
     """The `swift rollout` line's own flags as ROLLOUT_* keys (those shared with the trainer come from it)."""
     rlhf_schema, rollout_schema = swift_schema.load("rlhf"), swift_schema.load("rollout")
     for name, vals in rollout.flags:
+        if name == "external_plugins":
+            _rollout_plugins(d, vals)
+            continue
         if name in ("model", "host", "port") or (
             name in rlhf_schema and name.upper() in keys.SHARED_WITH_ROLLOUT
         ):
@@ -404,5 +389,23 @@ def _rollout_flags(d: _Draft, rollout: Command) -> None:
             d.notes.append(f"swift rollout --{name}: dropped, {found.managed}")
         elif name in rollout_schema and key not in keys.RENAMED:
             d.put(key, " ".join(vals) if vals else "true")
+        elif name.startswith("vllm_") and name[len("vllm_") :] in rollout_schema:  # the 3.7+ spelling
+            d.put("ROLLOUT_" + name[len("vllm_") :].upper(), " ".join(vals) if vals else "true",
+                  f"translated from swift rollout --{name} (the ms-swift 3.7+ spelling)")  # fmt: skip
         else:
             d.notes.append(f"swift rollout --{name}: not a 3.6.4 `swift rollout` argument; left out")
+
+
+def _rollout_plugins(d: _Draft, files: list[str]) -> None:
+    """`swift rollout --external_plugins`: the plan gives EXTERNAL_PLUGINS to the rollout and the trainer
+    alike, so the rollout's own files (a multi-turn scheduler, its rewards) join the trainer's, or are the
+    only ones when the trainer loads none."""
+    trainer = d.values.get("EXTERNAL_PLUGINS", "").split()
+    extra = [
+        f for f in files if f not in trainer and not f.endswith("entrypoint/rewards/grpo_rig_rewards.py")
+    ]
+    if not extra:
+        return
+    why = "the trainer loads none" if not trainer else f"beside the trainer's {' '.join(trainer)}"
+    d.put("EXTERNAL_PLUGINS", " ".join([*trainer, *extra]), f"from `swift rollout --external_plugins "
+          f"{' '.join(extra)}` ({why}): the plan loads EXTERNAL_PLUGINS in the rollout and the trainer alike")  # fmt: skip

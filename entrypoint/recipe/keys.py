@@ -145,6 +145,12 @@ RENAMED: dict[str, Renamed] = {
         "TRAIN_TYPE=lora",
         "v3.6.4:swift/llm/argument/base_args/base_args.py:73 (train_type), tuner_args.py",
     ),
+    "CKPT_DIR": Renamed(
+        "ms-swift's compatibility spelling: 3.6.4 loads the folder as MODEL (over a MODEL given beside it), or as "
+        "an adapter when it holds adapter_config.json, which the plan would not see",
+        "MODEL=<the folder>, or for an adapter checkpoint ADAPTERS=<the folder> with MODEL=<its base model>",
+        "v3.6.4:swift/llm/argument/base_args/base_args.py:28-43 (CompatArguments._handle_ckpt_dir)",
+    ),
     "MAX_PROMPT_LENGTH": Renamed(
         "TRL's name; ms-swift truncates prompt + completion to MAX_LENGTH",
         "MAX_LENGTH=<tokens> (prompt + completion) and MAX_COMPLETION_LENGTH=<tokens>",

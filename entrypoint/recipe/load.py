@@ -33,6 +33,7 @@ from pathlib import Path
 from dotenv.parser import parse_stream
 from pydantic import ValidationError
 
+from entrypoint import redact
 from entrypoint.child import hooks as child_hooks
 from entrypoint.errors import BadInput, Problem
 from entrypoint.recipe import keys, swift_schema
@@ -134,9 +135,9 @@ class Recipe:
             else:
                 spec = rlhf[key.lower()]
                 trainer[spec.name] = spec.coerce(value)
-        settings = (
-            Settings.model_validate({**self.settings.model_dump(), **owned}) if owned else self.settings
-        )
+        # only the chosen keys are typed here: the others stand as recipe.load read them
+        typed = Settings.model_validate(owned) if owned else self.settings
+        settings = self.settings.model_copy(update={k: getattr(typed, k) for k in owned})
         return dataclasses.replace(
             self, values=values, settings=settings, trainer=trainer, rollout=rollout, env=env
         )
@@ -224,6 +225,35 @@ def explain_unknown(key: str, source: str) -> Problem:
     return Problem(where, message, fix)
 
 
+def path_mode(value: str | os.PathLike) -> int | None:
+    """The st_mode of what `value` names on this machine, or None where it names nothing: missing,
+    unreachable, or text that cannot be a path at all (a name longer than the file system allows, a NUL
+    byte). A recipe value may be a path or literal text (SYSTEM is a prompt or a prompt file, MODEL a hub id
+    or a folder, DATASET a hub id or a file), so asking never raises; every "is it a file?" about such a value
+    goes through here (pathlib's own is_file/exists raise OSError for ENAMETOOLONG and ValueError for NUL)."""
+    try:
+        return Path(value).expanduser().stat().st_mode
+    except (OSError, ValueError):
+        return None
+
+
+def is_file(value: str | os.PathLike) -> bool:
+    """An existing regular file (path_mode: never raises)."""
+    mode = path_mode(value)
+    return mode is not None and stat.S_ISREG(mode)
+
+
+def is_dir(value: str | os.PathLike) -> bool:
+    """An existing directory (path_mode: never raises)."""
+    mode = path_mode(value)
+    return mode is not None and stat.S_ISDIR(mode)
+
+
+def exists(value: str | os.PathLike) -> bool:
+    """Anything at all under that name (path_mode: never raises)."""
+    return path_mode(value) is not None
+
+
 TEXT_FILE_LIMIT = 16 * 1024**2  # bytes: a recipe, prompt, script or inventory is text far below this
 
 
@@ -250,6 +280,8 @@ def read_user_file(path: Path) -> tuple[str | None, str]:
         return None, f"cannot be read by this process (uid {os.getuid()}: permission denied)"
     except OSError as exc:
         return None, f"cannot be read ({exc.strerror or exc})"
+    except ValueError:  # a NUL byte in the name
+        return None, "is not a path (it holds a NUL byte)"
     if len(data) > TEXT_FILE_LIMIT:
         return None, f"is larger than {TEXT_FILE_LIMIT // 1024**2} MiB: not a text file of this kind"
     nul = data.find(b"\0")
@@ -325,6 +357,7 @@ def parse_cli_pairs(pairs: list[str]) -> tuple[dict[str, Value], list[Problem]]:
                 following.append(pairs[i + 1])
                 i += 1
             value = value or " ".join(following)
+            value = redact.REDACTED if value and redact.is_secret(name) else value
             spelled = f'{name.upper()}="{value}"' if " " in value else f"{name.upper()}={value or '<value>'}"
             found = keys.lookup(name.upper())
             fix = (  # a flag the entrypoint composes has no KEY=VALUE spelling: name the key that owns it
@@ -333,7 +366,11 @@ def parse_cli_pairs(pairs: list[str]) -> tuple[dict[str, Value], list[Problem]]:
                 else f"write {spelled}"
             )
             problems.append(
-                Problem(f"command line {word!r}", "arguments are KEY=VALUE words, not --flags", fix)
+                Problem(
+                    f"command line {redact.words([word])[0]!r}",
+                    "arguments are KEY=VALUE words, not --flags",
+                    fix,
+                )
             )
         elif "=" not in word:
             bare = [word]
@@ -476,7 +513,7 @@ def load(
     _dataset_replaces_generator(merged, problems)
     _model_replaces_its_type(merged, problems)
     owned, trainer, rollout, nccl_values, env = _sort_by_kind(merged, problems)
-    settings = settings_of(owned, merged, problems)
+    settings = settings_of(owned, merged, problems, simulated=bool(environ.get("GRPO_RIG_SWIFT")))
     if strict and any(p.fatal for p in problems):
         raise BadInput(problems)
     return Recipe(
@@ -497,13 +534,13 @@ def _file_layers(name: str, recipes_dir: Path, problems: list[Problem]) -> list[
     read as text)."""
     layers: list[dict[str, Value]] = []
     defaults_path = recipes_dir / DEFAULTS_FILE
-    if defaults_path.exists():
+    if exists(defaults_path):
         values, found = read_env_file(defaults_path, f"recipes/{DEFAULTS_FILE}")
         layers.append(values)
         problems += found
     path = recipe_path(name, recipes_dir)
-    _, why = read_user_file(path) if path.exists() else (None, "")
-    if why or not path.exists():  # nothing else can be checked without the recipe
+    _, why = read_user_file(path) if exists(path) else (None, "")
+    if why or not exists(path):  # nothing else can be checked without the recipe
         shipped = available_recipes(recipes_dir)
         close = difflib.get_close_matches(name, shipped, n=1) if not why else []
         problems.append(
@@ -610,11 +647,15 @@ def _out_of_range(key: str, tokens: list[str]) -> tuple[str, str] | None:
     return None
 
 
-def settings_of(owned: dict[str, str], merged: dict[str, Value], problems: list[Problem]) -> Settings:
+def settings_of(
+    owned: dict[str, str], merged: dict[str, Value], problems: list[Problem], simulated: bool = False
+) -> Settings:
     """The owned keys' typed values; every value pydantic refuses becomes a problem naming its source and a
-    value that fits."""
+    value that fits. `simulated`: the trainer is a stand-in (GRPO_RIG_SWIFT, the tests' fake ms-swift), whose
+    steps take milliseconds, so the time settings may go below a real run's least (settings.least)."""
+    context = {"simulated": simulated}
     try:
-        return Settings(**owned)
+        return Settings.model_validate(owned, context=context)
     except ValidationError as exc:
         bad = set()
         for err in exc.errors():
@@ -623,7 +664,7 @@ def settings_of(owned: dict[str, str], merged: dict[str, Value], problems: list[
             source = merged[key].source if key in merged else "default"
             problems.append(Problem(f"{key} ({source})", _said(err, owned.get(key)), _fix(key, err)))
     try:  # the valid values still count, so that the plan's own checks see the recipe as written
-        return Settings(**{k: v for k, v in owned.items() if k not in bad})
+        return Settings.model_validate({k: v for k, v in owned.items() if k not in bad}, context=context)
     except ValidationError:  # a validator across keys: nothing to keep
         return Settings()
 

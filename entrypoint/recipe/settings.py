@@ -13,6 +13,7 @@ the types below, and a value that does not fit is reported with the key's name.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from typing import Literal
 from urllib.parse import urlsplit
@@ -25,6 +26,13 @@ from entrypoint.rewards.tasks import TASKS
 # One directory under OUTPUT_DIR: no '/', never '.' or '..', nothing a shell or a URL would mangle (else
 # RUN_NAME=../../etc/x writes the run outside OUTPUT_DIR). 128 stays far below a file name's 255 bytes.
 RUN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def least(seconds: float, why: str) -> dict:
+    """A time setting's least sensible value on a real run, with the reason (the field's metadata, read by
+    Settings._time_floor and `keys`). A simulated trainer (recipe.load's context `simulated`: GRPO_RIG_SWIFT,
+    the tests' fake ms-swift, whose steps and start-up take milliseconds) may go below it."""
+    return {"least": seconds, "least_why": why}
 
 
 class Refused(ValueError):
@@ -116,7 +124,10 @@ class Settings(BaseModel):
         False, description="allow ROLLOUT_BIND off loopback (it accepts weight updates from anyone)"
     )
     ROLLOUT_STARTUP_TIMEOUT: float = Field(
-        900.0, gt=0, description="seconds to wait for the rollout server's /health/ before giving up"
+        900.0,
+        description="seconds to wait for the rollout server's /health/ before giving up (vLLM loads the model "
+        "and captures its CUDA graphs first)",
+        json_schema_extra=least(30, "vLLM loads the model and captures its CUDA graphs before it answers"),
     )
 
     # NCCL
@@ -132,7 +143,9 @@ class Settings(BaseModel):
         29500, ge=1, le=65534, description="torch.distributed rendezvous port (+1: the node check)"
     )
     NODE_CHECK_TIMEOUT: float = Field(
-        300.0, gt=0, description="seconds node 0 waits for the others (and they for it) at start-up"
+        300.0,
+        description="seconds node 0 waits for the others (and they for it) at start-up",
+        json_schema_extra=least(1, "a connection between two nodes is not made in less"),
     )
 
     # Memory and monitoring
@@ -161,7 +174,13 @@ class Settings(BaseModel):
         "(entrypoint/plan/shape.py), else 1",
     )
     EMULATE_VRAM_GB: float = Field(0.0, ge=0, description="cap each process's CUDA memory (GiB); 0: off")
-    GPU_MONITOR_INTERVAL: float = Field(2.0, gt=0, description="seconds between NVML samples into gpu.jsonl")
+    GPU_MONITOR_INTERVAL: float = Field(
+        2.0,
+        description="seconds between NVML samples into gpu.jsonl",
+        json_schema_extra=least(
+            0.1, "NVML's counters move no faster, and gpu.jsonl would grow by the megabyte"
+        ),
+    )
     CONSOLE: Literal["steps", "all"] = Field(
         "steps",
         description="steps: a line per step, milestones, failures, a heartbeat (console.py); all: every line",
@@ -177,13 +196,17 @@ class Settings(BaseModel):
     # Lifecycle
     STALL_TIMEOUT: float = Field(
         0.0,
-        ge=0,
-        description="seconds without a new training step after which the run is ended as stalled (a reward "
-        "that never returns, a hung weight sync), the first step counted from the trainer's start-up; 0: 10 x the "
-        "longest step so far or the plan's predicted step (the first: 10 x the start-up), at least 600",
+        description="seconds without a sign of progress (a phase finished, a step line, a save, bytes written "
+        "under train/) after which the run is ended as stalled (a reward that never returns, a hung weight sync, "
+        "a hang at exit or in the merged export), watched from the trainer's start-up (supervise/stall.py); 0: 10 "
+        "x the longest wait this attempt has shown or the plan's predicted step (the first: 10 x the start-up), "
+        "at least 600; a value given is at least 60, as a GRPO step's rollout alone takes seconds to minutes",
+        json_schema_extra=least(60, "a GRPO step's rollout alone takes seconds to minutes"),
     )
     STOP_GRACE_SECONDS: float = Field(
-        20.0, ge=0, description="seconds between SIGTERM and SIGKILL for child processes"
+        20.0,
+        description="seconds between SIGTERM and SIGKILL for child processes",
+        json_schema_extra=least(1, "the children need a moment to stop their workers and close their logs"),
     )
     EXPORT_MERGED: bool = Field(False, description="also export the base model merged with the adapter")
 
@@ -201,6 +224,30 @@ class Settings(BaseModel):
     EVAL_GPU_MEMORY_UTILIZATION: float = Field(
         0.5, gt=0, le=1, description="vLLM's share of the card during `evaluate` (vLLM's range: (0, 1])"
     )
+
+    @field_validator(
+        "STALL_TIMEOUT",
+        "ROLLOUT_STARTUP_TIMEOUT",
+        "NODE_CHECK_TIMEOUT",
+        "GPU_MONITOR_INTERVAL",
+        "STOP_GRACE_SECONDS",
+    )
+    @classmethod
+    def _time_floor(cls, value: float, info: ValidationInfo) -> float:
+        """A time setting below its least sensible value (`least`) is refused; STALL_TIMEOUT's 0 means
+        automatic. A simulated trainer (context `simulated`) may go lower."""
+        field = cls.model_fields[info.field_name]
+        floor, why = field.json_schema_extra["least"], field.json_schema_extra["least_why"]
+        automatic = field.default == 0 and value == 0  # STALL_TIMEOUT=0: the console's own bound
+        simulated = (info.context or {}).get("simulated") and value > 0
+        if value >= floor or automatic or simulated:
+            return value
+        said = f"{value!r} is not a number of seconds" if math.isnan(value) else (
+            f"{value:g} s is below the {floor:g} s this setting takes: {why}")  # fmt: skip
+        zero = "0 for automatic, or " if field.default == 0 else ""
+        raise Refused(
+            said, f"set {info.field_name}={zero}a value >= {floor:g} (the default: {field.default:g})"
+        )
 
     @field_validator("DATASET_GENERATOR")
     @classmethod
@@ -276,7 +323,9 @@ def accepted(field) -> str:
         return " | ".join(repr(v) if v == "" else str(v) for v in typing.get_args(annotation))
     if annotation is bool:
         return "true | false"
-    bounds = []
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    floor = extra.get("least")  # a time setting's least (settings.least)
+    bounds = [f"0 (automatic) or >= {floor:g}" if field.default == 0 else f">= {floor:g}"] if floor else []
     for item in field.metadata:
         for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
             if getattr(item, attr, None) is not None:

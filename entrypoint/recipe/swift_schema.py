@@ -212,6 +212,140 @@ def types_for_architecture(architecture: str | None) -> list[str]:
     return [t for t, v in model_types().items() if architecture in v["architectures"]] if architecture else []
 
 
+REGISTRY_FILE = DATA_DIR / "swift_registry.json"
+# What names ms-swift 3.6.4 registers, and where: a value outside them fails after the model has loaded.
+REGISTRY_SOURCES = {
+    "train_types": "v3.6.4:swift/llm/argument/base_args/base_args.py:23-25 (get_supported_tuners, with "
+    "swift.plugin.extra_tuners)",
+    "loss_types": "v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:1179-1186 (GRPOTrainer's loss branches)",
+    "multi_turn_schedulers": "v3.6.4:swift/plugin/multi_turn.py:99 (multi_turns)",
+    "orms": "v3.6.4:swift/plugin/orm.py:398 (orms)",
+    "rm_plugins": "v3.6.4:swift/plugin/rm_plugin.py:228 (rm_plugins)",
+    "optimizers": "v3.6.4:swift/plugin/optimizer.py:161 (optimizers_map)",
+    "templates": "v3.6.4:swift/llm/template/register.py (TEMPLATE_MAPPING)",
+    "transformers_model_types": "transformers 4.51.3:src/transformers/models/auto/configuration_auto.py "
+    "(CONFIG_MAPPING_NAMES)",
+}
+
+
+# Keyword arguments ms-swift passes to every reward function besides the dataset columns
+# (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:927-929).
+PROVIDED_TO_REWARDS = {"messages", "is_truncated", "trainer_state", "completions"}
+
+
+def reward_columns(cls) -> list[str]:
+    """Dataset columns a reward class's __call__ needs: parameters without defaults, after the first
+    positional one (which receives the completions), minus what ms-swift always passes."""
+    import inspect
+
+    params = list(inspect.signature(cls.__call__).parameters.values())[1:]  # drop self
+    if params and params[0].kind in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+        params = params[1:]
+    return [p.name for p in params if p.default is p.empty
+            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in PROVIDED_TO_REWARDS]  # fmt: skip
+
+
+def _loss_types(trainer_cls) -> list[str]:
+    """The strings GRPOTrainer compares `self.loss_type` with: the loss types its loss computes."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(trainer_cls)))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and ast.unparse(node.left) == "self.loss_type":
+            found |= {
+                c.value for c in node.comparators if isinstance(c, ast.Constant) and isinstance(c.value, str)
+            }
+    return sorted(found)
+
+
+def generate_registry() -> dict[str, Any]:
+    """The names ms-swift registers (slow: imports it). The reward functions with the dataset columns their
+    __call__ requires (reward_columns, the rule the plugin probe applies to plugins' rewards)."""
+    from swift.llm.argument.base_args.base_args import get_supported_tuners
+    from swift.llm.template import TEMPLATE_MAPPING
+    from swift.plugin import multi_turns, optimizers_map, orms, rm_plugins
+    from swift.trainers.rlhf_trainer.grpo_trainer import GRPOTrainer
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    return {
+        "train_types": sorted(get_supported_tuners()),
+        "loss_types": _loss_types(GRPOTrainer),
+        "multi_turn_schedulers": sorted(multi_turns),
+        "orms": {name: reward_columns(cls) for name, cls in sorted(orms.items())},
+        "rm_plugins": sorted(rm_plugins),
+        "optimizers": sorted(optimizers_map),
+        "templates": sorted(TEMPLATE_MAPPING),
+        "transformers_model_types": sorted(CONFIG_MAPPING_NAMES),
+    }
+
+
+@functools.cache
+def registry() -> dict[str, Any]:
+    """The committed names of the lock's ms-swift (REGISTRY_FILE, generate_registry)."""
+    return json.loads(REGISTRY_FILE.read_text())
+
+
+PREPROCESSORS_FILE = DATA_DIR / "swift_preprocessors.json"
+PREPROCESSOR_SOURCE = "v3.6.4:swift/llm/dataset/preprocessor/core.py"
+_PROMPTS = {"messages": {"messages": [{"role": "user", "content": "q"}]}, "alpaca": {"instruction": "i", "input": "n"},
+            "response": {"query": "q"}}  # fmt: skip
+
+
+def generate_preprocessors() -> dict[str, Any]:
+    """How ms-swift's AutoPreprocessor reads a dataset's columns (slow: imports ms-swift and runs it on one-row
+    datasets): for each of its preprocessors, the columns it renames (`columns`: name -> standard name), the
+    standard names its preprocess() consumes into `messages`, and the columns GRPO keeps beside them although
+    they are renamed (`kept`: the `__#solution` copy); and which columns choose which preprocessor."""
+    from datasets import Dataset
+    from swift.llm.dataset.preprocessor.core import (
+        AlpacaPreprocessor,
+        AutoPreprocessor,
+        MessagesPreprocessor,
+        ResponsePreprocessor,
+    )
+
+    classes = {
+        "messages": MessagesPreprocessor,
+        "alpaca": AlpacaPreprocessor,
+        "response": ResponsePreprocessor,
+    }
+    names = {cls.__name__: name for name, cls in classes.items()}
+
+    def chosen(row: dict) -> str:
+        return names[type(AutoPreprocessor()._get_preprocessor(Dataset.from_list([row]))).__name__]
+
+    out: dict[str, Any] = {}
+    for name, cls in classes.items():
+        columns = dict(cls().columns)
+        standard = set(columns.values()) | set(_PROMPTS[name]) | {"history", "output", "probe"}
+        special = {"messages": _PROMPTS["messages"]["messages"], "history": []}
+        row = {k: special.get(k, "q") for k in standard if k not in ("images", "audios", "videos")}
+        after = set(cls().preprocess(dict(row)) or {})
+        consumed = sorted(set(row) - after - {"messages"})
+        kept = []
+        if name == "response":  # a response column that survives its renaming
+            for key in (k for k, v in columns.items() if v == "response" and k != "response"):
+                result = AutoPreprocessor()(Dataset.from_list([{"query": "q", key: "v"}]))
+                if key in result.features:
+                    kept.append(key)
+        out[name] = {"columns": columns, "consumed": consumed, "kept": sorted(kept)}
+    keys = sorted({k for v in out.values() for k in v["columns"]} | {"messages"})
+    out["chosen_by"] = {
+        "messages": [k for k in keys if chosen({k: _PROMPTS["messages"]["messages"]}) == "messages"],
+        "alpaca": ["instruction", "input"] if chosen({"instruction": "i", "input": "n"}) == "alpaca" else [],
+    }
+    return out
+
+
+@functools.cache
+def preprocessors() -> dict[str, Any]:
+    """The committed reading of ms-swift's dataset preprocessors (PREPROCESSORS_FILE, generate_preprocessors)."""
+    return json.loads(PREPROCESSORS_FILE.read_text())
+
+
 def path_for(command: str) -> Path:
     return DATA_DIR / f"swift_{command}_args.json"
 
@@ -245,6 +379,10 @@ def main(argv: list[str] | None = None) -> int:
         types = generate_model_types()
         MODEL_TYPES_FILE.write_text(json.dumps(types, indent=0, sort_keys=True) + "\n")
         print(f"wrote {MODEL_TYPES_FILE} ({len(types)} model types)")
+        REGISTRY_FILE.write_text(json.dumps(generate_registry(), indent=0) + "\n")
+        print(f"wrote {REGISTRY_FILE}")
+        PREPROCESSORS_FILE.write_text(json.dumps(generate_preprocessors(), indent=0) + "\n")
+        print(f"wrote {PREPROCESSORS_FILE}")
     for command in COMMANDS:
         text = json.dumps(generate(command), indent=1, ensure_ascii=False) + "\n"
         if args.write:

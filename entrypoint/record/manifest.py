@@ -12,7 +12,10 @@ import importlib.metadata
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import TypeAdapter, ValidationError
+from typing_extensions import TypedDict
 
 from entrypoint import redact
 from entrypoint.errors import BadInput, Problem
@@ -140,12 +143,100 @@ def finish(data: dict[str, Any], status: Status, **fields: Any) -> dict[str, Any
     return out
 
 
+class Unreadable(ValueError):
+    """A manifest that is JSON but not of the shape its readers read (`unreadable` says where)."""
+
+
 def read(run_dir: Path) -> dict[str, Any] | None:
-    """The manifest, or None when there is none. Raises ValueError when it exists but is not JSON."""
+    """The manifest, or None when there is none. Raises ValueError when it exists but is not JSON, and
+    Unreadable (a ValueError) when a value in it is not of the type `train`, `rerun` and `evaluate` read
+    (edited or assembled by hand): one line naming it, never a traceback far from here."""
     try:
-        return json.loads((run_dir / MANIFEST).read_text())
+        data = json.loads((run_dir / MANIFEST).read_text())
     except (FileNotFoundError, NotADirectoryError):
         return None
+    why = unreadable(data)
+    if why:
+        raise Unreadable(why)
+    return data
+
+
+class _Value(TypedDict, total=False):
+    value: str
+    source: str
+
+
+class _Process(TypedDict, total=False):
+    role: str
+    argv: list[str]
+
+
+class _Inventory(TypedDict, total=False):
+    gpus: list[dict[str, Any]]
+
+
+class _Model(TypedDict, total=False):
+    path: str | None
+    files: dict[str, Any] | None
+
+
+class _Inputs(TypedDict, total=False):
+    dataset: list[dict[str, Any]] | None
+    model: _Model | None
+
+
+class Readable(TypedDict, total=False):
+    """The parts of a manifest `train` (resuming), `rerun` and `evaluate` read, with the types they read them as (a key may be
+    absent; one of another type is a manifest edited or cut by hand, refused naming it). A secret's value is
+    the string "<redacted>" in place of its {value, source} (redact.deep)."""
+
+    status: str
+    run_name: str | None
+    started_at: str | None
+    attempts: list[dict[str, Any]]
+    identity: dict[str, Any] | None
+    rerun_of: dict[str, Any] | None
+    seed: int
+    dataset: list[str]
+    resolved_recipe: dict[str, _Value | Literal["<redacted>"]] | None
+    processes: list[_Process]
+    model: _Model | None
+    inputs: _Inputs | None
+    versions: dict[str, Any] | None
+    image: dict[str, Any] | None
+    inventory: _Inventory | None
+    steps: dict[str, int | None] | None
+    failure: dict[str, Any] | str | None
+    checkpoint: str | None
+    exported: dict[str, Any] | None
+
+
+_READABLE = TypeAdapter(Readable)
+
+
+def unreadable(data: Any) -> str:
+    """Why a manifest's JSON cannot be read by `train`, `rerun` and `evaluate` ('' when it can), a phrase to follow the
+    file's name: the first value of another type than theirs, named by its path in the file ("has
+    resolved_recipe.SEED = 5 (input should be a valid dictionary)")."""
+    try:
+        _READABLE.validate_python(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where, value = [], data
+        for part in err["loc"]:  # the path in the file: a union's member names are pydantic's, not keys
+            if isinstance(value, dict) and part in value or isinstance(value, list) and isinstance(part, int):
+                where, value = [*where, str(part)], value[part]
+        said = f"{json.dumps(value)[:60]} ({err['msg'][0].lower()}{err['msg'][1:]})"
+        return f"has {'.'.join(where)} = {said}" if where else f"is {said}"
+    return ""
+
+
+def resolved_values(data: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """The manifest's resolved recipe as {KEY: {"value", "source"}}, a redacted secret as {"value":
+    "<redacted>", "source": ""} (what redact.deep wrote in place of the item)."""
+    items = data.get("resolved_recipe") or {}
+    return {k: ({"value": v, "source": ""} if isinstance(v, str) else {"value": "", "source": "", **v})
+            for k, v in items.items()}  # fmt: skip
 
 
 def write(run_dir: Path, data: dict[str, Any], secret_values: list[str] | None = None) -> None:
@@ -169,9 +260,10 @@ def latest(output_dir: str) -> str:
     started: dict[str, str] = {}  # run name -> its manifest's started_at (ISO 8601, so it sorts as text)
     for m in root.glob(f"*/{MANIFEST}") if root.is_dir() else []:
         try:
-            started[m.parent.name] = json.loads(m.read_text()).get("started_at") or ""
-        except ValueError:
+            data = json.loads(m.read_text())
+        except (OSError, ValueError):
             continue
+        started[m.parent.name] = str(data.get("started_at") or "") if isinstance(data, dict) else ""
     return max(started, key=lambda name: (started[name], name), default="")
 
 

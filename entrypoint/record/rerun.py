@@ -31,6 +31,7 @@ from entrypoint import redact
 from entrypoint.errors import Problem
 from entrypoint.recipe import keys
 from entrypoint.recipe.load import Value
+from entrypoint.record.manifest import resolved_values
 
 NOT_REPEATED = ("RUN_NAME", "OUTPUT_DIR")  # a rerun writes its own directory
 # the files beside the datasets a run records (plan.build.input_files), in the words a user reads
@@ -74,10 +75,8 @@ def recorded(data: Mapping[str, Any], where: str = "the run's manifest") -> Reco
     replanned: dict[str, str] = {}
     secrets: list[str] = []
     by_hand = edited(data)
-    for key, item in sorted((data.get("resolved_recipe") or {}).items()):
-        if not isinstance(item, Mapping):
-            continue
-        value, source = str(item.get("value", "")), str(item.get("source", ""))
+    for key, item in sorted(resolved_values(data).items()):  # a secret: "<redacted>" in place of its item
+        value, source = item["value"], item["source"]
         source = f"{where} (edited after the run)" if by_hand else source
         if source.startswith("planner"):
             replanned[key] = value

@@ -39,14 +39,30 @@ def _holder(text: str) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _redacted(words: list[str]) -> list[str]:
-    """A command line with the values of secret flags and secret KEY=VALUE words replaced (redact.py): the
-    lock file is readable by anyone who can list the run."""
-    out = []
-    for word in redact.argv(words):
-        key, eq, value = word.partition("=")
-        out.append(f"{key}={redact.REDACTED}" if eq and value and redact.is_secret(key) else word)
-    return out
+def held_by(directory: Path) -> dict | None:
+    """The live holder of `directory`'s lock as it wrote itself ({} while it is still starting), or None when
+    no process holds it (no lock file, or its holder is gone). Asks with a shared lock on a read-only
+    descriptor, dropped at once: nothing is written, and the holder is not disturbed."""
+    try:
+        fd = os.open(directory / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        with contextlib.suppress(OSError):
+            return _holder(os.pread(fd, 65536, 0).decode("utf-8", "replace"))
+        return {}
+    except OSError:  # a file system without locks: nothing can be said
+        return None
+    finally:
+        os.close(fd)  # drops the shared lock, if taken
+    return None
+
+
+def evaluating(holder: dict) -> bool:
+    """The holder is `evaluate` (it writes only eval.* and the manifest's summary), not a training."""
+    return " evaluate" in f" {holder.get('command', '')}"
 
 
 def describe(holder: dict) -> str:
@@ -63,7 +79,7 @@ def _busy(directory: Path, holder: dict) -> Problem:
     """The refusal of a directory another process holds, in the holder's terms: an evaluation ends by itself
     and writes only eval.*; a training run is stopped with its checkpoint exported."""
     pid = holder.get("pid", "<pid>")
-    if " evaluate" in f" {holder.get('command', '')}":
+    if evaluating(holder):
         return Problem(f"run directory {directory}", f"is being evaluated: {describe(holder)}",
                        f"wait for that evaluation to end (it writes only eval.* and the manifest's summary), or stop "
                        f"it (kill -TERM {pid}: it writes nothing)")  # fmt: skip
@@ -152,7 +168,7 @@ class RunLock:
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "command": shlex.join(_redacted(psutil.Process().cmdline())),
+            "command": shlex.join(redact.words(psutil.Process().cmdline())),
         }
         with contextlib.suppress(OSError):  # a full disk: the lock still holds, only its label is missing
             os.ftruncate(fd, 0)

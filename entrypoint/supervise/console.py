@@ -65,12 +65,14 @@ class Console:
         wall=time.time,
         logging_steps: int = 1,
         probe=None,
+        resumed_at: int = 0,
     ):
         self.show_all, self.clock = show_all, clock
         self.events = EventTail(events)
         self.predicted_step = predicted_step  # the plan's step seconds (Plan.step_seconds), 0 unknown
         self.logging_steps = max(1, logging_steps)  # a step line every LOGGING_STEPS steps
         self.stall_seconds, self.probe = stall_seconds, probe
+        self.resumed_at = resumed_at  # the step of the checkpoint a resumed attempt starts from
         self.watch = self._new_watch()
         self.wall_started = wall()  # the events' clock (time.time) when this console started
         self.started = clock()
@@ -240,7 +242,7 @@ class Console:
         elif phase in GRPO_PHASES:
             number = int(last.get("step") or 0) + 1
         elif phase == wire.STARTUP and last.get("mark") in FIRST_STEP_MARKS:
-            number = 1
+            number = self.resumed_at + 1
         else:
             number = None
         if number and self.total and number > self.total:  # the last step is done: saving, exiting

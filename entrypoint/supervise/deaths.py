@@ -241,6 +241,11 @@ def explain(role: str, returncode: int | None, reason: str, tail: Sequence[str],
         if ctx.disk
         else "fix the reward function named above, then run"
         if reward_failure(tail)
+        else "raise ROLLOUT_STARTUP_TIMEOUT if the server is only slow to start (a first vLLM start compiles for "
+        "minutes), then run"
+        if "ROLLOUT_STARTUP_TIMEOUT" in reason
+        else "raise STALL_TIMEOUT if a step can truly take this long, then run"
+        if reason.startswith("stalled")
         else "run"
     )
     if ctx.checkpoint:

@@ -13,6 +13,7 @@ InfiniBand/RoCE port: NCCL uses IB only when every node has it.
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -74,6 +75,30 @@ def _opener() -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
+ANSWER_LIMIT = 1024**2  # bytes: an identity is a few hundred
+
+
+def _json_answer(request: urllib.request.Request | str, deadline: float) -> Any:
+    """The JSON a node answers `request` with, read against `deadline`: the body chunk by chunk, so a peer
+    that trickles bytes cannot stretch the wait past NODE_CHECK_TIMEOUT as a per-read timeout would let it.
+    Raises OSError (TimeoutError at the deadline), ValueError (not JSON, too large), HTTPException."""
+    with _opener().open(request, timeout=max(0.1, min(10.0, deadline - time.monotonic()))) as response:
+        data = b""
+        while chunk := response.read1(64 * 1024):
+            data += chunk
+            if time.monotonic() >= deadline:
+                raise TimeoutError("the answer was still arriving at the deadline")
+            if len(data) > ANSWER_LIMIT:
+                raise ValueError(f"an answer over {ANSWER_LIMIT} bytes")
+    return json.loads(data)
+
+
+def _not_node_0(url: str, why: str, s) -> Problem:
+    return Problem(f"MASTER_ADDR {s.MASTER_ADDR}", f"what answers at {url} is not grpo-rig's node check ({why})",
+                   f"check MASTER_ADDR and MASTER_PORT: node 0 answers on TCP MASTER_PORT+1 ({s.MASTER_PORT + 1}); "
+                   "another service there takes the port")  # fmt: skip
+
+
 def serve(plan: Plan, timeout: float, say) -> tuple[list[dict[str, Any]], list[Problem]]:
     """Node 0: publish the identity, collect every other node's. Returns (all identities, problems)."""
     s = plan.recipe.settings
@@ -94,10 +119,16 @@ def serve(plan: Plan, timeout: float, say) -> tuple[list[dict[str, Any]], list[P
             self._send(200, mine)
 
         def do_POST(self):
-            theirs = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-            diff = differences(mine, theirs)
+            try:  # another program's request, or a truncated one: answered 400, never a traceback here
+                length = min(int(self.headers.get("Content-Length", 0)), ANSWER_LIMIT)
+                theirs = json.loads(self.rfile.read(length))
+                rank = int(theirs["node_rank"])
+                diff = differences(mine, theirs)
+            except (ValueError, KeyError, TypeError, AttributeError, OSError) as exc:
+                self._send(400, {"error": f"not a node's report ({exc!r})"})
+                return
             with lock:
-                reports[int(theirs["node_rank"])] = {**theirs, "differences": diff}
+                reports[rank] = {**theirs, "differences": diff}
             self._send(200, {"ok": not diff, "differences": diff})
 
         def log_message(self, *args):
@@ -153,9 +184,12 @@ def report(plan: Plan, timeout: float, say) -> tuple[dict[str, Any] | None, list
     theirs = None
     while time.monotonic() < deadline:
         try:
-            with _opener().open(url, timeout=3) as response:
-                theirs = json.loads(response.read())
+            theirs = _json_answer(url, min(deadline, time.monotonic() + 3))
+            if not isinstance(theirs, dict) or "node_rank" not in theirs:
+                return None, [_not_node_0(url, f"it answered {json.dumps(theirs)[:60]}", s)]
             break
+        except (ValueError, http.client.HTTPException) as exc:  # an answer, but not node 0's identity
+            return None, [_not_node_0(url, str(exc) or type(exc).__name__, s)]
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
             if time.monotonic() >= next_note:
                 say(f"node {s.NODE_RANK}: waiting for node 0 at {url}")
@@ -173,11 +207,18 @@ def report(plan: Plan, timeout: float, say) -> tuple[dict[str, Any] | None, list
     request = urllib.request.Request(
         url, data=json.dumps(mine).encode(), headers={"Content-Type": "application/json"}
     )
-    with _opener().open(request, timeout=10) as response:
-        answer = json.loads(response.read())
+    try:
+        answer = _json_answer(request, time.monotonic() + 10)
+        found = [str(d) for d in answer["differences"]]
+    except urllib.error.HTTPError as exc:
+        return theirs, [_not_node_0(url, f"it answered our report {exc.code} {exc.reason}", s)]
+    except (ValueError, KeyError, TypeError, http.client.HTTPException) as exc:
+        return theirs, [_not_node_0(url, f"its answer to our report: {exc!r}", s)]
+    except OSError as exc:
+        return theirs, [Problem(f"MASTER_ADDR {s.MASTER_ADDR}", f"node 0 took our report but did not answer it "
+                                f"within 10 s ({getattr(exc, 'reason', exc)})", "start the run again on every node")]  # fmt: skip
     problems = [
-        Problem(f"node {s.NODE_RANK}", d, "run the same image and recipe on every node")
-        for d in answer["differences"]
+        Problem(f"node {s.NODE_RANK}", d, "run the same image and recipe on every node") for d in found
     ]
     ib = ib_problem([theirs, mine], "NCCL_IB_DISABLE" in plan.recipe.nccl)
     if ib:

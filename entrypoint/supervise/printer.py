@@ -16,8 +16,10 @@ from entrypoint.supervise.console import HEARTBEAT_SECONDS
 class Printer:
     """The console: `say` for the entrypoint's own lines, `line` for a child's, one lock for both."""
 
-    def __init__(self, console: TextIO = sys.stdout, shown=None, clock: Callable[[], float] = time.monotonic):
-        self.console = console
+    def __init__(
+        self, console: TextIO | None = None, shown=None, clock: Callable[[], float] = time.monotonic
+    ):
+        self.console = console if console is not None else sys.stdout  # the command's, redact.Scrubbing
         self._lock = threading.Lock()
         self.shown = shown  # console.Console: which child lines reach the console; None: all of them
         self.clock = clock

@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from entrypoint.recipe import load as recipe_mod
 from entrypoint.record.export import sha256_file
 from entrypoint.world import hubcache
 
@@ -83,6 +84,6 @@ def _files(specs: list[str], rows: bool) -> list[dict[str, object]]:
 def model_folder(model_path: str, model_id: str, use_hf: bool, environ: Mapping[str, str]) -> Path | None:
     """The folder the trainer loads the model from: `model_path` (what --model gets) when it is a folder here,
     else the hub cache's snapshot of `model_id` (None before ms-swift has downloaded it)."""
-    if model_path and Path(model_path).expanduser().is_dir():
+    if model_path and recipe_mod.is_dir(model_path):
         return Path(model_path).expanduser()
     return hubcache.cached(model_id, "models", use_hf, environ) if model_id else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import importlib.util
 import itertools
 import json
@@ -23,6 +24,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
+from typing import NamedTuple
 
 from entrypoint import redact
 from entrypoint.facts import datasets as dataset_checks
@@ -42,6 +44,8 @@ from entrypoint.facts.facts import (
 )
 from entrypoint.plan import build as plan_build
 from entrypoint.plan import memory
+from entrypoint.recipe import load as recipe_mod
+from entrypoint.recipe import optional
 from entrypoint.recipe.load import PROJECT_DIR, Recipe, read_user_file
 from entrypoint.record import export, manifest
 from entrypoint.rewards import PLUGIN_FILE
@@ -55,7 +59,7 @@ ENV_NAMES = (
     "GLOO_SOCKET_IFNAME", "NCCL_P2P_DISABLE", "HF_HOME", "HF_HUB_CACHE", "MODELSCOPE_CACHE", "HF_DATASETS_CACHE",
     "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "GRPO_RIG_VERSION", "GRPO_RIG_REVISION", "GRPO_RIG_LOCK_SHA256",
     "GRPO_RIG_SWIFT", "HF_HUB_OFFLINE", "MODELSCOPE_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE",
-    "GRPO_RIG_HOST_OUTPUT",
+    "GRPO_RIG_HOST_OUTPUT", "WANDB_MODE", "WANDB_DISABLED",
 )  # fmt: skip
 
 
@@ -89,43 +93,53 @@ def swift_worker(env: Mapping[str, str]) -> tuple[str, ...]:
 
 def _nearest_existing(path: Path) -> Path:
     path = path.absolute()
-    while not path.exists() and path != path.parent:
+    while not recipe_mod.exists(path) and path != path.parent:
         path = path.parent
     return path
 
 
 def path_info(path: Path) -> PathInfo:
-    """What can be said about `path` without changing anything (a probe file is created and removed)."""
+    """What can be said about `path` without changing anything (a probe file is created and removed).
+    Never raises for a value that cannot be a path (a long SYSTEM prompt, a NUL byte): nothing is there."""
     path = path.expanduser()
     try:
         path.stat()
         reachable = True
     except PermissionError:
         return PathInfo(reachable=False)
-    except OSError:
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, ValueError) or exc.errno == errno.ENAMETOOLONG:  # a text that is no path here
+            return PathInfo()
         reachable = True
     nearest = _nearest_existing(path)
-    writable = False
-    if nearest.is_dir():
+    writable, read_only, write_error = False, False, ""
+    if recipe_mod.is_dir(nearest):
         try:
             with tempfile.NamedTemporaryFile(dir=nearest, prefix=".grpo-rig-write-test-"):
                 writable = True
-        except OSError:
-            writable = False
+        except OSError as exc:
+            write_error, read_only = exc.strerror or str(exc), exc.errno == errno.EROFS
+    # a read-only mount, whatever the permissions say (root writes nowhere there either)
+    with contextlib.suppress(OSError):
+        read_only = read_only or bool(os.statvfs(nearest).f_flag & os.ST_RDONLY)
     st = nearest.stat()
     entries: tuple[str, ...] = ()
-    if path.is_dir():
+    is_dir = recipe_mod.is_dir(path)
+    if is_dir:
         with contextlib.suppress(OSError):
             entries = tuple(sorted(itertools.islice(os.listdir(path), ENTRIES_LISTED)))
+    exists = recipe_mod.exists(path)
     return PathInfo(
         entries=entries,
-        nearest_is_dir=nearest.is_dir(),
-        exists=path.exists(),
-        is_file=path.is_file(),
-        is_dir=path.is_dir(),
+        nearest_is_dir=recipe_mod.is_dir(nearest),
+        exists=exists,
+        is_file=recipe_mod.is_file(path),
+        is_dir=is_dir,
         reachable=reachable,
-        readable=os.access(path, os.R_OK),
+        readable=exists and os.access(path, os.R_OK),
         writable=writable,
+        read_only=read_only,
+        write_error=write_error,
         owner=f"{st.st_uid}:{st.st_gid}",
         nearest=str(nearest),
         disk_free_gib=shutil.disk_usage(nearest).free / 1024**3,
@@ -186,12 +200,25 @@ def _paths(r: Recipe, env: Mapping[str, str]) -> list[Path]:
     return wanted
 
 
+class ModelConfig(NamedTuple):
+    config: dict | None  # None: none found, or the one found cannot be read (`error`)
+    source: str  # where it was found (or why the hub gave none)
+    hub: dict[str, str | None]  # the hub lookups made on the way
+    error: str = ""  # why the config.json at `source` cannot be read: not JSON, a field of another type
+
+
 def _model_config(
     r: Recipe, env: Mapping[str, str], hub_environ: Mapping[str, str] | None = None
-) -> tuple[dict | None, str, dict[str, str | None]]:
+) -> ModelConfig:
     """config.json of the model (local directory, HF or ModelScope cache, else the shipped table, else, given
-    `hub_environ` (the environment to ask the hub with: an online run), from the hub: hubconfig.py) and the
-    hub lookups made on the way."""
+    `hub_environ` (the environment to ask the hub with: an online run), from the hub: hubconfig.py), checked
+    against the fields the planner reads (memory.config_problem), and the hub lookups made on the way."""
+    found = _found_config(r, env, hub_environ)
+    why = memory.config_problem(found.config) if found.config is not None else ""
+    return found._replace(config=None, error=why) if why else found
+
+
+def _found_config(r: Recipe, env: Mapping[str, str], hub_environ: Mapping[str, str] | None) -> ModelConfig:
     model, path = r.trainer_args.model or "", _model_path(r)
     hub: dict[str, str | None] = {}
     candidates = [Path(path) / "config.json"] if path else []
@@ -205,16 +232,21 @@ def _model_config(
         if local is not None:
             candidates += sorted(local.glob("snapshots/*/config.json")) + [local / "config.json"]
     for candidate in candidates:
-        if candidate.is_file():
-            return json.loads(candidate.read_text()), str(candidate), hub
+        if recipe_mod.is_file(candidate):
+            try:
+                return ModelConfig(json.loads(candidate.read_text()), str(candidate), hub)
+            except ValueError as exc:  # UnicodeDecodeError too
+                return ModelConfig(None, str(candidate), hub, f"is not JSON ({exc})")
+            except OSError as exc:
+                return ModelConfig(None, str(candidate), hub, f"cannot be read ({exc.strerror or exc})")
     shipped = memory.shipped_config(model)
     if shipped:
-        return shipped, "entrypoint/data/model_configs.json", hub
+        return ModelConfig(shipped, "entrypoint/data/model_configs.json", hub)
     # the source of a config not found says why the hub gave none (budget.workload)
     if hub_environ:
         config, where = hubconfig.fetch(model, r.trainer_args.use_hf, hub_environ)
-        return config, where, hub
-    return None, "", hub
+        return ModelConfig(config, where, hub)
+    return ModelConfig(None, "", hub)
 
 
 def _ports(r: Recipe) -> Ports:
@@ -256,16 +288,33 @@ def _embedded_ready(r: Recipe) -> bool:
 
 
 def _sample_rows(r: Recipe, datasets: Mapping[str, DatasetFile]) -> list[dict]:
-    """Two rows the reward plugins are called on: generated tasks, else the first local dataset's."""
+    """Two rows the reward plugins are called on: generated tasks, else the first local dataset's, as ms-swift
+    3.6.4 passes them to the rewards (facts.datasets.as_swift_reads)."""
     if r.settings.DATASET_GENERATOR:
         from entrypoint.rewards import tasks
 
         return list(tasks.TASKS[r.settings.DATASET_GENERATOR].generate(2, 0))
+    mapping = dataset_checks.user_columns((r.trainer.get("columns") or [None])[0])
     for found in datasets.values():
         rows = [row for _, row in found.rows[:2] if isinstance(row, dict)]
-        if rows:
-            return rows
+        if rows:  # as ms-swift passes them to the rewards: the columns it turns into `messages` are gone
+            columns = dict.fromkeys(c for _, row in found.rows if isinstance(row, dict) for c in row)
+            read = dataset_checks.as_swift_reads(columns, mapping)
+            return [dataset_checks.as_swift_row(row, read) for row in rows]
     return []
+
+
+def importable(modules: list[str]) -> frozenset[str]:
+    """The modules this interpreter finds (importlib.util.find_spec; a dotted name imports its parent
+    package, which may itself be missing)."""
+    found = set()
+    for name in modules:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                found.add(name)
+        except (ImportError, ValueError):
+            continue
+    return frozenset(found)
 
 
 def in_container(environ: Mapping[str, str]) -> bool:
@@ -289,10 +338,10 @@ def gather(
     datasets = {}
     for spec in _dataset_specs(r):
         p = Path(dataset_checks.parse_spec(spec).path).expanduser()
-        if p.suffix in dataset_checks.READ_SUFFIXES and p.is_file() and os.access(p, os.R_OK):
+        if p.suffix in dataset_checks.READ_SUFFIXES and recipe_mod.is_file(p) and os.access(p, os.R_OK):
             datasets[dataset_checks.dataset_key(p)] = read_dataset(p)
     online = fetch_config and not plan_build.offline(r, env)
-    config, source, hub = _model_config(r, env, environ if online else None)
+    config, source, hub, config_error = _model_config(r, env, environ if online else None)
     a = r.trainer_args
     for spec in _dataset_specs(r):
         name = dataset_checks.parse_spec(spec).path
@@ -314,7 +363,7 @@ def gather(
         )
     deepspeed_config = None
     ds = resolved(a.deepspeed, paths) if a.deepspeed.endswith(".json") else ""
-    if ds and Path(ds).is_file():
+    if ds and recipe_mod.is_file(ds):
         try:
             deepspeed_config = json.loads(Path(ds).read_text())
         except (OSError, ValueError):
@@ -329,10 +378,12 @@ def gather(
         gid=os.getgid(),
         swift=swift_executable(environ),
         swift_worker=swift_worker(environ),
-        quantizers=frozenset(n for n in ("bitsandbytes",) if importlib.util.find_spec(n) is not None),
+        importable=importable(optional.modules()),
+        secrets_set=frozenset(k for k, v in environ.items() if v and redact.is_secret(k)),
         paths=MappingProxyType(paths),
         datasets=MappingProxyType(datasets),
         model_config=(config, source),
+        model_config_error=config_error,
         hub=MappingProxyType({k: v for k, v in hub.items() if not k.startswith("where:")}),
         hub_expected=MappingProxyType(
             {k[len("where:") :]: v for k, v in hub.items() if k.startswith("where:")}

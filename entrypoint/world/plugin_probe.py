@@ -1,10 +1,14 @@
 """Import reward plugins the way ms-swift does, in a throwaway process, and report what they register.
 
-Run as `python -m entrypoint.rewards.probe [--real] FILE ...`; prints one JSON object:
+Run as `python -m entrypoint.world.plugin_probe [--real] FILE ...`; prints one JSON object:
 
     {"registered": {name: {"class": str, "columns": [required dataset columns]}},
      "errors": [{"file": str, "error": str}], "shadowed": [{"file": str, "module": str, "origin": str}],
-     "stub": bool, "calls": {name: {"ok": bool, "returned": str, "raised": str}}}
+     "stub": bool, "calls": {name: {"ok": bool, "returned": str, "raised": str}},
+     "registries": {"multi_turn_schedulers" | "rm_plugins" | "optimizers" | "train_types": [names]}}
+
+`registries`: the names in ms-swift's other plugin registries once the plugins are imported (the built-in
+ones and those a plugin added: a multi-turn scheduler, a reward-model plugin, an optimizer, a tuner).
 
 With `--call NAME,... --rows FILE` (a JSON list of a few dataset rows), each named plugin reward is also
 called once the way ms-swift calls it (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:920-940: the
@@ -28,27 +32,21 @@ import importlib
 import importlib.util
 import inspect
 import json
+import os
 import subprocess
 import sys
+import time
 import traceback
 import types
 from pathlib import Path
 
-# ms-swift 3.6.4's built-in ORMs and the dataset columns their __call__ requires
-# (v3.6.4:swift/plugin/orm.py:113-407; `math` reads `ground_truths`).
-BUILTIN_COLUMNS = {
-    "toolbench": ["solution"],
-    "math": ["ground_truths"],
-    "accuracy": ["solution"],
-    "format": [],
-    "react_format": [],
-    "cosine": ["solution"],
-    "repetition": [],
-    "soft_overlong": [],
-}
-# Keyword arguments ms-swift passes to every reward function besides the dataset columns
-# (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:927-929).
-PROVIDED = {"messages", "is_truncated", "trainer_state", "completions"}
+from entrypoint.recipe import swift_schema
+
+# ms-swift 3.6.4's registries as committed (swift_schema.registry()): the built-in ORMs with the dataset
+# columns their __call__ requires, and the other names a plugin may add to.
+BUILTIN_COLUMNS = swift_schema.registry()["orms"]
+REGISTRIES = {"multi_turns": "multi_turn_schedulers", "rm_plugins": "rm_plugins", "optimizers_map": "optimizers",
+              "extra_tuners": "train_types"}  # fmt: skip
 
 
 def install_stub() -> None:
@@ -62,24 +60,14 @@ def install_stub() -> None:
 
     plugin.ORM = ORM
     plugin.orms = {name: None for name in BUILTIN_COLUMNS}
+    for name, key in REGISTRIES.items():
+        setattr(plugin, name, dict.fromkeys(swift_schema.registry()[key]))
     swift.plugin = plugin
     sys.modules["swift"] = swift
     sys.modules["swift.plugin"] = plugin
 
 
-def required_columns(cls) -> list[str]:
-    """Dataset columns a reward class's __call__ needs: parameters without defaults, after the first
-    positional one (which receives the completions), minus what ms-swift always passes."""
-    params = list(inspect.signature(cls.__call__).parameters.values())[1:]  # drop self
-    if params and params[0].kind in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
-        params = params[1:]
-    return [
-        p.name
-        for p in params
-        if p.default is p.empty
-        and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-        and p.name not in PROVIDED
-    ]
+required_columns = swift_schema.reward_columns
 
 
 def probe(files: list[str], stub: bool) -> dict:
@@ -108,8 +96,10 @@ def probe(files: list[str], stub: bool) -> dict:
                     "traceback": traceback.format_exc(limit=3),
                 }
             )
+    import swift.plugin
     from swift.plugin import orms
 
+    result["registries"] = {key: sorted(getattr(swift.plugin, name, {})) for name, key in REGISTRIES.items()}
     for name, cls in orms.items():
         if cls is None:
             result["registered"][name] = {
@@ -187,10 +177,33 @@ def call_rewards(names: list[str], rows: list[dict]) -> dict:
     return out
 
 
-PROBE_TIMEOUT = 120  # seconds; the --real fallback imports ms-swift (~10 s on 2 cores)
+# How long the probe waits for one import round. The --real fallback imports ms-swift: ~10 s on 2 idle cores,
+# minutes where other work shares them. The base scales with the load per core (os.getloadavg), up to MAX;
+# past the bound the probe stops waiting and says so: a slow import is a warning, the run goes on (ms-swift
+# imports the plugins itself); only an import that fails is an error.
+PROBE_BASE_SECONDS = 120.0
+PROBE_MAX_SECONDS = 600.0
 
 
-def _run_probe(files: list[str], real: bool, call: list[str] | None = None, rows: str = "") -> dict:
+def probe_bound(load: float | None, cpus: int | None) -> tuple[float, str]:
+    """(seconds the probe waits, why that long): the base, times the load average per core when above 1."""
+    per_core = (load or 0.0) / max(1, cpus or 1)
+    if per_core <= 1.0:
+        return PROBE_BASE_SECONDS, f"{PROBE_BASE_SECONDS:.0f} s"
+    seconds = min(PROBE_MAX_SECONDS, PROBE_BASE_SECONDS * per_core)
+    return seconds, (f"{PROBE_BASE_SECONDS:.0f} s x {per_core:.1f} for a load average of {load:.1f} on {cpus} "
+                     f"core(s){', capped' if seconds == PROBE_MAX_SECONDS else ''}")  # fmt: skip
+
+
+def _machine_bound() -> tuple[float, str]:
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = None
+    return probe_bound(load, os.cpu_count())
+
+
+def _run_probe(files: list[str], real: bool, call: list[str] | None, rows: str, timeout: float) -> dict:
     extra = ["--call", ",".join(call), "--rows", rows] if call and rows else []
     argv = [
         sys.executable,
@@ -200,7 +213,7 @@ def _run_probe(files: list[str], real: bool, call: list[str] | None = None, rows
         *extra,
         *files,
     ]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT, cwd=Path.cwd())  # noqa: S603
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=Path.cwd())  # noqa: S603
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(
@@ -217,23 +230,40 @@ def _needs_real_swift(result: dict) -> bool:
 
 
 def run(
-    files: list[str], call: list[str] | None = None, rows: list[dict] | None = None
+    files: list[str],
+    call: list[str] | None = None,
+    rows: list[dict] | None = None,
+    bound: tuple[float, str] | None = None,
 ) -> tuple[dict | None, str]:
     """Probe plugin `files` in a throwaway process, with the stub swift.plugin first and the real one
     when a plugin needs more of ms-swift; with `call` and `rows`, call those rewards on the rows too.
-    Returns (the probe's answer, "") or (None, the error)."""
+    Returns (the probe's answer, "") or (None, the error). An import round that outlasts `bound` (seconds,
+    why; default probe_bound of this machine's load) is not an error: the answer then says `slow` (how long
+    it waited, why that long) and ms-swift's built-in rewards only."""
     import tempfile
 
+    seconds, why = bound or _machine_bound()
+    start = time.monotonic()
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(list(rows or [])[:2], f, default=str)
     try:
-        result = _run_probe(files, False, call, f.name)
+        result = _run_probe(files, False, call, f.name, seconds)
         if _needs_real_swift(result):
-            result = _run_probe(files, True, call, f.name)
-    except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
+            result = _run_probe(files, True, call, f.name, seconds)
+    except subprocess.TimeoutExpired:
+        waited = time.monotonic() - start
+        builtins = {n: {"class": f"ms-swift built-in {n}", "columns": c} for n, c in BUILTIN_COLUMNS.items()}
+        return {
+            "registered": builtins,
+            "errors": [],
+            "shadowed": [],
+            "slow": {"seconds": round(waited), "bound": why},
+        }, ""
+    except (RuntimeError, ValueError) as exc:
         return None, str(exc)
     finally:
         Path(f.name).unlink(missing_ok=True)
+    result["seconds"] = round(time.monotonic() - start, 1)
     return result, ""
 
 

@@ -50,3 +50,14 @@ class Hook:
     delete_when: str  # the upstream change that makes it unnecessary
     install: Callable[[str, After], None]
     recipe_key: str = ""  # the recipe key the plan derives `variable` from, if any
+
+    @property
+    def gist(self) -> str:
+        """`why` up to its first clause's end ('; ', ': ', '. ' outside brackets): what the hook is about,
+        for a one-line listing (`plan`'s hooks turned off)."""
+        depth = 0
+        for i, ch in enumerate(self.why):
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if depth == 0 and ch in ";:." and self.why[i + 1 : i + 2] in (" ", ""):
+                return self.why[:i]
+        return self.why
