@@ -95,6 +95,10 @@ doctor: venv  ## This machine's GPUs (NVML), NCCL-relevant facts and /dev/shm: m
 keys: venv  ## The keys the entrypoint owns, with their defaults
 	$(PY) -m entrypoint keys $(ARGS)
 
+.PHONY: recipes
+recipes: venv  ## The shipped recipes, each with what it is for
+	$(PY) -m entrypoint recipes
+
 .PHONY: import
 import: venv  ## An ms-swift command line or script as a recipe: make import FILE=my_run.sh ARGS="-o recipes/mine.env"
 	@test -n "$(FILE)" || { echo "make import FILE=<script or file with a swift rlhf command line> [ARGS=\"-o recipes/mine.env\"]"; exit 2; }
@@ -140,7 +144,11 @@ need_docker_gpu = @scripts/docker-check.sh gpu
 .PHONY: build
 build:  ## Build the image (docker compose build); behind a TLS proxy set CA_BUNDLE=/path/to/ca.pem
 	$(need_docker)
-	$(COMPOSE) build train
+	@$(COMPOSE) build train || { status=$$?; \
+		echo "make build failed (see above). If the base image could not be pulled (Docker Hub unreachable or rate-limited),"; \
+		echo "  build from a mirror: BASE_IMAGE=<your mirror of nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04> make build"; \
+		echo "If a download failed on a certificate (a proxy that re-signs TLS), pass its CA bundle:"; \
+		echo "  CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt make build   (README: Build the image)"; exit $$status; }
 
 # Created by you before compose mounts them; otherwise the daemon creates them owned by root.
 output data:

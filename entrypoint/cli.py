@@ -7,6 +7,7 @@
     doctor    show the GPU inventory, NCCL-relevant facts and /dev/shm (--save-inventory FILE)
     prepare-model   download and convert the embedded model (image build, `make smoke`)
     keys      list the keys the entrypoint owns, with their defaults
+    recipes   list the shipped recipes, each with what it is for
     import    turn an ms-swift command line or script into a recipe: import FILE [-o OUT] | import -- CMD...
     evaluate  base model vs the run's adapter on held-out prompts, scored by the run's rewards: run=NAME
     rerun     repeat a run from its manifest into a new run directory, drift refused: run=NAME [--plan]

@@ -293,3 +293,19 @@ def test_an_interpreter_without_the_locked_stack_gets_the_command_to_use_not_a_t
                           text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "lacks the locked stack" in proc.stderr and ".venv/bin/python -m entrypoint" in proc.stderr
+
+
+@pytest.mark.cli
+def test_recipes_lists_every_shipped_recipe_with_what_it_is_for():
+    """A new user asked which recipes there are: no command listed them."""
+    from entrypoint.recipe import load as recipe_mod
+
+    proc = subprocess.run([sys.executable, "-m", "entrypoint", "recipes"], cwd=ROOT, env=clean_env(),
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = dict(
+        line.split(None, 1) for line in proc.stdout.splitlines()[: len(recipe_mod.available_recipes())]
+    )
+    assert sorted(lines) == recipe_mod.available_recipes() and "defaults" not in lines
+    assert lines["countdown-14b-1x4090"].startswith("Qwen3-14B GRPO with QLoRA")
+    assert lines["arithmetic-gpu"] == "does GRPO through vLLM make the model better at a task?"

@@ -74,3 +74,13 @@ def test_python_310_is_found_under_pyenv_root(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "PYENV_ROOT": str(root)}
     out = make("--eval", "show-python: ; @echo $(PYTHON)", "show-python", env=env)
     assert out.strip() == str(python)
+
+
+def test_a_failed_build_points_to_the_base_image_mirror_and_the_ca_bundle():
+    """A new user's `make build` failed on Docker Hub, then on the TLS proxy, and said nothing of the README's
+    BASE_IMAGE= and CA_BUNDLE= (the build itself stands in as `false`; the Docker check is skipped)."""
+    proc = subprocess.run(["make", "-s", "build", "COMPOSE=false", "need_docker=@true"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode != 0
+    assert "BASE_IMAGE=<your mirror of nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04> make build" in proc.stdout
+    assert "CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt make build" in proc.stdout

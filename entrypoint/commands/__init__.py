@@ -15,10 +15,11 @@ from entrypoint.commands import (
     keys,
     plan,
     prepare_model,
+    recipes,
     rerun,
     rollout,
     train,
     validate,
 )  # fmt: skip
 
-REGISTRY = (train, rollout, plan, validate, doctor, prepare_model, keys, import_, evaluate, rerun)
+REGISTRY = (train, rollout, plan, validate, doctor, prepare_model, keys, recipes, import_, evaluate, rerun)
