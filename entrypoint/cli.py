@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(typed: list[str]) -> int:
     from entrypoint.commands import REGISTRY  # after quiet_libraries (QUIET says why)
-    from entrypoint.supervise.supervisor import Interrupted
+    from entrypoint.supervise.signals import Interrupted
 
     parsers = build(REGISTRY)
     try:
@@ -101,7 +101,7 @@ def _main(typed: list[str]) -> int:
 
 
 def stopped_early() -> int:
-    """Ctrl-C where no command's handlers (supervisor.interruptible) are in place: while the commands are
+    """Ctrl-C where no command's handlers (signals.interruptible) are in place: while the commands are
     imported, their words read, or a command that starts nothing runs (plan, validate): one line and 130,
     as a command stopped later ends, not a traceback."""
     print("grpo-rig: stopped by SIGINT", file=sys.stderr)

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.commands import evaluate
+from entrypoint.errors import BadInput
+from entrypoint.evaluation import generation, heldout, report, scoring, summary
 from entrypoint.record import manifest
 from entrypoint.supervise.console import Progress
 from tests.conftest import ROOT, clean_env, run_cli
@@ -78,12 +79,12 @@ def test_bad_words_are_refused():
 
 
 def test_the_engine_is_vllm_only_where_a_gpu_and_vllm_are(tmp_path):
-    assert evaluate.choose_engine("auto", gpu=True, vllm_installed=True) == "vllm"
-    assert evaluate.choose_engine("auto", gpu=False, vllm_installed=True) == "hf"
-    assert evaluate.choose_engine("auto", gpu=True, vllm_installed=False) == "hf"
-    assert evaluate.choose_engine("hf", gpu=True, vllm_installed=True) == "hf"
-    with pytest.raises(evaluate.BadInput, match="torch sees no GPU"):
-        evaluate.choose_engine("vllm", gpu=False, vllm_installed=True)
+    assert generation.choose_engine("auto", gpu=True, vllm_installed=True) == "vllm"
+    assert generation.choose_engine("auto", gpu=False, vllm_installed=True) == "hf"
+    assert generation.choose_engine("auto", gpu=True, vllm_installed=False) == "hf"
+    assert generation.choose_engine("hf", gpu=True, vllm_installed=True) == "hf"
+    with pytest.raises(BadInput, match="torch sees no GPU"):
+        generation.choose_engine("vllm", gpu=False, vllm_installed=True)
     err = refused("run=x", "EVAL_ENGINE=sglang", "EVAL_GPU_MEMORY_UTILIZATION=1.5")
     assert "'sglang' is not one of 'auto', 'hf' or 'vllm'" in err
     assert "EVAL_GPU_MEMORY_UTILIZATION (command line): 1.5 is above 1.0" in err
@@ -103,13 +104,13 @@ def test_latest_is_the_newest_run(tmp_path):
 def test_intervals_and_pass_at_1():
     base = {"acc": [[0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, 1.0]]}
     tuned = {"acc": [[1.0, 1.0], [1.0, 1.0], [0.0, 1.0], [1.0, 1.0]]}
-    s = evaluate.summarize(base, tuned)["acc"]
+    s = summary.summarize(base, tuned)["acc"]
     assert s["base"]["mean"] == pytest.approx(0.25) and s["adapter"]["mean"] == pytest.approx(0.875)
     assert s["pass_at_1"] == {"base": pytest.approx(0.25), "adapter": pytest.approx(0.875)}
     assert s["difference"]["low"] > 0  # every prompt improved or held
-    assert "better" in evaluate.verdict({"acc": s})
-    flat = evaluate.summarize({"f": [[0.5], [0.5]]}, {"f": [[0.5], [0.5]]})["f"]
-    assert flat["pass_at_1"] is None and "no clear change" in evaluate.verdict({"f": flat})
+    assert "better" in summary.verdict({"acc": s})
+    flat = summary.summarize({"f": [[0.5], [0.5]]}, {"f": [[0.5], [0.5]]})["f"]
+    assert flat["pass_at_1"] is None and "no clear change" in summary.verdict({"f": flat})
 
 
 def test_settings_come_from_the_environment_too(tmp_path):
@@ -135,10 +136,10 @@ def test_a_run_that_did_not_finish_is_evaluated_saying_so_and_which_checkpoint(t
     assert ("note: the run did not finish (status failed: trainer was killed by SIGKILL (exit status 247) (last "
             "step logged: 4 of 10)); this evaluates its adapter from train/checkpoint-4, step 4 of 10") in proc.stdout  # fmt: skip
     assert proc.returncode == 2  # then: no held-out rows (the case above), before any model is loaded
-    assert "did not finish (its last attempt ended without recording how)" in evaluate.unfinished(
+    assert "did not finish (its last attempt ended without recording how)" in report.unfinished(
         {"status": "running"}
     )
-    assert evaluate.unfinished({"status": "completed"}) == ""
+    assert report.unfinished({"status": "completed"}) == ""
 
 
 def test_the_heartbeat_speaks_while_a_batch_runs_and_stops_with_it():
@@ -146,7 +147,7 @@ def test_the_heartbeat_speaks_while_a_batch_runs_and_stops_with_it():
     progress = Progress(8, clock=lambda: now[0])
     progress.now("base model: answering prompts 1-4 of 4", timed=True)
     said: list[str] = []
-    with evaluate.heartbeat(progress, said.append, every=0.01):
+    with generation.heartbeat(progress, said.append, every=0.01):
         now[0] = 31.0
         deadline = time.monotonic() + 5
         while not said and time.monotonic() < deadline:
@@ -163,7 +164,7 @@ def test_eval_png_labels_every_bar_with_its_value_zero_included():
     summary = {name: {model: {"mean": mean, "low": max(0.0, mean - 0.05), "high": mean + 0.05}
                       for model, mean in (("base", base), ("adapter", tuned))}
                for name, base, tuned in (("countdown", 0.0, 0.0), ("format_partial", 0.271, 0.833))}  # fmt: skip
-    fig = evaluate.figure({"run": "r", "prompts": {"count": 12}, "summary": summary})
+    fig = report.figure({"run": "r", "prompts": {"count": 12}, "summary": summary})
     labels = [t.get_text() for t in fig.axes[0].texts]
     assert labels.count("0.000") == 2 and "0.271" in labels and "0.833" in labels
 
@@ -180,8 +181,8 @@ def test_held_out_rows_in_the_forms_ms_swift_trains_on_prompt_as_user_turns(tmp_
     as_csv = tmp_path / "held.csv"
     as_csv.write_text(f'messages,solution\n"{plain!r}",4\n')
     for path in (sharegpt, as_csv):
-        rows, _ = evaluate.held_out({}, {}, Settings(EVAL_DATASET=str(path)))
-        assert evaluate.prompt_messages(rows[0], None) == plain and rows[0]["solution"] == "4"
+        rows, _ = heldout.held_out({}, {}, Settings(EVAL_DATASET=str(path)))
+        assert heldout.prompt_messages(rows[0], None) == plain and rows[0]["solution"] == "4"
 
 
 def test_a_bad_eval_dataset_is_refused_naming_the_line_or_why(tmp_path):
@@ -235,13 +236,13 @@ def test_a_secret_the_manifest_keeps_redacted_is_no_crash_in_choosing_held_out_r
 
     data = {"resolved_recipe": {"HF_TOKEN": "<redacted>", "DATASET_GENERATOR": {"value": "countdown", "source": "x"},
                                 "DATASET_ROWS": {"value": "8", "source": "x"}}, "seed": 1}  # fmt: skip
-    rows, how = evaluate.held_out(data, {}, Settings(EVAL_PROMPTS=4))
+    rows, how = heldout.held_out(data, {}, Settings(EVAL_PROMPTS=4))
     assert len(rows) == 4 and "fresh countdown tasks" in how
 
 
 def test_ctrl_c_during_evaluate_is_one_line_and_128_plus_the_signal(tmp_path, monkeypatch, capsys):
     """Ctrl-C while the models generate: no KeyboardInterrupt traceback, exit 130, and the console says
-    nothing was written (SIGTERM takes the same path: supervisor.install_signal_handlers)."""
+    nothing was written (SIGTERM takes the same path: signals.install_signal_handlers)."""
     signum = signal.SIGINT
     from entrypoint import cli
     from entrypoint.commands import evaluate as evaluate_command
@@ -329,7 +330,7 @@ def test_held_out_rows_the_run_s_rewards_cannot_read_are_refused_before_a_model_
 def test_the_scored_completions_are_kept_one_line_each(tmp_path):
     prompts = [[{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}]]
     texts = [["x", "y"], ["z", "w"]]
-    evaluate.write_completions(
+    report.write_completions(
         tmp_path / "c.jsonl", prompts, {"base": (texts, {"r": [[0.0, 1.0], [1.0, 0.0]]})}
     )
     lines = [json.loads(line) for line in (tmp_path / "c.jsonl").read_text().splitlines()]
@@ -343,8 +344,8 @@ def test_held_out_rows_missing_columns_the_others_have_are_refused():
         {"messages": [{"role": "user", "content": "q"}]}
     ] * 2
     prompts = [r["messages"] for r in rows]
-    with pytest.raises(evaluate.BadInput) as exc:
-        evaluate.probe_rewards({"r": lambda *a, **k: [0.0]}, rows, prompts, "EVAL_DATASET /x.jsonl")
+    with pytest.raises(BadInput) as exc:
+        scoring.probe_rewards({"r": lambda *a, **k: [0.0]}, rows, prompts, "EVAL_DATASET /x.jsonl")
     message = exc.value.problems[0].message
     assert "2 of the 4 rows of EVAL_DATASET /x.jsonl lack columns the others have" in message
     assert "row 3 lacks nums, target" in message

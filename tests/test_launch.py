@@ -225,18 +225,18 @@ def test_listening_ports_are_read_from_the_child_process_tree(tmp_path):
     """After /health/ answers, train checks the rollout itself listens there (ms-swift's find_free_port
     silently moves to the next port when the one asked for is taken)."""
     from entrypoint.plan.build import Process
-    from entrypoint.supervise import supervisor
+    from entrypoint.supervise import printer, probes, supervisor
 
     port = ports.first_free(18500)
     sup = supervisor.Supervisor(
-        tmp_path / "logs", 1, supervisor.Printer(io.StringIO()), base_env=env_for(tmp_path)
+        tmp_path / "logs", 1, printer.Printer(io.StringIO()), base_env=env_for(tmp_path)
     )
     child = sup.start(
         Process("rollout", {}, [str(FAKE_SWIFT), "rollout", "--host", "127.0.0.1", "--port", str(port)])
     )
     try:
         sup.wait_healthy(child, f"http://127.0.0.1:{port}/health/", timeout=20)
-        assert port in supervisor.listening_ports(child.pid)
+        assert port in probes.listening_ports(child.pid)
     finally:
         sup.stop_all()
 

@@ -24,7 +24,7 @@ from entrypoint.commands import train as train_command
 from entrypoint.errors import BadInput
 from entrypoint.plan.build import Process
 from entrypoint.record import export
-from entrypoint.supervise import supervisor
+from entrypoint.supervise import printer, signals, supervisor
 from tests.conftest import FAKE_SWIFT, FAKES, ROOT, clean_env, tmpfs
 
 pytestmark = pytest.mark.cli  # each test starts the entrypoint or a process tree
@@ -358,7 +358,7 @@ def test_sigterm_during_the_merged_export_stops_the_run_and_its_export(tmp_path)
 
 def test_a_signal_while_preparing_is_recorded_as_stopped(tmp_path, monkeypatch):
     def interrupted(plan, printer):
-        raise supervisor.Interrupted(signal.SIGTERM)  # what the handler raises when SIGTERM lands here
+        raise signals.Interrupted(signal.SIGTERM)  # what the handler raises when SIGTERM lands here
 
     monkeypatch.setattr(train_command, "prepare", interrupted)
     code = train_here(tmp_path, FAKE_TRAINER="ok")
@@ -371,7 +371,7 @@ def test_a_signal_before_anything_is_written_exits_quietly(tmp_path, monkeypatch
     from entrypoint.world import host
 
     def interrupted(*args, **kwargs):
-        raise supervisor.Interrupted(signal.SIGINT)
+        raise signals.Interrupted(signal.SIGINT)
 
     monkeypatch.setattr(host, "gather", interrupted)
     assert cli.main(["train", f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path / 'out'}", "RUN_NAME=r"]) == 130
@@ -388,7 +388,7 @@ def test_a_log_that_cannot_be_written_never_stops_the_pump(tmp_path):
     noisy = Process(
         "trainer", {}, [sys.executable, "-c", "for i in range(20000): print('line', i, 'x' * 40)"]
     )
-    with supervisor.supervised(tmp_path, 2.0, supervisor.Printer(io.StringIO()), signals=False) as sup:
+    with supervisor.supervised(tmp_path, 2.0, printer.Printer(io.StringIO()), signals=False) as sup:
         child = sup.start(noisy)
         deadline = time.monotonic() + 60
         while child.popen.poll() is None:

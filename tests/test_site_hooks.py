@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.child import runtime
+from entrypoint.child import final_only, heap_freeze, runtime
 from entrypoint.child.hooks import (
     adapter_sync,
     emulate_vram,
@@ -22,7 +22,6 @@ from entrypoint.child.hooks import (
     graphs_up_to_max_seqs,
     inspect_here,
     keep_pools,
-    lean,
     liger_eager,
     offload_before_wake,
     reward_check,
@@ -467,7 +466,7 @@ def test_a_colocated_engine_builds_only_the_final_output_of_a_plain_request(monk
         def add_request(self, request_id, prompt, params, arrival_time=None):
             seen.append((request_id, params.output_kind))
 
-    lean._final_outputs_only(types.SimpleNamespace(LLMEngine=LLMEngine))
+    final_only.final_outputs_only(types.SimpleNamespace(LLMEngine=LLMEngine))
     engine = LLMEngine()
     engine.add_request("plain", "p", SamplingParams())
     engine.add_request("n2", "p", SamplingParams(n=2))
@@ -486,7 +485,7 @@ def test_the_trainer_s_start_up_heap_is_frozen_once_it_is_built(monkeypatch):
         def __init__(self):
             self.heap = [[i] for i in range(1000)]
 
-    lean._freeze_startup_heap(types.SimpleNamespace(GRPOTrainer=GRPOTrainer))
+    heap_freeze.freeze_startup_heap(types.SimpleNamespace(GRPOTrainer=GRPOTrainer))
     try:
         before = gc.get_freeze_count()
         GRPOTrainer()

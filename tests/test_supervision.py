@@ -10,7 +10,7 @@ import pytest
 
 from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE
 from entrypoint.plan.build import Process
-from entrypoint.supervise import supervisor
+from entrypoint.supervise import printer, signals, supervisor
 
 PORT = 8123
 ROLLOUT = Process("rollout", {}, ["swift", "rollout"], host="127.0.0.1", port=PORT)
@@ -64,7 +64,7 @@ def replay(history: dict, timeout: float = 60, finished=lambda child: None, tmp_
     console = io.StringIO()
     processes = [ROLLOUT, TRAINER] if "rollout" in history else [TRAINER]
     with supervisor.supervised(
-        tmp_path, 2.0, supervisor.Printer(console), base_env={}, popen=popen, clock=clock, sleep=clock.sleep,
+        tmp_path, 2.0, printer.Printer(console), base_env={}, popen=popen, clock=clock, sleep=clock.sleep,
         health=lambda url: history.get("healthy_at") is not None and clock.now >= history["healthy_at"],
         ports_of=lambda pid: history.get("listens", {PORT}),
     ) as sup:  # fmt: skip
@@ -138,10 +138,10 @@ def test_progress_lines_while_waiting_for_health(tmp_path):
 
 def test_a_signal_stops_the_run_as_stopped(tmp_path):
     def health(url):
-        raise supervisor.Interrupted(signal.SIGTERM)
+        raise signals.Interrupted(signal.SIGTERM)
 
     clock = Clock()
-    with supervisor.supervised(tmp_path, 2.0, supervisor.Printer(io.StringIO()), base_env={},
+    with supervisor.supervised(tmp_path, 2.0, printer.Printer(io.StringIO()), base_env={},
                            popen=lambda argv, **kw: FakeProcess(clock, None, 0), clock=clock, sleep=clock.sleep,
                            health=health, ports_of=lambda pid: {PORT}) as sup:  # fmt: skip
         outcome = supervisor.launch([ROLLOUT, TRAINER], sup, 60)

@@ -4,7 +4,7 @@ Nothing is patched now: each hook registers the modules it patches, and an impor
 sys.meta_path runs the patches right after the child itself imports each of them (so importing this does
 not import torch, vLLM or ms-swift). Before a hook's patch runs, the hook's targets in the module just
 imported are looked up: one that is missing, or a patch that raises, is the hook's not-installed notice
-(runtime.NOTICE, once per process) and the hook's later patches are skipped; the child goes on.
+(wire.NOTICE, once per process) and the hook's later patches are skipped; the child goes on.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from types import ModuleType
 
-from entrypoint.child import runtime
+from entrypoint.child import runtime, wire
 from entrypoint.child.hooks import ALL
 from entrypoint.child.hooks.base import Hook
 
@@ -60,7 +60,7 @@ class AfterImport(importlib.abc.MetaPathFinder):
         def exec_module(module):
             run(module)
             if timed is not None:
-                timed({"phase": "import", "module": fullname, "seconds": round(time.time() - start, 3)})
+                timed({"phase": wire.IMPORT, "module": fullname, "seconds": round(time.time() - start, 3)})
             for patch in patches:
                 self._apply(patch, module)
 

@@ -11,16 +11,13 @@ import dataclasses
 import functools
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-# The line a hook that cannot install prints, once per process (entrypoint/supervise/console.py shows it
-# once per hook name, whichever process or rank printed it).
-NOTICE = "grpo-rig hook {name} not installed: {reason}; the run goes on without it (DISABLE_HOOKS={name} turns it off)"
-NOT_INSTALLED = re.compile(r"grpo-rig hook (?P<hook>\w+) not installed: ")
+from entrypoint.child import wire
+
 _SAID: set[str] = set()  # hooks whose notice this process printed
 
 
@@ -38,7 +35,7 @@ def not_installed(name: str, reason: str) -> None:
     if name in _SAID:
         return
     _SAID.add(name)
-    print(NOTICE.format(name=name, reason=reason), file=sys.stderr, flush=True)
+    print(wire.NOTICE.format(name=name, reason=reason), file=sys.stderr, flush=True)
 
 
 def need(owner: Any, attribute: str, where: str) -> Any:
@@ -58,9 +55,9 @@ def process_label() -> str:
     """Which process of the trainer's tree this is: ms-swift's CLI, torchrun, or the training worker."""
     argv = getattr(sys, "orig_argv", sys.argv)
     if "torch.distributed.run" in argv:  # its argv names rlhf.py too
-        return "launcher"
+        return wire.LAUNCHER
     if any(a.endswith(os.path.join("cli", "rlhf.py")) for a in argv):  # torchrun's ranks and a lone worker
-        return "worker"
+        return wire.WORKER
     return os.path.basename(argv[1]) if len(argv) > 1 else os.path.basename(argv[0])
 
 
@@ -102,9 +99,6 @@ class GcClock:
         gc.callbacks.append(callback)
 
 
-GRPO_PHASES = ("sync", "generate", "rollout", "train")  # rows that also record the collector's seconds
-
-
 def timed(cls: type, name: str, make_row: Callable[[Any, tuple, float], dict | None], events: Events) -> None:
     """Wrap cls.name: after each call, `make_row(self, args, seconds)` gives the event to write (or None).
     A class without `name` is a MissingTarget: the phase it times would silently go unrecorded."""
@@ -119,7 +113,7 @@ def timed(cls: type, name: str, make_row: Callable[[Any, tuple, float], dict | N
             with contextlib.suppress(Exception):
                 row = make_row(self, args, round(time.time() - start, 3))
                 if row:
-                    if row.get("phase") in GRPO_PHASES:
+                    if row.get("phase") in wire.GRPO_PHASES:
                         row["gc_seconds"] = round(GcClock.seconds - collected, 3)
                     events.write(row)
 

@@ -12,14 +12,9 @@ from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE
 from entrypoint.facts.facts import WEIGHT_SYNC_PORT
 from entrypoint.plan.build import Plan, Process
 from entrypoint.record import runlock
-from entrypoint.supervise.supervisor import (
-    ChildFailed,
-    Interrupted,
-    Printer,
-    Supervisor,
-    interruptible,
-    supervised,
-)
+from entrypoint.supervise.printer import Printer
+from entrypoint.supervise.signals import Interrupted, interruptible
+from entrypoint.supervise.supervisor import ChildFailed, Supervisor, supervised
 
 NAME = "rollout"
 

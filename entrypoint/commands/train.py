@@ -15,14 +15,13 @@ Run directory `OUTPUT_DIR/<RUN_NAME>/`:
 Starting a run whose directory exists resumes it from its newest complete checkpoint, after checking
 that the recipe still trains the same thing (the identity keys of entrypoint/recipe/keys.py). Whatever ends a
 run (its children, a full disk, an error in export, a signal at any moment), the manifest records how
-(`_run`); a failed run's manifest explains it (deaths.py).
+(`_run`); a failed run's manifest explains it (supervise/failures.py, deaths.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import errno
 import json
 import shutil
 import signal
@@ -33,28 +32,20 @@ from typing import Any, NamedTuple, TextIO
 
 import psutil
 
+from entrypoint.child import wire
 from entrypoint.commands import edge, words
 from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE, BadInput, Problem, raise_if_fatal
 from entrypoint.facts.facts import MANIFEST, host_path
 from entrypoint.plan import build as plan_mod
 from entrypoint.plan.build import EVENTS_FILE, Plan
-from entrypoint.preflight import environment
 from entrypoint.record import export, manifest, report, runlock
+from entrypoint.record.status import Status
 from entrypoint.rewards import tasks
-from entrypoint.supervise import deaths, monitor, nodes, stall, startup
+from entrypoint.supervise import failures, monitor, nodes, stall, startup
 from entrypoint.supervise.console import Console
-from entrypoint.supervise.supervisor import (
-    Child,
-    ChildFailed,
-    Interrupted,
-    Outcome,
-    Printer,
-    Stalled,
-    deferred_signals,
-    interruptible,
-    launch,
-    supervised,
-)
+from entrypoint.supervise.printer import Printer
+from entrypoint.supervise.signals import Interrupted, deferred_signals, interruptible
+from entrypoint.supervise.supervisor import Child, ChildFailed, Outcome, Stalled, launch, supervised
 from entrypoint.world import fingerprint
 
 END_OF_MAIN = "End time of running main"  # ms-swift's last log line (v3.6.4:swift/llm/base.py:50)
@@ -97,7 +88,7 @@ def completed_steps(plan: Plan) -> Steps:
 def _already_complete(plan: Plan) -> bool:
     """The run directory holds a finished training of this plan (a merged export may still be missing)."""
     previous = plan.facts.previous.manifest
-    if not previous or previous.get("status") not in ("completed", EXPORT_FAILED):
+    if not previous or previous.get("status") not in (Status.COMPLETED, Status.EXPORT_FAILED):
         return False
     # max_steps -1 (the epochs decide, ms-swift's default): a training that finished is complete
     return plan.recipe.trainer_args.max_steps <= completed_steps(plan).completed
@@ -158,7 +149,7 @@ def _run(
     here, secrets = node_dir(plan), manifest.secrets_of(plan)
     data = {**manifest.start(plan, plan.facts.previous.manifest, rerun_of),
             **({"nodes": records} if records else {})}  # fmt: skip
-    if (plan.facts.previous.manifest or {}).get("status") == "running":
+    if (plan.facts.previous.manifest or {}).get("status") == Status.RUNNING:
         printer.say("its previous attempt ended without recording how (its process was killed, or the machine "
                     "stopped); resuming from the newest complete checkpoint")  # fmt: skip
     final: dict[str, Any] | None = None
@@ -181,27 +172,28 @@ def _run(
         data.update({"trainer_exit": outcome.trainer_exit} if outcome.trainer_exit else {})
         data.update({"log_errors": list(outcome.log_errors)} if outcome.log_errors else {})
         final = finish_run(plan, data, outcome, printer, environ, oom_before)
-        code = EXIT_RUNTIME_FAILURE if final["status"] in ("failed", EXPORT_FAILED) else outcome.code
-        if final["status"] == "stopped" and outcome.status != "stopped":  # stopped in finish_run
+        failed = final["status"] in (Status.FAILED, Status.EXPORT_FAILED)
+        code = EXIT_RUNTIME_FAILURE if failed else outcome.code
+        if final["status"] == Status.STOPPED and outcome.status != Status.STOPPED:  # stopped in finish_run
             code = 128 + signal.Signals[final["failure"]["signal"]].value
     except Interrupted as exc:  # between the children: preparing, exporting
         name = signal.Signals(exc.signum).name
         printer.say(f"{name} received: the run stops here")
         final, code = (
-            manifest.finish(data, "stopped", failure={"reason": f"{name} received"}),
+            manifest.finish(data, Status.STOPPED, failure={"reason": f"{name} received"}),
             128 + exc.signum,
         )
     except OSError as exc:  # our own writes before the export: a full disk, a volume gone read-only
-        failure = _explained(
-            plan, _os_failure(plan, exc, None, "preparing the run"), {"exported": {}}, oom_before
+        failure = failures.explained(
+            plan, failures.os_failure(plan, exc, None, "preparing the run"), {"exported": {}}, oom_before
         )
         for line in failure["explanation"]:
             printer.say(line)
-        final = manifest.finish(data, "failed", failure=failure)
+        final = manifest.finish(data, Status.FAILED, failure=failure)
     finally:
         if final is None:  # an error of the entrypoint itself: recorded, then shown as it is
             final = manifest.finish(
-                data, "failed", failure={"reason": f"the entrypoint failed: {sys.exc_info()[1]!r}"}
+                data, Status.FAILED, failure={"reason": f"the entrypoint failed: {sys.exc_info()[1]!r}"}
             )
         with deferred_signals():  # the last word is written whatever arrives now
             export.release(reserve)
@@ -332,18 +324,6 @@ def summary_lines(plan: Plan) -> list[str]:
     return lines
 
 
-EXPORT_FAILED = "export_failed"  # training completed, the merged export did not (EXPORT_MERGED=true)
-
-
-def _export_failed(merged: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "status": EXPORT_FAILED,
-        "failure": f"merged export failed ({merged.get('reason') or 'status ' + str(merged['returncode'])}); "
-        "the adapter is exported, see "
-        "logs/export.log; run the same command again to retry the export alone",
-    }
-
-
 def _export_only(plan: Plan, printer: Printer, environ: Mapping[str, str], done: int) -> int:
     """A finished run whose merged export is missing (it failed, or EXPORT_MERGED was off): export only."""
     newest = export.newest_complete(plan.train_dir)
@@ -356,13 +336,13 @@ def _export_only(plan: Plan, printer: Printer, environ: Mapping[str, str], done:
     merged = export_merged(plan, newest, printer, environ)
     secrets = manifest.secrets_of(plan)
     data["merged"] = merged
-    if merged["status"] == "completed":
+    if merged["status"] == Status.COMPLETED:
         data["exported"] = dict(sorted({**data.get("exported", {}), **merged.pop("files")}.items()))
-        data.update(status="completed", failure=None)
+        data.update(status=Status.COMPLETED, failure=None)
         manifest.write(here, data, secrets)
         printer.say(f"merged: {plan.run_dir / 'merged'}")
         return EXIT_OK
-    data.update(_export_failed(merged))
+    data.update(failures.export_failed(merged))
     manifest.write(here, data, secrets)
     printer.say(data["failure"])
     return EXIT_RUNTIME_FAILURE
@@ -410,13 +390,9 @@ def prepare(plan: Plan, printer: Printer) -> Path:
         # the command's own start, so the start-up table (startup.py) counts from what the user typed
         events = Path(trainer.env["GRPO_RIG_EVENTS"])
         events.parent.mkdir(parents=True, exist_ok=True)
+        row = {"t": round(psutil.Process().create_time(), 3), "phase": wire.START, "process": wire.ENTRYPOINT}
         with events.open("a", encoding="utf-8") as f:
-            f.write(
-                json.dumps(
-                    {"t": round(psutil.Process().create_time(), 3), "phase": "start", "process": "entrypoint"}
-                )
-                + "\n"
-            )
+            f.write(json.dumps(row) + "\n")
     if s.DATASET_GENERATOR:
         path = Path(plan.dataset_paths[0])
         if not path.exists():
@@ -524,21 +500,21 @@ def export_merged(
             child = supervisor.start(process)
             rc = supervisor.wait(child, _export_watch(plan, tmp, child.log_path))
     except ChildFailed as exc:  # it could not even start (swift missing)
-        return {"status": "failed", "returncode": None, "log_tail": [exc.reason], "argv": process.argv}
+        return {"status": Status.FAILED, "returncode": None, "log_tail": [exc.reason], "argv": process.argv}
     except Stalled as exc:  # stopped by `supervised`; what it wrote goes
         shutil.rmtree(tmp, ignore_errors=True)
         printer.say(f"export {exc}")
-        return {"status": "failed", "returncode": None, "reason": str(exc), "argv": process.argv,
+        return {"status": Status.FAILED, "returncode": None, "reason": str(exc), "argv": process.argv,
                 "log_tail": exc.stack or list(child.tail)}  # fmt: skip
     except BaseException:  # a signal or a full disk: no half-merged model stays behind
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     if rc != 0 or not tmp.is_dir():
         shutil.rmtree(tmp, ignore_errors=True)
-        return {"status": "failed", "returncode": rc, "log_tail": list(child.tail), "argv": process.argv}
+        return {"status": Status.FAILED, "returncode": rc, "log_tail": list(child.tail), "argv": process.argv}
     export.replace_dir(tmp, plan.run_dir / "merged")
     return {
-        "status": "completed",
+        "status": Status.COMPLETED,
         "argv": process.argv,
         "files": export.hash_tree(plan.run_dir / "merged", plan.run_dir),
     }
@@ -587,7 +563,7 @@ def finish_run(
 ) -> dict[str, Any]:
     """Export the newest complete checkpoint and the logs; return the final manifest. An OSError on the way
     (a full disk) makes the run `failed`, saying where and how much is free; the previous export stays whole
-    (export.py). A failed run's manifest explains it (`_explained`)."""
+    (export.py). A failed run's manifest explains it (failures.explained)."""
     run_dir, status, failure = plan.run_dir, outcome.status, outcome.failure
     steps = completed_steps(plan)
     fields: dict[str, Any] = {
@@ -600,30 +576,31 @@ def finish_run(
             exported.update(_export_run(plan, fields))
         if (
             plan.process("export")
-            and status == "completed"
+            and status == Status.COMPLETED
             and "checkpoint" in fields
             and (run_dir / "adapter").exists()
         ):
             fields["merged"] = export_merged(plan, run_dir / fields["checkpoint"], printer, environ)
-            if fields["merged"]["status"] == "completed":
+            if fields["merged"]["status"] == Status.COMPLETED:
                 exported.update(fields["merged"].pop("files"))
             else:
-                status, failure = EXPORT_FAILED, _export_failed(fields["merged"])["failure"]
+                status, failure = Status.EXPORT_FAILED, failures.export_failed(fields["merged"])["failure"]
                 printer.say(failure)
     except OSError as exc:
-        status, failure = "failed", _os_failure(plan, exc, failure, "exporting the run")
+        status, failure = Status.FAILED, failures.os_failure(plan, exc, failure, "exporting the run")
     except Interrupted as exc:  # during the merged export: what was exported stays recorded
         name = signal.Signals(exc.signum).name
         printer.say(f"{name} received during the merged export: the run stops here")
-        status, failure = "stopped", {"reason": f"{name} received during the merged export", "signal": name}
+        reason = f"{name} received during the merged export"
+        status, failure = Status.STOPPED, {"reason": reason, "signal": name}
     if plan.recipe.settings.NODE_RANK == 0:
         try:
             exported.update(report.write(plan, run_dir, outcome.status))  # the training's, not the export's
         except Exception as exc:  # a report is a convenience: never lose the run over it
             printer.say(f"warning: could not write the run report: {exc}")
     fields["exported"] = dict(sorted(exported.items()))
-    if status == "failed":
-        failure = _explained(plan, failure or {}, fields, oom_before)
+    if status == Status.FAILED:
+        failure = failures.explained(plan, failure or {}, fields, oom_before)
         for line in failure["explanation"]:
             printer.say(line)
     return manifest.finish(data, status, failure=failure, **fields)
@@ -646,85 +623,3 @@ def _export_run(plan: Plan, fields: dict[str, Any]) -> dict[str, str]:
     if trainer is not None and Path(trainer.env.get("GRPO_RIG_EVENTS", "")).is_file():
         fields["startup_s"] = startup.marks(startup.read_events(Path(trainer.env["GRPO_RIG_EVENTS"])))
     return exported
-
-
-def _free_text(path: Path) -> str:
-    """'/out/r has 0.3 MiB free of 64.0 MiB' (the volume `path` is on)."""
-    probe = path
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    try:
-        usage = shutil.disk_usage(probe)
-    except OSError:
-        return f"{path}: free space unknown"
-    mib = 1024**2
-    return f"{path} has {usage.free / mib:.1f} MiB free of {usage.total / mib:.1f} MiB"
-
-
-def _os_failure(plan: Plan, exc: OSError, failure: dict | None, doing: str) -> dict[str, Any]:
-    """The failure an OSError of the entrypoint's own writes makes while `doing` something (kept beside a
-    child's failure, when there was one first). ENOSPC says where and how much is free."""
-    out = {"role": "the entrypoint", **(failure or {})}
-    if exc.errno == errno.ENOSPC:  # which file hit it says little: every write there fails alike
-        out["disk"] = _free_text(plan.run_dir)
-        out.setdefault("reason", f"could not write while {doing}")
-    else:
-        out.setdefault(
-            "reason", f"could not write {exc.filename or plan.run_dir} while {doing}: {exc.strerror or exc}"
-        )
-    out["error"] = f"{exc.filename or plan.run_dir}: {exc.strerror or exc}"
-    return out
-
-
-def _explained(plan: Plan, failure: dict[str, Any], fields: dict[str, Any], oom_before: int | None) -> dict:
-    """`failure` with "summary" (one line) and "explanation" (what happened, the likely cause, the last
-    step, what the run left, how to resume: deaths.explain)."""
-    role, tail = failure.get("role") or "run", failure.get("log_tail") or []
-    disk = failure.get("disk") or (_free_text(plan.run_dir) if deaths.disk_full(tail) else "")
-    exported = next(
-        (d for d in ("adapter/", "model/") if any(k.startswith(d) for k in fields["exported"])), ""
-    )
-    wanted = plan.recipe.trainer_args.max_steps  # -1: the epochs decide, so no step count to name
-    ctx = deaths.Context(
-        step=monitor.latest_step(plan.train_dir / "logging.jsonl"), planned=wanted if wanted > 0 else None,
-        checkpoint=fields.get("checkpoint", ""), exported=exported, oom_kills=(oom_before, monitor.oom_kills()),
-        predicted=_predicted(plan, role, deaths.cuda_oom(tail)), oom_knobs=_oom_knobs(plan, role), disk=disk,
-        disk_need=_disk_need(plan) if disk else "",
-        cut_short=tuple(f"{c.relative_to(plan.run_dir)} ({export.tree_bytes(c) / 1024**2:.1f} MiB)"
-                        for c in export.incomplete(plan.train_dir)),
-    )  # fmt: skip
-    reason = failure.get("reason") or failure.get("error") or "failed"
-    lines = deaths.explain(role, failure.get("returncode"), reason, tail, ctx, failure.get("signal"))
-    return {**failure, "summary": lines[0], "explanation": lines}
-
-
-def _disk_need(plan: Plan) -> str:
-    """The free space the disk check asks of this run before it starts (preflight.environment.disk_need), so
-    that 'free space, then run the same command again' says how much (cases re-run: 71 MiB freed, refused)."""
-    return environment.size_text(environment.disk_need(plan, plan.facts).surely)
-
-
-def _predicted(plan: Plan, role: str, oom: dict | None) -> str:
-    """The plan's predicted peak for the GPU a CUDA out-of-memory error names ('21.3 of 24.0 GiB on GPU 0')."""
-    if oom is None or not plan.memory:
-        return ""
-    gpus = plan.layout.rollout_gpus if role == "rollout" else plan.layout.train_gpus
-    gpu = gpus[oom["gpu"]] if oom["gpu"] is not None and oom["gpu"] < len(gpus) else None
-    estimates = [e for e in plan.memory if e.gpu == gpu] or [e for e in plan.memory if e.gpu in gpus]
-    if not estimates:
-        return ""
-    e = max(estimates, key=lambda e: e.peak_gib)
-    return f"{e.peak_gib:.1f} of {e.card_gib:.1f} GiB on GPU {e.gpu}"
-
-
-def _oom_knobs(plan: Plan, role: str) -> str:
-    """The keys that lower a role's CUDA memory, with their values in this run."""
-    r, a = plan.recipe, plan.recipe.trainer_args
-    if role == "rollout":
-        return (f"lower ROLLOUT_GPU_MEMORY_UTILIZATION (now {r.rollout_args.gpu_memory_utilization}) or "
-                f"ROLLOUT_MAX_MODEL_LEN (now {r.rollout_args.max_model_len or 'the model context'})")  # fmt: skip
-    batch = (f"lower PER_DEVICE_TRAIN_BATCH_SIZE (now {a.per_device_train_batch_size}; GRADIENT_ACCUMULATION_STEPS "
-             "keeps the step the same)")  # fmt: skip
-    if plan.layout.mode == "colocate":
-        return f"{batch} or VLLM_GPU_MEMORY_UTILIZATION (now {a.vllm_gpu_memory_utilization})"
-    return f"{batch} or MAX_COMPLETION_LENGTH (now {a.max_completion_length})"

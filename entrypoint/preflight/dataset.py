@@ -244,7 +244,7 @@ def check(
     """Check every dataset (as host.gather read it into `facts`) of recipe key `key` (DATASET or
     VAL_DATASET): its problems and the training prompts in local files (None if unknown). A file
     not there yet, or not readable, is of kind LOCAL. `batch_fix`: the knobs that shrink a generation
-    batch in this recipe (preflight.batch_fix)."""
+    batch in this recipe (rewards_and_data.batch_fix)."""
     problems: list[Problem] = []
     total_prompts: int | None = 0
     for text in specs:

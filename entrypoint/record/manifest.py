@@ -23,6 +23,7 @@ from entrypoint.facts import facts as facts_mod
 from entrypoint.facts.facts import MANIFEST
 from entrypoint.recipe.load import PROJECT_DIR
 from entrypoint.record.export import write_json_atomic
+from entrypoint.record.status import Status
 
 if TYPE_CHECKING:
     from entrypoint.plan.build import Plan
@@ -81,7 +82,7 @@ def start(
     secrets = secrets_of(plan)
     attempts = [dict(a) for a in previous.get("attempts", [])] if previous else []
     for attempt in attempts:  # an attempt that never recorded its end: its process was killed
-        attempt.setdefault("status", "unrecorded")
+        attempt.setdefault("status", Status.UNRECORDED)
     # each attempt keeps every value it ran with (a resume may change keys.RESUME_CHANGES, and RESUME_RESTORED
     # with RESUME_ONLY_MODEL); resolved_recipe below is the last attempt's, with the layer of each value
     attempts.append(
@@ -90,7 +91,7 @@ def start(
     )  # fmt: skip
     data = {
         "schema": SCHEMA_VERSION,
-        "status": "running",
+        "status": Status.RUNNING,
         "run_name": plan.run_name,
         "recipe": plan.recipe.name,
         "identity": plan.recipe.identity(),
@@ -124,7 +125,7 @@ def start(
     return data
 
 
-def finish(data: dict[str, Any], status: str, **fields: Any) -> dict[str, Any]:
+def finish(data: dict[str, Any], status: Status, **fields: Any) -> dict[str, Any]:
     """A copy of `data` marked `status` with `fields` added and the end time and wall time recorded."""
     out = dict(data)
     out.update(fields)

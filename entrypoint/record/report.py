@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from entrypoint.record.export import atomic_path, sha256_file
+from entrypoint.record.status import Status
 
 if TYPE_CHECKING:
     from entrypoint.plan.build import Plan
@@ -88,10 +89,10 @@ def reward_names(plugins: dict | None, reward_funcs: Collection[str]) -> dict[st
     return {cls: name for cls, name in names.items() if name in reward_funcs} or names
 
 
-def unfinished(rows: list[dict], status: str) -> str:
+def unfinished(rows: list[dict], status: Status) -> str:
     """The curves' warning for a run that did not complete ("" when it did): its status and the last step it
     logged of the planned ones, so a failed run's curves do not read as a finished run's."""
-    if status == "completed":
+    if status == Status.COMPLETED:
         return ""
     last = rows[-1].get("global_step/max_steps", "?") if rows else "?"
     done, _, planned = str(last).partition("/")
@@ -105,7 +106,7 @@ def training_curves(
     out: Path,
     title: str = "",
     names: dict[str, str] | None = None,
-    status: str = "completed",
+    status: Status = Status.COMPLETED,
 ) -> bool:
     """Reward (and each reward function, by the recipe's names), loss, KL, completion length against the
     step (integer ticks); a run that did not complete (`status`, launch.Outcome's) says so in red above
@@ -188,8 +189,8 @@ def gpu_memory_plot(gpu_jsonl: Path, out: Path, predicted: dict[int, float]) -> 
     return True
 
 
-def write(plan: Plan, run_dir: Path, status: str = "completed") -> dict[str, str]:
-    """README.md and the plots of a run whose outcome is `status` ("completed" | "failed" | "stopped");
+def write(plan: Plan, run_dir: Path, status: Status = Status.COMPLETED) -> dict[str, str]:
+    """README.md and the plots of a run whose outcome is `status` (COMPLETED, FAILED or STOPPED);
     returns {relative path: sha256} of what it wrote."""
     trainer = plan.process("trainer")
     swift_extra = "".join(

@@ -11,7 +11,7 @@ Every line of every child goes to `<run>/logs/<role>.log` (launch.Supervisor); t
   exception line, with one line saying the whole of it is in the role's log (a run that fails explains
   itself at the end: deaths.explain; seen on the cases re-run: 60 lines of torch's save traceback above
   the one-line "disk full" summary);
-- a child hook that could not install ("grpo-rig hook NAME not installed: ...", entrypoint/child/runtime.py),
+- a child hook that could not install ("grpo-rig hook NAME not installed: ...", entrypoint/child/wire.py),
   once per hook whichever processes and ranks said it;
 - a heartbeat when the console has been quiet for HEARTBEAT_SECONDS, saying what the trainer is doing
   (loading, generating N completions, training), from the phase events the trainer's site hook writes
@@ -32,7 +32,8 @@ import re
 import time
 from pathlib import Path
 
-from entrypoint.child.runtime import GRPO_PHASES, NOT_INSTALLED
+from entrypoint.child import wire
+from entrypoint.child.wire import GRPO_PHASES, NOT_INSTALLED
 from entrypoint.supervise import stall
 from entrypoint.supervise.deaths import TRACEBACK_START, in_traceback
 
@@ -194,19 +195,19 @@ class Console:
         count: a resumed run's file holds every attempt's, each after its entrypoint's start row
         (commands/train.py prepare; startup.marks cuts the file alike)."""
         for row in self.events.new_rows():
-            if row.get("phase") == "start" and row.get("process") == "entrypoint":
+            if row.get("phase") == wire.START and row.get("process") == wire.ENTRYPOINT:
                 self.watch, self.last_event, self.last_event_at = self._new_watch(), None, self.started
                 continue
             t = row.get("t")
             at = self.started + (float(t) - self.wall_started) if isinstance(t, int | float) else self.clock()
             at = min(at, self.clock())
-            if row.get("phase") == "startup" and row.get("mark") in FIRST_STEP_MARKS:
+            if row.get("phase") == wire.STARTUP and row.get("mark") in FIRST_STEP_MARKS:
                 self.watch.arm(at)
             elif self.watch.armed:
                 self.watch.progress(at)
             if row.get("phase") in GRPO_PHASES:  # step-level events flow: a sign per phase, not per line
                 self.watch.predicted = self.predicted_step
-            if row.get("phase") != "import" or self.last_event is None:
+            if row.get("phase") != wire.IMPORT or self.last_event is None:
                 self.last_event, self.last_event_at = row, at
 
     def stalled(self) -> str:
@@ -240,7 +241,7 @@ class Console:
             number: int | None = self.step[0] + 1
         elif phase in GRPO_PHASES:
             number = int(last.get("step") or 0) + 1
-        elif phase == "startup" and last.get("mark") in FIRST_STEP_MARKS:
+        elif phase == wire.STARTUP and last.get("mark") in FIRST_STEP_MARKS:
             number = self.resumed_at + 1
         else:
             number = None
@@ -252,16 +253,16 @@ class Console:
             where = "before the first step"
         if self.activity is not None and self.activity[0] >= self.last_event_at:
             doing = self.activity[1]
-        elif phase == "save":  # a step's checkpoint is written: the next step's generation follows
+        elif phase == wire.SAVE:  # a step's checkpoint is written: the next step's generation follows
             doing = "generating completions"
         elif phase in GRPO_PHASES:
-            if phase in ("generate", "rollout"):
+            if phase in (wire.GENERATE, wire.ROLLOUT):
                 doing = f"training on {last.get('completions', '?')} completions (generated in {last.get('seconds', 0):.0f} s)"
             else:
                 doing = "generating completions"
-        elif phase == "startup":
+        elif phase == wire.STARTUP:
             doing = AFTER_MARK.get(last.get("mark"), "setting up the trainer")
-        elif phase in ("start", "import"):
+        elif phase in (wire.START, wire.IMPORT):
             doing = "importing the libraries and loading the model"
         else:
             doing = "working" if self.step else "loading the model and the data"
@@ -312,15 +313,15 @@ class Progress:
 
 # what the trainer does after each start-up mark (entrypoint/child/hooks/events.py writes them)
 AFTER_MARK = {
-    "model loaded": "loading the dataset and setting up the trainer",
-    "dataset ready": "setting up LoRA and the trainer",
-    "vLLM engine starting": "starting vLLM (weights, torch.compile, KV cache, CUDA graphs)",
-    "vLLM engine ready": "finishing the trainer's set-up",
-    "trainer ready": "generating the first completions",
-    "first step logged": "generating completions",  # written after step 1's line, before step 2's generation
+    wire.MODEL_LOADED: "loading the dataset and setting up the trainer",
+    wire.DATASET_READY: "setting up LoRA and the trainer",
+    wire.VLLM_STARTING: "starting vLLM (weights, torch.compile, KV cache, CUDA graphs)",
+    wire.VLLM_READY: "finishing the trainer's set-up",
+    wire.TRAINER_READY: "generating the first completions",
+    wire.FIRST_STEP_LOGGED: "generating completions",  # written after step 1's line, before step 2's generation
 }
 # after these marks the trainer is inside step 1 (HF Trainer.train: the first batch's generation)
-FIRST_STEP_MARKS = ("trainer ready",)
+FIRST_STEP_MARKS = (wire.TRAINER_READY,)
 # what the trainer does after a milestone of its log (transformers 4.51.3 Trainer._save logs the first as a
 # save begins; ms-swift 3.6.4 logs the second after train() returned and the final state was saved)
 ACTIVITIES = (

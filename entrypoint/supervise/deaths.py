@@ -25,6 +25,8 @@ import re
 import signal
 from collections.abc import Iterable, Iterator, Sequence
 
+from entrypoint.child.wire import REWARD_MARK
+
 # A line in a dump that is the start of ordinary output again: the dump was cut short (the process died
 # while printing it), so what follows must not be folded away.
 _OUTPUT_AGAIN = re.compile(
@@ -171,11 +173,9 @@ def disk_full(lines: Iterable[str]) -> str | None:
     return _last(lines, r"No space left on device|\[Errno 28\]")
 
 
-REWARD_MARK = "grpo-rig reward check:"  # the line child/hooks/reward_check.py prints before it ends a run
-
-
 def reward_failure(lines: Iterable[str]) -> str | None:
-    """What the reward check in the trainer (child/hooks/reward_check.py) said when it ended the run, or None."""
+    """What the reward check in the trainer (child/hooks/reward_check.py) said when it ended the run (the line
+    after REWARD_MARK), or None."""
     line = _last(lines, re.escape(REWARD_MARK))
     return line.split(REWARD_MARK, 1)[1].strip() if line else None
 

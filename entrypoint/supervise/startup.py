@@ -15,20 +15,21 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from entrypoint.child import wire
+
 # (mark, what the seconds before it were spent on); the order of a colocated vLLM run
+TRAINER_STARTED = "trainer started"  # the first START row of the trainer's tree
+WORKER_STARTED = "worker started"  # the worker's START row
 MARKS = (
-    (
-        "trainer started",
-        "the entrypoint: recipe, preflight, reward probe, dataset generation",
-    ),
-    ("worker started", "ms-swift's CLI and torchrun's launcher starting the worker (none for one process)"),
-    ("arguments parsed", "imports (torch, transformers, ms-swift), ms-swift's arguments"),
-    ("model loaded", "the model's weights and tokenizer"),
-    ("dataset ready", "the template, loading and encoding the dataset"),
-    ("vLLM engine starting", "LoRA set-up, importing the GRPO trainer, the trainer's construction"),
-    ("vLLM engine ready", "vLLM: weights, torch.compile, KV cache, CUDA graphs (detail below)"),
-    ("trainer ready", "the rest of the trainer's construction"),
-    ("first step logged", "the first step: weight sync, generation, scoring, training"),
+    (TRAINER_STARTED, "the entrypoint: recipe, preflight, reward probe, dataset generation"),
+    (WORKER_STARTED, "ms-swift's CLI and torchrun's launcher starting the worker (none for one process)"),
+    (wire.ARGUMENTS_PARSED, "imports (torch, transformers, ms-swift), ms-swift's arguments"),
+    (wire.MODEL_LOADED, "the model's weights and tokenizer"),
+    (wire.DATASET_READY, "the template, loading and encoding the dataset"),
+    (wire.VLLM_STARTING, "LoRA set-up, importing the GRPO trainer, the trainer's construction"),
+    (wire.VLLM_READY, "vLLM: weights, torch.compile, KV cache, CUDA graphs (detail below)"),
+    (wire.TRAINER_READY, "the rest of the trainer's construction"),
+    (wire.FIRST_STEP_LOGGED, "the first step: weight sync, generation, scoring, training"),
 )
 VLLM_PARTS = {
     "weights": r"Loading weights took ([\d.]+) seconds",
@@ -44,7 +45,9 @@ def marks(events: Iterable[Mapping], command_start: float | None = None) -> dict
     else the entrypoint's own start event; with several attempts in one file (a resumed run), the last."""
     events = list(events)
     starts = [
-        i for i, e in enumerate(events) if e.get("phase") == "start" and e.get("process") == "entrypoint"
+        i
+        for i, e in enumerate(events)
+        if e.get("phase") == wire.START and e.get("process") == wire.ENTRYPOINT
     ]
     if starts:
         events = events[starts[-1] :]
@@ -54,12 +57,12 @@ def marks(events: Iterable[Mapping], command_start: float | None = None) -> dict
     out: dict[str, float] = {}
     for e in events:
         names = []
-        if e.get("phase") == "start" and e.get("process") != "entrypoint":
+        if e.get("phase") == wire.START and e.get("process") != wire.ENTRYPOINT:
             # the first process of the trainer's tree; a one-process run starts the worker itself
-            names = ["trainer started", *(["worker started"] if e.get("process") == "worker" else [])]
-        elif e.get("phase") == "startup":
+            names = [TRAINER_STARTED, *([WORKER_STARTED] if e.get("process") == wire.WORKER else [])]
+        elif e.get("phase") == wire.STARTUP:
             names = [e.get("mark")]
-        elif e.get("phase") == "import":
+        elif e.get("phase") == wire.IMPORT:
             names = [f"import {e.get('module')}"]
         for name in names:
             if name and name not in out and isinstance(e.get("t"), int | float):

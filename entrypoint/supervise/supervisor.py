@@ -19,10 +19,11 @@ State of a child (`ChildState`, after torchelastic's WorkerState):
     STARTING/HEALTHY --(exit != 0)--> FAILED
     any --(stop_all)--> STOPPED
 
-Every child runs in its own session (process group). Signal handlers only raise `Interrupted`; cleanup
-happens in `launch`'s `finally`. Each child's lines go to `<run>/logs/<role>.log` and, through the one
-`Printer`, to the console as `role | line`, those that entrypoint/supervise/console.py lets through. Seams for tests: the process constructor (`popen`), the
-clock and sleep, the health probe and the port lookup (`Supervisor.__init__`).
+Every child runs in its own session (process group). Signal handlers only raise `Interrupted` (signals.py);
+cleanup happens in `supervised`'s `finally`. Each child's lines go to `<run>/logs/<role>.log` and, through the
+one `Printer` (printer.py), to the console as `role | line`, those that entrypoint/supervise/console.py lets
+through. Seams for tests: the process constructor (`popen`), the clock and sleep, the health probe and the
+port lookup (`Supervisor.__init__`; their defaults: probes.py).
 """
 
 from __future__ import annotations
@@ -33,26 +34,26 @@ import enum
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TextIO
 
 import psutil
 
+from entrypoint.child.wire import STACKS_DIR
 from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE
 from entrypoint.plan.build import Process
+from entrypoint.record.status import Status
 from entrypoint.supervise import deaths
+from entrypoint.supervise.printer import Printer
+from entrypoint.supervise.probes import http_ok, listening_ports, process_tree
 from entrypoint.supervise.reaper import Reaper
+from entrypoint.supervise.signals import Interrupted, deferred_signals, install_signal_handlers
 
 TAIL_LINES = 40
 POLL_SECONDS = 0.2
 STACKS_SECONDS = 2.0  # for a stalled run's stack dumps to reach their files (ask_stacks)
-STACKS_DIR = "stacks"  # under the logs: one file per process (child/hooks/events.py STACKS_DIR)
 
 
 class ChildState(enum.Enum):
@@ -61,14 +62,6 @@ class ChildState(enum.Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     STOPPED = "stopped"
-
-
-class Interrupted(Exception):
-    """SIGINT or SIGTERM arrived; `signum` says which."""
-
-    def __init__(self, signum: int):
-        self.signum = signum
-        super().__init__(signal.Signals(signum).name)
 
 
 class ChildFailed(Exception):
@@ -104,50 +97,6 @@ class Stalled(Exception):
         self.stack = stack or []
 
 
-class Printer:
-    """The console: `say` for the entrypoint's own lines, `line` for a child's, one lock for both."""
-
-    def __init__(
-        self, console: TextIO | None = None, shown=None, clock: Callable[[], float] = time.monotonic
-    ):
-        self.console = console if console is not None else sys.stdout  # the command's, redact.Scrubbing
-        self._lock = threading.Lock()
-        self.shown = shown  # console.Console: which child lines reach the console; None: all of them
-        self.clock = clock
-        self.last_write = clock()
-
-    @staticmethod
-    def prefix(role: str) -> str:
-        return f"{role:>8} | "
-
-    def say(self, text: str) -> None:
-        self._write(f"grpo-rig | {text}")
-
-    def line(self, role: str, text: str) -> None:
-        if self.shown is not None:
-            text = self.shown.shown(role, text)
-            if text is None:
-                return
-        self._write(self.prefix(role) + text)
-
-    def stalled(self) -> str:
-        """Why the run counts as stalled, '' while it does not (console.Console.stalled)."""
-        return self.shown.stalled() if self.shown is not None and hasattr(self.shown, "stalled") else ""
-
-    def tick(self) -> None:
-        """A heartbeat line when the console has been quiet for a while (console.HEARTBEAT_SECONDS)."""
-        from entrypoint.supervise.console import HEARTBEAT_SECONDS
-
-        if self.shown is not None and self.clock() - self.last_write >= HEARTBEAT_SECONDS:
-            self.say(self.shown.heartbeat())
-
-    def _write(self, text: str) -> None:
-        with self._lock:
-            self.console.write(text + "\n")
-            self.console.flush()
-            self.last_write = self.clock()
-
-
 @dataclasses.dataclass
 class Child:
     role: str
@@ -167,82 +116,11 @@ class Child:
 class Outcome:
     """How a run's children ended."""
 
-    status: str  # "completed" | "failed" | "stopped"
+    status: Status  # COMPLETED, FAILED or STOPPED
     code: int  # the exit status the entrypoint returns (errors.EXIT_*)
     failure: dict | None = None  # role, returncode, reason, log_tail of the child that failed
     trainer_exit: dict | None = None  # a trainer crash after training had finished, accepted (why)
     log_errors: tuple[str, ...] = ()  # logs that stopped being written (a full disk), with why
-
-
-def install_signal_handlers() -> Callable[[], None]:
-    """Make SIGINT/SIGTERM raise Interrupted in the main thread; returns a function restoring the old ones."""
-
-    def handler(signum, frame):
-        raise Interrupted(signum)
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    return lambda: [signal.signal(s, h) for s, h in old.items()]
-
-
-@contextlib.contextmanager
-def interruptible() -> Iterator[None]:
-    """SIGINT/SIGTERM raise Interrupted anywhere inside the block (a whole command's life, so that every
-    moment of it ends through its cleanup, never by the default action, whenever SIGTERM comes)."""
-    restore = install_signal_handlers()
-    try:
-        yield
-    finally:
-        restore()
-
-
-@contextlib.contextmanager
-def deferred_signals() -> Iterator[list[int]]:
-    """SIGINT/SIGTERM are remembered, not raised, inside the block: cleanup that must finish (stopping the
-    children, the final manifest) is not cut short by a second Ctrl-C. Yields the signals received."""
-    received: list[int] = []
-    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
-        yield received
-        return
-    old = {
-        s: signal.signal(s, lambda signum, frame: received.append(signum))
-        for s in (signal.SIGINT, signal.SIGTERM)
-    }
-    try:
-        yield received
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-def http_ok(url: str) -> bool:
-    """GET `url` answered 200 (never through a proxy: the rollout is on loopback or a trusted network)."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=2) as response:
-            return response.status == 200
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-        return False
-
-
-def _tree(pid: int) -> list[psutil.Process]:
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-
-
-def listening_ports(pid: int) -> set[int]:
-    """TCP ports in LISTEN state owned by the process tree of `pid`."""
-    found: set[int] = set()
-    for proc in _tree(pid):
-        try:
-            for conn in proc.net_connections(kind="tcp"):
-                if conn.status == psutil.CONN_LISTEN and conn.laddr:
-                    found.add(conn.laddr.port)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
 
 
 class Supervisor:
@@ -358,7 +236,7 @@ class Supervisor:
 
     def pids(self) -> set[int]:
         """Every process of every child's tree (the GPU monitor attributes memory by PID)."""
-        return {p.pid for c in self.children for p in _tree(c.pid)}
+        return {p.pid for c in self.children for p in process_tree(c.pid)}
 
     def wait(self, child: Child, stalled: Callable[[], str] = lambda: "") -> int:
         """Block until `child` exits; returns its status and marks its state. Raises Stalled when `stalled`
@@ -392,7 +270,7 @@ class Supervisor:
         (entrypoint/child/hooks/events.py). Waits STACKS_SECONDS for the dumps; a process without the hook
         dies of the signal, which the stop that follows would have done anyway. Returns the training
         process's main thread (deaths.stall_excerpt), [] without dumps."""
-        for process in (p for c in self.children for p in _tree(c.pid)):
+        for process in (p for c in self.children for p in process_tree(c.pid)):
             with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
                 process.send_signal(signal.SIGUSR1)
         self.sleep(STACKS_SECONDS)
@@ -400,7 +278,7 @@ class Supervisor:
 
     def stop_all(self) -> None:
         """SIGTERM every child's process group, SIGKILL what remains after the grace period."""
-        trees = {c.pid: _tree(c.pid) for c in self.children}
+        trees = {c.pid: process_tree(c.pid) for c in self.children}
         for child in self.children:
             if child.popen.poll() is None:
                 child.state = ChildState.STOPPED
@@ -514,10 +392,10 @@ def launch(
                 raise ChildFailed("trainer", None, list(trainer.tail), str(exc)) from None
             say(f"trainer {exc}")
             say(f"training had finished before it stalled ({why}); the run counts as completed")
-            return Outcome("completed", EXIT_OK,
+            return Outcome(Status.COMPLETED, EXIT_OK,
                            trainer_exit={"returncode": None, "signal": None, "accepted": True, "reason": f"{exc}; {why}"})  # fmt: skip
         if first is trainer and first.state is ChildState.SUCCEEDED:
-            return Outcome("completed", EXIT_OK)
+            return Outcome(Status.COMPLETED, EXIT_OK)
         rc = first.popen.returncode
         why = finished(first) if first is trainer else None
         signame = exit_signal(rc, first.log_path)
@@ -527,7 +405,7 @@ def launch(
         say(f"trainer exited with status {rc}{f' ({signame})' if signame else ''} after training had finished "
             f"({why}); the run counts as completed")  # fmt: skip
         return Outcome(
-            "completed",
+            Status.COMPLETED,
             EXIT_OK,
             trainer_exit={"returncode": rc, "signal": signame, "accepted": True, "reason": why},
         )
@@ -535,12 +413,12 @@ def launch(
         say(exc.render())
         failure = {"role": exc.role, "returncode": exc.returncode, "reason": exc.reason, "log_tail": exc.tail,
                    "signal": exc.signal}  # fmt: skip
-        return Outcome("failed", EXIT_RUNTIME_FAILURE, failure=failure)
+        return Outcome(Status.FAILED, EXIT_RUNTIME_FAILURE, failure=failure)
     except Interrupted as exc:
         say(
             f"{signal.Signals(exc.signum).name} received: stopping all processes (grace {supervisor.grace_seconds:.0f} s)"
         )
-        return Outcome("stopped", 128 + exc.signum)
+        return Outcome(Status.STOPPED, 128 + exc.signum)
 
 
 def _start_healthy(supervisor: Supervisor, process: Process, timeout: float) -> Child:

@@ -7,7 +7,7 @@ entrypoint/child/drift.py, tests/child/test_hooks.py), why, what it saves and wh
 and when it can be deleted. DISABLE_HOOKS=<name>,... (a recipe key) leaves hooks out of every child.
 
 A hook that cannot install (a target missing, an exception) says so once per process on stderr
-(runtime.NOTICE) and the run goes on without it; the console shows that line once per hook.
+(wire.NOTICE) and the run goes on without it; the console shows that line once per hook.
 """
 
 from __future__ import annotations

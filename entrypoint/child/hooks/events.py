@@ -14,7 +14,8 @@ tree starts, {"phase": "import", "module": ..., "seconds": ...} for the heavy im
 and {"phase": "startup", "mark": ..., "seconds": ...} for "arguments parsed", "model loaded", "dataset ready",
 "vLLM engine starting", "vLLM engine ready", "trainer ready" and "first step logged" (ms-swift 3.6.4
 SwiftPipeline._parse_args, SwiftRLHF._prepare_model_tokenizer, SwiftSft._encode_dataset, GRPOTrainer.__init__,
-prepare_vllm and log). entrypoint/supervise/startup.py turns them into the start-up table.
+prepare_vllm and log). entrypoint/supervise/startup.py turns them into the start-up table. The names of
+the phases, processes and marks, which the readers import too: entrypoint/child/wire.py.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import os
 import signal
 import time
 
-from entrypoint.child import runtime
+from entrypoint.child import runtime, wire
 from entrypoint.child.hooks.base import After, Hook, Target
 from entrypoint.child.runtime import Events, timed
 
@@ -53,7 +54,7 @@ def _mark(mark, once=False):
         if once and done:
             return None
         done.append(True)
-        return {"phase": "startup", "mark": mark, "seconds": seconds}
+        return {"phase": wire.STARTUP, "mark": mark, "seconds": seconds}
 
     return make_row
 
@@ -62,40 +63,39 @@ def _record_phases(grpo, events: Events) -> None:
     if not runtime.rank0():
         return
     cls = runtime.need(grpo, "GRPOTrainer", getattr(grpo, "__name__", GRPO_TRAINER))
-    timed(cls, "_move_model_to_vllm", _phase("sync"), events)
-    timed(cls, "_generate_completions", _phase("generate", count=len), events)
-    timed(cls, "_generate_and_score_completions", _phase("rollout", count=len), events)
-    timed(cls, "training_step", _phase("train"), events)
-    timed(cls, "_save_checkpoint", _phase("save"), events)  # its end: the console stops saying "saving"
-    timed(cls, "__init__", _mark("trainer ready"), events)
-    timed(cls, "log", _mark("first step logged", once=True), events)
+    timed(cls, "_move_model_to_vllm", _phase(wire.SYNC), events)
+    timed(cls, "_generate_completions", _phase(wire.GENERATE, count=len), events)
+    timed(cls, "_generate_and_score_completions", _phase(wire.ROLLOUT, count=len), events)
+    timed(cls, "training_step", _phase(wire.TRAIN), events)
+    timed(cls, "_save_checkpoint", _phase(wire.SAVE), events)  # its end: the console stops saying "saving"
+    timed(cls, "__init__", _mark(wire.TRAINER_READY), events)
+    timed(cls, "log", _mark(wire.FIRST_STEP_LOGGED, once=True), events)
     prepare = runtime.need(cls, "prepare_vllm", f"{cls.__module__}.{cls.__qualname__}")
 
     @functools.wraps(prepare)
     def prepare_vllm(self, *args, **kwargs):
-        events.write({"phase": "startup", "mark": "vLLM engine starting"})
+        events.write({"phase": wire.STARTUP, "mark": wire.VLLM_STARTING})
         return prepare(self, *args, **kwargs)
 
     cls.prepare_vllm = prepare_vllm
-    timed(cls, "prepare_vllm", _mark("vLLM engine ready"), events)
+    timed(cls, "prepare_vllm", _mark(wire.VLLM_READY), events)
 
 
 def _record_arguments(base, events: Events) -> None:
     if runtime.rank0():
-        timed(base.SwiftPipeline, "_parse_args", _mark("arguments parsed", once=True), events)
+        timed(base.SwiftPipeline, "_parse_args", _mark(wire.ARGUMENTS_PARSED, once=True), events)
 
 
 def _record_model_load(rlhf, events: Events) -> None:
     if runtime.rank0():
-        timed(rlhf.SwiftRLHF, "_prepare_model_tokenizer", _mark("model loaded"), events)
+        timed(rlhf.SwiftRLHF, "_prepare_model_tokenizer", _mark(wire.MODEL_LOADED), events)
 
 
 def _record_dataset(sft, events: Events) -> None:
     if runtime.rank0():
-        timed(sft.SwiftSft, "_encode_dataset", _mark("dataset ready"), events)
+        timed(sft.SwiftSft, "_encode_dataset", _mark(wire.DATASET_READY), events)
 
 
-STACKS_DIR = "stacks"  # beside the events file: <run>/logs/stacks/<process>-rank<R>-<pid>.txt
 _STACKS_FILES: list = []  # kept open: faulthandler writes to the file descriptor at the signal
 
 
@@ -106,7 +106,7 @@ def _stacks_on_signal(events_path: str) -> None:
     stall_excerpt). Empty files are removed when the run ends. Falls back to stderr (the role's log)."""
     label = runtime.process_label().replace(os.sep, "_") or "python"
     try:
-        folder = os.path.join(os.path.dirname(events_path), STACKS_DIR)
+        folder = os.path.join(os.path.dirname(events_path), wire.STACKS_DIR)
         os.makedirs(folder, exist_ok=True)
         name = f"{label}-rank{os.environ.get('RANK', '0')}-{os.getpid()}.txt"
         f = open(os.path.join(folder, name), "a", encoding="utf-8")  # noqa: SIM115 - open for the process's life
@@ -129,9 +129,9 @@ def install(value: str, after: After) -> None:
     after.patch("swift.llm.train.rlhf", lambda rlhf: _record_model_load(rlhf, events))
     after.patch("swift.llm.train.sft", lambda sft: _record_dataset(sft, events))
     label = runtime.process_label()
-    if runtime.rank0() and label in ("swift", "launcher", "worker"):
-        events.write({"phase": "start", "process": label, "t": round(time.time(), 3)})
-        if label == "worker":
+    if runtime.rank0() and label in wire.TRAINER_PROCESSES:
+        events.write({"phase": wire.START, "process": label, "t": round(time.time(), 3)})
+        if label == wire.WORKER:
             for module in WORKER_IMPORTS:
                 after.time(module, events.write)
 

@@ -16,9 +16,9 @@ import os
 
 from entrypoint.child import runtime
 from entrypoint.child.hooks.base import After, Hook, Target
+from entrypoint.child.wire import INPUTS_MARK
 
 SFT = "swift.llm.train.sft"
-INPUTS_MARK = "grpo-rig inputs check:"  # the line a changed dataset ends the run with
 
 
 class InputsChangedError(RuntimeError):

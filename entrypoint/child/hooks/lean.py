@@ -1,80 +1,43 @@
-"""GRPO_RIG_VLLM_LEAN=1: a colocated engine builds only the outputs ms-swift reads, and the trainer's start-up
-heap leaves the garbage collector's view.
+"""GRPO_RIG_VLLM_LEAN=1: a colocated engine builds only the outputs ms-swift reads
+(entrypoint/child/final_only.py), and the trainer's start-up heap leaves the garbage collector's view
+(entrypoint/child/heap_freeze.py).
 
-ms-swift 3.6.4's colocate generation (VllmEngine.infer without streaming, vllm_engine.py:486-500) keeps each
-request's finished RequestOutput and decodes its token ids itself (template.decode(output.token_ids),
-:387); vLLM 0.8.5's V1 engine builds a RequestOutput for every request at every decode step unless the
-request asks for FINAL_ONLY (v1/engine/output_processor.py:144-160). A request with n=1 and no logprobs
-asks for FINAL_ONLY here: the same tokens, text and finish reason reach ms-swift, once. Then, once
-GRPOTrainer is built (model, reference, vLLM engine loaded), the heap is collected once and frozen
-(gc.freeze, as later vLLM versions do after their engine starts): the oldest generation's collections no
-longer walk the millions of objects torch, transformers and vLLM left at start-up, pauses that land inside
-a decode loop. Each phase event records the collector's seconds inside it (`gc_seconds`, hooks/events.py).
+Two patches, each in its own module of entrypoint/child/ (as the sync probe's is), under one switch: the plan
+turns both on together, for a colocated trainer only (entrypoint/plan/build.py), and both serve one end,
+fewer host-side pauses inside a colocated decode loop. A variable each would change the environment of every
+colocated plan, and DISABLE_HOOKS=lean, which recipes may already name, would stop turning both off.
 """
 
 from __future__ import annotations
 
-import functools
-
-from entrypoint.child import runtime
+from entrypoint.child import final_only, heap_freeze
 from entrypoint.child.hooks.base import After, Hook, Target
 
-ENGINE = "vllm.v1.engine.llm_engine"
+NAME = "lean"
+ENGINE = final_only.ENGINE
 GRPO_TRAINER = "swift.trainers.rlhf_trainer.grpo_trainer"
-
-
-def _final_outputs_only(v1_llm_engine) -> None:
-    from vllm.sampling_params import RequestOutputKind, SamplingParams
-
-    cls = v1_llm_engine.LLMEngine
-    original = cls.add_request
-
-    @functools.wraps(original)
-    def add_request(self, request_id, prompt, params, *args, **kwargs):
-        if (
-            isinstance(params, SamplingParams)
-            and params.n == 1
-            and params.output_kind == RequestOutputKind.CUMULATIVE
-            and params.logprobs is None
-            and params.prompt_logprobs is None
-        ):
-            params.output_kind = RequestOutputKind.FINAL_ONLY
-        return original(self, request_id, prompt, params, *args, **kwargs)
-
-    cls.add_request = add_request
-
-
-def _freeze_startup_heap(grpo) -> None:
-    import gc
-
-    def freeze(trainer):
-        gc.collect()
-        gc.freeze()
-
-    runtime.once_built(grpo.GRPOTrainer, freeze, "lean")
+VLLM_ENGINE = "swift.llm.infer.infer_engine.vllm_engine"
 
 
 def install(value: str, after: After) -> None:
     """On with "1" (the plan sets it for a colocated trainer)."""
     if value == "1":
-        after.patch(ENGINE, _final_outputs_only)
-        after.patch(GRPO_TRAINER, _freeze_startup_heap)
+        after.patch(ENGINE, final_only.final_outputs_only)
+        after.patch(GRPO_TRAINER, lambda grpo: heap_freeze.freeze_startup_heap(grpo, NAME))
 
 
 HOOK = Hook(
-    name="lean",
+    name=NAME,
     variable="GRPO_RIG_VLLM_LEAN",
     targets=(
+        # final_only.py: the engine call it patches
         Target(ENGINE, "LLMEngine.add_request", "0125b1a178260755"),
         # where V1 builds an output per request per step unless FINAL_ONLY
         Target("vllm.v1.engine.output_processor", "RequestState.make_request_output", "c7e2cef88473a183"),
         # ms-swift's sampling parameters (FINAL_ONLY only for n > 1) and its non-streaming generation
-        Target(
-            "swift.llm.infer.infer_engine.vllm_engine",
-            "VllmEngine._prepare_generation_config",
-            "dd68d21f7cea968d",
-        ),
-        Target("swift.llm.infer.infer_engine.vllm_engine", "VllmEngine.infer", "8053e8366f6ed41e"),
+        Target(VLLM_ENGINE, "VllmEngine._prepare_generation_config", "dd68d21f7cea968d"),
+        Target(VLLM_ENGINE, "VllmEngine.infer", "8053e8366f6ed41e"),
+        # heap_freeze.py: the trainer's construction, after which the heap is frozen
         Target(GRPO_TRAINER, "GRPOTrainer.__init__", "3a0e5d68a4fc474d"),
     ),
     upstream=("vllm==0.8.5.post1", "ms-swift==3.6.4"),

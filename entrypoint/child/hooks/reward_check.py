@@ -16,11 +16,9 @@ import sys
 
 from entrypoint.child import runtime
 from entrypoint.child.hooks.base import After, Hook, Target
+from entrypoint.child.wire import REWARD_MARK
 
 GRPO_TRAINER = "swift.trainers.rlhf_trainer.grpo_trainer"
-
-# entrypoint/supervise/deaths.py finds the failure by it in the trainer's log
-REWARD_MARK = "grpo-rig reward check:"
 
 
 class RewardCheckFailed(RuntimeError):
