@@ -52,7 +52,7 @@ HOOK = Hook(
     "never torn down, and the operating system reclaims the memory at exit.",
     saves="every colocated run with SLEEP_LEVEL=1 died at interpreter exit after its last checkpoint "
     "(SIGSEGV, or SIGABRT in MemPool::~MemPool); with the hook every such run on the lent H200 ended with "
-    'exit status 0 (docs/gpu-evidence.md, "A finished training is never reported as failed")',
+    'exit status 0 (bench/gpu-evidence/notes.md, "A finished training is never reported as failed")',
     delete_when="when vllm-project/vllm#16993 is fixed upstream (vLLM tears its sleep-mode pools and "
     "their allocator down in order at exit; the ordering analysis is vllm-project/vllm#46050)",
     install=install,

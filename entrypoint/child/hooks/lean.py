@@ -48,7 +48,8 @@ HOOK = Hook(
     "GRPOTrainer is built.",
     saves="not measured apart from the other levers: the per-step outputs are work the host no longer does "
     "in a launch-bound decode step; the collector ran 0.00-0.10 s per round before the freeze (gc_seconds, "
-    "docs/gpu-evidence.md, 2026-12-02 14:24 UTC), so the freeze bounds pauses rather than the mean step",
+    "bench/gpu-evidence/notes.md, 2026-12-02 14:24 UTC), so the freeze bounds pauses rather than the mean "
+    "step",
     delete_when="when ms-swift's colocated engine asks vLLM for FINAL_ONLY on every non-streaming request "
     "(VllmEngine._prepare_generation_config does it only for n > 1) and the image's vLLM freezes the heap "
     "after its engine starts in-process (vllm-project/vllm#27896 moved gc.freeze to EngineCore.__init__, "
