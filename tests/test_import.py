@@ -511,3 +511,15 @@ def test_the_rollout_s_own_plugins_are_kept_when_the_trainer_loads_none():
     both = read(importer.to_recipe(script.replace("--reward_funcs", "--external_plugins mine.py --reward_funcs"),
                                    defaults={}))  # fmt: skip
     assert both["EXTERNAL_PLUGINS"] == '"mine.py examples/train/grpo/plugin/plugin.py"'
+
+
+def test_a_multi_node_command_imports_with_one_run_name_for_every_node():
+    """ms-swift trains a multi-node command as written; its import was refused until RUN_NAME was set (each
+    node would name the run by its own clock). The recipe gets its file's name, said in a note."""
+    script = ("NNODES=2 NODE_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 NPROC_PER_NODE=4 \\\n"
+              "swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct --dataset /data/x.jsonl "
+              "--reward_funcs accuracy\n")  # fmt: skip
+    text = importer.to_recipe(script, defaults={}, target="recipes/grpo-2nodes.env")
+    assert read(text)["RUN_NAME"] == "grpo-2nodes" and "the same name on every node" in text
+    single = importer.to_recipe(script.replace("NNODES=2 ", ""), defaults={}, target="recipes/one.env")
+    assert "RUN_NAME" not in read(single)

@@ -212,6 +212,7 @@ def to_recipe(
     env = dict(rlhf.env)
     rollout_gpus = _layout(d, rlhf, rollout, env)
     _node_and_environment(d, rlhf, env)
+    _multi_node_run_name(d, target)
     _trainer_flags(d, rlhf, rollout_gpus)
     if rollout is not None and "ROLLOUT_HOST" not in d.values:
         _rollout_flags(d, rollout)
@@ -324,6 +325,19 @@ def _node_and_environment(d: _Draft, rlhf: Command, env: dict[str, str]) -> None
         else:
             shown = value if len(value) <= 40 else value[:40] + "..."
             d.notes.append(f"{name}={shown}: not a key this image knows; left out")
+
+
+def _multi_node_run_name(d: _Draft, target: str) -> None:
+    """A run over several nodes needs one RUN_NAME on every node (unset, each node names the run by its own
+    clock, and validate refuses it); ms-swift names it per node itself. The import gives it the recipe file's
+    name, said in a note, so the command it came from validates as it trains."""
+    nodes = d.values.get("NNODES", "")
+    if "RUN_NAME" in d.values or not nodes.isdigit() or int(nodes) <= 1:
+        return
+    name = Path(target).stem if target.endswith(".env") else "multi-node-run"
+    d.put("RUN_NAME", name)
+    d.notes.append(f"RUN_NAME={name}: a run over several nodes needs the same name on every node (each would "
+                   "name it by its own clock otherwise); give each new run its own")  # fmt: skip
 
 
 def _trainer_flags(d: _Draft, rlhf: Command, rollout_gpus: list[int]) -> None:
