@@ -37,6 +37,13 @@ LAUNCHER = "launcher"  # torchrun
 WORKER = "worker"  # a training process (torchrun's rank, or the lone worker)
 TRAINER_PROCESSES = (SWIFT, LAUNCHER, WORKER)
 
+
+def attempt_start(row: dict) -> bool:
+    """Whether an events row opens an attempt of the run: the entrypoint's own START row, written before the
+    trainer starts. A resumed run appends to the same file; its readers take the rows after the last one."""
+    return row.get("phase") == START and row.get("process") == ENTRYPOINT
+
+
 # the `mark` of a STARTUP row, in the order of a colocated vLLM run
 ARGUMENTS_PARSED = "arguments parsed"
 MODEL_LOADED = "model loaded"

@@ -195,7 +195,7 @@ class Console:
         count: a resumed run's file holds every attempt's, each after its entrypoint's start row
         (commands/train.py prepare; startup.marks cuts the file alike)."""
         for row in self.events.new_rows():
-            if row.get("phase") == wire.START and row.get("process") == wire.ENTRYPOINT:
+            if wire.attempt_start(row):
                 self.watch, self.last_event, self.last_event_at = self._new_watch(), None, self.started
                 continue
             t = row.get("t")

@@ -44,11 +44,7 @@ def marks(events: Iterable[Mapping], command_start: float | None = None) -> dict
     entries say when each timed import finished. The command's start is `command_start` (unix seconds),
     else the entrypoint's own start event; with several attempts in one file (a resumed run), the last."""
     events = list(events)
-    starts = [
-        i
-        for i, e in enumerate(events)
-        if e.get("phase") == wire.START and e.get("process") == wire.ENTRYPOINT
-    ]
+    starts = [i for i, e in enumerate(events) if wire.attempt_start(e)]
     if starts:
         events = events[starts[-1] :]
         command_start = events[0]["t"] if command_start is None else command_start
