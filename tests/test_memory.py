@@ -533,16 +533,21 @@ def test_an_offloaded_card_peaks_at_its_larger_phase_not_at_both_together():
     )
 
 
-@pytest.mark.cli
-def test_the_7b_recipe_plans_one_weight_copy_under_22_gib_on_a_4090_without_refusal(tmp_path):
+def _planned_on_a_4090(recipe: str, tmp_path) -> tuple[list[str], dict]:
+    """(the words, `plan --json`'s answer) for a shipped recipe on the 1 x 4090 inventory; asserts it planned."""
     args = [
-        "recipe=countdown-7b-1x4090",
+        f"recipe={recipe}",
         f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
         f"OUTPUT_DIR={tmp_path}",
     ]
     proc = run_cli("plan", "--json", *args, env=clean_env())
     assert proc.returncode == 0, proc.stderr
-    plan = json.loads(proc.stdout)
+    return args, json.loads(proc.stdout)
+
+
+@pytest.mark.cli
+def test_the_7b_recipe_plans_one_weight_copy_under_22_gib_on_a_4090_without_refusal(tmp_path):
+    args, plan = _planned_on_a_4090("countdown-7b-1x4090", tmp_path)
     (card,) = plan["memory"]
     assert card["peak_gib"] <= 22.0 and "peak in training" in card["role"], card
     trainer = next(p for p in plan["processes"] if p["role"] == "trainer")
@@ -557,14 +562,7 @@ def test_the_7b_recipe_plans_one_weight_copy_under_22_gib_on_a_4090_without_refu
 
 @pytest.mark.cli
 def test_the_14b_qlora_recipe_plans_one_weight_copy_under_22_gib_on_a_4090_without_refusal(tmp_path):
-    args = [
-        "recipe=countdown-14b-1x4090",
-        f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
-        f"OUTPUT_DIR={tmp_path}",
-    ]
-    proc = run_cli("plan", "--json", *args, env=clean_env())
-    assert proc.returncode == 0, proc.stderr
-    plan = json.loads(proc.stdout)
+    args, plan = _planned_on_a_4090("countdown-14b-1x4090", tmp_path)
     (card,) = plan["memory"]
     assert card["peak_gib"] <= 22.0, card
     chosen = {c["key"]: c["value"] for c in plan["shape"]}
