@@ -16,6 +16,7 @@ import pytest
 from entrypoint.errors import BadInput
 from entrypoint.plan.build import Flag, Process
 from entrypoint.record import rerun, runlock
+from entrypoint.record.manifest import values_sha256
 from entrypoint.record.rerun import Now
 from tests.conftest import FAKE_SWIFT, FAKES, ROOT, clean_env
 
@@ -356,7 +357,7 @@ def test_values_changed_between_attempts_are_drift_naming_the_step():
 
 def test_a_manifest_edited_after_the_run_is_drift_and_its_values_name_the_manifest():
     resolved = {"BETA": {"value": "0.04", "source": "recipes/x.env:3"}}
-    data = {**DATA, "resolved_recipe": resolved, "values_sha256": rerun.values_sha256(resolved)}
+    data = {**DATA, "resolved_recipe": resolved, "values_sha256": values_sha256(resolved)}
     assert rerun.drift(data, SAME) == [] and rerun.recorded(data).values["BETA"].source == "recipes/x.env:3"
     data["resolved_recipe"] = {"BETA": {"value": "0.4", "source": "recipes/x.env:3"}}
     found = rerun.drift(data, SAME)

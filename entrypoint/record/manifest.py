@@ -119,10 +119,13 @@ def start(
     }
     data = redact.deep(data, secrets)
     # so that `rerun` tells the values the run wrote from values edited later (record/rerun.py edited)
-    data["values_sha256"] = hashlib.sha256(
-        json.dumps(data["resolved_recipe"], sort_keys=True).encode()
-    ).hexdigest()
+    data["values_sha256"] = values_sha256(data["resolved_recipe"])
     return data
+
+
+def values_sha256(resolved: Mapping[str, Any]) -> str:
+    """The digest a manifest keeps of its resolved recipe (start), so that `rerun` sees an edit of it."""
+    return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
 
 
 def finish(data: dict[str, Any], status: Status, **fields: Any) -> dict[str, Any]:

@@ -22,8 +22,6 @@ Pure: the command (commands/rerun.py) reads the world and passes what it found.
 from __future__ import annotations
 
 import difflib
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import PurePath
 from typing import Any, NamedTuple
@@ -33,7 +31,7 @@ from entrypoint.errors import Problem
 from entrypoint.plan.build import Flag, Process
 from entrypoint.recipe import keys
 from entrypoint.recipe.load import DEFAULTS_FILE, Origin, Value
-from entrypoint.record.manifest import resolved_values
+from entrypoint.record.manifest import resolved_values, values_sha256
 
 NOT_REPEATED = ("RUN_NAME", "OUTPUT_DIR")  # a rerun writes its own directory
 # the files beside the datasets a run records (plan.build.input_files), in the words a user reads
@@ -57,11 +55,6 @@ class Recorded(NamedTuple):
     values: dict[str, Value]  # recipe.load's base
     replanned: dict[str, str]  # planner-chosen KEY -> the value it had, planned again here
     secrets: list[str]  # keys kept redacted, taken from this environment
-
-
-def values_sha256(resolved: Mapping[str, Any]) -> str:
-    """The digest a manifest keeps of its resolved recipe (manifest.start), so that an edit is seen."""
-    return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
 
 
 def edited(data: Mapping[str, Any]) -> bool:
