@@ -649,21 +649,12 @@ def input_files(plan: Plan) -> dict[str, list[str]]:
     paths = facts.paths if facts is not None else {}
     system = [resolved(a.system, paths)] if a.system and a.system.endswith(".txt") else []
     return {
-        "val_dataset": [_absolute(spec) for spec in a.val_dataset],
+        "val_dataset": [_absolute_if_local(spec, facts) for spec in a.val_dataset]
+        if facts
+        else list(a.val_dataset),
         "plugins": plugin_files(plan.recipe, facts) if facts is not None else [str(PLUGIN_FILE)],
         "system": system,
     }
-
-
-def _absolute(spec: str) -> str:
-    """A dataset spec whose file exists here made absolute (ms-swift's #N suffix kept); else as written."""
-    path, sep, rows = spec.partition("#")
-    try:
-        return (
-            str(Path(path).expanduser().absolute()) + sep + rows if Path(path).expanduser().exists() else spec
-        )
-    except (OSError, ValueError):  # not a path (too long for one, a NUL): a hub id or text
-        return spec
 
 
 def plugin_files(recipe: Recipe, facts: Facts) -> list[str]:
