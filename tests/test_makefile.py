@@ -18,9 +18,19 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 
 
+# What an outer make (`make -C DIR test-fast`) passes down: with them the make under test prints "Entering
+# directory" lines a user's own `make help` never shows.
+OUTER_MAKE = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
+
+
+def fresh(env: dict[str, str]) -> dict[str, str]:
+    """`env` as a user's shell has it: without what an outer make would hand down."""
+    return {k: v for k, v in env.items() if k not in OUTER_MAKE}
+
+
 def make(*args: str, env: dict[str, str] | None = None) -> str:
     proc = subprocess.run(["make", "-s", *args], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **(env or {})})  # fmt: skip
+                          env=fresh({**os.environ, **(env or {})}))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -28,7 +38,7 @@ def make(*args: str, env: dict[str, str] | None = None) -> str:
 def make_on_a_terminal(*args: str, env: dict[str, str]) -> str:
     """`make ARGS` with its output on a pseudo-terminal, as a person runs it."""
     main, child = pty.openpty()
-    proc = subprocess.Popen(["make", "-s", *args], cwd=ROOT, stdout=child, stderr=child, env=env)
+    proc = subprocess.Popen(["make", "-s", *args], cwd=ROOT, stdout=child, stderr=child, env=fresh(env))
     os.close(child)
     out = b""
     while True:
@@ -80,7 +90,7 @@ def test_a_failed_build_points_to_the_base_image_mirror_and_the_ca_bundle():
     """A new user's `make build` failed on Docker Hub, then on the TLS proxy, and said nothing of the README's
     BASE_IMAGE= and CA_BUNDLE= (the build itself stands in as `false`; the Docker check is skipped)."""
     proc = subprocess.run(["make", "-s", "build", "COMPOSE=false", "need_docker=@true"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+                          capture_output=True, text=True, timeout=60, env=fresh(dict(os.environ)))  # fmt: skip
     assert proc.returncode != 0
     assert "BASE_IMAGE=<your mirror of nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04> make build" in proc.stdout
     assert "CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt make build" in proc.stdout
