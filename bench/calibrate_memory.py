@@ -135,9 +135,13 @@ def main() -> None:
         # start: compiling seven engines at once on 16 cores would take longer than the runs.
         env = {"VLLM_CACHE_ROOT": str(args.out / "vllm-cache" / CONFIGS[name][0])}
         started[name] = start_train(
-            runs_dir, name, pairs_for(name, args.models, args.steps), args.out / f"{name}.log",
-            recipe="countdown-1x4090", env=env,
-        )  # fmt: skip
+            runs_dir,
+            name,
+            pairs_for(name, args.models, args.steps),
+            args.out / f"{name}.log",
+            recipe="countdown-1x4090",
+            env=env,
+        )
 
     leads = {}
     for name in names:

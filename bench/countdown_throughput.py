@@ -74,29 +74,33 @@ def micro(n: int) -> dict[str, str]:
     return {"per_device_train_batch_size": str(n), "gradient_accumulation_steps": str(32 // n)}
 
 
-CONFIGS.update({
-    "lever: shipped without prefix caching": lever(vllm_enable_prefix_caching="false"),
-    "lever: vLLM share 0.35": lever(vllm_gpu_memory_utilization="0.35"),
-    "lever: micro-batch 4": lever(**micro(4)),
-    "lever: micro-batch 16": lever(**micro(16)),
-    "lever: gradient checkpointing off": lever(gradient_checkpointing="false"),
-    "lever: gradient checkpointing off at micro-batch 4": lever(gradient_checkpointing="false", **micro(4)),
-    "lever: expandable segments without gradient checkpointing": lever(
-        gradient_checkpointing="false", pytorch_cuda_alloc_conf="expandable_segments:True"
-    ),
-    # the planner's allocator choice undone (budget.allocator leaves a set PYTORCH_CUDA_ALLOC_CONF alone)
-    "lever: torch's allocator without gradient checkpointing": lever(
-        gradient_checkpointing="false", pytorch_cuda_alloc_conf="expandable_segments:False"
-    ),
-    "lever: liger fused loss at micro-batch 16": lever(use_liger_kernel="true", **micro(16)),
-    "lever: liger fused loss at micro-batch 32": lever(use_liger_kernel="true", **micro(32)),
-    "lever: liger at micro-batch 8 without gradient checkpointing": lever(
-        use_liger_kernel="true", gradient_checkpointing="false", **micro(8)
-    ),
-    "lever: liger at micro-batch 16 without gradient checkpointing": lever(
-        use_liger_kernel="true", gradient_checkpointing="false", **micro(16)
-    ),
-})  # fmt: skip
+CONFIGS.update(
+    {
+        "lever: shipped without prefix caching": lever(vllm_enable_prefix_caching="false"),
+        "lever: vLLM share 0.35": lever(vllm_gpu_memory_utilization="0.35"),
+        "lever: micro-batch 4": lever(**micro(4)),
+        "lever: micro-batch 16": lever(**micro(16)),
+        "lever: gradient checkpointing off": lever(gradient_checkpointing="false"),
+        "lever: gradient checkpointing off at micro-batch 4": lever(
+            gradient_checkpointing="false", **micro(4)
+        ),
+        "lever: expandable segments without gradient checkpointing": lever(
+            gradient_checkpointing="false", pytorch_cuda_alloc_conf="expandable_segments:True"
+        ),
+        # the planner's allocator choice undone (budget.allocator leaves a set PYTORCH_CUDA_ALLOC_CONF alone)
+        "lever: torch's allocator without gradient checkpointing": lever(
+            gradient_checkpointing="false", pytorch_cuda_alloc_conf="expandable_segments:False"
+        ),
+        "lever: liger fused loss at micro-batch 16": lever(use_liger_kernel="true", **micro(16)),
+        "lever: liger fused loss at micro-batch 32": lever(use_liger_kernel="true", **micro(32)),
+        "lever: liger at micro-batch 8 without gradient checkpointing": lever(
+            use_liger_kernel="true", gradient_checkpointing="false", **micro(8)
+        ),
+        "lever: liger at micro-batch 16 without gradient checkpointing": lever(
+            use_liger_kernel="true", gradient_checkpointing="false", **micro(16)
+        ),
+    }
+)
 assert not any("," in name for name in CONFIGS), "--only splits on commas"
 SHIPPED, OLD, SEED_NAME = "countdown-1x4090 (shipped)", "countdown-1x4090 before", "seed 001 settings"
 # configurations that start with empty compile caches (torch.compile, inductor, Triton): the rest reuse
@@ -162,10 +166,24 @@ def summarize(run_dir: Path, warmup: int, log: Path) -> dict:
         else {},
         "trainer_exit": m.get("trainer_exit"),
     }
-    out["shape"] = {k: v["value"] for k, v in m.get("resolved_recipe", {}).items()
-                    if k in ("PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "GENERATION_BATCH_SIZE",
-                             "NUM_GENERATIONS", "VLLM_GPU_MEMORY_UTILIZATION", "SLEEP_LEVEL", "USE_VLLM", "USE_LIGER_KERNEL",
-                             "GRADIENT_CHECKPOINTING", "PYTORCH_CUDA_ALLOC_CONF", "VLLM_SCHEDULER_STEPS")}  # fmt: skip
+    out["shape"] = {
+        k: v["value"]
+        for k, v in m.get("resolved_recipe", {}).items()
+        if k
+        in (
+            "PER_DEVICE_TRAIN_BATCH_SIZE",
+            "GRADIENT_ACCUMULATION_STEPS",
+            "GENERATION_BATCH_SIZE",
+            "NUM_GENERATIONS",
+            "VLLM_GPU_MEMORY_UTILIZATION",
+            "SLEEP_LEVEL",
+            "USE_VLLM",
+            "USE_LIGER_KERNEL",
+            "GRADIENT_CHECKPOINTING",
+            "PYTORCH_CUDA_ALLOC_CONF",
+            "VLLM_SCHEDULER_STEPS",
+        )
+    }
     trainer = next((p for p in m.get("processes", []) if p.get("role") == "trainer"), {})
     if trainer.get("env", {}).get("PYTORCH_CUDA_ALLOC_CONF"):
         out["shape"]["PYTORCH_CUDA_ALLOC_CONF"] = trainer["env"]["PYTORCH_CUDA_ALLOC_CONF"]
@@ -246,8 +264,14 @@ def main() -> None:
             for path in cache.values():
                 shutil.rmtree(path, ignore_errors=True)
         recipe, pairs = CONFIGS[name]
-        run = start_train(args.out / "runs", slug(name), {**common, **pairs}, args.out / f"{slug(name)}.log",
-                          recipe=ROOT / recipe if recipe.endswith(".env") else recipe, env=cache)  # fmt: skip
+        run = start_train(
+            args.out / "runs",
+            slug(name),
+            {**common, **pairs},
+            args.out / f"{slug(name)}.log",
+            recipe=ROOT / recipe if recipe.endswith(".env") else recipe,
+            env=cache,
+        )
         rc = run.wait()
         results[name] = {"overrides": pairs, "returncode": rc, **summarize(run.run_dir, args.warmup, run.log)}
         print(name, json.dumps(results[name]), flush=True)
@@ -300,11 +324,19 @@ def write_markdown(report: dict, path: Path) -> None:
     ]
     for name, r in report["results"].items():
         s = r.get("shape", {})
-        shape = (f"{s.get('PER_DEVICE_TRAIN_BATCH_SIZE')} x {s.get('GRADIENT_ACCUMULATION_STEPS')}, "
-                 + (f"{s.get('VLLM_GPU_MEMORY_UTILIZATION', '-')}, {s.get('SLEEP_LEVEL', '0')}" if s.get("USE_VLLM") == "true" else "HF generate"))  # fmt: skip
-        shape += "".join(text for key, value, text in (
-            ("GRADIENT_CHECKPOINTING", "false", ", no checkpointing"), ("USE_LIGER_KERNEL", "true", ", liger"))
-            if s.get(key) == value)  # fmt: skip
+        shape = f"{s.get('PER_DEVICE_TRAIN_BATCH_SIZE')} x {s.get('GRADIENT_ACCUMULATION_STEPS')}, " + (
+            f"{s.get('VLLM_GPU_MEMORY_UTILIZATION', '-')}, {s.get('SLEEP_LEVEL', '0')}"
+            if s.get("USE_VLLM") == "true"
+            else "HF generate"
+        )
+        shape += "".join(
+            text
+            for key, value, text in (
+                ("GRADIENT_CHECKPOINTING", "false", ", no checkpointing"),
+                ("USE_LIGER_KERNEL", "true", ", liger"),
+            )
+            if s.get(key) == value
+        )
         if "expandable_segments:True" in s.get("PYTORCH_CUDA_ALLOC_CONF", ""):
             shape += ", expandable segments"
         if int(s.get("VLLM_SCHEDULER_STEPS") or 0) > 1:
@@ -324,27 +356,48 @@ def write_markdown(report: dict, path: Path) -> None:
             f"{r['peak_reserved_gib']} | {r['peak_nvml_gib']} | {r['predicted_gib']} | {_error(r)} | {exit_text} |"
         )
     if "speedup_vs_before" in report or "speedup_vs_seed" in report:
-        lines += ["", f"Shipped recipe: {report.get('speedup_vs_before')}x the completion tokens/s of the recipe as shipped "
-                      f"before, {report.get('speedup_vs_seed')}x the seed's."]  # fmt: skip
+        lines += [
+            "",
+            f"Shipped recipe: {report.get('speedup_vs_before')}x the completion tokens/s of the recipe as shipped "
+            f"before, {report.get('speedup_vs_seed')}x the seed's.",
+        ]
         shipped = report["results"].get(SHIPPED, {})
-        errors = [abs(r["predicted_gib"] / r["peak_nvml_gib"] - 1) for r in report["results"].values()
-                  if r.get("peak_nvml_gib") and r.get("predicted_gib")]  # fmt: skip
-        lines += ["", "The targets, of the shipped recipe: >= 25x the seed (seed 001 settings: the countdown source "
-                      "document's command line), >= 6x the old shape (countdown-1x4090 before) and an NVML peak <= 22 GiB, "
-                      f"and of every configuration a prediction within 10 %: here {report.get('speedup_vs_seed')}x, "
-                      f"{report.get('speedup_vs_before')}x, {shipped.get('peak_nvml_gib')} GiB "
-                      f"({22 - (shipped.get('peak_nvml_gib') or 22):.2f} GiB left to 22), the largest error "
-                      f"{max(errors, default=0):.1%}."]  # fmt: skip
+        errors = [
+            abs(r["predicted_gib"] / r["peak_nvml_gib"] - 1)
+            for r in report["results"].values()
+            if r.get("peak_nvml_gib") and r.get("predicted_gib")
+        ]
+        lines += [
+            "",
+            "The targets, of the shipped recipe: >= 25x the seed (seed 001 settings: the countdown source "
+            "document's command line), >= 6x the old shape (countdown-1x4090 before) and an NVML peak <= 22 GiB, "
+            f"and of every configuration a prediction within 10 %: here {report.get('speedup_vs_seed')}x, "
+            f"{report.get('speedup_vs_before')}x, {shipped.get('peak_nvml_gib')} GiB "
+            f"({22 - (shipped.get('peak_nvml_gib') or 22):.2f} GiB left to 22), the largest error "
+            f"{max(errors, default=0):.1%}.",
+        ]
     rounds = {n: r["generation_round_s"] for n, r in report["results"].items() if r.get("generation_round_s")}
     if rounds:
-        lines += ["", "Seconds of each measured step's generation round (the same work every step: its spread is the "
-                      "machine's, a decode step being bound by the host's CPU):", ""]  # fmt: skip
-        lines += [f"- {n}: {min(v)} / {round(statistics.median(v), 2)} / {max(v)} (min / median / max of {v})"
-                  for n, v in rounds.items()]  # fmt: skip
-    lines += ["", "Start-up, seconds from the command to each mark (entrypoint/supervise/startup.py; configurations in "
-              f"{sorted(COLD)} start with empty compile caches, the others reuse the runs' before them):", "",
-              "| configuration | " + " | ".join(STARTUP_COLUMNS) + " | vLLM: torch.compile / CUDA graphs / whole engine |",
-              "|---|" + "---|" * (len(STARTUP_COLUMNS) + 1)]  # fmt: skip
+        lines += [
+            "",
+            "Seconds of each measured step's generation round (the same work every step: its spread is the "
+            "machine's, a decode step being bound by the host's CPU):",
+            "",
+        ]
+        lines += [
+            f"- {n}: {min(v)} / {round(statistics.median(v), 2)} / {max(v)} (min / median / max of {v})"
+            for n, v in rounds.items()
+        ]
+    lines += [
+        "",
+        "Start-up, seconds from the command to each mark (entrypoint/supervise/startup.py; configurations in "
+        f"{sorted(COLD)} start with empty compile caches, the others reuse the runs' before them):",
+        "",
+        "| configuration | "
+        + " | ".join(STARTUP_COLUMNS)
+        + " | vLLM: torch.compile / CUDA graphs / whole engine |",
+        "|---|" + "---|" * (len(STARTUP_COLUMNS) + 1),
+    ]
     for name, r in report["results"].items():
         st, v = r.get("startup_s", {}), r.get("vllm_startup_s", {})
         engine = " / ".join(str(v.get(k, "-")) for k in ("torch.compile", "CUDA graphs", "whole engine"))

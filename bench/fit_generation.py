@@ -80,15 +80,23 @@ def main() -> None:
     args = p.parse_args()
     points = [pt for run in args.runs if (pt := point(run.resolve(), args.warmup))]
     coefficients = fit(points)
-    CALIBRATION.write_text(json.dumps({
-        "what": "Generation rounds (weight sync included) of colocated ms-swift 3.6.4 GRPO runs on the lent H200 "
+    CALIBRATION.write_text(
+        json.dumps(
+            {
+                "what": "Generation rounds (weight sync included) of colocated ms-swift 3.6.4 GRPO runs on the lent H200 "
                 "capped at 24 GiB, by vLLM engine, for entrypoint/plan/speed.py's generation_time",
-        "workload": "bench/countdown_throughput.py: recipes/countdown-1x4090.env, random-weight Qwen2.5-0.5B with "
-                    "the real tokenizer, generated countdown tasks; every completion runs to MAX_COMPLETION_LENGTH",
-        "points": points,
-    }, indent=2) + "\n")  # fmt: skip
-    COEFFICIENTS.write_text(json.dumps({"source": str(CALIBRATION.relative_to(ROOT)), "coefficients": coefficients},
-                                       indent=2) + "\n")  # fmt: skip
+                "workload": "bench/countdown_throughput.py: recipes/countdown-1x4090.env, random-weight Qwen2.5-0.5B with "
+                "the real tokenizer, generated countdown tasks; every completion runs to MAX_COMPLETION_LENGTH",
+                "points": points,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    COEFFICIENTS.write_text(
+        json.dumps({"source": str(CALIBRATION.relative_to(ROOT)), "coefficients": coefficients}, indent=2)
+        + "\n"
+    )
     for pt in points:
         print(
             f"{pt['engine']:>14}  {pt['round_s']:.3f} s  {pt['per_decode_step_s'] * 1000:.2f} ms/step  {pt['run']}"

@@ -90,7 +90,7 @@ def h200s(world: int) -> inventory.Inventory:
             memory_total_gib=140.4,
             memory_free_gib=139.8,
             compute_capability=(9, 0),
-        )  # fmt: skip
+        )
         for i in range(world)
     ]
     return inventory.Inventory(source="calibration", driver_version="580.159.04", gpus=gpus)
@@ -146,10 +146,16 @@ def run_measurement(run: Path, name: str, model: str = "Qwen/Qwen2.5-0.5B-Instru
         with gzip.open(run / "trainer.log.gz", "rt", errors="replace") as f:
             log = f.read()
         reserved = [float(v) for v in re.findall(r"'memory\(GiB\)': ([0-9.]+)", log)]
-    m.update({"steps": len(reserved), "status": manifest["status"], "measured_nvml_gib": peak["measured_gib"],
-              "measured_reserved_gib": max(reserved, default=None),
-              "predicted_at_run_gib": peak.get("predicted_gib"),
-              "source": str(run.relative_to(ROOT)) if run.is_relative_to(ROOT) else str(run)})  # fmt: skip
+    m.update(
+        {
+            "steps": len(reserved),
+            "status": manifest["status"],
+            "measured_nvml_gib": peak["measured_gib"],
+            "measured_reserved_gib": max(reserved, default=None),
+            "predicted_at_run_gib": peak.get("predicted_gib"),
+            "source": str(run.relative_to(ROOT)) if run.is_relative_to(ROOT) else str(run),
+        }
+    )
     return m
 
 
@@ -203,8 +209,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("calibration", nargs="?", type=Path, default=CALIBRATION)
     p.add_argument("--colocate", type=Path, help="colocate-measurements.json to merge in first")
-    p.add_argument("--runs", type=Path, nargs="+", default=[],
-                   help="bench run directories (bench/countdown_throughput.py) whose manifests replace the colocate measurements")  # fmt: skip
+    p.add_argument(
+        "--runs",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="bench run directories (bench/countdown_throughput.py) whose manifests replace the colocate measurements",
+    )
     args = p.parse_args()
     data = json.loads(args.calibration.read_text())
     if args.runs:
@@ -243,9 +254,17 @@ def main() -> None:
     colocated = [m for m in data.get("colocate_measurements", []) if m.get("measured_nvml_gib")]
     out["colocate_max_abs_error"] = {}
     for regime, names, bounds in (
-        ("expandable segments", EXPANDABLE_FITTED, ([*REGIME_BOUNDS[0], V0_BOUNDS[0]], [*REGIME_BOUNDS[1], V0_BOUNDS[1]])),
-        ("torch's allocator", TORCH_FITTED, ([*REGIME_BOUNDS[0], SLEEP_BOUNDS[0]], [*REGIME_BOUNDS[1], SLEEP_BOUNDS[1]])),
-    ):  # fmt: skip
+        (
+            "expandable segments",
+            EXPANDABLE_FITTED,
+            ([*REGIME_BOUNDS[0], V0_BOUNDS[0]], [*REGIME_BOUNDS[1], V0_BOUNDS[1]]),
+        ),
+        (
+            "torch's allocator",
+            TORCH_FITTED,
+            ([*REGIME_BOUNDS[0], SLEEP_BOUNDS[0]], [*REGIME_BOUNDS[1], SLEEP_BOUNDS[1]]),
+        ),
+    ):
         runs = [m for m in colocated if expandable(m) == (regime == "expandable segments")]
         if len(runs) < len(names):
             print(

@@ -75,8 +75,12 @@ def point(run: Path, allocator: str = "") -> dict | None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs", type=Path, nargs="+")
-    p.add_argument("--allocator", default="", metavar="CONF",
-                   help="fit the runs with this PYTORCH_CUDA_ALLOC_CONF (default: none, torch's own allocator)")  # fmt: skip
+    p.add_argument(
+        "--allocator",
+        default="",
+        metavar="CONF",
+        help="fit the runs with this PYTORCH_CUDA_ALLOC_CONF (default: none, torch's own allocator)",
+    )
     args = p.parse_args()
     points = [
         pt for pt in (point(r, args.allocator) for r in args.runs if (r / "events.jsonl").exists()) if pt
@@ -93,12 +97,21 @@ def main() -> None:
     for pt in points:
         base, slope = coef[pt["lever"]]
         pt["fitted_s"] = round(base + slope * pt["tokens_per_micro_batch"] / 1000, 3)
-        print(f"{pt['name']:62s} {pt['lever']:22s} mb {pt['per_device_train_batch_size']:2d}  "
-              f"{pt['measured_s']:.3f} s measured, {pt['fitted_s']:.3f} fitted")  # fmt: skip
-    CALIBRATION.write_text(json.dumps({
-        "what": "median training seconds of one micro-batch after 2 warm-up rounds, per lever run "
+        print(
+            f"{pt['name']:62s} {pt['lever']:22s} mb {pt['per_device_train_batch_size']:2d}  "
+            f"{pt['measured_s']:.3f} s measured, {pt['fitted_s']:.3f} fitted"
+        )
+    CALIBRATION.write_text(
+        json.dumps(
+            {
+                "what": "median training seconds of one micro-batch after 2 warm-up rounds, per lever run "
                 "(bench/countdown_throughput.py on the lent H200 capped at 24 GiB; bench/fit_speed.py)",
-        "points": points}, indent=2) + "\n")  # fmt: skip
+                "points": points,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     COEFFICIENTS.write_text(
         json.dumps({"source": str(CALIBRATION.relative_to(ROOT)), "coefficients": coef}, indent=2) + "\n"
     )

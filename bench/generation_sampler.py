@@ -106,9 +106,14 @@ def interleaved(llm, prompts, variants: dict, repeats: int) -> dict:
     out = {}
     for name in variants:
         median = statistics.median(seconds[name])
-        out[name] = {"round_s": round(median, 3), "all_s": [round(s, 3) for s in seconds[name]],
-                     "cpu_s": round(statistics.median(cpu[name]), 3), "decode_steps": steps[name],
-                     "ms_per_step": round(1000 * median / steps[name], 2), "sequences": len(prompts)}  # fmt: skip
+        out[name] = {
+            "round_s": round(median, 3),
+            "all_s": [round(s, 3) for s in seconds[name]],
+            "cpu_s": round(statistics.median(cpu[name]), 3),
+            "decode_steps": steps[name],
+            "ms_per_step": round(1000 * median / steps[name], 2),
+            "sequences": len(prompts),
+        }
         print(name, out[name], flush=True)
     return out
 
@@ -157,9 +162,17 @@ def main() -> None:
     from vllm import LLM, SamplingParams
 
     extra = {"num_scheduler_steps": args.scheduler_steps} if args.scheduler_steps > 1 else {}
-    llm = LLM(model=args.model, dtype="bfloat16", max_model_len=2304, gpu_memory_utilization=0.15,
-              max_num_seqs=ROUND, enable_prefix_caching=True, seed=0,
-              compilation_config={"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 24, 32]}, **extra)  # fmt: skip
+    llm = LLM(
+        model=args.model,
+        dtype="bfloat16",
+        max_model_len=2304,
+        gpu_memory_utilization=0.15,
+        max_num_seqs=ROUND,
+        enable_prefix_caching=True,
+        seed=0,
+        compilation_config={"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 24, 32]},
+        **extra,
+    )
     prompts = [PROMPT.replace("24", str(20 + i // 8)) for i in range(ROUND)]
     base = dict(temperature=0.9, max_tokens=TOKENS, ignore_eos=True)
     swift, plain = SamplingParams(top_k=50, top_p=0.9, **base), SamplingParams(**base)

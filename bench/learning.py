@@ -67,13 +67,35 @@ def main() -> int:
     eval_env = dict(env)
     if sets.get("EMULATE_VRAM_GB"):  # evaluate's vLLM on the same emulated card (entrypoint/child/site)
         site = str(ROOT / "entrypoint" / "child" / "site")
-        eval_env |= {"GRPO_RIG_EMULATE_VRAM_GB": sets["EMULATE_VRAM_GB"],
-                     "PYTHONPATH": os.pathsep.join(x for x in (site, env.get("PYTHONPATH", "")) if x)}  # fmt: skip
-    train_argv = [py, "-m", "entrypoint", "train", f"recipe={args.recipe}", f"RUN_NAME={name}",
-                  f"OUTPUT_DIR={args.output_dir}", f"MAX_STEPS={args.steps}", f"DATASET_ROWS={args.rows}",
-                  f"SAVE_STEPS={args.steps}", "SAVE_TOTAL_LIMIT=1", *args.set]  # fmt: skip
-    eval_argv = [py, "-m", "entrypoint", "evaluate", f"run={name}", f"OUTPUT_DIR={args.output_dir}",
-                 f"EVAL_PROMPTS={args.prompts}", f"EVAL_GENERATIONS={args.generations}", f"EVAL_ENGINE={args.engine}"]  # fmt: skip
+        eval_env |= {
+            "GRPO_RIG_EMULATE_VRAM_GB": sets["EMULATE_VRAM_GB"],
+            "PYTHONPATH": os.pathsep.join(x for x in (site, env.get("PYTHONPATH", "")) if x),
+        }
+    train_argv = [
+        py,
+        "-m",
+        "entrypoint",
+        "train",
+        f"recipe={args.recipe}",
+        f"RUN_NAME={name}",
+        f"OUTPUT_DIR={args.output_dir}",
+        f"MAX_STEPS={args.steps}",
+        f"DATASET_ROWS={args.rows}",
+        f"SAVE_STEPS={args.steps}",
+        "SAVE_TOTAL_LIMIT=1",
+        *args.set,
+    ]
+    eval_argv = [
+        py,
+        "-m",
+        "entrypoint",
+        "evaluate",
+        f"run={name}",
+        f"OUTPUT_DIR={args.output_dir}",
+        f"EVAL_PROMPTS={args.prompts}",
+        f"EVAL_GENERATIONS={args.generations}",
+        f"EVAL_ENGINE={args.engine}",
+    ]
     train = run(train_argv, env)
     evaluate = run(eval_argv, eval_env)
     run_dir = Path(args.output_dir) / name
@@ -85,17 +107,22 @@ def main() -> int:
     m = json.loads((run_dir / "manifest.json").read_text())
     shown = [a.replace(str(ROOT) + "/", "") for a in sys.argv[1:]]
     lines = [
-        "# Does GRPO make the model better?", "",
+        "# Does GRPO make the model better?",
+        "",
         f"`python bench/learning.py {' '.join(shown)}` on {machine()}: recipe `{args.recipe}` for {args.steps} GRPO "
         f"steps (run `{m['status']}`, {m['steps']['completed']} of {m['steps']['planned']} steps), then `evaluate` "
         f"({result['engine']}) on {result['prompts']['how']}, {args.generations} completions each from the base "
-        "model and from the adapter.", "",
-        f"Wall time: training {train / 60:.1f} min, evaluation {evaluate / 60:.1f} min, total {(train + evaluate) / 60:.1f} min.", "",
-        f"Verdict: {result['verdict']}", "",
+        "model and from the adapter.",
+        "",
+        f"Wall time: training {train / 60:.1f} min, evaluation {evaluate / 60:.1f} min, total {(train + evaluate) / 60:.1f} min.",
+        "",
+        f"Verdict: {result['verdict']}",
+        "",
         "The table (eval.md), the bars (eval.png), the training curves (training_curves.png), the per-step log "
         "(logging.jsonl) and the run's manifest are beside this file as written; published, the last two are "
-        "archived under bench/learning/.", "",
-    ]  # fmt: skip
+        "archived under bench/learning/.",
+        "",
+    ]
     lines += unlearned(result)
     (args.out / "learning.md").write_text("\n".join(lines))
     print("\n".join(lines))
@@ -108,9 +135,12 @@ def unlearned(result: dict) -> list[str]:
     for name, s in result["summary"].items():
         p1 = s.get("pass_at_1")
         if p1 and p1["base"] == 0 and p1["adapter"] == 0:
-            out += [f"`{name}` stayed at 0 for both models: in this budget the model does not solve a single held-out "
-                    f"task ({result['prompts']['count']} x {result['settings']['generations']} completions, up to "
-                    f"{result['sampling']['max_new_tokens']} tokens).", ""]  # fmt: skip
+            out += [
+                f"`{name}` stayed at 0 for both models: in this budget the model does not solve a single held-out "
+                f"task ({result['prompts']['count']} x {result['settings']['generations']} completions, up to "
+                f"{result['sampling']['max_new_tokens']} tokens).",
+                "",
+            ]
     return out
 
 

@@ -29,8 +29,15 @@ def shapes(config: dict) -> dict[str, tuple[int, int]]:
     """(in, out) features of each LoRA target of a Qwen2 decoder layer, from the model's config.json."""
     h, i = config["hidden_size"], config["intermediate_size"]
     kv = config["num_key_value_heads"] * (h // config["num_attention_heads"])
-    return {"q_proj": (h, h), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (h, h),
-            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}  # fmt: skip
+    return {
+        "q_proj": (h, h),
+        "k_proj": (h, kv),
+        "v_proj": (h, kv),
+        "o_proj": (h, h),
+        "gate_proj": (h, i),
+        "up_proj": (h, i),
+        "down_proj": (i, h),
+    }
 
 
 def write_adapter(out: Path, config: dict, rank: int, seed: int) -> int:
@@ -47,11 +54,24 @@ def write_adapter(out: Path, config: dict, rank: int, seed: int) -> int:
             tensors[f"{key}.lora_B.weight"] = (torch.randn(fan_out, rank, generator=g) * 0.02).bfloat16()
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / "adapter_model.safetensors"))
-    (out / "adapter_config.json").write_text(json.dumps({
-        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": 4 * rank, "lora_dropout": 0.0,
-        "target_modules": list(TARGETS), "bias": "none", "fan_in_fan_out": False, "modules_to_save": None,
-        "use_rslora": False, "use_dora": False, "base_model_name_or_path": None,
-    }))  # fmt: skip
+    (out / "adapter_config.json").write_text(
+        json.dumps(
+            {
+                "peft_type": "LORA",
+                "task_type": "CAUSAL_LM",
+                "r": rank,
+                "lora_alpha": 4 * rank,
+                "lora_dropout": 0.0,
+                "target_modules": list(TARGETS),
+                "bias": "none",
+                "fan_in_fan_out": False,
+                "modules_to_save": None,
+                "use_rslora": False,
+                "use_dora": False,
+                "base_model_name_or_path": None,
+            }
+        )
+    )
     return (out / "adapter_model.safetensors").stat().st_size
 
 
@@ -71,10 +91,25 @@ def main() -> None:
 
     config = json.loads((args.model / "config.json").read_text())
     started = time.time()
-    llm = LLM(str(args.model), enable_lora=True, max_lora_rank=args.rank, max_loras=1, enable_sleep_mode=True,
-              gpu_memory_utilization=args.share, max_model_len=2304, max_num_seqs=args.prompts, seed=0)  # fmt: skip
-    report = {"model": str(args.model), "rank": args.rank, "engine_start_s": round(time.time() - started, 1),
-              "prompts": args.prompts, "tokens": args.tokens, "rounds": []}  # fmt: skip
+    llm = LLM(
+        str(args.model),
+        enable_lora=True,
+        max_lora_rank=args.rank,
+        max_loras=1,
+        enable_sleep_mode=True,
+        gpu_memory_utilization=args.share,
+        max_model_len=2304,
+        max_num_seqs=args.prompts,
+        seed=0,
+    )
+    report = {
+        "model": str(args.model),
+        "rank": args.rank,
+        "engine_start_s": round(time.time() - started, 1),
+        "prompts": args.prompts,
+        "tokens": args.tokens,
+        "rounds": [],
+    }
     params = SamplingParams(temperature=0.0, max_tokens=args.tokens, ignore_eos=True)
     prompts = [
         f"Task {i}: using the numbers {i}, {i + 3} and {2 * i + 1}, make {i + 17}."

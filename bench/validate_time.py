@@ -28,10 +28,17 @@ def main() -> None:
     times = []
     with tempfile.TemporaryDirectory() as out:
         argv = [
-            sys.executable, "-m", "entrypoint", "validate", "recipe=tcm-4x4090",
-            "INVENTORY=examples/inventories/5x4090-driver535.json", "DATASET=examples/tcm/sample.jsonl",
-            "PER_DEVICE_TRAIN_BATCH_SIZE=1", "GRADIENT_ACCUMULATION_STEPS=3", f"OUTPUT_DIR={out}",
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "entrypoint",
+            "validate",
+            "recipe=tcm-4x4090",
+            "INVENTORY=examples/inventories/5x4090-driver535.json",
+            "DATASET=examples/tcm/sample.jsonl",
+            "PER_DEVICE_TRAIN_BATCH_SIZE=1",
+            "GRADIENT_ACCUMULATION_STEPS=3",
+            f"OUTPUT_DIR={out}",
+        ]
         for _ in range(args.runs):
             start = time.perf_counter()
             proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)  # noqa: S603

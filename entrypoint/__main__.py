@@ -26,8 +26,10 @@ def refusal(
     """Why this interpreter cannot run the entrypoint, in one line, or None when it can."""
     if tuple(version[:2]) < OLDEST:
         shown = ".".join(str(v) for v in version)
-        return (f"grpo-rig: this is Python {shown} ({sys.executable}); the entrypoint needs Python 3.10 or "
-                f"later with the locked stack: {USE}")  # fmt: skip
+        return (
+            f"grpo-rig: this is Python {shown} ({sys.executable}); the entrypoint needs Python 3.10 or "
+            f"later with the locked stack: {USE}"
+        )
     missing = [dist for name, dist in NEEDED.items() if find_spec(name) is None]
     if missing:
         return f"grpo-rig: {sys.executable} lacks the locked stack (no {', '.join(missing)}): {USE}"

@@ -189,8 +189,12 @@ def quiet_libraries(environ: Mapping[str, str]) -> None:
     (tqdm reads TQDM_DISABLE when imported, and importing the commands imports it)."""
     if environ.get("CONSOLE") == "all":
         return
-    for name, value in (("TRANSFORMERS_VERBOSITY", "error"), ("TQDM_DISABLE", "1"),
-                        ("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("VLLM_LOGGING_LEVEL", "WARNING")):  # fmt: skip
+    for name, value in (
+        ("TRANSFORMERS_VERBOSITY", "error"),
+        ("TQDM_DISABLE", "1"),
+        ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+        ("VLLM_LOGGING_LEVEL", "WARNING"),
+    ):
         os.environ.setdefault(name, value)
     # deepspeed.utils.logging sets its logger's level itself when imported; a filter stays on the logger
     logging.getLogger("DeepSpeed").addFilter(lambda record: record.levelno >= logging.ERROR)

@@ -50,8 +50,13 @@ LEFT_OUT = ("joshuaHe/", "HuggingFaceTB/")  # a recipe's private SFT, the embedd
 
 def cell(model: str, inventory: str, extra: list[str]) -> str:
     """What the planner makes of `model` on one machine: the predicted peak per card and what it chose."""
-    pairs = [f"recipe={RECIPE}", f"MODEL={model}", f"INVENTORY={ROOT / 'examples' / 'inventories' / inventory}.json",
-             "RUN_NAME=fits", *extra]  # fmt: skip
+    pairs = [
+        f"recipe={RECIPE}",
+        f"MODEL={model}",
+        f"INVENTORY={ROOT / 'examples' / 'inventories' / inventory}.json",
+        "RUN_NAME=fits",
+        *extra,
+    ]
     try:
         r = recipe_mod.load(pairs, {}, recipe_mod.RECIPES_DIR)
     except BadInput as exc:
@@ -132,8 +137,10 @@ def main() -> int:
     if args.write:
         README.write_text(new)
     elif new != text:
-        print("README.md's model table differs from the planner's: run `python scripts/fits_table.py --write`",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "README.md's model table differs from the planner's: run `python scripts/fits_table.py --write`",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -120,8 +120,19 @@ def test_a_secret_on_the_command_line_is_printed_by_no_line_that_names_it(capsys
     """A refusal's fix spelled the secret back (`write HUB_TOKEN=...`); what a command prints passes
     redact.Scrubbing, and a short value is replaced where its key is named."""
     monkeypatch.setenv("MY_SERVICE_API_KEY", "envSECRETvalue")
-    assert cli.main(["validate", "--hub_token", "cliSECRETvalue", "--swanlab_token=ab", "recipe=smoke",
-                     "LEARNING_RATE=envSECRETvalue"]) == 2  # fmt: skip
+    assert (
+        cli.main(
+            [
+                "validate",
+                "--hub_token",
+                "cliSECRETvalue",
+                "--swanlab_token=ab",
+                "recipe=smoke",
+                "LEARNING_RATE=envSECRETvalue",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "cliSECRETvalue" not in err and "envSECRETvalue" not in err and "=ab" not in err, err
     assert "fix: write HUB_TOKEN=<redacted>" in err and "'--swanlab_token=<redacted>'" in err
@@ -191,8 +202,13 @@ def test_prepare_model_and_evaluate_keep_library_notices_off_the_console():
     )
     assert quiet.returncode == 0, quiet.stderr
     assert (quiet.stdout + quiet.stderr).strip() == "an error still shows"
-    loud = subprocess.run([sys.executable, "-c", QUIET_PROBE], cwd=ROOT, env={**env, "CONSOLE": "all"},
-                          capture_output=True, text=True)  # fmt: skip
+    loud = subprocess.run(
+        [sys.executable, "-c", QUIET_PROBE],
+        cwd=ROOT,
+        env={**env, "CONSOLE": "all"},
+        capture_output=True,
+        text=True,
+    )
     assert "legacy" in loud.stderr and "Setting accelerator" in loud.stdout and "GGUF" in loud.stderr
 
 
@@ -278,8 +294,15 @@ def test_a_reader_that_stops_early_gets_no_traceback():
     read, write = os.pipe()
     os.close(read)
     try:
-        proc = subprocess.run([sys.executable, "-m", "entrypoint", "keys"], cwd=ROOT, env=clean_env(),
-                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=60)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "entrypoint", "keys"],
+            cwd=ROOT,
+            env=clean_env(),
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
     finally:
         os.close(write)
     assert proc.returncode == 141 and "Traceback" not in proc.stderr, proc.stderr
@@ -289,8 +312,13 @@ def test_a_reader_that_stops_early_gets_no_traceback():
 def test_an_interpreter_without_the_locked_stack_gets_the_command_to_use_not_a_traceback():
     """A new user copied `python -m entrypoint plan ...` and got a traceback (Python 3.11: a dataclass
     default; a bare 3.10: no python-dotenv). Without site-packages (-S) this interpreter lacks the stack."""
-    proc = subprocess.run([sys.executable, "-S", "-m", "entrypoint", "keys"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-S", "-m", "entrypoint", "keys"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "lacks the locked stack" in proc.stderr and ".venv/bin/python -m entrypoint" in proc.stderr
 
@@ -300,8 +328,14 @@ def test_recipes_lists_every_shipped_recipe_with_what_it_is_for():
     """A new user asked which recipes there are: no command listed them."""
     from entrypoint.recipe import load as recipe_mod
 
-    proc = subprocess.run([sys.executable, "-m", "entrypoint", "recipes"], cwd=ROOT, env=clean_env(),
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "entrypoint", "recipes"],
+        cwd=ROOT,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = dict(
         line.split(None, 1) for line in proc.stdout.splitlines()[: len(recipe_mod.available_recipes())]

@@ -35,10 +35,19 @@ def test_failures_always_show_and_a_traceback_folds_to_its_exception():
     """The cases re-run saw 60 lines of torch's save traceback above the run's one-line 'disk full'
     summary: the frames stay in the log, the exception line shows, the log is named once per role."""
     console = Console()
-    lines = ["(q_proj): Linear(in_features=576)", "Traceback (most recent call last):", '  File "x.py", line 1',
-             "    raise RuntimeError('boom')", "RuntimeError: boom", "", "During handling of the above exception, "
-             "another exception occurred:", "", "[rank0]: Traceback (most recent call last):",
-             '[rank0]:   File "y.py", line 2', "[rank0]: OSError: [Errno 28] No space left on device"]  # fmt: skip
+    lines = [
+        "(q_proj): Linear(in_features=576)",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1',
+        "    raise RuntimeError('boom')",
+        "RuntimeError: boom",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "",
+        "[rank0]: Traceback (most recent call last):",
+        '[rank0]:   File "y.py", line 2',
+        "[rank0]: OSError: [Errno 28] No space left on device",
+    ]
     assert shown(console, lines) == [
         "a traceback (its frames go to logs/trainer.log; CONSOLE=all shows them here):",
         "RuntimeError: boom",
@@ -97,10 +106,12 @@ def test_before_the_first_step_the_heartbeat_follows_the_start_up_marks(tmp_path
     events = tmp_path / "events.jsonl"
     console = Console(events=events, clock=lambda: 42.0)
     said = []
-    for row in ('{"t": 1, "phase": "start", "process": "worker"}',
-                '{"t": 2, "phase": "startup", "mark": "model loaded", "seconds": 3.0}',
-                '{"t": 3, "phase": "startup", "mark": "vLLM engine starting"}\n{"t": 3.5, "phase": "import", "module": "vllm"}',
-                '{"t": 4, "phase": "startup", "mark": "trainer ready", "seconds": 9.0}'):  # fmt: skip
+    for row in (
+        '{"t": 1, "phase": "start", "process": "worker"}',
+        '{"t": 2, "phase": "startup", "mark": "model loaded", "seconds": 3.0}',
+        '{"t": 3, "phase": "startup", "mark": "vLLM engine starting"}\n{"t": 3.5, "phase": "import", "module": "vllm"}',
+        '{"t": 4, "phase": "startup", "mark": "trainer ready", "seconds": 9.0}',
+    ):
         with events.open("a") as f:
             f.write(row + "\n")
         said.append(console.heartbeat())
@@ -129,8 +140,10 @@ def test_after_a_generation_round_the_heartbeat_says_training(tmp_path):
 def test_seconds_per_step_agree_with_elapsed_time():
     """ms-swift's train_speed counts from the trainer's set-up (vLLM's engine start included): on the lent
     H200 step 1 of 3 logged train_speed 0.0097 iter/s with elapsed_time 5s. The line says 5.0 s/step."""
-    row = ("{'loss': 0.0, 'reward': 0.775, 'reward_std': 0.027, 'global_step/max_steps': '1/3', "
-           "'elapsed_time': '5s', 'remaining_time': '10s', 'train_speed(iter/s)': 0.0097}")  # fmt: skip
+    row = (
+        "{'loss': 0.0, 'reward': 0.775, 'reward_std': 0.027, 'global_step/max_steps': '1/3', "
+        "'elapsed_time': '5s', 'remaining_time': '10s', 'train_speed(iter/s)': 0.0097}"
+    )
     (line,) = shown(Console(), [row])
     assert line == "step 1/3 | reward 0.775 (std 0.027) | 5.0 s/step | elapsed 5s | ETA after step 2"
     later = row.replace("'1/3'", "'2/3'").replace("'5s'", "'1m 4s'")
@@ -183,12 +196,18 @@ def test_after_step_1_the_heartbeat_says_the_trainer_generates_and_milestones_sh
 def test_a_child_hook_that_did_not_install_shows_once_per_hook_whichever_process_said_it():
     """Every process and rank that imports the patched library prints the hook's notice (its log keeps
     them all); the console shows each hook's once, and still every other failure."""
-    notice = ("grpo-rig hook top_k_first not installed: vllm.v1.sample.ops.topk_topp_sampler has no "
-              "apply_top_k_top_p; the run goes on without it (DISABLE_HOOKS=top_k_first turns it off)")  # fmt: skip
+    notice = (
+        "grpo-rig hook top_k_first not installed: vllm.v1.sample.ops.topk_topp_sampler has no "
+        "apply_top_k_top_p; the run goes on without it (DISABLE_HOOKS=top_k_first turns it off)"
+    )
     other = notice.replace("top_k_first", "lean")
     console = Console()
-    out = [console.shown("trainer", notice), console.shown("trainer", f"[rank1]: {notice}"),
-           console.shown("rollout", notice), console.shown("trainer", f"[rank1]: {other}")]  # fmt: skip
+    out = [
+        console.shown("trainer", notice),
+        console.shown("trainer", f"[rank1]: {notice}"),
+        console.shown("rollout", notice),
+        console.shown("trainer", f"[rank1]: {other}"),
+    ]
     assert out == [notice, None, None, other]
 
 
@@ -209,8 +228,10 @@ def test_the_automatic_stall_bound_is_ten_longest_waits_and_watches_after_the_la
     assert console.stalled() == ""  # 10 x 30 s is below the 600 s floor
     now[0] = 150.0 + 601
     said = console.stalled()
-    assert said.startswith("stalled: step 4/10") and "10 x the longest wait between two signs of progress (30 s), " \
-        "at least 600 s" in said, said  # fmt: skip
+    assert (
+        said.startswith("stalled: step 4/10")
+        and "10 x the longest wait between two signs of progress (30 s), at least 600 s" in said
+    ), said
     now[0] = 0.0
     console = Console(clock=lambda: now[0], total_steps=10)
     for step, at in ((9, 100.0), (10, 130.0)):
@@ -352,8 +373,10 @@ def test_the_first_step_is_watched_from_trainer_ready_for_ten_start_ups_and_a_sl
 def test_the_step_line_shows_kl_and_completion_length_beside_the_reward():
     """Users' trial: the step line showed the reward only; KL and completion length were in the PNG and
     logging.jsonl. They come from the same row ms-swift logs."""
-    row = ("{'loss': 0.0, 'reward': 0.5, 'reward_std': 0.1, 'kl': 0.00123, 'completions/mean_length': 268.94, "
-           "'global_step/max_steps': '1/3', 'elapsed_time': '5s'}")  # fmt: skip
+    row = (
+        "{'loss': 0.0, 'reward': 0.5, 'reward_std': 0.1, 'kl': 0.00123, 'completions/mean_length': 268.94, "
+        "'global_step/max_steps': '1/3', 'elapsed_time': '5s'}"
+    )
     (line,) = shown(Console(), [row])
     assert line.startswith(
         "step 1/3 | reward 0.500 (std 0.100) | kl 0.0012 | completion 269 tokens | 5.0 s/step"

@@ -46,8 +46,16 @@ def test_the_corpus_holds_at_least_fifteen_configurations():
 def _run(recipe: Path, cache: Path, tmp_path: Path, command: str, *extra: str):
     inventory, words = SETUP[recipe.stem]
     env = clean_env(MODELSCOPE_CACHE=str(cache))
-    return run_cli(command, f"recipe={recipe}", f"INVENTORY={INVENTORIES / (inventory + '.json')}",
-                   f"OUTPUT_DIR={tmp_path}/out", *words, *extra, env=env, timeout=120)  # fmt: skip
+    return run_cli(
+        command,
+        f"recipe={recipe}",
+        f"INVENTORY={INVENTORIES / (inventory + '.json')}",
+        f"OUTPUT_DIR={tmp_path}/out",
+        *words,
+        *extra,
+        env=env,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=[r.stem for r in RECIPES])
@@ -102,11 +110,16 @@ def test_plan_argv_carries_every_flag_the_recipe_sets(recipe, modelscope_cache, 
 def test_every_shipped_recipe_validates_on_the_machine_it_is_for():
     """Every shipped recipe validates on the machine it is for (tcm-4x4090 with its sample data). How long
     that takes is a benchmark, not a test: bench/validate_time.py (target: under 5 s on 2 cores)."""
-    cases = (("smoke", None, ()), ("smoke-gpu", "1x4090-driver535", ()), ("smoke-server", "2x4090-driver535", ()),
-             ("countdown-1x4090", "1x4090-driver535", ()), ("countdown-7b-1x4090", "1x4090-driver535", ()),
-             ("countdown-14b-1x4090", "1x4090-driver535", ()),
-             ("arithmetic-gpu", "1x4090-driver535", ()),
-             ("tcm-4x4090", "5x4090-driver535", (f"DATASET={ROOT / 'examples' / 'tcm' / 'sample.jsonl'}",)))  # fmt: skip
+    cases = (
+        ("smoke", None, ()),
+        ("smoke-gpu", "1x4090-driver535", ()),
+        ("smoke-server", "2x4090-driver535", ()),
+        ("countdown-1x4090", "1x4090-driver535", ()),
+        ("countdown-7b-1x4090", "1x4090-driver535", ()),
+        ("countdown-14b-1x4090", "1x4090-driver535", ()),
+        ("arithmetic-gpu", "1x4090-driver535", ()),
+        ("tcm-4x4090", "5x4090-driver535", (f"DATASET={ROOT / 'examples' / 'tcm' / 'sample.jsonl'}",)),
+    )
     assert sorted(c[0] for c in cases) == sorted(
         p.stem for p in (ROOT / "recipes").glob("*.env") if p.stem != "defaults"
     )
@@ -149,8 +162,10 @@ def _under_bash(script: Path, tmp_path: Path) -> list[tuple[list[str], dict[str,
         return calls
 
     baseline = run("record probe")[0][1]  # what the environment holds before the script sets anything
-    return [(argv, {k: v for k, v in env.items() if baseline.get(k) != v and k != "_"})
-            for argv, env in run('source "$1"')]  # fmt: skip
+    return [
+        (argv, {k: v for k, v in env.items() if baseline.get(k) != v and k != "_"})
+        for argv, env in run('source "$1"')
+    ]
 
 
 def _flags(words: list[str]) -> list[tuple[str, list[str]]]:
@@ -195,10 +210,20 @@ def test_import_reads_each_script_as_bash_runs_it(script, tmp_path):
         (sub, flags, {k: norm(v) for k, v in tr.items()}, env)
         for sub, flags, tr, env in _bash_commands(_under_bash(script, tmp_path))
     ]
-    read = [(c.sub, [(n, [norm(v) for v in vals]) for n, vals in c.flags], {k: norm(v) for k, v in c.torchrun.items()},
-             {k: norm(v) for k, v in c.env.items()}) for c in importer.parse(script.read_text()) if not c.commented]  # fmt: skip
-    assert read == [(sub, [(n, [norm(v) for v in vals]) for n, vals in flags], tr, {k: norm(v) for k, v in env.items()})
-                    for sub, flags, tr, env in ran]  # fmt: skip
+    read = [
+        (
+            c.sub,
+            [(n, [norm(v) for v in vals]) for n, vals in c.flags],
+            {k: norm(v) for k, v in c.torchrun.items()},
+            {k: norm(v) for k, v in c.env.items()},
+        )
+        for c in importer.parse(script.read_text())
+        if not c.commented
+    ]
+    assert read == [
+        (sub, [(n, [norm(v) for v in vals]) for n, vals in flags], tr, {k: norm(v) for k, v in env.items()})
+        for sub, flags, tr, env in ran
+    ]
     if script.parent.name == "later" or script.read_text().count("swift rlhf") == 0:
         return
     assert read, "bash runs a swift rlhf command here"
@@ -217,8 +242,11 @@ REPOINTED = {
 }
 
 
-@pytest.mark.parametrize("script", sorted((SCRIPTS_DIR / "v3.6.4").rglob("*.sh")),
-                         ids=lambda s: s.relative_to(SCRIPTS_DIR / "v3.6.4").as_posix())  # fmt: skip
+@pytest.mark.parametrize(
+    "script",
+    sorted((SCRIPTS_DIR / "v3.6.4").rglob("*.sh")),
+    ids=lambda s: s.relative_to(SCRIPTS_DIR / "v3.6.4").as_posix(),
+)
 def test_each_v3_6_4_script_imports_to_its_corpus_recipe(script, tmp_path):
     """The corpus recipes are the scripts' import as it is today, but for the paths into ms-swift's checkout;
     the two scripts without `swift rlhf` are refused as such."""
@@ -259,8 +287,16 @@ def test_later_scripts_import_and_are_refused_for_what_3_6_4_lacks(script, probl
     """The multi-line prompts import; what ms-swift 3.6.4 or this image lacks (later flags, swanlab,
     bitsandbytes, a plugin not here) is refused by validate, each by name."""
     out = tmp_path / "later.env"
-    proc = run_cli("import", str(SCRIPTS_DIR / "later" / script), "-o", str(out), f"OUTPUT_DIR={tmp_path}/out",
-                   f"INVENTORY={INVENTORIES / '8xA100-nvlink-ib.json'}", env=clean_env(), timeout=120)  # fmt: skip
+    proc = run_cli(
+        "import",
+        str(SCRIPTS_DIR / "later" / script),
+        "-o",
+        str(out),
+        f"OUTPUT_DIR={tmp_path}/out",
+        f"INVENTORY={INVENTORIES / '8xA100-nvlink-ib.json'}",
+        env=clean_env(),
+        timeout=120,
+    )
     assert out.exists() and "No closing quotation" not in proc.stderr and "cannot read" not in proc.stderr
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     for name in problems:

@@ -51,9 +51,13 @@ def test_start_up_dumps_of_a_real_ms_swift_log_are_folded_out_of_the_last_lines(
     shown = list(tail)
     assert not [x for x in shown if x.startswith(("  (", "    (", "adam_beta", "_n_gpu="))]  # no dump line
     folded = [x for x in shown if "lines of start-up output, left out here" in x]
-    heads = ("[INFO:swift] args: RLHFArguments(", "[INFO:swift] model_info: ModelInfo(",
-             "[INFO:swift] model.generation_config: GenerationConfig {", "[INFO:swift] train_dataset: Dataset({",
-             "[INFO:swift] model: PeftModelForCausalLM(")  # fmt: skip
+    heads = (
+        "[INFO:swift] args: RLHFArguments(",
+        "[INFO:swift] model_info: ModelInfo(",
+        "[INFO:swift] model.generation_config: GenerationConfig {",
+        "[INFO:swift] train_dataset: Dataset({",
+        "[INFO:swift] model: PeftModelForCausalLM(",
+    )
     assert len(folded) == len(heads) and all(x.startswith(h) for x, h in zip(folded, heads, strict=True))
     assert "[INFO:swift] args: RLHFArguments( ... (401 lines of start-up output" in "\n".join(shown)
     assert "[INFO:swift] Start time of running main" in "\n".join(shown)  # ordinary lines stay
@@ -73,11 +77,19 @@ def test_a_traceback_in_the_last_lines_keeps_its_exception_only():
     """Cases re-run: a full disk's last lines held torch's save traceback twice, its frames labelled as
     'lines of start-up output' (a frame ending in '(' looked like a dump)."""
     tail = deaths.Tail(20)
-    lines = ["step 2", "Traceback (most recent call last):", '  File "trainer.py", line 3, in _save', "    _save(",
-             "RuntimeError: [enforce fail at inline_container.cc:815] . PytorchStreamWriter failed writing file",
-             "", "During handling of the above exception, another exception occurred:", "",
-             "[rank0]: Traceback (most recent call last):", '[rank0]:   File "x.py", line 1, in inner_training_loop(',
-             "[rank0]: RuntimeError: unexpected pos 64 vs 0"]  # fmt: skip
+    lines = [
+        "step 2",
+        "Traceback (most recent call last):",
+        '  File "trainer.py", line 3, in _save',
+        "    _save(",
+        "RuntimeError: [enforce fail at inline_container.cc:815] . PytorchStreamWriter failed writing file",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "",
+        "[rank0]: Traceback (most recent call last):",
+        '[rank0]:   File "x.py", line 1, in inner_training_loop(',
+        "[rank0]: RuntimeError: unexpected pos 64 vs 0",
+    ]
     for line in lines:
         tail.append(line)
     assert list(tail) == [
@@ -131,8 +143,9 @@ def test_the_oom_kill_count_is_the_machine_s_first_as_a_global_oom_kill_leaves_t
 def test_a_rollout_that_never_became_healthy_or_a_stall_is_told_which_bound_to_raise():
     """The cases re-run: "run the same command again to start over" after ROLLOUT_STARTUP_TIMEOUT ran out would
     time out the same way; the fix names the bound where only slowness is the cause."""
-    slow = deaths.explain("rollout", None, "was not healthy after 8 s (ROLLOUT_STARTUP_TIMEOUT); ...", [],
-                          deaths.Context())  # fmt: skip
+    slow = deaths.explain(
+        "rollout", None, "was not healthy after 8 s (ROLLOUT_STARTUP_TIMEOUT); ...", [], deaths.Context()
+    )
     assert "raise ROLLOUT_STARTUP_TIMEOUT if the server is only slow to start" in slow[-1], slow
     stalled = deaths.explain(
         "trainer", None, "stalled: step 3/5: generating completions, ...", [], deaths.Context()

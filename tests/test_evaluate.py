@@ -38,10 +38,18 @@ def fake_run(root: Path, name: str, *, adapter: bool, recipe: dict | None = None
     run = root / name
     run.mkdir(parents=True)
     resolved = {k: {"value": v, "source": "test"} for k, v in (recipe or {}).items()}
-    (run / "manifest.json").write_text(json.dumps({"status": "completed" if adapter else "failed", "run_name": name,
-                                                   "started_at": "2026-12-01T00:00:00+00:00",
-                                                   "resolved_recipe": resolved, "dataset": ["/data/train.jsonl"],
-                                                   "processes": []}))  # fmt: skip
+    (run / "manifest.json").write_text(
+        json.dumps(
+            {
+                "status": "completed" if adapter else "failed",
+                "run_name": name,
+                "started_at": "2026-12-01T00:00:00+00:00",
+                "resolved_recipe": resolved,
+                "dataset": ["/data/train.jsonl"],
+                "processes": [],
+            }
+        )
+    )
     if adapter:
         (run / "adapter").mkdir()
         (run / "adapter" / "adapter_config.json").write_text("{}")
@@ -129,12 +137,18 @@ def test_a_run_that_did_not_finish_is_evaluated_saying_so_and_which_checkpoint(t
     """The adapter of a failed or stopped run is its newest complete checkpoint's."""
     run = fake_run(tmp_path, "cut", adapter=True, recipe={"DATASET": "/data/train.jsonl"})
     data = json.loads((run / "manifest.json").read_text())
-    data.update(status="failed", checkpoint="train/checkpoint-4", steps={"completed": 4, "planned": 10},
-                failure={"summary": "trainer was killed by SIGKILL (exit status 247) (last step logged: 4 of 10)"})  # fmt: skip
+    data.update(
+        status="failed",
+        checkpoint="train/checkpoint-4",
+        steps={"completed": 4, "planned": 10},
+        failure={"summary": "trainer was killed by SIGKILL (exit status 247) (last step logged: 4 of 10)"},
+    )
     (run / "manifest.json").write_text(json.dumps(data))
     proc = run_cli("evaluate", "run=cut", f"OUTPUT_DIR={tmp_path}", env=clean_env(), timeout=60)
-    assert ("note: the run did not finish (status failed: trainer was killed by SIGKILL (exit status 247) (last "
-            "step logged: 4 of 10)); this evaluates its adapter from train/checkpoint-4, step 4 of 10") in proc.stdout  # fmt: skip
+    assert (
+        "note: the run did not finish (status failed: trainer was killed by SIGKILL (exit status 247) (last "
+        "step logged: 4 of 10)); this evaluates its adapter from train/checkpoint-4, step 4 of 10"
+    ) in proc.stdout
     assert proc.returncode == 2  # then: no held-out rows (the case above), before any model is loaded
     assert "did not finish (its last attempt ended without recording how)" in report.unfinished(
         {"status": "running"}
@@ -161,9 +175,13 @@ def test_the_heartbeat_speaks_while_a_batch_runs_and_stops_with_it():
 
 def test_eval_png_labels_every_bar_with_its_value_zero_included():
     """The countdown reward's bars were 0 for both models: nothing to see in eval.png."""
-    summary = {name: {model: {"mean": mean, "low": max(0.0, mean - 0.05), "high": mean + 0.05}
-                      for model, mean in (("base", base), ("adapter", tuned))}
-               for name, base, tuned in (("countdown", 0.0, 0.0), ("format_partial", 0.271, 0.833))}  # fmt: skip
+    summary = {
+        name: {
+            model: {"mean": mean, "low": max(0.0, mean - 0.05), "high": mean + 0.05}
+            for model, mean in (("base", base), ("adapter", tuned))
+        }
+        for name, base, tuned in (("countdown", 0.0, 0.0), ("format_partial", 0.271, 0.833))
+    }
     fig = report.figure({"run": "r", "prompts": {"count": 12}, "summary": summary})
     labels = [t.get_text() for t in fig.axes[0].texts]
     assert labels.count("0.000") == 2 and "0.271" in labels and "0.833" in labels
@@ -176,8 +194,18 @@ def test_held_out_rows_in_the_forms_ms_swift_trains_on_prompt_as_user_turns(tmp_
 
     plain = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}]
     sharegpt = tmp_path / "held.jsonl"
-    sharegpt.write_text(json.dumps({"messages": [{"from": "system", "value": "Be brief."},
-                                                 {"from": "human", "value": "What is 2+2?"}], "solution": "4"}) + "\n")  # fmt: skip
+    sharegpt.write_text(
+        json.dumps(
+            {
+                "messages": [
+                    {"from": "system", "value": "Be brief."},
+                    {"from": "human", "value": "What is 2+2?"},
+                ],
+                "solution": "4",
+            }
+        )
+        + "\n"
+    )
     as_csv = tmp_path / "held.csv"
     as_csv.write_text(f'messages,solution\n"{plain!r}",4\n')
     for path in (sharegpt, as_csv):
@@ -191,8 +219,11 @@ def test_a_bad_eval_dataset_is_refused_naming_the_line_or_why(tmp_path):
     broken = tmp_path / "held.jsonl"
     broken.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{not json\n')
     (tmp_path / "dir.jsonl").mkdir()
-    for path, says in ((broken, f"EVAL_DATASET {broken} line 2: is not JSON"),
-                       (tmp_path / "dir.jsonl", "is a directory"), (tmp_path / "no.jsonl", "does not exist")):  # fmt: skip
+    for path, says in (
+        (broken, f"EVAL_DATASET {broken} line 2: is not JSON"),
+        (tmp_path / "dir.jsonl", "is a directory"),
+        (tmp_path / "no.jsonl", "does not exist"),
+    ):
         err = refused("run=r", f"EVAL_DATASET={path}", f"OUTPUT_DIR={tmp_path}")
         assert says in err and "Traceback" not in err, err
 
@@ -207,11 +238,19 @@ def test_a_cut_manifest_is_refused_naming_the_file_and_the_fix(tmp_path):
 
 @pytest.mark.parametrize(
     "text, said",
-    [("[]", "manifest.json is [] (input should be a valid dictionary)"),
-     ('{"resolved_recipe": {"SEED": 5}}', "manifest.json has resolved_recipe.SEED = 5"),
-     ('{"processes": [{"role": "trainer", "argv": "--model m"}]}', 'manifest.json has processes.0.argv = "--model m"'),
-     ('{"dataset": "/data/x.jsonl"}', 'manifest.json has dataset = "/data/x.jsonl" (input should be a valid list)')],
-)  # fmt: skip
+    [
+        ("[]", "manifest.json is [] (input should be a valid dictionary)"),
+        ('{"resolved_recipe": {"SEED": 5}}', "manifest.json has resolved_recipe.SEED = 5"),
+        (
+            '{"processes": [{"role": "trainer", "argv": "--model m"}]}',
+            'manifest.json has processes.0.argv = "--model m"',
+        ),
+        (
+            '{"dataset": "/data/x.jsonl"}',
+            'manifest.json has dataset = "/data/x.jsonl" (input should be a valid list)',
+        ),
+    ],
+)
 def test_a_manifest_of_another_shape_is_refused_naming_the_value(tmp_path, text, said):
     run = fake_run(tmp_path, "odd", adapter=True)
     (run / "manifest.json").write_text(text)
@@ -234,8 +273,14 @@ def test_a_secret_the_manifest_keeps_redacted_is_no_crash_in_choosing_held_out_r
     item (TypeError: string indices must be integers)."""
     from entrypoint.recipe.settings import Settings
 
-    data = {"resolved_recipe": {"HF_TOKEN": "<redacted>", "DATASET_GENERATOR": {"value": "countdown", "source": "x"},
-                                "DATASET_ROWS": {"value": "8", "source": "x"}}, "seed": 1}  # fmt: skip
+    data = {
+        "resolved_recipe": {
+            "HF_TOKEN": "<redacted>",
+            "DATASET_GENERATOR": {"value": "countdown", "source": "x"},
+            "DATASET_ROWS": {"value": "8", "source": "x"},
+        },
+        "seed": 1,
+    }
     rows, how = heldout.held_out(data, {}, Settings(EVAL_PROMPTS=4))
     assert len(rows) == 4 and "fresh countdown tasks" in how
 
@@ -281,9 +326,12 @@ def test_ctrl_c_in_a_library_import_that_put_python_s_handler_back_is_one_line_t
 
 @pytest.mark.parametrize(
     "module, said",
-    [("pydantic", "grpo-rig: stopped by SIGINT before the command started: nothing written"),
-     ("huggingface_hub", "grpo-rig: stopped by SIGINT"), ("swift", "evaluate stopped by SIGINT: no eval.* written")],
-)  # fmt: skip
+    [
+        ("pydantic", "grpo-rig: stopped by SIGINT before the command started: nothing written"),
+        ("huggingface_hub", "grpo-rig: stopped by SIGINT"),
+        ("swift", "evaluate stopped by SIGINT: no eval.* written"),
+    ],
+)
 def test_ctrl_c_while_the_entrypoint_imports_its_libraries_is_one_line_and_130(tmp_path, module, said):
     """Ctrl-C arrives as KeyboardInterrupt, raised here by an import hook at `module`'s import: before any
     command's handlers are in place (the entrypoint's own imports, the commands'), or inside evaluate where a
@@ -299,8 +347,9 @@ def test_ctrl_c_while_the_entrypoint_imports_its_libraries_is_one_line_and_130(t
         "runpy.run_module('entrypoint', run_name='__main__')\n"
     )
     (tmp_path / "x.jsonl").write_text('{"messages": [{"role": "user", "content": "1+1"}]}\n' * 4)
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=clean_env(), capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 130, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr and said in proc.stderr + proc.stdout, proc.stderr
 
@@ -311,8 +360,12 @@ def test_held_out_rows_the_run_s_rewards_cannot_read_are_refused_before_a_model_
     now scores the first rows with an empty completion first: refused, naming the reward and the columns."""
     run = fake_run(tmp_path, "r", adapter=True)
     data = json.loads((run / "manifest.json").read_text())
-    data["processes"] = [{"role": "trainer", "argv": ["python", "rlhf.py", "--model", "some/model", "--reward_funcs",
-                                                       "countdown", "format"]}]  # fmt: skip
+    data["processes"] = [
+        {
+            "role": "trainer",
+            "argv": ["python", "rlhf.py", "--model", "some/model", "--reward_funcs", "countdown", "format"],
+        }
+    ]
     (run / "manifest.json").write_text(json.dumps(data))
     rows = tmp_path / "heldout.jsonl"
     rows.write_text(
@@ -334,8 +387,13 @@ def test_the_scored_completions_are_kept_one_line_each(tmp_path):
         tmp_path / "c.jsonl", prompts, {"base": (texts, {"r": [[0.0, 1.0], [1.0, 0.0]]})}
     )
     lines = [json.loads(line) for line in (tmp_path / "c.jsonl").read_text().splitlines()]
-    assert len(lines) == 4 and lines[1] == {"model": "base", "prompt": 0, "messages": prompts[0], "completion": "y",
-                                            "rewards": {"r": 1.0}}  # fmt: skip
+    assert len(lines) == 4 and lines[1] == {
+        "model": "base",
+        "prompt": 0,
+        "messages": prompts[0],
+        "completion": "y",
+        "rewards": {"r": 1.0},
+    }
 
 
 def test_held_out_rows_missing_columns_the_others_have_are_refused():

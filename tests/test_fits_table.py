@@ -21,8 +21,14 @@ def test_the_readme_table_is_what_the_planner_says_today():
 
 
 def test_the_popular_grpo_models_are_known_by_their_hugging_face_and_modelscope_ids():
-    for model in ("Qwen/Qwen3-4B", "meta-llama/Llama-3.2-3B-Instruct", "LLM-Research/Llama-3.2-3B-Instruct",
-                  "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "google/gemma-3-1b-it", "microsoft/Phi-4-mini-instruct"):  # fmt: skip
+    for model in (
+        "Qwen/Qwen3-4B",
+        "meta-llama/Llama-3.2-3B-Instruct",
+        "LLM-Research/Llama-3.2-3B-Instruct",
+        "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
+        "google/gemma-3-1b-it",
+        "microsoft/Phi-4-mini-instruct",
+    ):
         config = memory.shipped_config(model)
         assert config is not None, model
         assert config.get("_source"), f"{model}: no source for its dimensions"

@@ -14,9 +14,18 @@ from entrypoint.errors import BadInput
 from entrypoint.world import hubconfig
 from tests.conftest import INVENTORIES
 
-CONFIG = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_size": 2560,
-          "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
-          "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": True}  # fmt: skip
+CONFIG = {
+    "model_type": "qwen3",
+    "architectures": ["Qwen3ForCausalLM"],
+    "hidden_size": 2560,
+    "intermediate_size": 9728,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "tie_word_embeddings": True,
+}
 
 
 @contextmanager
@@ -46,9 +55,16 @@ def hub(status: int = 200, body: bytes = json.dumps(CONFIG).encode()):
 
 def plan_for(tmp_path, environ):
     """The plan, or the refusal (BadInput) of a plan that could not be made."""
-    words = ["recipe=countdown-1x4090", "MODEL=some-org/brand-new-4b", "MODEL_TYPE=qwen3", "USE_HF=true",
-             "VLLM_GPU_MEMORY_UTILIZATION=0.5",
-             f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}", f"OUTPUT_DIR={tmp_path}", "RUN_NAME=r"]  # fmt: skip
+    words = [
+        "recipe=countdown-1x4090",
+        "MODEL=some-org/brand-new-4b",
+        "MODEL_TYPE=qwen3",
+        "USE_HF=true",
+        "VLLM_GPU_MEMORY_UTILIZATION=0.5",
+        f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
+        f"OUTPUT_DIR={tmp_path}",
+        "RUN_NAME=r",
+    ]
     try:
         return edge.make_plan(words, environ, for_train=False)
     except BadInput as exc:

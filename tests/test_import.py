@@ -55,8 +55,15 @@ def swift_args(argv: list[str]) -> dict[str, list[str]]:
 
 
 def plan_json(recipe: Path, inventory: str, *words: str, env: dict | None = None) -> dict:
-    proc = run_cli("plan", "--json", f"recipe={recipe}", f"INVENTORY={INVENTORIES / (inventory + '.json')}",
-                   "RUN_NAME=r", *words, env=env or clean_env())  # fmt: skip
+    proc = run_cli(
+        "plan",
+        "--json",
+        f"recipe={recipe}",
+        f"INVENTORY={INVENTORIES / (inventory + '.json')}",
+        "RUN_NAME=r",
+        *words,
+        env=env or clean_env(),
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -91,14 +98,23 @@ def test_seed_000_imports_to_the_tcm_recipe(tmp_path):
     assert "\nLORA_RANK=" not in text and "\nTORCH_DTYPE=" not in text  # equal to recipes/defaults.env
     # the seed's own mistakes come back as validate's problems, each with its fix
     assert proc.returncode == 2
-    for where in ("DATASET /path/to/data", "EXTERNAL_PLUGINS examples/train/grpo/plugin/plugin.py",
-                  "REWARD_FUNCS TCMSDAccuracy", "SYSTEM"):  # fmt: skip
+    for where in (
+        "DATASET /path/to/data",
+        "EXTERNAL_PLUGINS examples/train/grpo/plugin/plugin.py",
+        "REWARD_FUNCS TCMSDAccuracy",
+        "SYSTEM",
+    ):
         assert f"error: {where}" in proc.stderr, where
     dataset = tmp_path / "tcm.jsonl"
     row = {"messages": [{"role": "user", "content": "舌红苔黄，脉数。辨证？"}], "solution": "热证"}
     dataset.write_text("\n".join(json.dumps(row, ensure_ascii=False) for _ in range(64)) + "\n")
-    edit(out, DATASET=str(dataset), EXTERNAL_PLUGINS="", REWARD_FUNCS="tcm_sd_accuracy format",
-         SYSTEM="recipes/prompts/tcm.txt")  # fmt: skip
+    edit(
+        out,
+        DATASET=str(dataset),
+        EXTERNAL_PLUGINS="",
+        REWARD_FUNCS="tcm_sd_accuracy format",
+        SYSTEM="recipes/prompts/tcm.txt",
+    )
     shipped = ROOT / "recipes" / "tcm-4x4090.env"
     mine = plan_json(out, "5x4090-driver535")
     ours = plan_json(shipped, "5x4090-driver535", f"DATASET={dataset}")
@@ -145,9 +161,26 @@ def compare(mine: dict, ours: dict, shipped: Path, seed_flags: Path) -> None:
 
 
 def test_a_command_line_after_two_dashes(tmp_path):
-    proc = run_cli("import", "--", "CUDA_VISIBLE_DEVICES=0", "MAX_PIXELS=602112", "swift", "rlhf", "--rlhf_type", "grpo",
-                   "--model", "Qwen/Qwen2.5-0.5B-Instruct", "--reward_funcs", "accuracy", "format",
-                   "--load_in_4bit", "true", "--lora_rank", "8", env=clean_env())  # fmt: skip
+    proc = run_cli(
+        "import",
+        "--",
+        "CUDA_VISIBLE_DEVICES=0",
+        "MAX_PIXELS=602112",
+        "swift",
+        "rlhf",
+        "--rlhf_type",
+        "grpo",
+        "--model",
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        "--reward_funcs",
+        "accuracy",
+        "format",
+        "--load_in_4bit",
+        "true",
+        "--lora_rank",
+        "8",
+        env=clean_env(),
+    )
     assert 'REWARD_FUNCS="accuracy format"' in proc.stdout and "MAX_PIXELS=602112" in proc.stdout
     assert "QUANT_METHOD=bnb" in proc.stdout and "QUANT_BITS=4" in proc.stdout  # a renamed flag, translated
     assert "\nLOAD_IN_4BIT" not in proc.stdout and "\nLORA_RANK" not in proc.stdout
@@ -156,9 +189,11 @@ def test_a_command_line_after_two_dashes(tmp_path):
 
 def test_shell_variables_exports_and_comments_are_read_as_a_shell_would(tmp_path):
     script = tmp_path / "run.sh"
-    script.write_text("#!/bin/bash\n# a comment\nMODEL=Qwen/Qwen2.5-0.5B-Instruct\nexport NPROC_PER_NODE=2\n"
-                      "export CUDA_VISIBLE_DEVICES=0,1\nswift rlhf \\\n  --model $MODEL \\\n  --system 'You are \"kind\".' \\\n"
-                      "  --reward_funcs ${REWARD:-accuracy}\n")  # fmt: skip
+    script.write_text(
+        "#!/bin/bash\n# a comment\nMODEL=Qwen/Qwen2.5-0.5B-Instruct\nexport NPROC_PER_NODE=2\n"
+        "export CUDA_VISIBLE_DEVICES=0,1\nswift rlhf \\\n  --model $MODEL \\\n  --system 'You are \"kind\".' \\\n"
+        "  --reward_funcs ${REWARD:-accuracy}\n"
+    )
     proc = run_cli("import", str(script), env=clean_env())
     assert "MODEL=Qwen/Qwen2.5-0.5B-Instruct" in proc.stdout and "TRAIN_GPUS=0,1" in proc.stdout
     assert 'SYSTEM="You are \\"kind\\"."' in proc.stdout
@@ -202,9 +237,13 @@ def test_every_corpus_recipe_survives_the_round_trip(recipe, modelscope_cache, t
     for process in before["processes"]:
         if process["role"] not in ("rollout", "trainer"):
             continue
-        wanted = [k for k in process["env"] if k in ("CUDA_VISIBLE_DEVICES", "NPROC_PER_NODE", "NNODES", "NODE_RANK",
-                                                     "MASTER_ADDR", "MASTER_PORT")
-                  or (keys.lookup(k) is not None and keys.lookup(k).kind == "env")]  # fmt: skip
+        wanted = [
+            k
+            for k in process["env"]
+            if k
+            in ("CUDA_VISIBLE_DEVICES", "NPROC_PER_NODE", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
+            or (keys.lookup(k) is not None and keys.lookup(k).kind == "env")
+        ]
         prefix = " ".join(f"{k}={shlex.quote(process['env'][k])}" for k in wanted if process["env"][k])
         argv = process[
             "argv"
@@ -215,8 +254,15 @@ def test_every_corpus_recipe_survives_the_round_trip(recipe, modelscope_cache, t
     source = tmp_path / "planned.sh"
     source.write_text("\n".join(script) + "\n")
     out = tmp_path / "again.env"
-    proc = run_cli("import", str(source), "-o", str(out), f"INVENTORY={INVENTORIES / (inventory + '.json')}",
-                   *words, env=env)  # fmt: skip
+    proc = run_cli(
+        "import",
+        str(source),
+        "-o",
+        str(out),
+        f"INVENTORY={INVENTORIES / (inventory + '.json')}",
+        *words,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     after = plan_json(out, inventory, *words, env=env)
     for role in ("rollout", "trainer"):
@@ -310,8 +356,13 @@ def test_a_local_server_without_gpus_named_gets_its_own_gpu_beside_the_trainer(t
     assert "or ROLLOUT_GPUS for a server on this node" in text
     out = tmp_path / "server.env"
     out.write_text(text.replace("d.jsonl", "AI-MO/NuminaMath-TIR"))
-    proc = run_cli("validate", f"recipe={out}", f"INVENTORY={INVENTORIES / '2x4090-driver535.json'}",
-                   f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
+    proc = run_cli(
+        "validate",
+        f"recipe={out}",
+        f"INVENTORY={INVENTORIES / '2x4090-driver535.json'}",
+        f"OUTPUT_DIR={tmp_path}",
+        env=clean_env(),
+    )
     assert proc.returncode == 0 and "listed for both training and the rollout server" not in proc.stderr, (
         proc.stderr
     )
@@ -338,8 +389,10 @@ def test_a_two_gpu_import_gets_the_rollout_share_that_fits_its_card(tmp_path):
     """Left at ms-swift's 0.9, the rollout GPU's share drew the memory check's own warning, "lower
     ROLLOUT_GPU_MEMORY_UTILIZATION to 0.82": the planner chooses 0.82 on a 24 GiB card."""
     script = tmp_path / "two.sh"
-    script.write_text("CUDA_VISIBLE_DEVICES=0,1 swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct "
-                      "--dataset examples/tcm/sample.jsonl --reward_funcs format --use_vllm true --vllm_device auto\n")  # fmt: skip
+    script.write_text(
+        "CUDA_VISIBLE_DEVICES=0,1 swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct "
+        "--dataset examples/tcm/sample.jsonl --reward_funcs format --use_vllm true --vllm_device auto\n"
+    )
     proc, out = import_to(tmp_path, script, f"INVENTORY={INVENTORIES / '2x4090-driver535.json'}")
     assert proc.returncode == 0, proc.stderr
     assert "ROLLOUT_GPU_MEMORY_UTILIZATION" not in proc.stderr and "memory:" not in proc.stderr
@@ -361,16 +414,28 @@ def test_without_an_inventory_every_problem_comes_at_once(tmp_path):
     """`import` without INVENTORY on a machine with no GPU reported only the missing GPU, hiding a key typo
     and a missing dataset that `validate` showed once the machine was described."""
     script = tmp_path / "typo.sh"
-    script.write_text(f"CUDA_VISIBLE_DEVICES=0 swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct "
-                      f"--dataset {tmp_path / 'missing.jsonl'} --reward_funcs format --use_vllm true "
-                      "--max_completion_lenght 256\n")  # fmt: skip
+    script.write_text(
+        f"CUDA_VISIBLE_DEVICES=0 swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct "
+        f"--dataset {tmp_path / 'missing.jsonl'} --reward_funcs format --use_vllm true "
+        "--max_completion_lenght 256\n"
+    )
     # this machine as NVML sees it without a GPU, so the test does not depend on the machine it runs on
-    no_gpu = inventory_file(tmp_path, "1x4090-driver535", gpus=[], p2p=[], driver_version=None,
-                            nvml_error="NVML Shared Library Not Found")  # fmt: skip
+    no_gpu = inventory_file(
+        tmp_path,
+        "1x4090-driver535",
+        gpus=[],
+        p2p=[],
+        driver_version=None,
+        nvml_error="NVML Shared Library Not Found",
+    )
     proc, _ = import_to(tmp_path, script, f"INVENTORY={no_gpu}")
     assert proc.returncode == 2
-    for problem in ("error: GPU: No GPU is visible", "error: MAX_COMPLETION_LENGHT", "did you mean MAX_COMPLETION_LENGTH",
-                    f"error: DATASET {tmp_path / 'missing.jsonl'}: file not found"):  # fmt: skip
+    for problem in (
+        "error: GPU: No GPU is visible",
+        "error: MAX_COMPLETION_LENGHT",
+        "did you mean MAX_COMPLETION_LENGTH",
+        f"error: DATASET {tmp_path / 'missing.jsonl'}: file not found",
+    ):
         assert problem in proc.stderr, proc.stderr
     assert "memory:" not in proc.stderr and "NCCL" not in proc.stderr  # nothing that needs the missing layout
 
@@ -385,7 +450,7 @@ def test_ms_swift_s_own_worker_lines_import_like_swift_rlhf():
         importer.to_recipe(
             f"CUDA_VISIBLE_DEVICES=0,1 /usr/bin/python3.10 -m torch.distributed.run --nproc_per_node 2 "
             f"--master_port 29501 {rlhf} {args}"
-        )  # fmt: skip
+        )
     )
     assert (
         direct["LORA_RANK"] == launched["LORA_RANK"] == "16"
@@ -399,8 +464,21 @@ def test_ms_swift_s_own_worker_lines_import_like_swift_rlhf():
 def test_an_import_without_o_names_the_printed_recipe_not_its_temporary_file():
     """New-user trial: without -o, the problems pointed into a temporary file already deleted
     (/tmp/tmpXXXX/imported.env:15)."""
-    proc = run_cli("import", "--", "swift", "rlhf", "--rlhf_type", "grpo", "--model", "Qwen/Qwen2.5-0.5B-Instruct",
-                   "--reward_funcs", "format", "--num_generatoins", "4", env=clean_env())  # fmt: skip
+    proc = run_cli(
+        "import",
+        "--",
+        "swift",
+        "rlhf",
+        "--rlhf_type",
+        "grpo",
+        "--model",
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        "--reward_funcs",
+        "format",
+        "--num_generatoins",
+        "4",
+        env=clean_env(),
+    )
     assert proc.returncode == 2 and "NUM_GENERATOINS (the recipe above:" in proc.stderr, proc.stderr
     assert "imported.env" not in proc.stderr and "save it with -o FILE" in proc.stderr
 
@@ -414,8 +492,10 @@ def test_a_system_prompt_longer_than_a_file_name_imports_and_validates(tmp_path,
     from tests.test_plan import R1_SYSTEM
 
     script = tmp_path / "run.sh"
-    script.write_text("swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct --dataset /data/x.jsonl "
-                      f"--reward_funcs accuracy --system {shlex.quote(R1_SYSTEM)}\n")  # fmt: skip
+    script.write_text(
+        "swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct --dataset /data/x.jsonl "
+        f"--reward_funcs accuracy --system {shlex.quote(R1_SYSTEM)}\n"
+    )
     out = tmp_path / "imported.env"
     inventory = f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}"
     args = argparse.Namespace(words=[str(script), inventory], output=str(out))
@@ -435,9 +515,11 @@ def test_a_comment_line_inside_a_continued_command_ends_it_as_bash_does():
     """`# --quant_method bnb \\` after the last `\\` is a comment: bash ends the command at that line, so
     QLoRA stays off; the lines after it are other commands, and the recipe says so. A `#` inside a word is
     not a comment (`#1000` samples the dataset)."""
-    script = ("CUDA_VISIBLE_DEVICES=0 \\\nswift rlhf \\\n    --rlhf_type grpo \\\n    --model Qwen/Qwen2.5-0.5B-Instruct \\\n"
-              "    --dataset AI-MO/NuminaMath-TIR#1000 \\\n    # --quant_method bnb \\\n    --quant_bits 4 \\\n"
-              "    --lora_rank 32\n")  # fmt: skip
+    script = (
+        "CUDA_VISIBLE_DEVICES=0 \\\nswift rlhf \\\n    --rlhf_type grpo \\\n    --model Qwen/Qwen2.5-0.5B-Instruct \\\n"
+        "    --dataset AI-MO/NuminaMath-TIR#1000 \\\n    # --quant_method bnb \\\n    --quant_bits 4 \\\n"
+        "    --lora_rank 32\n"
+    )
     text = importer.to_recipe(script, defaults={})
     values = read(text)
     assert "QUANT_METHOD" not in values and "QUANT_BITS" not in values and "LORA_RANK" not in values
@@ -460,8 +542,9 @@ def test_a_comment_line_inside_a_continued_command_ends_it_as_bash_does():
 def test_a_prompt_quoted_over_several_lines_is_one_value(assignment, tmp_path):
     """ms-swift's examples (run_external_scheduler, chord, qlora) keep their system prompt in a variable
     quoted over several lines; the line-by-line reader failed with "No closing quotation"."""
-    text = importer.to_recipe(f'{assignment}\n{BASE} \\\n    --system "$SYSTEM_PROMPT" \\\n    --lora_rank 32\n',
-                              defaults={})  # fmt: skip
+    text = importer.to_recipe(
+        f'{assignment}\n{BASE} \\\n    --system "$SYSTEM_PROMPT" \\\n    --lora_rank 32\n', defaults={}
+    )
     values, problems = read_env_file_text(text, tmp_path)
     assert not problems and values["LORA_RANK"] == "32"
     assert values["SYSTEM"] == '\nYou are a calculator.\nUse the format: "2*(3+4)", \\(\\boxed{10}\\)\n'
@@ -499,26 +582,33 @@ def test_ckpt_dir_is_the_model_as_ms_swift_3_6_4_takes_it():
 def test_the_rollout_s_own_plugins_are_kept_when_the_trainer_loads_none():
     """ms-swift's run_external_scheduler.sh loads its plugin (the multi-turn scheduler) only in the
     commented `swift rollout` command; the plan gives EXTERNAL_PLUGINS to both processes."""
-    script = ("# CUDA_VISIBLE_DEVICES=0 \\\n# swift rollout \\\n#     --model Qwen/Qwen2.5-7B-Instruct \\\n"
-              "#     --external_plugins examples/train/grpo/plugin/plugin.py \\\n"
-              "#     --multi_turn_scheduler tool_call_scheduler \\\n#     --vllm_max_model_len 8192\n\n"
-              "CUDA_VISIBLE_DEVICES=1,2 NPROC_PER_NODE=2 swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-7B-Instruct "
-              "--reward_funcs accuracy --use_vllm true --vllm_mode server --vllm_server_host 127.0.0.1\n")  # fmt: skip
+    script = (
+        "# CUDA_VISIBLE_DEVICES=0 \\\n# swift rollout \\\n#     --model Qwen/Qwen2.5-7B-Instruct \\\n"
+        "#     --external_plugins examples/train/grpo/plugin/plugin.py \\\n"
+        "#     --multi_turn_scheduler tool_call_scheduler \\\n#     --vllm_max_model_len 8192\n\n"
+        "CUDA_VISIBLE_DEVICES=1,2 NPROC_PER_NODE=2 swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-7B-Instruct "
+        "--reward_funcs accuracy --use_vllm true --vllm_mode server --vllm_server_host 127.0.0.1\n"
+    )
     values = read(importer.to_recipe(script, defaults={}))
     assert values["EXTERNAL_PLUGINS"] == "examples/train/grpo/plugin/plugin.py"
     assert values["ROLLOUT_MULTI_TURN_SCHEDULER"] == "tool_call_scheduler"
     assert values["ROLLOUT_MAX_MODEL_LEN"] == "8192"  # the 3.7+ spelling, translated
-    both = read(importer.to_recipe(script.replace("--reward_funcs", "--external_plugins mine.py --reward_funcs"),
-                                   defaults={}))  # fmt: skip
+    both = read(
+        importer.to_recipe(
+            script.replace("--reward_funcs", "--external_plugins mine.py --reward_funcs"), defaults={}
+        )
+    )
     assert both["EXTERNAL_PLUGINS"] == '"mine.py examples/train/grpo/plugin/plugin.py"'
 
 
 def test_a_multi_node_command_imports_with_one_run_name_for_every_node():
     """ms-swift trains a multi-node command as written; its import was refused until RUN_NAME was set (each
     node would name the run by its own clock). The recipe gets its file's name, said in a note."""
-    script = ("NNODES=2 NODE_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 NPROC_PER_NODE=4 \\\n"
-              "swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct --dataset /data/x.jsonl "
-              "--reward_funcs accuracy\n")  # fmt: skip
+    script = (
+        "NNODES=2 NODE_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 NPROC_PER_NODE=4 \\\n"
+        "swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-0.5B-Instruct --dataset /data/x.jsonl "
+        "--reward_funcs accuracy\n"
+    )
     text = importer.to_recipe(script, defaults={}, target="recipes/grpo-2nodes.env")
     assert read(text)["RUN_NAME"] == "grpo-2nodes" and "the same name on every node" in text
     single = importer.to_recipe(script.replace("NNODES=2 ", ""), defaults={}, target="recipes/one.env")

@@ -273,14 +273,33 @@ def test_rollout_command_serves_until_stopped(tmp_path):
     )
     (model / "model.safetensors").write_bytes(b"")  # the fake server loads nothing; preflight wants weights
     recipe = tmp_path / "serve.env"
-    recipe.write_text("".join(line for line in RECIPE.read_text().splitlines(keepends=True)
-                              if not line.startswith(("PER_DEVICE", "GRADIENT_ACC", "MODEL="))) + f"MODEL={model}\n")  # fmt: skip
-    argv = [sys.executable, "-m", "entrypoint", "rollout", f"recipe={recipe}", "TRAIN_GPUS=", f"ROLLOUT_PORT={port}",
-            f"OUTPUT_DIR={tmp_path}/out", "RUN_NAME=r"]  # fmt: skip
+    recipe.write_text(
+        "".join(
+            line
+            for line in RECIPE.read_text().splitlines(keepends=True)
+            if not line.startswith(("PER_DEVICE", "GRADIENT_ACC", "MODEL="))
+        )
+        + f"MODEL={model}\n"
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "entrypoint",
+        "rollout",
+        f"recipe={recipe}",
+        "TRAIN_GPUS=",
+        f"ROLLOUT_PORT={port}",
+        f"OUTPUT_DIR={tmp_path}/out",
+        "RUN_NAME=r",
+    ]
     proc = subprocess.Popen(
-        argv, cwd=ROOT, env=env_for(tmp_path, FAKE_ROLLOUT="slow:1"), stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        argv,
+        cwd=ROOT,
+        env=env_for(tmp_path, FAKE_ROLLOUT="slow:1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines = []
     deadline = time.monotonic() + 60
     while not any("rollout server healthy" in line for line in lines):

@@ -75,8 +75,11 @@ def test_c06_container_ordinal_that_does_not_exist_is_refused_with_the_mapping()
     assert "Docker numbers the GPUs it exposes from 0" in text
     # a layout that fits (new-user trial: "0..1" for both keys led straight into the overlap refusal)
     assert "ROLLOUT_GPUS=1 with TRAIN_GPUS=0" in problem.fix
-    (one,) = [x for x in fatal(plan_for("recipe=tcm-4x4090", "TRAIN_GPUS=0", "ROLLOUT_GPUS=4", gpus=1))
-              if x.where.startswith("ROLLOUT_GPUS")]  # fmt: skip
+    (one,) = [
+        x
+        for x in fatal(plan_for("recipe=tcm-4x4090", "TRAIN_GPUS=0", "ROLLOUT_GPUS=4", gpus=1))
+        if x.where.startswith("ROLLOUT_GPUS")
+    ]
     assert one.fix.startswith("leave ROLLOUT_GPUS empty: with one GPU vLLM runs colocated on it")
 
 
@@ -170,10 +173,14 @@ def test_parse_ordinals_refuses(text):
 def test_a_maintainer_style_server_mode_recipe_with_the_colocate_keys_validates_with_warnings():
     """The same recipe, once refused, as a user runs it."""
     proc = run_cli(
-        "validate", "recipe=tcm-4x4090", f"INVENTORY={INVENTORIES / '5x4090-driver535.json'}",
-        f"DATASET={ROOT / 'examples/tcm/sample.jsonl'}", "VLLM_GPU_MEMORY_UTILIZATION=0.5", "VLLM_MAX_MODEL_LEN=4096",
+        "validate",
+        "recipe=tcm-4x4090",
+        f"INVENTORY={INVENTORIES / '5x4090-driver535.json'}",
+        f"DATASET={ROOT / 'examples/tcm/sample.jsonl'}",
+        "VLLM_GPU_MEMORY_UTILIZATION=0.5",
+        "VLLM_MAX_MODEL_LEN=4096",
         env=clean_env(),
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr
     assert "warning: VLLM_GPU_MEMORY_UTILIZATION (command line): only acts in colocate mode" in proc.stdout
     assert "fix: set ROLLOUT_GPU_MEMORY_UTILIZATION=0.5 instead" in proc.stdout

@@ -29,8 +29,14 @@ def fresh(env: dict[str, str]) -> dict[str, str]:
 
 
 def make(*args: str, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run(["make", "-s", *args], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                          env=fresh({**os.environ, **(env or {})}))  # fmt: skip
+    proc = subprocess.run(
+        ["make", "-s", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=fresh({**os.environ, **(env or {})}),
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -89,8 +95,14 @@ def test_python_310_is_found_under_pyenv_root(tmp_path):
 def test_a_failed_build_points_to_the_base_image_mirror_and_the_ca_bundle():
     """A new user's `make build` failed on Docker Hub, then on the TLS proxy, and said nothing of the README's
     BASE_IMAGE= and CA_BUNDLE= (the build itself stands in as `false`; the Docker check is skipped)."""
-    proc = subprocess.run(["make", "-s", "build", "COMPOSE=false", "need_docker=@true"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60, env=fresh(dict(os.environ)))  # fmt: skip
+    proc = subprocess.run(
+        ["make", "-s", "build", "COMPOSE=false", "need_docker=@true"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=fresh(dict(os.environ)),
+    )
     assert proc.returncode != 0
     assert "BASE_IMAGE=<your mirror of nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04> make build" in proc.stdout
     assert "CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt make build" in proc.stdout

@@ -60,10 +60,19 @@ def test_c09_3b_colocated_with_default_vllm_share_is_refused_naming_the_knobs(tm
 @pytest.mark.cli
 def test_c09_memory_check_warn_lets_the_user_try(tmp_path):
     proc = run_cli(
-        "validate", "recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}", "MODEL=Qwen/Qwen2.5-3B-Instruct",
-        "VLLM_GPU_MEMORY_UTILIZATION=0.9", "PER_DEVICE_TRAIN_BATCH_SIZE=8", "MAX_COMPLETION_LENGTH=1024",
-        "GRADIENT_ACCUMULATION_STEPS=1", "GENERATION_BATCH_SIZE=", "MEMORY_CHECK=warn", f"OUTPUT_DIR={tmp_path}", env=clean_env(),
-    )  # fmt: skip
+        "validate",
+        "recipe=countdown-1x4090",
+        f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
+        "MODEL=Qwen/Qwen2.5-3B-Instruct",
+        "VLLM_GPU_MEMORY_UTILIZATION=0.9",
+        "PER_DEVICE_TRAIN_BATCH_SIZE=8",
+        "MAX_COMPLETION_LENGTH=1024",
+        "GRADIENT_ACCUMULATION_STEPS=1",
+        "GENERATION_BATCH_SIZE=",
+        "MEMORY_CHECK=warn",
+        f"OUTPUT_DIR={tmp_path}",
+        env=clean_env(),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "warning: memory: does not fit" in proc.stdout
 
@@ -74,9 +83,14 @@ def test_c09_a_model_the_planner_cannot_size_is_refused_only_at_vllms_default_sh
     warning and ms-swift's 0.9 colocated share, the run C09 describes. Whatever the model, that share
     without sleep mode is refused, naming the knobs; a share the recipe sets, sleep mode, or MEMORY_CHECK=warn
     start it with the warning as before."""
-    pairs = ("recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
-             "MODEL=some-org/a-model-nobody-listed", "NUM_GENERATIONS=8", "MAX_COMPLETION_LENGTH=1024",
-             "PER_DEVICE_TRAIN_BATCH_SIZE=8")  # fmt: skip
+    pairs = (
+        "recipe=countdown-1x4090",
+        f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
+        "MODEL=some-org/a-model-nobody-listed",
+        "NUM_GENERATIONS=8",
+        "MAX_COMPLETION_LENGTH=1024",
+        "PER_DEVICE_TRAIN_BATCH_SIZE=8",
+    )
     err = refused(tmp_path, *pairs)
     assert "vLLM is colocated at ms-swift's default share 0.90 without sleep mode" in err
     assert all(
@@ -162,9 +176,15 @@ def test_emulated_card_size_is_used():
 @pytest.mark.cli
 def test_dedicated_rollout_gpu_too_small_for_one_sequence_is_refused(tmp_path):
     err = refused(
-        tmp_path, "recipe=tcm-4x4090", f"INVENTORY={INVENTORIES / '5x4090-driver535.json'}", f"DATASET={ROOT / 'examples/tcm/sample.jsonl'}",
-        "PER_DEVICE_TRAIN_BATCH_SIZE=1", "GRADIENT_ACCUMULATION_STEPS=3", "ROLLOUT_GPU_MEMORY_UTILIZATION=0.15", "ROLLOUT_MAX_MODEL_LEN=32768",
-    )  # fmt: skip
+        tmp_path,
+        "recipe=tcm-4x4090",
+        f"INVENTORY={INVENTORIES / '5x4090-driver535.json'}",
+        f"DATASET={ROOT / 'examples/tcm/sample.jsonl'}",
+        "PER_DEVICE_TRAIN_BATCH_SIZE=1",
+        "GRADIENT_ACCUMULATION_STEPS=3",
+        "ROLLOUT_GPU_MEMORY_UTILIZATION=0.15",
+        "ROLLOUT_MAX_MODEL_LEN=32768",
+    )
     assert "ROLLOUT_GPU_MEMORY_UTILIZATION" in err and "vLLM would refuse to start" in err
 
 
@@ -228,8 +248,9 @@ def test_vllm_colocate_lever_calibration_card_peaks_within_10_percent_where_the_
     assert {m["sleep_level"] for m in chosen} == {0, 1}
     for runs in (chosen, [m for m in measured if not expandable(m)]):
         assert {m["per_device_train_batch_size"] for m in runs} >= {4, 8, 16, 32}
-        assert {(m["gradient_checkpointing"], m["use_liger_kernel"]) for m in runs if m["sleep_level"] == 0} == {
-            (True, False), (False, False), (True, True), (False, True)}  # fmt: skip
+        assert {
+            (m["gradient_checkpointing"], m["use_liger_kernel"]) for m in runs if m["sleep_level"] == 0
+        } == {(True, False), (False, False), (True, True), (False, True)}
     assert len({m["vllm_gpu_memory_utilization"] for m in measured}) >= 2
     for m in measured:
         bound = 0.10 if m in chosen else 0.16
@@ -292,11 +313,21 @@ def test_72b_lora_on_four_80gb_cards_fits_with_zero3_offload_and_vllm_tp4():
     """ms-swift's internal/vllm_72b_4gpu.sh: the weights are sharded by ZeRO-3 (offloaded) and by vLLM's
     tensor parallelism; counting the whole model on every GPU refused it."""
     config = ModelConfig(QWEN72B, "test")
-    fits = build_plan(*LORA_72B, "DEEPSPEED=zero3_offload", "VLLM_TENSOR_PARALLEL_SIZE=4",
-                      inventory="4xA100-nvlink-ib", model_config=config)  # fmt: skip
+    fits = build_plan(
+        *LORA_72B,
+        "DEEPSPEED=zero3_offload",
+        "VLLM_TENSOR_PARALLEL_SIZE=4",
+        inventory="4xA100-nvlink-ib",
+        model_config=config,
+    )
     assert not memory_problems(fits), fits.problems
-    whole = build_plan(*LORA_72B, "DEEPSPEED=zero3_offload", "VLLM_TENSOR_PARALLEL_SIZE=1",
-                       inventory="4xA100-nvlink-ib", model_config=config)  # fmt: skip
+    whole = build_plan(
+        *LORA_72B,
+        "DEEPSPEED=zero3_offload",
+        "VLLM_TENSOR_PARALLEL_SIZE=1",
+        inventory="4xA100-nvlink-ib",
+        model_config=config,
+    )
     kv = [p for p in memory_problems(whole, fatal=False) if p.where == "VLLM_GPU_MEMORY_UTILIZATION"]
     assert kv and "(1/1 per GPU" in kv[0].message  # 145 GiB of weights in one vLLM engine: no KV cache
 
@@ -305,8 +336,17 @@ def test_zero3_shards_the_trainers_weights_and_states():
     from entrypoint.plan import memory
 
     dims = memory.ModelDims.from_config(QWEN7B)
-    base = dict(dims=dims, dtype_bytes=2, full=True, lora_rank=8, per_device=1, generation_per_device=1,
-                prompt_tokens=256, completion_tokens=256, world=8)  # fmt: skip
+    base = dict(
+        dims=dims,
+        dtype_bytes=2,
+        full=True,
+        lora_rank=8,
+        per_device=1,
+        generation_per_device=1,
+        prompt_tokens=256,
+        completion_tokens=256,
+        world=8,
+    )
     zero2 = memory.estimate_training(memory.Workload(**base, zero_stage=2))
     zero3 = memory.estimate_training(memory.Workload(**base, zero_stage=3))
     offload = memory.estimate_training(
@@ -338,8 +378,12 @@ def test_rollout_server_is_sized_from_the_run_unless_the_recipe_sizes_it():
     assert flag(rollout.argv, "max_model_len") == ["576"]  # MAX_LENGTH 512 + MAX_COMPLETION_LENGTH 64
     assert flag(rollout.argv, "max_num_seqs") == [str(plan.budget.batch.generation_batch)]
     assert plan.recipe.source("ROLLOUT_MAX_MODEL_LEN").startswith("planner:")
-    own = build_plan("recipe=smoke-server", "ROLLOUT_MAX_MODEL_LEN=1024", "ROLLOUT_MAX_NUM_SEQS=4",
-                     inventory="2x4090-driver535")  # fmt: skip
+    own = build_plan(
+        "recipe=smoke-server",
+        "ROLLOUT_MAX_MODEL_LEN=1024",
+        "ROLLOUT_MAX_NUM_SEQS=4",
+        inventory="2x4090-driver535",
+    )
     assert flag(own.process("rollout").argv, "max_model_len") == ["1024"]
     assert flag(own.process("rollout").argv, "max_num_seqs") == ["4"]
 
@@ -359,9 +403,15 @@ def test_c09_literal_refused_though_the_model_is_beyond_the_measured_ones(tmp_pa
     """The case as written: 3B, colocate, no vLLM setting (the planner chooses the share), batch 8,
     completions of 1024. The 3B model is beyond the calibration, but 1.6x the card is past any error the
     planner has shown, so it is refused, not warned."""
-    err = refused(tmp_path, "recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
-                  "MODEL=Qwen/Qwen2.5-3B-Instruct", "NUM_GENERATIONS=8", "MAX_COMPLETION_LENGTH=1024",
-                  "PER_DEVICE_TRAIN_BATCH_SIZE=8")  # fmt: skip
+    err = refused(
+        tmp_path,
+        "recipe=countdown-1x4090",
+        f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
+        "MODEL=Qwen/Qwen2.5-3B-Instruct",
+        "NUM_GENERATIONS=8",
+        "MAX_COMPLETION_LENGTH=1024",
+        "PER_DEVICE_TRAIN_BATCH_SIZE=8",
+    )
     assert "does not fit" in err and "past the planner's uncertainty" in err
     assert (
         "lower VLLM_GPU_MEMORY_UTILIZATION" not in err
@@ -374,9 +424,17 @@ def test_c09_literal_refused_though_the_model_is_beyond_the_measured_ones(tmp_pa
 @pytest.mark.cli
 def test_a_model_whose_two_copies_fill_the_card_is_told_to_leave_colocate(tmp_path):
     """With the planner's levers switched off (AUTO_SHAPE=false), the fix names the routes."""
-    proc = run_cli("validate", "recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
-                   "MODEL=Qwen/Qwen2.5-7B-Instruct", "MEMORY_CHECK=warn", "AUTO_SHAPE=false",
-                   "VLLM_GPU_MEMORY_UTILIZATION=0.5", f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
+    proc = run_cli(
+        "validate",
+        "recipe=countdown-1x4090",
+        f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
+        "MODEL=Qwen/Qwen2.5-7B-Instruct",
+        "MEMORY_CHECK=warn",
+        "AUTO_SHAPE=false",
+        "VLLM_GPU_MEMORY_UTILIZATION=0.5",
+        f"OUTPUT_DIR={tmp_path}",
+        env=clean_env(),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "no share of this 24 GiB card holds both copies of the weights" in proc.stdout
     assert "raise VLLM_GPU_MEMORY_UTILIZATION" not in proc.stdout
@@ -389,13 +447,18 @@ def test_a_model_no_vllm_share_can_hold_is_refused_even_beyond_the_calibration(t
     every model past the measured ones warns. But two copies of the weights larger than any share is
     arithmetic on the parameter count, not a guess: refused at MEMORY_CHECK=error where the recipe keeps
     the planner away; with the trainer's copy offloaded while vLLM starts, valid."""
-    args = ["recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
-            "MODEL=Qwen/Qwen2.5-7B-Instruct", f"OUTPUT_DIR={tmp_path}"]  # fmt: skip
+    args = [
+        "recipe=countdown-1x4090",
+        f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
+        "MODEL=Qwen/Qwen2.5-7B-Instruct",
+        f"OUTPUT_DIR={tmp_path}",
+    ]
     proc = run_cli("validate", *args, "AUTO_SHAPE=false", "VLLM_GPU_MEMORY_UTILIZATION=0.5", env=clean_env())
     assert proc.returncode == 2, proc.stdout
     assert re.search(r"error: VLLM_GPU_MEMORY_UTILIZATION: .*\(vLLM would refuse to start\)", proc.stderr)
-    offloaded = run_cli("validate", *args, "OFFLOAD_MODEL=true", "OFFLOAD_OPTIMIZER=true", "SLEEP_LEVEL=1",
-                        env=clean_env())  # fmt: skip
+    offloaded = run_cli(
+        "validate", *args, "OFFLOAD_MODEL=true", "OFFLOAD_OPTIMIZER=true", "SLEEP_LEVEL=1", env=clean_env()
+    )
     assert offloaded.returncode == 0, offloaded.stderr
 
 
@@ -410,9 +473,12 @@ def test_a_7b_on_one_24_gib_card_gets_the_one_weight_copy_levers_from_the_planne
     ]
     proc = run_cli("plan", *args, "MODEL=Qwen/Qwen2.5-7B-Instruct", env=clean_env())
     assert proc.returncode == 0, proc.stderr
-    for line in ("OFFLOAD_MODEL=true: no vLLM share of this card holds both copies of the 7.6B model's weights",
-                 "OFFLOAD_OPTIMIZER=true: with OFFLOAD_MODEL", "SLEEP_LEVEL=1: with OFFLOAD_MODEL",
-                 "GRPO_RIG_ADAPTER_SYNC=8"):  # fmt: skip
+    for line in (
+        "OFFLOAD_MODEL=true: no vLLM share of this card holds both copies of the 7.6B model's weights",
+        "OFFLOAD_OPTIMIZER=true: with OFFLOAD_MODEL",
+        "SLEEP_LEVEL=1: with OFFLOAD_MODEL",
+        "GRPO_RIG_ADAPTER_SYNC=8",
+    ):
         assert line in proc.stdout, (line, proc.stdout)
     small = run_cli("plan", *args, "MODEL=Qwen/Qwen2.5-3B-Instruct", env=clean_env())
     assert small.returncode == 0 and "OFFLOAD_MODEL=true" not in small.stdout, small.stdout
@@ -422,19 +488,37 @@ def test_a_model_too_large_for_one_copy_is_refused_with_the_largest_that_would_f
     """Qwen2.5-14B (29.6 GB of bf16 weights) exceeds a 24 GiB card even alone: refused, naming the largest
     model the card trains with one copy at a time (between Qwen2.5-7B, which ran, and the 14B)."""
     # Qwen/Qwen2.5-14B-Instruct's config.json on the hub, its sizes
-    config = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 5120,
-              "intermediate_size": 13824, "num_hidden_layers": 48, "num_attention_heads": 40,
-              "num_key_value_heads": 8, "vocab_size": 152064, "tie_word_embeddings": False,
-              "max_position_embeddings": 32768}  # fmt: skip
-    plan = build_plan("recipe=countdown-1x4090", "MODEL_SOURCE=hub", "MODEL=Qwen/Qwen2.5-14B-Instruct",
-                      inventory="1x4090-driver535", model_config=ModelConfig(config, "test"))  # fmt: skip
+    config = {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "hidden_size": 5120,
+        "intermediate_size": 13824,
+        "num_hidden_layers": 48,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "vocab_size": 152064,
+        "tie_word_embeddings": False,
+        "max_position_embeddings": 32768,
+    }
+    plan = build_plan(
+        "recipe=countdown-1x4090",
+        "MODEL_SOURCE=hub",
+        "MODEL=Qwen/Qwen2.5-14B-Instruct",
+        inventory="1x4090-driver535",
+        model_config=ModelConfig(config, "test"),
+    )
     (oom,) = [p for p in memory_problems(plan) if p.where == "memory"]
     largest = float(re.search(r"trains at most about ([0-9.]+)B parameters", oom.fix).group(1))
     assert 7.6 < largest < 14.8 and "this model has 14.8B" in oom.fix, oom.fix
 
 
-OOM_15B = ("recipe=countdown-1x4090", "MODEL=Qwen/Qwen2.5-1.5B-Instruct", "NUM_GENERATIONS=8",
-           "MAX_COMPLETION_LENGTH=1024", "GENERATION_BATCH_SIZE=")  # fmt: skip
+OOM_15B = (
+    "recipe=countdown-1x4090",
+    "MODEL=Qwen/Qwen2.5-1.5B-Instruct",
+    "NUM_GENERATIONS=8",
+    "MAX_COMPLETION_LENGTH=1024",
+    "GENERATION_BATCH_SIZE=",
+)
 
 
 def test_an_oom_fix_names_the_largest_shape_that_fits_and_following_it_fits():
@@ -460,13 +544,24 @@ def test_an_oom_fix_names_the_largest_shape_that_fits_and_following_it_fits():
         "set GENERATION_BATCH_SIZE=16, drop PER_DEVICE_TRAIN_BATCH_SIZE and GRADIENT_ACCUMULATION_STEPS"
         in oom.fix
     )
-    written = build_plan(*OOM_15B, "VLLM_GPU_MEMORY_UTILIZATION=0.4", f"PER_DEVICE_TRAIN_BATCH_SIZE={micro}",
-                         f"GRADIENT_ACCUMULATION_STEPS={accumulation}", inventory="1x4090-driver535")  # fmt: skip
-    larger = build_plan(*OOM_15B, "VLLM_GPU_MEMORY_UTILIZATION=0.4", f"PER_DEVICE_TRAIN_BATCH_SIZE={micro * 2}",
-                        f"GRADIENT_ACCUMULATION_STEPS={accumulation // 2}", inventory="1x4090-driver535")  # fmt: skip
+    written = build_plan(
+        *OOM_15B,
+        "VLLM_GPU_MEMORY_UTILIZATION=0.4",
+        f"PER_DEVICE_TRAIN_BATCH_SIZE={micro}",
+        f"GRADIENT_ACCUMULATION_STEPS={accumulation}",
+        inventory="1x4090-driver535",
+    )
+    larger = build_plan(
+        *OOM_15B,
+        "VLLM_GPU_MEMORY_UTILIZATION=0.4",
+        f"PER_DEVICE_TRAIN_BATCH_SIZE={micro * 2}",
+        f"GRADIENT_ACCUMULATION_STEPS={accumulation // 2}",
+        inventory="1x4090-driver535",
+    )
     assert memory_problems(larger), "the fix named a micro-batch smaller than the largest that fits"
-    chosen = build_plan(*OOM_15B, "VLLM_GPU_MEMORY_UTILIZATION=0.4", "GENERATION_BATCH_SIZE=16",
-                        inventory="1x4090-driver535")  # fmt: skip
+    chosen = build_plan(
+        *OOM_15B, "VLLM_GPU_MEMORY_UTILIZATION=0.4", "GENERATION_BATCH_SIZE=16", inventory="1x4090-driver535"
+    )
     for fits in (written, chosen):
         assert not memory_problems(fits), [p.render() for p in memory_problems(fits)]
     # left to the planner, it may turn a lever (liger, checkpointing) that fits a larger micro-batch
@@ -476,8 +571,13 @@ def test_an_oom_fix_names_the_largest_shape_that_fits_and_following_it_fits():
 def test_an_oom_fix_lowers_a_users_vllm_share_only_to_a_value_that_holds_the_round():
     """With the user's 0.9 no micro-batch fits beside vLLM: the fix names the planner's smallest share that
     holds the generation round, with the micro-batch that fits beside it."""
-    plan = build_plan(*OOM_15B, "VLLM_GPU_MEMORY_UTILIZATION=0.9", "PER_DEVICE_TRAIN_BATCH_SIZE=8",
-                      "GRADIENT_ACCUMULATION_STEPS=2", inventory="1x4090-driver535")  # fmt: skip
+    plan = build_plan(
+        *OOM_15B,
+        "VLLM_GPU_MEMORY_UTILIZATION=0.9",
+        "PER_DEVICE_TRAIN_BATCH_SIZE=8",
+        "GRADIENT_ACCUMULATION_STEPS=2",
+        inventory="1x4090-driver535",
+    )
     (oom,) = memory_problems(plan)
     line = oom.fix.removeprefix("write ").split(":")[0]
     values = dict(word.split("=") for word in line.split())
@@ -510,8 +610,17 @@ ONE_CARD_7B = ROOT / "docs" / "benchmarks" / "one-card-7b.json"
 
 def _phases(**colocate):
     dims = memory.ModelDims.from_config(memory.shipped_config("Qwen/Qwen2.5-7B-Instruct"))
-    w = memory.Workload(dims=dims, dtype_bytes=2, full=False, lora_rank=8, per_device=2, generation_per_device=32,
-                        prompt_tokens=125, completion_tokens=256, hf_generation=False)  # fmt: skip
+    w = memory.Workload(
+        dims=dims,
+        dtype_bytes=2,
+        full=False,
+        lora_rank=8,
+        per_device=2,
+        generation_per_device=32,
+        prompt_tokens=125,
+        completion_tokens=256,
+        hf_generation=False,
+    )
     settings = {"sleep_level": 1, "offload_model": True, **colocate}
     v = memory.Colocate(utilization=0.75, max_model_len=2304, round_tokens=32 * 381, **settings)
     return memory.offload_phases(memory.estimate_training(w), 24.0, v)
@@ -581,8 +690,13 @@ def test_the_planner_is_within_10_percent_of_the_7b_run_on_a_physical_24_gib_car
     """The committed 7B run (docs/benchmarks/one-card-7b.json) planned again as it ran: its measured peak
     within 10 % of the plan."""
     run = json.loads(ONE_CARD_7B.read_text())["runs"][0]
-    plan = build_plan("recipe=countdown-7b-1x4090", "DATASET_GENERATOR=countdown", "EMULATE_VRAM_GB=24",
-                      "MAX_STEPS=12", inventory="1x4090-driver535")  # fmt: skip
+    plan = build_plan(
+        "recipe=countdown-7b-1x4090",
+        "DATASET_GENERATOR=countdown",
+        "EMULATE_VRAM_GB=24",
+        "MAX_STEPS=12",
+        inventory="1x4090-driver535",
+    )
     (card,) = plan.memory
     assert abs(card.peak_gib - run["peak_nvml_gib"]) <= 0.10 * run["peak_nvml_gib"], (card.peak_gib, run)
 
@@ -615,8 +729,12 @@ def test_thin_headroom_on_the_one_copy_path_suggests_only_what_is_not_on():
 
 def test_the_levers_are_chosen_for_a_7b_whatever_engine_counts_the_card():
     """V0 (multi-step scheduling) sizes only its own share, which made both copies look like they fit."""
-    plan = build_plan("recipe=countdown-1x4090", "MODEL=Qwen/Qwen2.5-7B-Instruct", "VLLM_SCHEDULER_STEPS=8",
-                      inventory="1x4090-driver535")  # fmt: skip
+    plan = build_plan(
+        "recipe=countdown-1x4090",
+        "MODEL=Qwen/Qwen2.5-7B-Instruct",
+        "VLLM_SCHEDULER_STEPS=8",
+        inventory="1x4090-driver535",
+    )
     assert plan.recipe.trainer_args.offload_model and plan.recipe.trainer_args.sleep_level == 1
     assert not memory_problems(plan)
 
@@ -630,9 +748,19 @@ QWEN3_14B = memory.ModelDims.from_config(memory.shipped_config("Qwen/Qwen3-14B")
 
 
 def _qlora(**changes):
-    base = dict(dims=QWEN3_14B, dtype_bytes=2, full=False, lora_rank=8, per_device=2, generation_per_device=2,
-                prompt_tokens=40, completion_tokens=200, gradient_checkpointing=False, hf_generation=False,
-                quant_bits=4)  # fmt: skip
+    base = dict(
+        dims=QWEN3_14B,
+        dtype_bytes=2,
+        full=False,
+        lora_rank=8,
+        per_device=2,
+        generation_per_device=2,
+        prompt_tokens=40,
+        completion_tokens=200,
+        gradient_checkpointing=False,
+        hf_generation=False,
+        quant_bits=4,
+    )
     return memory.Workload(**{**base, **changes})
 
 
@@ -702,8 +830,15 @@ def test_a_bf16_model_too_large_for_the_card_is_told_that_qlora_fits_and_followi
 def test_a_fix_names_no_smaller_micro_batch_at_1_and_no_lever_that_does_not_fit():
     """Cases re-run: 'a smaller PER_DEVICE_TRAIN_BATCH_SIZE' at 1, and SLEEP_LEVEL=1 for a plan it does not make
     fit. Qwen3-14B in bf16 on a 24 GiB card at micro-batch 1, awake: sleeping does not fit it either."""
-    plan = build_plan(*QWEN3_14B_ON_A_4090, "SLEEP_LEVEL=0", "OFFLOAD_MODEL=true", "OFFLOAD_OPTIMIZER=true",
-                      "PER_DEVICE_TRAIN_BATCH_SIZE=1", "GRADIENT_ACCUMULATION_STEPS=32", inventory="1x4090-driver535")  # fmt: skip
+    plan = build_plan(
+        *QWEN3_14B_ON_A_4090,
+        "SLEEP_LEVEL=0",
+        "OFFLOAD_MODEL=true",
+        "OFFLOAD_OPTIMIZER=true",
+        "PER_DEVICE_TRAIN_BATCH_SIZE=1",
+        "GRADIENT_ACCUMULATION_STEPS=32",
+        inventory="1x4090-driver535",
+    )
     fixes = [p.fix for p in memory_problems(plan)]
     assert fixes and not any(
         f.startswith("SLEEP_LEVEL=1") or "smaller PER_DEVICE_TRAIN_BATCH_SIZE" in f for f in fixes
@@ -755,8 +890,14 @@ def test_the_one_copy_path_is_refused_on_a_pc_whose_ram_cannot_hold_the_offloade
 def test_qlora_keeps_only_the_bf16_part_of_the_trainer_in_ram():
     """Qwen3-14B QLoRA: the trainer's quantized weights stay on the GPU, so RAM holds its embeddings and lm_head,
     vLLM's 4-bit copy and the process: it fits a 32 GB PC."""
-    plan = _on_a_pc(29.0, "recipe=countdown-7b-1x4090", "MODEL=Qwen/Qwen3-14B", "MODEL_TYPE=qwen3",
-                    "QUANT_METHOD=bnb", "QUANT_BITS=4")  # fmt: skip
+    plan = _on_a_pc(
+        29.0,
+        "recipe=countdown-7b-1x4090",
+        "MODEL=Qwen/Qwen3-14B",
+        "MODEL_TYPE=qwen3",
+        "QUANT_METHOD=bnb",
+        "QUANT_BITS=4",
+    )
     ram = dict(plan.host_ram)
     assert ram["trainer's weights (offloaded)"] == pytest.approx(2.9, abs=0.1)
     assert ram["vLLM's weights (asleep)"] == pytest.approx(9.25, abs=0.1)

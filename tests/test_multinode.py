@@ -51,10 +51,30 @@ def hosts():
 
 
 def node(rank: int, out, *pairs: str) -> subprocess.Popen:
-    argv = ["ip", "netns", "exec", NS[rank], sys.executable, "-m", "entrypoint", "train", "recipe=smoke", "RUN_NAME=mn",
-            "NNODES=2", f"NODE_RANK={rank}", f"MASTER_ADDR={ADDR[0]}", "MASTER_PORT=29650", f"NCCL_SOCKET_IFNAME={IFACE[rank]}",
-            f"OUTPUT_DIR={out}", "MAX_STEPS=1", "SAVE_STEPS=1", "PER_DEVICE_TRAIN_BATCH_SIZE=4",
-            "MAX_COMPLETION_LENGTH=16", "NODE_CHECK_TIMEOUT=120", *pairs]  # fmt: skip
+    argv = [
+        "ip",
+        "netns",
+        "exec",
+        NS[rank],
+        sys.executable,
+        "-m",
+        "entrypoint",
+        "train",
+        "recipe=smoke",
+        "RUN_NAME=mn",
+        "NNODES=2",
+        f"NODE_RANK={rank}",
+        f"MASTER_ADDR={ADDR[0]}",
+        "MASTER_PORT=29650",
+        f"NCCL_SOCKET_IFNAME={IFACE[rank]}",
+        f"OUTPUT_DIR={out}",
+        "MAX_STEPS=1",
+        "SAVE_STEPS=1",
+        "PER_DEVICE_TRAIN_BATCH_SIZE=4",
+        "MAX_COMPLETION_LENGTH=16",
+        "NODE_CHECK_TIMEOUT=120",
+        *pairs,
+    ]
     # two trainings share CI's 2 cores: one thread each, or torch's spinning threads oversubscribe them
     env = clean_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     return subprocess.Popen(

@@ -32,8 +32,15 @@ def server(handler: type[http.server.BaseHTTPRequestHandler]):
 
 def rank(n: int, port: int):
     """The plan of node `n` of two whose node 0 answers the node check on loopback `port` (MASTER_PORT + 1)."""
-    return build_plan("recipe=smoke", "NNODES=2", f"NODE_RANK={n}", "MASTER_ADDR=127.0.0.1",
-                      f"MASTER_PORT={port - 1}", "RUN_NAME=n", inventory="1x4090-driver535")  # fmt: skip
+    return build_plan(
+        "recipe=smoke",
+        "NNODES=2",
+        f"NODE_RANK={n}",
+        "MASTER_ADDR=127.0.0.1",
+        f"MASTER_PORT={port - 1}",
+        "RUN_NAME=n",
+        inventory="1x4090-driver535",
+    )
 
 
 @pytest.mark.parametrize("body", [b"<html>a web server</html>", b"[1, 2]", json.dumps({"ok": True}).encode()])

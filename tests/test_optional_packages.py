@@ -125,8 +125,11 @@ def test_report_to_swanlab_is_refused_in_seconds(tmp_path):
     ],
 )
 def test_wandb_without_a_key_is_refused_in_the_container_and_warned_on_a_host(environ, refused_here):
-    found = [p for p in _problems("REPORT_TO=wandb", importable={"wandb", "tensorboard", "vllm"}, environ=environ)
-             if p.where == "REPORT_TO=wandb"]  # fmt: skip
+    found = [
+        p
+        for p in _problems("REPORT_TO=wandb", importable={"wandb", "tensorboard", "vllm"}, environ=environ)
+        if p.where == "REPORT_TO=wandb"
+    ]
     assert [p.fatal for p in found] == ([True] if refused_here else ([False] if not environ else []))
     if found:
         assert "WANDB_API_KEY" in found[0].message and "WANDB_MODE=offline" in found[0].fix

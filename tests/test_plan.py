@@ -68,13 +68,24 @@ def test_one_process_starts_ms_swift_s_worker_without_its_cli_and_torchrun():
     (one,) = build("recipe=countdown-1x4090", "RUN_NAME=c", inventory="1x4090-driver535").processes
     assert one.argv[:2] == [sys.executable, str(SWIFT / "cli" / "rlhf.py")]
     assert "NPROC_PER_NODE" not in one.env
-    named = build("recipe=countdown-1x4090", "RUN_NAME=c", inventory="1x4090-driver535",
-                  environ={"GRPO_RIG_SWIFT": "/opt/other/bin/swift"}).processes[0]  # fmt: skip
+    named = build(
+        "recipe=countdown-1x4090",
+        "RUN_NAME=c",
+        inventory="1x4090-driver535",
+        environ={"GRPO_RIG_SWIFT": "/opt/other/bin/swift"},
+    ).processes[0]
     assert named.argv[:2] == ["/opt/other/bin/swift", "rlhf"] and named.env["NPROC_PER_NODE"] == "1"
     two = build("recipe=smoke-gpu", "RUN_NAME=g", "TRAIN_GPUS=0,1", inventory="2x4090-driver535").processes[0]
     assert two.argv[1] == "rlhf" and two.env["NPROC_PER_NODE"] == "2"
-    node = build("recipe=smoke-gpu", "RUN_NAME=n", "NNODES=2", "NODE_RANK=0", "MASTER_ADDR=10.0.0.1",
-                 "TRAIN_GPUS=0", inventory="1x4090-driver535").processes[0]  # fmt: skip
+    node = build(
+        "recipe=smoke-gpu",
+        "RUN_NAME=n",
+        "NNODES=2",
+        "NODE_RANK=0",
+        "MASTER_ADDR=10.0.0.1",
+        "TRAIN_GPUS=0",
+        inventory="1x4090-driver535",
+    ).processes[0]
     assert node.argv[1] == "rlhf" and node.env["NPROC_PER_NODE"] == "1" and node.env["NNODES"] == "2"
 
 
@@ -163,8 +174,13 @@ def test_multi_step_scheduling_with_vllm_use_v1_is_refused_and_on_a_rollout_serv
     (refused,) = [x for x in p.problems if x.fatal]
     assert refused.where == "VLLM_SCHEDULER_STEPS=8 with VLLM_USE_V1=1"
     assert "VLLM_SCHEDULER_STEPS=1 to keep the V1 engine" in refused.fix
-    assert not [x for x in build("recipe=countdown-1x4090", "VLLM_SCHEDULER_STEPS=8", inventory="1x4090-driver535")
-                .problems if x.fatal]  # fmt: skip
+    assert not [
+        x
+        for x in build(
+            "recipe=countdown-1x4090", "VLLM_SCHEDULER_STEPS=8", inventory="1x4090-driver535"
+        ).problems
+        if x.fatal
+    ]
     p = build("recipe=smoke-server", "RUN_NAME=s", "VLLM_SCHEDULER_STEPS=8", inventory="2x4090-driver535")
     (warned,) = [x for x in p.problems if x.where.startswith("VLLM_SCHEDULER_STEPS")]
     assert not warned.fatal and "remove VLLM_SCHEDULER_STEPS" in warned.fix
@@ -281,8 +297,13 @@ def test_a_local_model_directory_is_planned_from_its_config(tmp_path):
     config = ROOT / "tests" / "corpus" / "models" / "Qwen--Qwen2.5-3B-Instruct" / "config.json"
     (model / "config.json").write_bytes(config.read_bytes())
     for spec in (str(model), f"{model}/"):
-        proc = run_cli("plan", "recipe=countdown-1x4090", f"MODEL={spec}",
-                       "INVENTORY=examples/inventories/1x4090-driver535.json", env=clean_env())  # fmt: skip
+        proc = run_cli(
+            "plan",
+            "recipe=countdown-1x4090",
+            f"MODEL={spec}",
+            "INVENTORY=examples/inventories/1x4090-driver535.json",
+            env=clean_env(),
+        )
         assert proc.returncode == 0, proc.stderr
         assert f"model dimensions from {model}/config.json" in proc.stdout
         assert f"--model {spec}" in proc.stdout
@@ -290,13 +311,15 @@ def test_a_local_model_directory_is_planned_from_its_config(tmp_path):
 
 @pytest.mark.parametrize(
     "text, said",
-    [('{"hidden_size": ', "is not JSON (Expecting value"),
-     ("[]", "is [] (input should be a valid dictionary)"),
-     ('{"hidden_size": 896, "head_dim": "64"}', 'has head_dim = "64" (input should be a valid integer)'),
-     ('{"text_config": [1]}', "has text_config = [1]"),
-     ('{"architectures": "Qwen2ForCausalLM"}', 'has architectures = "Qwen2ForCausalLM"'),
-     ('{"max_position_embeddings": "32768"}', 'has max_position_embeddings = "32768"')],
-)  # fmt: skip
+    [
+        ('{"hidden_size": ', "is not JSON (Expecting value"),
+        ("[]", "is [] (input should be a valid dictionary)"),
+        ('{"hidden_size": 896, "head_dim": "64"}', 'has head_dim = "64" (input should be a valid integer)'),
+        ('{"text_config": [1]}', "has text_config = [1]"),
+        ('{"architectures": "Qwen2ForCausalLM"}', 'has architectures = "Qwen2ForCausalLM"'),
+        ('{"max_position_embeddings": "32768"}', 'has max_position_embeddings = "32768"'),
+    ],
+)
 def test_a_model_config_json_not_of_transformers_types_is_one_problem_not_a_traceback(tmp_path, text, said):
     """A local model's config.json that was not JSON ended plan in JSONDecodeError; a list, or a number
     written as text, in AttributeError or TypeError deep in the planner."""
@@ -347,8 +370,11 @@ def test_a_short_embedded_model_name_gets_the_full_one_as_its_fix():
     p = build("recipe=smoke", "MODEL_SOURCE=embedded", "MODEL=SmolLM2-135M-Instruct")
     (problem,) = [x for x in p.problems if x.where.startswith("MODEL")]
     assert problem.fix.startswith("set MODEL=HuggingFaceTB/SmolLM2-135M-Instruct, or MODEL_SOURCE=hub")
-    (other,) = [x for x in build("recipe=smoke", "MODEL_SOURCE=embedded", "MODEL=org/other").problems
-                if x.where.startswith("MODEL")]  # fmt: skip
+    (other,) = [
+        x
+        for x in build("recipe=smoke", "MODEL_SOURCE=embedded", "MODEL=org/other").problems
+        if x.where.startswith("MODEL")
+    ]
     assert other.fix.startswith("name an embedded model, or MODEL_SOURCE=hub")
 
 
@@ -365,8 +391,12 @@ def test_disabled_hooks_leave_every_child_s_environment():
     planned = [h.name for h in hooks.ALL if h.variable in shipped.process("trainer").env]
     bare = build(*pairs, f"DISABLE_HOOKS={','.join(planned)}", inventory="1x4090-driver535").processes[0]
     assert not any(k.startswith("GRPO_RIG_") for k in bare.env) and "PYTHONPATH" not in bare.env
-    server = build("recipe=smoke-server", "RUN_NAME=s", "DISABLE_HOOKS=graphs_up_to_max_seqs",
-                   inventory="2x4090-driver535").process("rollout")  # fmt: skip
+    server = build(
+        "recipe=smoke-server",
+        "RUN_NAME=s",
+        "DISABLE_HOOKS=graphs_up_to_max_seqs",
+        inventory="2x4090-driver535",
+    ).process("rollout")
     assert "GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS" not in server.env and server.env[topk] == "1"
 
 
@@ -412,8 +442,13 @@ def test_a_colocated_trainer_with_sleep_and_model_offload_leaves_the_gpu_before_
     assert both.process("trainer").env[variable] == "1"
     for other in (("SLEEP_LEVEL=0", "OFFLOAD_MODEL=true"), ("SLEEP_LEVEL=1", "OFFLOAD_MODEL=false")):
         assert variable not in build(*pairs, *other, inventory="1x4090-driver535").process("trainer").env
-    off = build(*pairs, "SLEEP_LEVEL=1", "OFFLOAD_MODEL=true", "DISABLE_HOOKS=offload_before_wake",
-                inventory="1x4090-driver535")  # fmt: skip
+    off = build(
+        *pairs,
+        "SLEEP_LEVEL=1",
+        "OFFLOAD_MODEL=true",
+        "DISABLE_HOOKS=offload_before_wake",
+        inventory="1x4090-driver535",
+    )
     assert variable not in off.process("trainer").env
 
 
@@ -429,8 +464,16 @@ def test_vllm_is_given_only_the_adapter_on_the_one_weight_copy_path():
     assert (
         build(*pairs, "LORA_RANK=32", inventory="1x4090-driver535").process("trainer").env[variable] == "32"
     )
-    for other in ("SLEEP_LEVEL=2", "TRAIN_TYPE=full", "VLLM_SCHEDULER_STEPS=8", "VLLM_USE_V1=0", "DEEPSPEED=zero3",
-                  "LORA_RANK=1024", "DISABLE_HOOKS=adapter_sync", "OFFLOAD_MODEL=false"):  # fmt: skip
+    for other in (
+        "SLEEP_LEVEL=2",
+        "TRAIN_TYPE=full",
+        "VLLM_SCHEDULER_STEPS=8",
+        "VLLM_USE_V1=0",
+        "DEEPSPEED=zero3",
+        "LORA_RANK=1024",
+        "DISABLE_HOOKS=adapter_sync",
+        "OFFLOAD_MODEL=false",
+    ):
         env = build(*pairs, other, inventory="1x4090-driver535").process("trainer").env
         assert variable not in env, other
     assert (

@@ -61,8 +61,17 @@ def test_c02_small_shm_with_nccl_shm_disabled_is_a_warning_that_says_so(tmp_path
     """Cases re-run: NCCL_SHM_DISABLE=1 keeps NCCL off /dev/shm (sockets instead), yet the refusal said the
     GPU processes exchange data through it."""
     inv = inventory_file(tmp_path, "5x4090-driver535", shm_bytes=64 * 1024**2)
-    proc = run_cli("validate", f"recipe={SERVER}", f"INVENTORY={inv}", "TRAIN_GPUS=0-3", "ROLLOUT_GPUS=4",
-                   "DATALOADER_NUM_WORKERS=4", "NCCL_SHM_DISABLE=1", f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
+    proc = run_cli(
+        "validate",
+        f"recipe={SERVER}",
+        f"INVENTORY={inv}",
+        "TRAIN_GPUS=0-3",
+        "ROLLOUT_GPUS=4",
+        "DATALOADER_NUM_WORKERS=4",
+        "NCCL_SHM_DISABLE=1",
+        f"OUTPUT_DIR={tmp_path}",
+        env=clean_env(),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "warning: /dev/shm: /dev/shm is 64 MiB; NCCL_SHM_DISABLE=1 keeps NCCL off it" in proc.stdout
 
@@ -76,8 +85,14 @@ def test_c02_small_shm_warning_names_what_uses_it(tmp_path):
     """Cases re-run: two A100s with P2P and no dataloader workers were warned that "dataloader workers pass
     batches through it"; the warning names the users there are."""
     inv = inventory_file(tmp_path, "2xA100-nvlink-ib", shm_bytes=64 * 1024**2)
-    proc = run_cli("validate", f"recipe={SERVER}", f"INVENTORY={inv}", "DATALOADER_NUM_WORKERS=0",
-                   f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
+    proc = run_cli(
+        "validate",
+        f"recipe={SERVER}",
+        f"INVENTORY={inv}",
+        "DATALOADER_NUM_WORKERS=0",
+        f"OUTPUT_DIR={tmp_path}",
+        env=clean_env(),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "the 2 GPU processes share memory through it" in proc.stdout and "dataloader" not in proc.stdout
 
@@ -118,8 +133,14 @@ def test_c03_no_gpu_names_the_compose_block_and_the_toolkit(tmp_path):
 
 def test_no_gpu_on_a_host_suggests_an_example_inventory(tmp_path):
     """Outside the image (no GRPO_RIG_VERSION), `plan`/`validate` on a laptop: no talk of the container."""
-    inv = inventory_file(tmp_path, "1x4090-driver535", gpus=[], p2p=[], driver_version=None,
-                         nvml_error="NVML Shared Library Not Found")  # fmt: skip
+    inv = inventory_file(
+        tmp_path,
+        "1x4090-driver535",
+        gpus=[],
+        p2p=[],
+        driver_version=None,
+        nvml_error="NVML Shared Library Not Found",
+    )
     proc = run_cli("validate", "recipe=countdown-1x4090", f"INVENTORY={inv}", env=clean_env())
     assert proc.returncode == 2
     assert "No GPU is visible on this machine" in proc.stderr and "inside the container" not in proc.stderr
@@ -230,8 +251,13 @@ def _quant_problems(*pairs: str, inventory: str = "5x4090-driver535", **changes)
     return [p for p in values.check(plan, facts) if "QUANT" in p.where or "bnb" in p.where]
 
 
-QLORA_14B = ("recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}", "MODEL=Qwen/Qwen3-14B",
-             "QUANT_METHOD=bnb", "QUANT_BITS=4")  # fmt: skip
+QLORA_14B = (
+    "recipe=countdown-1x4090",
+    f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
+    "MODEL=Qwen/Qwen3-14B",
+    "QUANT_METHOD=bnb",
+    "QUANT_BITS=4",
+)
 
 
 def test_qlora_passes_where_bitsandbytes_imports_and_names_the_lock_where_it_does_not(tmp_path):
@@ -276,8 +302,9 @@ def test_qlora_without_vllm_may_load_8_bits():
 
 
 def test_qlora_with_a_rollout_server_is_refused_naming_the_colocated_route():
-    problems = _quant_problems(f"recipe={SERVER}", "TRAIN_GPUS=0-3", "ROLLOUT_GPUS=4", "QUANT_METHOD=bnb",
-                               "QUANT_BITS=4")  # fmt: skip
+    problems = _quant_problems(
+        f"recipe={SERVER}", "TRAIN_GPUS=0-3", "ROLLOUT_GPUS=4", "QUANT_METHOD=bnb", "QUANT_BITS=4"
+    )
     assert any("not weights vLLM can load" in p.message and "remove ROLLOUT_GPUS" in p.fix for p in problems)
 
 
@@ -288,12 +315,18 @@ def test_qlora_of_an_architecture_vllm_cannot_load_in_4bit_is_refused_and_an_unl
     from entrypoint.plan.memory import shipped_config
 
     config = shipped_config("Qwen/Qwen3-14B")
-    moe = _quant_problems(*QLORA_14B, inventory="1x4090-driver535",
-                          model_config=ModelConfig({**config, "architectures": ["Qwen3MoeForCausalLM"]}, "test"))  # fmt: skip
+    moe = _quant_problems(
+        *QLORA_14B,
+        inventory="1x4090-driver535",
+        model_config=ModelConfig({**config, "architectures": ["Qwen3MoeForCausalLM"]}, "test"),
+    )
     assert [p.fatal for p in moe] == [True] and "cannot load Qwen3MoeForCausalLM" in moe[0].message
     assert "packed_modules_mapping" in moe[0].message and "USE_VLLM=false" in moe[0].fix
-    odd = _quant_problems(*QLORA_14B, inventory="1x4090-driver535",
-                          model_config=ModelConfig({**config, "architectures": ["MyForCausalLM"]}, "test"))  # fmt: skip
+    odd = _quant_problems(
+        *QLORA_14B,
+        inventory="1x4090-driver535",
+        model_config=ModelConfig({**config, "architectures": ["MyForCausalLM"]}, "test"),
+    )
     assert [p.fatal for p in odd] == [False] and "does not list MyForCausalLM" in odd[0].message
 
 
@@ -313,12 +346,27 @@ def test_target_modules_ms_swift_does_not_expand_are_refused_naming_all_linear(t
 def test_an_eval_batch_that_does_not_fit_num_generations_gets_the_value_to_set(tmp_path):
     """New-user trial: "set PER_DEVICE_EVAL_BATCH_SIZE so that it x 1 is a multiple of 6" left the arithmetic to
     the reader; the fix names the nearest value that works."""
-    err = refused(tmp_path, "recipe=smoke", "NUM_GENERATIONS=6", "PER_DEVICE_TRAIN_BATCH_SIZE=6",
-                  "GRADIENT_ACCUMULATION_STEPS=1", "SPLIT_DATASET_RATIO=0.1", "PER_DEVICE_EVAL_BATCH_SIZE=4")  # fmt: skip
+    err = refused(
+        tmp_path,
+        "recipe=smoke",
+        "NUM_GENERATIONS=6",
+        "PER_DEVICE_TRAIN_BATCH_SIZE=6",
+        "GRADIENT_ACCUMULATION_STEPS=1",
+        "SPLIT_DATASET_RATIO=0.1",
+        "PER_DEVICE_EVAL_BATCH_SIZE=4",
+    )
     assert "set PER_DEVICE_EVAL_BATCH_SIZE=6 (the nearest value" in err
-    ok = run_cli("validate", "recipe=smoke", "NUM_GENERATIONS=6", "PER_DEVICE_TRAIN_BATCH_SIZE=6",
-                 "GRADIENT_ACCUMULATION_STEPS=1", "SPLIT_DATASET_RATIO=0.1", "PER_DEVICE_EVAL_BATCH_SIZE=6",
-                 f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
+    ok = run_cli(
+        "validate",
+        "recipe=smoke",
+        "NUM_GENERATIONS=6",
+        "PER_DEVICE_TRAIN_BATCH_SIZE=6",
+        "GRADIENT_ACCUMULATION_STEPS=1",
+        "SPLIT_DATASET_RATIO=0.1",
+        "PER_DEVICE_EVAL_BATCH_SIZE=6",
+        f"OUTPUT_DIR={tmp_path}",
+        env=clean_env(),
+    )
     assert "PER_DEVICE_EVAL_BATCH_SIZE" not in ok.stdout + ok.stderr, ok.stderr
 
 
@@ -399,8 +447,15 @@ def test_c08_messages_without_user_turn(tmp_path):
 
 
 def _validate_dataset(tmp_path, data, rewards):
-    return run_cli("validate", "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={data}", f"REWARD_FUNCS={rewards}",
-                   f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
+    return run_cli(
+        "validate",
+        "recipe=smoke",
+        "DATASET_GENERATOR=",
+        f"DATASET={data}",
+        f"REWARD_FUNCS={rewards}",
+        f"OUTPUT_DIR={tmp_path}",
+        env=clean_env(),
+    )
 
 
 def test_c08_csv_and_parquet_datasets_are_checked_as_json_lines_are(tmp_path):
@@ -452,8 +507,14 @@ def test_c08_messages_are_read_as_ms_swift_reads_them(tmp_path):
     csv_file.write_text("messages,solution\n" + f'"{literal}",4\n' * 20)
     assert _validate_dataset(tmp_path, csv_file, "accuracy").returncode == 0
     sharegpt = [{"from": "system", "value": "Be brief."}, {"from": "human", "value": "What is 2+2?"}]
-    assert _validate_dataset(tmp_path, write_dataset(tmp_path, [json.dumps({"messages": sharegpt, "solution": "4"})] * 20),
-                             "accuracy").returncode == 0  # fmt: skip
+    assert (
+        _validate_dataset(
+            tmp_path,
+            write_dataset(tmp_path, [json.dumps({"messages": sharegpt, "solution": "4"})] * 20),
+            "accuracy",
+        ).returncode
+        == 0
+    )
     no_user = [{"from": "system", "value": "s"}, {"from": "gpt", "value": "4"}]
     assert "has no user turn" in refused_dataset(
         tmp_path,
@@ -559,8 +620,13 @@ def test_plugin_import_leaks_nothing_into_the_entrypoint(tmp_path):
 
 
 def test_missing_plugin_file(tmp_path):
-    err = refused(tmp_path, "recipe=smoke", "EXTERNAL_PLUGINS=/data/plugin.py", "REWARD_FUNCS=countdown",
-                  extra_env={"GRPO_RIG_VERSION": "test"})  # fmt: skip
+    err = refused(
+        tmp_path,
+        "recipe=smoke",
+        "EXTERNAL_PLUGINS=/data/plugin.py",
+        "REWARD_FUNCS=countdown",
+        extra_env={"GRPO_RIG_VERSION": "test"},
+    )
     assert "/data/plugin.py: does not exist inside the container" in err
     err = refused(tmp_path, "recipe=smoke", "EXTERNAL_PLUGINS=/data/plugin.py", "REWARD_FUNCS=countdown")
     assert "/data/plugin.py: does not exist on this machine" in err  # on a clone: no container to look in
@@ -583,16 +649,24 @@ def test_a_read_only_output_volume_is_called_read_only_not_given_a_chown(tmp_pat
 @pytest.mark.parametrize(
     "info, said, fix",
     [
-        ({"read_only": True, "owner": "1000:1000", "write_error": "Read-only file system"},
-         "is on a read-only file system", "mount it read-write (compose: remove :ro from its volume)"),
-        ({"owner": "4242:4242", "write_error": "Permission denied"},
-         "is not writable by this process, though it belongs to its user (uid:gid 4242:4242, owner 4242:4242; "
-         "Permission denied)", "give the owner write permission to"),
-        ({"owner": "0:0", "write_error": "Permission denied"},
-         "is not writable by this process (uid:gid 4242:4242; the directory belongs to 0:0; Permission denied)",
-         "on the host: `sudo chown -R 4242:4242 ./output`"),
+        (
+            {"read_only": True, "owner": "1000:1000", "write_error": "Read-only file system"},
+            "is on a read-only file system",
+            "mount it read-write (compose: remove :ro from its volume)",
+        ),
+        (
+            {"owner": "4242:4242", "write_error": "Permission denied"},
+            "is not writable by this process, though it belongs to its user (uid:gid 4242:4242, owner 4242:4242; "
+            "Permission denied)",
+            "give the owner write permission to",
+        ),
+        (
+            {"owner": "0:0", "write_error": "Permission denied"},
+            "is not writable by this process (uid:gid 4242:4242; the directory belongs to 0:0; Permission denied)",
+            "on the host: `sudo chown -R 4242:4242 ./output`",
+        ),
     ],
-)  # fmt: skip
+)
 def test_an_output_dir_that_cannot_be_written_gets_the_fix_of_its_cause(info, said, fix):
     """Read-only mount, a mode that keeps out its own owner, another owner: chown only for the last."""
     import dataclasses
@@ -708,8 +782,15 @@ def test_byte_order_mark_and_json_array_in_a_jsonl_file_are_accepted_as_ms_swift
     array.write_text("[\n" + ",\n".join([row] * 20) + "\n]\n")
     for path in (bom, array):
         assert len(datasets.load_dataset("json", data_files=str(path), split="train")) == 20
-        proc = run_cli("validate", "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={path}", "REWARD_FUNCS=accuracy",
-                       f"OUTPUT_DIR={tmp_path}/out", env=clean_env())  # fmt: skip
+        proc = run_cli(
+            "validate",
+            "recipe=smoke",
+            "DATASET_GENERATOR=",
+            f"DATASET={path}",
+            "REWARD_FUNCS=accuracy",
+            f"OUTPUT_DIR={tmp_path}/out",
+            env=clean_env(),
+        )
         assert proc.returncode == 0, proc.stderr
 
 
@@ -778,9 +859,17 @@ def test_recipe_file_with_a_byte_order_mark_loads(tmp_path):
 
 # Offline runs ---------------------------------------------------------------------------------------------
 
-QWEN_CONFIG = {"architectures": ["Qwen2ForCausalLM"], "hidden_size": 896, "intermediate_size": 4864,
-               "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
-               "vocab_size": 151936, "max_position_embeddings": 32768, "tie_word_embeddings": True}  # fmt: skip
+QWEN_CONFIG = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": True,
+}
 COUNTDOWN = ("recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}")
 
 
@@ -794,8 +883,12 @@ def test_offline_run_uses_the_modelscope_snapshot_where_modelscope_keeps_it(tmp_
     """ModelScope keeps Qwen/Qwen2.5-0.5B-Instruct as models/Qwen/Qwen2___5-0___5B-Instruct; an offline run
     passes that directory as --model (ModelScope has no offline switch), and HF's switches are set."""
     snapshot = place(tmp_path / "ms" / "models" / "Qwen" / "Qwen2___5-0___5B-Instruct")
-    plan = build_plan(*COUNTDOWN, "OFFLINE=true", inventory="1x4090-driver535",
-                      environ={"MODELSCOPE_CACHE": str(tmp_path / "ms")})  # fmt: skip
+    plan = build_plan(
+        *COUNTDOWN,
+        "OFFLINE=true",
+        inventory="1x4090-driver535",
+        environ={"MODELSCOPE_CACHE": str(tmp_path / "ms")},
+    )
     assert not [p for p in plan.problems if p.fatal], plan.problems
     trainer = plan.processes[-1]
     assert flag(trainer.argv, "model") == [str(snapshot)]
@@ -818,8 +911,13 @@ def test_offline_run_uses_the_hugging_face_snapshot(tmp_path):
     snapshot = place(repo / "snapshots" / "7ae557604adf67be50417f59c2c2f167def9a775")
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(snapshot.name)
-    plan = build_plan(*COUNTDOWN, "OFFLINE=true", "USE_HF=true", inventory="1x4090-driver535",
-                      environ={"HF_HUB_CACHE": str(tmp_path / "hf")})  # fmt: skip
+    plan = build_plan(
+        *COUNTDOWN,
+        "OFFLINE=true",
+        "USE_HF=true",
+        inventory="1x4090-driver535",
+        environ={"HF_HUB_CACHE": str(tmp_path / "hf")},
+    )
     assert not [p for p in plan.problems if p.fatal], plan.problems
     assert flag(plan.processes[-1].argv, "model") == [str(snapshot)]
     assert plan.facts.model_config.source == str(snapshot / "config.json")  # the planner read the real config
@@ -834,8 +932,10 @@ def test_modelscope_itself_looks_where_the_entrypoint_says(tmp_path):
 
     from entrypoint.world import hubcache
 
-    code = ("from modelscope.hub.file_download import create_temporary_directory_and_cache as c;"
-            "print(c('Qwen/Qwen2.5-0.5B-Instruct')[1].get_root_location())")  # fmt: skip
+    code = (
+        "from modelscope.hub.file_download import create_temporary_directory_and_cache as c;"
+        "print(c('Qwen/Qwen2.5-0.5B-Instruct')[1].get_root_location())"
+    )
     env = {**os.environ, "MODELSCOPE_CACHE": str(tmp_path / "ms")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -904,12 +1004,21 @@ def test_every_problem_is_printed_at_once(tmp_path):
     """The seed document's command, as a recipe: the recipe's own problems (a managed key, a removed one)
     and the plan's (missing files, memory) come in one refusal, not one batch after another."""
     recipe = tmp_path / "seed.env"
-    recipe.write_text("RLHF_TYPE=grpo\nMODEL=Qwen/Qwen2.5-1.5B-Instruct\nVLLM_DEVICE=auto\nDATASET=/path/to/data\n"
-                      "EXTERNAL_PLUGINS=examples/train/grpo/plugin/plugin.py\nREWARD_FUNCS=TCMSDAccuracy format\n"
-                      "SYSTEM=examples/train/grpo/prompt.txt\nPER_DEVICE_TRAIN_BATCH_SIZE=0\n")  # fmt: skip
+    recipe.write_text(
+        "RLHF_TYPE=grpo\nMODEL=Qwen/Qwen2.5-1.5B-Instruct\nVLLM_DEVICE=auto\nDATASET=/path/to/data\n"
+        "EXTERNAL_PLUGINS=examples/train/grpo/plugin/plugin.py\nREWARD_FUNCS=TCMSDAccuracy format\n"
+        "SYSTEM=examples/train/grpo/prompt.txt\nPER_DEVICE_TRAIN_BATCH_SIZE=0\n"
+    )
     err = refused(tmp_path, f"recipe={recipe}", f"INVENTORY={INVENTORIES / '5x4090-driver535.json'}")
-    for where in ("RLHF_TYPE", "VLLM_DEVICE", "PER_DEVICE_TRAIN_BATCH_SIZE", "SYSTEM", "EXTERNAL_PLUGINS",
-                  "REWARD_FUNCS TCMSDAccuracy", "DATASET /path/to/data"):  # fmt: skip
+    for where in (
+        "RLHF_TYPE",
+        "VLLM_DEVICE",
+        "PER_DEVICE_TRAIN_BATCH_SIZE",
+        "SYSTEM",
+        "EXTERNAL_PLUGINS",
+        "REWARD_FUNCS TCMSDAccuracy",
+        "DATASET /path/to/data",
+    ):
         assert f"error: {where}" in err, where
 
 
@@ -929,8 +1038,14 @@ def test_rows_ending_with_an_assistant_turn_are_valid_as_ms_swift_drops_it(tmp_p
     swift/llm/template/base.py:482): a local copy of a set like AI-MO/NuminaMath-TIR (its answer as the last
     message, the reference in `solution`) validates as its hub id does."""
     rows = [json.dumps({"messages": [USER, {"role": "assistant", "content": "42"}], "solution": "42"})] * 20
-    proc = run_cli("validate", "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={write_dataset(tmp_path, rows)}",
-                   "REWARD_FUNCS=accuracy", env=clean_env())  # fmt: skip
+    proc = run_cli(
+        "validate",
+        "recipe=smoke",
+        "DATASET_GENERATOR=",
+        f"DATASET={write_dataset(tmp_path, rows)}",
+        "REWARD_FUNCS=accuracy",
+        env=clean_env(),
+    )
     assert proc.returncode == 0 and "assistant turn" not in proc.stdout + proc.stderr, (
         proc.stdout + proc.stderr
     )
@@ -941,8 +1056,14 @@ def test_a_prompt_in_any_column_ms_swift_reads_it_from_is_valid(tmp_path, prompt
     """ms-swift's ResponsePreprocessor reads the prompt from query, prompt, input, instruction, question or
     problem (swift/llm/dataset/preprocessor/core.py:347): rows with one of them and `solution` train."""
     rows = [json.dumps({prompt: "What is 6 x 7?", "solution": "42"})] * 20
-    proc = run_cli("validate", "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={write_dataset(tmp_path, rows)}",
-                   "REWARD_FUNCS=accuracy", env=clean_env())  # fmt: skip
+    proc = run_cli(
+        "validate",
+        "recipe=smoke",
+        "DATASET_GENERATOR=",
+        f"DATASET={write_dataset(tmp_path, rows)}",
+        "REWARD_FUNCS=accuracy",
+        env=clean_env(),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -986,8 +1107,14 @@ def test_nan_is_none_to_ms_swift_and_a_completion_no_reward_scores_is_refused(
         "from swift.plugin import ORM, orms\nclass R(ORM):\n    def __call__(self, completions, **kw):\n"
         f"        return {returns}\norms['nanny'] = R\n"
     )
-    proc = run_cli("validate", "recipe=smoke", f"EXTERNAL_PLUGINS={plugin}", f"REWARD_FUNCS={funcs}",
-                   f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
+    proc = run_cli(
+        "validate",
+        "recipe=smoke",
+        f"EXTERNAL_PLUGINS={plugin}",
+        f"REWARD_FUNCS={funcs}",
+        f"OUTPUT_DIR={tmp_path}",
+        env=clean_env(),
+    )
     assert (proc.returncode == 0) == valid, proc.stderr
     if "nan" in returns and not valid:
         assert "every reward returned None or NaN for" in proc.stderr and "return 0.0 where" in proc.stderr
@@ -1101,8 +1228,11 @@ def test_a_missing_plugin_file_is_named_for_where_the_command_runs():
 def test_a_mistyped_reward_gets_a_did_you_mean():
     from entrypoint.rewards import check as rewards_check
 
-    probe = {"registered": {n: {"class": n, "columns": []} for n in ("countdown", "format_partial", "accuracy")},
-             "shadowed": [], "errors": []}  # fmt: skip
+    probe = {
+        "registered": {n: {"class": n, "columns": []} for n in ("countdown", "format_partial", "accuracy")},
+        "shadowed": [],
+        "errors": [],
+    }
     _, problems = rewards_check.check([], ["countdwn", "format_partial", "zzz"], probe, "", lambda f: "")
     fixes = {p.where: p.fix for p in problems}
     assert fixes["REWARD_FUNCS countdwn"].startswith("did you mean countdown?")
@@ -1135,8 +1265,14 @@ def test_val_dataset_is_checked_as_the_training_data_is(tmp_path):
     renamed.write_text(good.read_text().replace('"target"', '"goal"'))
 
     def validate(value: str):
-        return run_cli("validate", "recipe=smoke", f"VAL_DATASET={value}", "PER_DEVICE_EVAL_BATCH_SIZE=4",
-                       f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
+        return run_cli(
+            "validate",
+            "recipe=smoke",
+            f"VAL_DATASET={value}",
+            "PER_DEVICE_EVAL_BATCH_SIZE=4",
+            f"OUTPUT_DIR={tmp_path}",
+            env=clean_env(),
+        )
 
     assert validate(str(good)).returncode == 0
     missing = validate(str(tmp_path / "nope.jsonl"))
@@ -1164,7 +1300,7 @@ def test_val_dataset_is_checked_as_the_training_data_is(tmp_path):
                 "PER_DEVICE_TRAIN_BATCH_SIZE=8",
             ),
             "lower STEPS_PER_GENERATION or PER_DEVICE_TRAIN_BATCH_SIZE",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_too_few_prompts_names_the_knob_that_sets_this_recipes_generation_batch(tmp_path, pairs, knob):
@@ -1173,8 +1309,15 @@ def test_too_few_prompts_names_the_knob_that_sets_this_recipes_generation_batch(
     from entrypoint.rewards import tasks
 
     data = tasks.write_jsonl(tasks.TASKS["countdown"], tmp_path / "tiny.jsonl", 2, seed=1)
-    proc = run_cli("validate", *pairs, f"DATASET={data}", "DATASET_GENERATOR=", f"OUTPUT_DIR={tmp_path}",
-                   f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}", env=clean_env())  # fmt: skip
+    proc = run_cli(
+        "validate",
+        *pairs,
+        f"DATASET={data}",
+        "DATASET_GENERATOR=",
+        f"OUTPUT_DIR={tmp_path}",
+        f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
+        env=clean_env(),
+    )
     assert proc.returncode == 2 and "fewer than one generation batch needs" in proc.stderr, proc.stderr
     assert f"fix: add prompts, or {knob}" in proc.stderr, proc.stderr
 
@@ -1184,8 +1327,15 @@ def test_an_empty_dataset_is_one_error_not_a_batch_fix_no_one_can_follow(tmp_pat
     """The cases re-run: a 0-byte dataset got 'has no rows' and then 'a generation batch needs <= 0 prompt(s)'."""
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    proc = run_cli("validate", "recipe=countdown-1x4090", f"DATASET={empty}", "DATASET_GENERATOR=", f"OUTPUT_DIR={tmp_path}",
-                   f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}", env=clean_env())  # fmt: skip
+    proc = run_cli(
+        "validate",
+        "recipe=countdown-1x4090",
+        f"DATASET={empty}",
+        "DATASET_GENERATOR=",
+        f"OUTPUT_DIR={tmp_path}",
+        f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
+        env=clean_env(),
+    )
     assert proc.returncode == 2 and "has no rows" in proc.stderr, proc.stderr
     assert "fewer than one generation batch needs" not in proc.stderr, proc.stderr
 
@@ -1238,8 +1388,12 @@ def test_expandable_segments_with_sleep_mode_are_refused_before_vllm_stops_on_th
     """vLLM's sleep-mode pool asserts that expandable segments are off (vllm 0.8.5.post1
     device_allocator/cumem.py:146), after the model has loaded: refused in seconds, whether the recipe or the
     planner (offload: sleep level 1) chose sleep mode; without sleep mode the same allocator is valid."""
-    base = ["recipe=countdown-1x4090", f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
-            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", f"OUTPUT_DIR={tmp_path}"]  # fmt: skip
+    base = [
+        "recipe=countdown-1x4090",
+        f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+        f"OUTPUT_DIR={tmp_path}",
+    ]
     refused = run_cli("validate", *base, *sleep.split(), env=clean_env())
     assert refused.returncode == 2, refused.stdout
     assert "refuses expandable segments" in refused.stderr
@@ -1257,8 +1411,10 @@ def test_a_folder_of_the_user_s_is_not_taken_for_a_run_directory(tmp_path):
     (folder / "README.md").write_text("my notes\n")
     (folder / "results.csv").write_text("a,b\n")
     err = refused(tmp_path, "recipe=smoke")
-    assert (f"error: RUN_NAME r: {folder} already holds files that are not a grpo-rig run (README.md, results.csv) "
-            "and no manifest.json") in err  # fmt: skip
+    assert (
+        f"error: RUN_NAME r: {folder} already holds files that are not a grpo-rig run (README.md, results.csv) "
+        "and no manifest.json"
+    ) in err
     assert "fix: choose another RUN_NAME" in err
     assert sorted(p.name for p in folder.iterdir()) == ["README.md", "results.csv"]
     assert (folder / "README.md").read_text() == "my notes\n"
@@ -1294,22 +1450,37 @@ def test_prompts_longer_than_max_length_are_refused_when_every_row_is_and_warned
     prompts of ~4,000 tokens at MAX_LENGTH=512 once validated and then grew to 22 GB of RAM."""
     long_row = json.dumps({"messages": [{"role": "user", "content": "word " * 4000}], "solution": "1"})
     short_row = json.dumps({"messages": [USER], "solution": "42"})
-    err = refused_dataset(tmp_path, write_dataset(tmp_path, [long_row] * 8), "accuracy", "MAX_LENGTH=512",
-                          "NUM_GENERATIONS=2")  # fmt: skip
+    err = refused_dataset(
+        tmp_path, write_dataset(tmp_path, [long_row] * 8), "accuracy", "MAX_LENGTH=512", "NUM_GENERATIONS=2"
+    )
     assert "every row read has a prompt longer than MAX_LENGTH=512 (at least 3333 tokens)" in err
     assert "raise MAX_LENGTH" in err
     (tmp_path / "mixed").mkdir()
     (tmp_path / "fits").mkdir()
     mixed = write_dataset(tmp_path / "mixed", [short_row] * 19 + [long_row])
-    proc = run_cli("validate", "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={mixed}", "REWARD_FUNCS=accuracy",
-                   "MAX_LENGTH=512", env=clean_env())  # fmt: skip
+    proc = run_cli(
+        "validate",
+        "recipe=smoke",
+        "DATASET_GENERATOR=",
+        f"DATASET={mixed}",
+        "REWARD_FUNCS=accuracy",
+        "MAX_LENGTH=512",
+        env=clean_env(),
+    )
     said = proc.stdout + proc.stderr
     assert (
         proc.returncode == 0 and "1 of 20 rows read may have a prompt longer than MAX_LENGTH=512" in said
     ), said
     fits = write_dataset(tmp_path / "fits", [short_row] * 20)
-    proc = run_cli("validate", "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={fits}", "REWARD_FUNCS=accuracy",
-                   "MAX_LENGTH=512", env=clean_env())  # fmt: skip
+    proc = run_cli(
+        "validate",
+        "recipe=smoke",
+        "DATASET_GENERATOR=",
+        f"DATASET={fits}",
+        "REWARD_FUNCS=accuracy",
+        "MAX_LENGTH=512",
+        env=clean_env(),
+    )
     assert "MAX_LENGTH" not in proc.stdout + proc.stderr
 
 
@@ -1370,8 +1541,12 @@ def test_a_changed_model_drops_the_recipe_s_model_type_where_ms_swift_registers_
     said; kept for another Qwen2.5 and for a local folder (ms-swift needs it there)."""
     from tests.conftest import build_plan, load_recipe
 
-    for model, kept in (("meta-llama/Llama-3.2-3B-Instruct", False), ("Qwen/Qwen3-4B", False),
-                        ("Qwen/Qwen2.5-7B-Instruct", True), ("/data/models/my-qwen", True)):  # fmt: skip
+    for model, kept in (
+        ("meta-llama/Llama-3.2-3B-Instruct", False),
+        ("Qwen/Qwen3-4B", False),
+        ("Qwen/Qwen2.5-7B-Instruct", True),
+        ("/data/models/my-qwen", True),
+    ):
         r = load_recipe("recipe=countdown-1x4090", f"MODEL={model}")
         assert ("model_type" in r.trainer) == kept, model
         said = [p for p in r.problems if p.where.startswith("MODEL_TYPE (recipes/countdown-1x4090.env")]
@@ -1383,15 +1558,31 @@ def test_a_changed_model_drops_the_recipe_s_model_type_where_ms_swift_registers_
 
 
 def test_a_model_type_of_another_family_is_refused_naming_the_right_one(tmp_path):
-    err = refused(tmp_path, "recipe=countdown-1x4090", "MODEL=meta-llama/Llama-3.2-3B-Instruct", "MODEL_TYPE=qwen2_5",
-                  "MEMORY_CHECK=warn")  # fmt: skip
+    err = refused(
+        tmp_path,
+        "recipe=countdown-1x4090",
+        "MODEL=meta-llama/Llama-3.2-3B-Instruct",
+        "MODEL_TYPE=qwen2_5",
+        "MEMORY_CHECK=warn",
+    )
     assert "qwen2_5 is not the type ms-swift 3.6.4 registers" in err and "MODEL_TYPE=llama3_2" in err
     # a local folder: by its config.json's architectures
     folder = tmp_path / "my-llama"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32,
-        "num_key_value_heads": 8, "vocab_size": 128256}))  # fmt: skip
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": 2048,
+                "intermediate_size": 8192,
+                "num_hidden_layers": 16,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "vocab_size": 128256,
+            }
+        )
+    )
     (folder / "model.safetensors").write_bytes(b"")
     err = refused(tmp_path, "recipe=countdown-1x4090", f"MODEL={folder}", "MEMORY_CHECK=warn")
     assert (
@@ -1404,8 +1595,15 @@ def test_a_model_type_of_another_family_is_refused_naming_the_right_one(tmp_path
     assert "types share its architecture LlamaForCausalLM: it would stop at start-up asking for one" in err
     # unless the folder is a checkpoint whose args.json names it (ms-swift reads that first)
     (folder / "args.json").write_text(json.dumps({"model_type": "llama3_2"}))
-    ok = run_cli("validate", "recipe=countdown-1x4090", f"MODEL={folder}", "MODEL_TYPE=", "MEMORY_CHECK=warn",
-                 f"OUTPUT_DIR={tmp_path}", env=clean_env())  # fmt: skip
+    ok = run_cli(
+        "validate",
+        "recipe=countdown-1x4090",
+        f"MODEL={folder}",
+        "MODEL_TYPE=",
+        "MEMORY_CHECK=warn",
+        f"OUTPUT_DIR={tmp_path}",
+        env=clean_env(),
+    )
     assert "MODEL_TYPE" not in ok.stderr, ok.stderr
 
 
@@ -1464,10 +1662,23 @@ def test_a_name_the_lock_s_ms_swift_does_not_register_is_refused(pair, message, 
     found = [p for p in _value_problems(pair) if message in p.message]
     assert len(found) == 1 and found[0].fatal and found[0].where.startswith(pair.split("=")[0]), found
     assert fix in found[0].fix, found[0]
-    assert not [p for p in _value_problems(pair.split("=")[0] + "=" + {"LOSS_TYPE": "bnpo", "TRAIN_TYPE": "lora",
-                "TEMPLATE": "chatml", "MULTI_TURN_SCHEDULER": "math_tip_trick", "REWARD_MODEL_PLUGIN": "default",
-                "REPORT_TO": "tensorboard", "MODEL_TYPE": "llama"}[pair.split("=")[0]])
-                if "register" in p.message or "knows" in p.message]  # fmt: skip
+    assert not [
+        p
+        for p in _value_problems(
+            pair.split("=")[0]
+            + "="
+            + {
+                "LOSS_TYPE": "bnpo",
+                "TRAIN_TYPE": "lora",
+                "TEMPLATE": "chatml",
+                "MULTI_TURN_SCHEDULER": "math_tip_trick",
+                "REWARD_MODEL_PLUGIN": "default",
+                "REPORT_TO": "tensorboard",
+                "MODEL_TYPE": "llama",
+            }[pair.split("=")[0]]
+        )
+        if "register" in p.message or "knows" in p.message
+    ]
 
 
 def test_a_plugin_s_own_scheduler_is_a_registered_name(tmp_path):
@@ -1501,8 +1712,14 @@ def test_a_model_whose_model_type_transformers_does_not_know_is_refused(tmp_path
     model = tmp_path / "Qwen3-VL-4B-Instruct"
     model.mkdir()
     (model / "model.safetensors").write_bytes(b"")
-    config = {"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl", "hidden_size": 2560,
-              "num_hidden_layers": 36, "num_attention_heads": 32, "vocab_size": 151936}  # fmt: skip
+    config = {
+        "architectures": ["Qwen3VLForConditionalGeneration"],
+        "model_type": "qwen3_vl",
+        "hidden_size": 2560,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "vocab_size": 151936,
+    }
     (model / "config.json").write_text(json.dumps(config))
     err = refused(tmp_path, "recipe=smoke", f"MODEL={model}", "MODEL_TYPE=qwen2_5_vl", "MODEL_SOURCE=hub")
     assert "model_type 'qwen3_vl', which transformers 4.51.3 does not know" in err
@@ -1518,10 +1735,12 @@ def test_a_reward_reading_a_column_ms_swift_turns_into_messages_is_refused_namin
     """Rows {"question", "answer"}: ms-swift's ResponsePreprocessor makes `answer` the assistant turn of
     `messages`; a reward reading `answer` never receives it and fails after the first rollout."""
     plugin = tmp_path / "my_answer_reward.py"
-    plugin.write_text("from swift.plugin import ORM, orms\nclass AnswerMatch(ORM):\n"
-                      "    def __call__(self, completions, answer, **kwargs):\n"
-                      "        return [float(a in c) for c, a in zip(completions, answer)]\n"
-                      "orms['answer_match'] = AnswerMatch\n")  # fmt: skip
+    plugin.write_text(
+        "from swift.plugin import ORM, orms\nclass AnswerMatch(ORM):\n"
+        "    def __call__(self, completions, answer, **kwargs):\n"
+        "        return [float(a in c) for c, a in zip(completions, answer)]\n"
+        "orms['answer_match'] = AnswerMatch\n"
+    )
     rows = [json.dumps({"question": f"What is {i}+{i}?", "answer": str(2 * i)}) for i in range(32)]
     err = refused_dataset(
         tmp_path, write_dataset(tmp_path, rows), "answer_match", f"EXTERNAL_PLUGINS={plugin}"
@@ -1590,9 +1809,11 @@ def test_a_plugin_slower_to_import_than_the_bound_is_a_warning_not_a_refusal(tmp
     from entrypoint.world import plugin_probe
 
     plugin = tmp_path / "my_slow_rewards.py"
-    plugin.write_text("import time\ntime.sleep(5)\nfrom swift.plugin import ORM, orms\n"
-                      "class Slow(ORM):\n    def __call__(self, completions, **kw):\n        return [1.0] * len(completions)\n"
-                      "orms['slow_reward'] = Slow\n")  # fmt: skip
+    plugin.write_text(
+        "import time\ntime.sleep(5)\nfrom swift.plugin import ORM, orms\n"
+        "class Slow(ORM):\n    def __call__(self, completions, **kw):\n        return [1.0] * len(completions)\n"
+        "orms['slow_reward'] = Slow\n"
+    )
     result, error = plugin_probe.run([str(plugin)], bound=(1.0, "1 s (a test's bound)"))
     assert not error and result["slow"]["seconds"] >= 1 and result["slow"]["bound"] == "1 s (a test's bound)"
     infos, problems = rewards_check.check(
@@ -1609,6 +1830,11 @@ def test_a_plugin_slower_to_import_than_the_bound_is_a_warning_not_a_refusal(tmp
 
 def test_an_inline_system_prompt_longer_than_a_file_name_is_a_prompt_not_a_crash(tmp_path):
     """chord.sh passes its several-line prompt inline: looking it up as a path raised ENAMETOOLONG."""
-    proc = run_cli("validate", "recipe=smoke", "SYSTEM=" + "You are a helpful assistant. " * 20, f"OUTPUT_DIR={tmp_path}",
-                   env=clean_env())  # fmt: skip
+    proc = run_cli(
+        "validate",
+        "recipe=smoke",
+        "SYSTEM=" + "You are a helpful assistant. " * 20,
+        f"OUTPUT_DIR={tmp_path}",
+        env=clean_env(),
+    )
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr

@@ -51,10 +51,15 @@ def test_when_the_entrypoint_dies_the_reaper_ends_every_process_of_its_children_
     after registering one child's session); the child and its grandchild are ended within the grace."""
     leader, grandchild = _session_tree()
     stand_in = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom entrypoint.supervise.reaper import Reaper\n"
-         f"r = Reaper(2.0); r.watch({leader.pid}); print('watching', flush=True); time.sleep(600)"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom entrypoint.supervise.reaper import Reaper\n"
+            f"r = Reaper(2.0); r.watch({leader.pid}); print('watching', flush=True); time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert stand_in.stdout.readline().strip() == "watching"
         stand_in.send_signal(signal.SIGKILL)

@@ -262,27 +262,52 @@ def test_a_hook_variable_given_as_a_key_is_refused_with_the_key_that_turns_the_h
     with pytest.raises(BadInput) as exc:
         recipe.load(["recipe=r", "GRPO_RIG_VLLM_TOP_K_FIRST=0", "GRPO_RIG_EMULATE_VRAM_GB=24"], {}, tmp_path)
     fixes = {p.where: p.fix for p in exc.value.problems}
-    assert fixes["GRPO_RIG_VLLM_TOP_K_FIRST (command line)"] == "DISABLE_HOOKS=top_k_first turns it off in every child"  # fmt: skip
+    assert (
+        fixes["GRPO_RIG_VLLM_TOP_K_FIRST (command line)"]
+        == "DISABLE_HOOKS=top_k_first turns it off in every child"
+    )
     assert fixes["GRPO_RIG_EMULATE_VRAM_GB (command line)"].endswith("; EMULATE_VRAM_GB sets its value")
 
 
 @pytest.mark.parametrize(
     ("pair", "said", "fix"),
     [
-        ("STALL_TIMEOUT=1e-9", "1e-09 s is below the 60 s this setting takes: a GRPO step's rollout alone",
-         "set STALL_TIMEOUT=0 for automatic, or a value >= 60 (the default: 0)"),
+        (
+            "STALL_TIMEOUT=1e-9",
+            "1e-09 s is below the 60 s this setting takes: a GRPO step's rollout alone",
+            "set STALL_TIMEOUT=0 for automatic, or a value >= 60 (the default: 0)",
+        ),
         ("STALL_TIMEOUT=30", "30 s is below the 60 s", "set STALL_TIMEOUT=0 for automatic, or a value >= 60"),
         ("STALL_TIMEOUT=-5", "-5 s is below the 60 s", "set STALL_TIMEOUT=0 for automatic, or a value >= 60"),
         ("STALL_TIMEOUT=nan", "nan is not a number of seconds", "set STALL_TIMEOUT=0 for automatic"),
-        ("GPU_MONITOR_INTERVAL=0", "0 s is below the 0.1 s", "set GPU_MONITOR_INTERVAL=a value >= 0.1 (the default: 2)"),
-        ("GPU_MONITOR_INTERVAL=1e-6", "1e-06 s is below the 0.1 s", "set GPU_MONITOR_INTERVAL=a value >= 0.1"),
-        ("NODE_CHECK_TIMEOUT=0.01", "0.01 s is below the 1 s", "set NODE_CHECK_TIMEOUT=a value >= 1 (the default: 300)"),
-        ("ROLLOUT_STARTUP_TIMEOUT=2", "2 s is below the 30 s this setting takes: vLLM loads the model",
-         "set ROLLOUT_STARTUP_TIMEOUT=a value >= 30 (the default: 900)"),
-        ("STOP_GRACE_SECONDS=0", "0 s is below the 1 s", "set STOP_GRACE_SECONDS=a value >= 1 (the default: 20)"),
+        (
+            "GPU_MONITOR_INTERVAL=0",
+            "0 s is below the 0.1 s",
+            "set GPU_MONITOR_INTERVAL=a value >= 0.1 (the default: 2)",
+        ),
+        (
+            "GPU_MONITOR_INTERVAL=1e-6",
+            "1e-06 s is below the 0.1 s",
+            "set GPU_MONITOR_INTERVAL=a value >= 0.1",
+        ),
+        (
+            "NODE_CHECK_TIMEOUT=0.01",
+            "0.01 s is below the 1 s",
+            "set NODE_CHECK_TIMEOUT=a value >= 1 (the default: 300)",
+        ),
+        (
+            "ROLLOUT_STARTUP_TIMEOUT=2",
+            "2 s is below the 30 s this setting takes: vLLM loads the model",
+            "set ROLLOUT_STARTUP_TIMEOUT=a value >= 30 (the default: 900)",
+        ),
+        (
+            "STOP_GRACE_SECONDS=0",
+            "0 s is below the 1 s",
+            "set STOP_GRACE_SECONDS=a value >= 1 (the default: 20)",
+        ),
         ("STOP_GRACE_SECONDS=-1", "-1 s is below the 1 s", "set STOP_GRACE_SECONDS=a value >= 1"),
     ],
-)  # fmt: skip
+)
 def test_a_time_setting_below_its_least_sensible_value_is_refused_with_the_least(tmp_path, pair, said, fix):
     """STALL_TIMEOUT=1e-9 was accepted (a run ended as stalled at once); 0, negative and tiny intervals and
     timeouts are refused with the least value each takes and why."""
@@ -298,8 +323,18 @@ def test_a_time_setting_below_its_least_sensible_value_is_refused_with_the_least
 def test_time_settings_at_their_least_or_automatic_are_taken_and_a_simulated_trainer_may_go_below(tmp_path):
     """The least is a real run's; the tests' fake ms-swift (GRPO_RIG_SWIFT) steps in milliseconds."""
     write(tmp_path, "r", "MODEL=m\n")
-    s = recipe.load(["recipe=r", "STALL_TIMEOUT=60", "GPU_MONITOR_INTERVAL=0.1", "STOP_GRACE_SECONDS=1",
-                     "NODE_CHECK_TIMEOUT=1", "ROLLOUT_STARTUP_TIMEOUT=30"], {}, tmp_path).settings  # fmt: skip
+    s = recipe.load(
+        [
+            "recipe=r",
+            "STALL_TIMEOUT=60",
+            "GPU_MONITOR_INTERVAL=0.1",
+            "STOP_GRACE_SECONDS=1",
+            "NODE_CHECK_TIMEOUT=1",
+            "ROLLOUT_STARTUP_TIMEOUT=30",
+        ],
+        {},
+        tmp_path,
+    ).settings
     assert (s.STALL_TIMEOUT, s.GPU_MONITOR_INTERVAL, s.STOP_GRACE_SECONDS) == (60, 0.1, 1)
     assert recipe.load(["recipe=r", "STALL_TIMEOUT=0"], {}, tmp_path).settings.STALL_TIMEOUT == 0
     fake = {"GRPO_RIG_SWIFT": "tests/fakes/swift"}

@@ -10,8 +10,15 @@ from entrypoint.record import export, report
 
 
 def rows(steps: int, planned: int) -> list[dict]:
-    return [{"reward": 0.1 * s, "rewards/Format/mean": 0.1 * s, "loss": 0.0, "global_step/max_steps": f"{s}/{planned}"}
-            for s in range(1, steps + 1)]  # fmt: skip
+    return [
+        {
+            "reward": 0.1 * s,
+            "rewards/Format/mean": 0.1 * s,
+            "loss": 0.0,
+            "global_step/max_steps": f"{s}/{planned}",
+        }
+        for s in range(1, steps + 1)
+    ]
 
 
 @pytest.mark.cli

@@ -26,10 +26,17 @@ RECIPE = FAKES / "colocate.env"
 def run(tmp_path: Path, *words: str) -> subprocess.CompletedProcess:
     pids = tmp_path / "pids"
     pids.mkdir(exist_ok=True)
-    env = clean_env(GRPO_RIG_SWIFT=str(FAKE_SWIFT), FAKE_PID_DIR=str(pids), FAKE_TRAINER="steps",
-                    FAKE_STEP_SECONDS="0")  # fmt: skip
-    return subprocess.run([sys.executable, "-m", "entrypoint", *words], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=180)  # fmt: skip
+    env = clean_env(
+        GRPO_RIG_SWIFT=str(FAKE_SWIFT), FAKE_PID_DIR=str(pids), FAKE_TRAINER="steps", FAKE_STEP_SECONDS="0"
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "entrypoint", *words],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def named(argv: list[str], run_dir: str) -> list[str]:
@@ -47,8 +54,15 @@ def finished(tmp_path) -> Path:
     """A finished 2-step run of the fake recipe on its own copy of the dataset: tmp_path/out/r."""
     data = tmp_path / "train.jsonl"
     shutil.copy(ROOT / "examples" / "tcm" / "sample.jsonl", data)
-    done = run(tmp_path, "train", f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path / 'out'}", "RUN_NAME=r",
-               "MAX_STEPS=2", f"DATASET={data}")  # fmt: skip
+    done = run(
+        tmp_path,
+        "train",
+        f"recipe={RECIPE}",
+        f"OUTPUT_DIR={tmp_path / 'out'}",
+        "RUN_NAME=r",
+        "MAX_STEPS=2",
+        f"DATASET={data}",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return tmp_path / "out" / "r"
 
@@ -146,8 +160,16 @@ def test_rerun_plan_imports_no_plugin_and_names_a_changed_system_file(tmp_path):
     system.write_text("You are a careful physician.")
     data = tmp_path / "train.jsonl"
     shutil.copy(ROOT / "examples" / "tcm" / "sample.jsonl", data)
-    done = run(tmp_path, "train", f"recipe={RECIPE}", f"OUTPUT_DIR={tmp_path / 'out'}", "RUN_NAME=r",
-               "MAX_STEPS=1", f"DATASET={data}", f"SYSTEM={system}")  # fmt: skip
+    done = run(
+        tmp_path,
+        "train",
+        f"recipe={RECIPE}",
+        f"OUTPUT_DIR={tmp_path / 'out'}",
+        "RUN_NAME=r",
+        "MAX_STEPS=1",
+        f"DATASET={data}",
+        f"SYSTEM={system}",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     recorded = manifest(tmp_path / "out" / "r")["inputs"]
     assert recorded["system"][0]["path"] == str(system) and recorded["plugins"][0]["sha256"]
@@ -219,8 +241,15 @@ def test_a_secret_as_the_manifest_keeps_it_is_taken_from_the_environment_not_a_c
     as an item ended `rerun` (and `evaluate`) of any run given a token in AttributeError."""
     from entrypoint import redact
 
-    written = redact.deep({"resolved_recipe": {"HF_TOKEN": {"value": "hf_x", "source": "command line"},
-                                               "BETA": {"value": "0.04", "source": "recipes/x.env:3"}}}, [])  # fmt: skip
+    written = redact.deep(
+        {
+            "resolved_recipe": {
+                "HF_TOKEN": {"value": "hf_x", "source": "command line"},
+                "BETA": {"value": "0.04", "source": "recipes/x.env:3"},
+            }
+        },
+        [],
+    )
     assert written["resolved_recipe"]["HF_TOKEN"] == "<redacted>"
     rec = rerun.recorded(written)
     assert rec.secrets == ["HF_TOKEN"] and set(rec.values) == {"BETA"}
@@ -232,13 +261,20 @@ def test_a_secret_as_the_manifest_keeps_it_is_taken_from_the_environment_not_a_c
     [
         ("[]", "its manifest.json is [] (input should be a valid dictionary)"),
         ("null", "its manifest.json is null (input should be a valid dictionary)"),
-        ('{"resolved_recipe": {"SEED": 5}}', "its manifest.json has resolved_recipe.SEED = 5 (input should be"),
-        ('{"resolved_recipe": {"SEED": {"value": "1", "source": "x"}}, "processes": [{"role": "trainer", "argv": "x"}]}',
-         'its manifest.json has processes.0.argv = "x" (input should be a valid list)'),
-        ('{"resolved_recipe": {"SEED": {"value": "1", "source": "x"}}, "inputs": {"dataset": 3}}',
-         "its manifest.json has inputs.dataset = 3"),
+        (
+            '{"resolved_recipe": {"SEED": 5}}',
+            "its manifest.json has resolved_recipe.SEED = 5 (input should be",
+        ),
+        (
+            '{"resolved_recipe": {"SEED": {"value": "1", "source": "x"}}, "processes": [{"role": "trainer", "argv": "x"}]}',
+            'its manifest.json has processes.0.argv = "x" (input should be a valid list)',
+        ),
+        (
+            '{"resolved_recipe": {"SEED": {"value": "1", "source": "x"}}, "inputs": {"dataset": 3}}',
+            "its manifest.json has inputs.dataset = 3",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_manifest_of_another_shape_is_refused_in_one_line_naming_the_value(tmp_path, text, said):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "manifest.json").write_text(text)
@@ -299,12 +335,14 @@ def test_what_cannot_be_compared_is_said_not_refused():
 
 
 def test_planner_values_and_secrets_are_not_taken_back():
-    data = {"resolved_recipe": {
-        "BETA": {"value": "0.04", "source": "recipes/x.env:3"},
-        "PER_DEVICE_TRAIN_BATCH_SIZE": {"value": "4", "source": "planner: the largest micro-batch ..."},
-        "WANDB_API_KEY": {"value": "<redacted>", "source": "command line"},
-        "RUN_NAME": {"value": "r", "source": "command line"},
-    }}  # fmt: skip
+    data = {
+        "resolved_recipe": {
+            "BETA": {"value": "0.04", "source": "recipes/x.env:3"},
+            "PER_DEVICE_TRAIN_BATCH_SIZE": {"value": "4", "source": "planner: the largest micro-batch ..."},
+            "WANDB_API_KEY": {"value": "<redacted>", "source": "command line"},
+            "RUN_NAME": {"value": "r", "source": "command line"},
+        }
+    }
     rec = rerun.recorded(data)
     assert list(rec.values) == ["BETA"] and rec.values["BETA"].source == "recipes/x.env:3"
     assert rec.replanned == {"PER_DEVICE_TRAIN_BATCH_SIZE": "4"} and rec.secrets == ["WANDB_API_KEY"]
@@ -322,16 +360,27 @@ def test_refused_drift_raises_bad_input_through_the_checker(tmp_path):
 
 def test_a_changed_plugin_file_or_val_dataset_is_named_as_drift():
     """The reward plugin, a SYSTEM prompt file and VAL_DATASET were not fingerprinted: "no drift"."""
-    data = {**DATA, "inputs": {**DATA["inputs"],
-            "plugins": [{"spec": "/img/grpo_rig_rewards.py", "sha256": "e" * 64},
-                        {"spec": "/data/my_reward.py", "sha256": "f" * 64}],
-            "val_dataset": [{"spec": "/data/val.jsonl", "sha256": "1" * 64}]}}  # fmt: skip
+    data = {
+        **DATA,
+        "inputs": {
+            **DATA["inputs"],
+            "plugins": [
+                {"spec": "/img/grpo_rig_rewards.py", "sha256": "e" * 64},
+                {"spec": "/data/my_reward.py", "sha256": "f" * 64},
+            ],
+            "val_dataset": [{"spec": "/data/val.jsonl", "sha256": "1" * 64}],
+        },
+    }
     same = SAME._replace(
         files={"plugins": data["inputs"]["plugins"], "val_dataset": data["inputs"]["val_dataset"]}
     )
     assert rerun.drift(data, same) == []
-    edited = same._replace(files={**same.files, "plugins": [same.files["plugins"][0], {"spec": "/data/my_reward.py",
-                                                                                       "sha256": "0" * 64}]})  # fmt: skip
+    edited = same._replace(
+        files={
+            **same.files,
+            "plugins": [same.files["plugins"][0], {"spec": "/data/my_reward.py", "sha256": "0" * 64}],
+        }
+    )
     found = {p.where: p for p in rerun.drift(data, edited)}
     assert found["reward plugin /data/my_reward.py"].fatal, found
     assert "--accept-drift" in found["reward plugin /data/my_reward.py"].fix
@@ -342,8 +391,10 @@ def test_a_changed_plugin_file_or_val_dataset_is_named_as_drift():
 def test_values_changed_between_attempts_are_drift_naming_the_step():
     """A run resumed with another BETA (or MAX_STEPS: the learning-rate schedule) trained its steps with two
     sets of values; a rerun with the last attempt's values for every step repeats neither."""
-    attempts = [{"values": {"BETA": "0.04", "MAX_STEPS": "2"}, "resume_from": None},
-                {"values": {"BETA": "0.2", "MAX_STEPS": "4"}, "resume_from": "/o/r/train/checkpoint-2"}]  # fmt: skip
+    attempts = [
+        {"values": {"BETA": "0.04", "MAX_STEPS": "2"}, "resume_from": None},
+        {"values": {"BETA": "0.2", "MAX_STEPS": "4"}, "resume_from": "/o/r/train/checkpoint-2"},
+    ]
     found = rerun.drift({**DATA, "attempts": attempts}, SAME)
     assert len(found) == 1 and found[0].fatal and found[0].where == "attempt 2", found
     assert "checkpoint-2" in found[0].message and "BETA 0.04 -> 0.2" in found[0].message
@@ -390,12 +441,35 @@ def test_argv_changes_read_the_recorded_argv_once_and_the_planned_flags_typed():
     """The run's trainer argv comes from its manifest as text, read back in one place (recorded_flags); the
     rerun's from the planned process's flags. Run directories, run names, resume flags and secrets aside, only
     what changed is listed."""
-    old = ["swift", "rlhf", "--max_steps", "3", "--reward_funcs", "countdown", "format", "--output_dir",
-           "/o/r1/train", "--run_name", "r1", "--resume_from_checkpoint", "/o/r1/train/checkpoint-2",
-           "--hub_token", "<redacted>"]  # fmt: skip
-    new = Process.of("trainer", {}, ["swift", "rlhf"], [
-        Flag("max_steps", ("1",)), Flag("reward_funcs", ("countdown", "format")), Flag("output_dir", ("/o/r2/train",)),
-        Flag("run_name", ("r2",)), Flag("hub_token", ("hf_secret",))])  # fmt: skip
+    old = [
+        "swift",
+        "rlhf",
+        "--max_steps",
+        "3",
+        "--reward_funcs",
+        "countdown",
+        "format",
+        "--output_dir",
+        "/o/r1/train",
+        "--run_name",
+        "r1",
+        "--resume_from_checkpoint",
+        "/o/r1/train/checkpoint-2",
+        "--hub_token",
+        "<redacted>",
+    ]
+    new = Process.of(
+        "trainer",
+        {},
+        ["swift", "rlhf"],
+        [
+            Flag("max_steps", ("1",)),
+            Flag("reward_funcs", ("countdown", "format")),
+            Flag("output_dir", ("/o/r2/train",)),
+            Flag("run_name", ("r2",)),
+            Flag("hub_token", ("hf_secret",)),
+        ],
+    )
     assert new.argv[:4] == ["swift", "rlhf", "--max_steps", "1"] and new.flag("reward_funcs") == (
         "countdown",
         "format",

@@ -15,9 +15,15 @@ EXAMPLE = ROOT / "examples" / "rewards"
 
 @pytest.mark.cli
 def test_the_documented_command_validates():
-    proc = run_cli("validate", "recipe=smoke", "DATASET_GENERATOR=", f"DATASET={EXAMPLE / 'example.jsonl'}",
-                   f"EXTERNAL_PLUGINS={EXAMPLE / 'my_rewards.py'}", "REWARD_FUNCS=exact_answer format_partial",
-                   env=clean_env())  # fmt: skip
+    proc = run_cli(
+        "validate",
+        "recipe=smoke",
+        "DATASET_GENERATOR=",
+        f"DATASET={EXAMPLE / 'example.jsonl'}",
+        f"EXTERNAL_PLUGINS={EXAMPLE / 'my_rewards.py'}",
+        "REWARD_FUNCS=exact_answer format_partial",
+        env=clean_env(),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "valid" in proc.stdout
 

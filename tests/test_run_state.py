@@ -52,8 +52,14 @@ def argv(out: Path, *pairs: str) -> list[str]:
 
 
 def train(tmp_path: Path, out: Path, *pairs: str, **fake: str) -> subprocess.CompletedProcess:
-    return subprocess.run(argv(out, *pairs), cwd=ROOT, env=env_for(tmp_path, **fake), capture_output=True,
-                          text=True, timeout=180)  # fmt: skip
+    return subprocess.run(
+        argv(out, *pairs),
+        cwd=ROOT,
+        env=env_for(tmp_path, **fake),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def train_here(tmp_path: Path, console: io.StringIO | None = None, **fake: str) -> int:
@@ -63,8 +69,14 @@ def train_here(tmp_path: Path, console: io.StringIO | None = None, **fake: str) 
 
 
 def start(tmp_path: Path, out: Path, *pairs: str, **fake: str) -> subprocess.Popen:
-    return subprocess.Popen(argv(out, *pairs), cwd=ROOT, env=env_for(tmp_path, **fake), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        argv(out, *pairs),
+        cwd=ROOT,
+        env=env_for(tmp_path, **fake),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_for(path: Path, proc: subprocess.Popen, seconds: float = 90) -> None:
@@ -142,8 +154,16 @@ def test_a_launcher_killed_with_sigkill_takes_its_trainer_with_it(tmp_path):
     """kill -9 of `python -m entrypoint train`: its trainer and the trainer's worker (their own session) are
     ended within the grace period, so no orphan writes into the next attempt's files."""
     out = tmp_path / "out"
-    first = start(tmp_path, out, "MAX_STEPS=200", "STOP_GRACE_SECONDS=2", FAKE_TRAINER="steps",
-                  FAKE_WRAP="1", FAKE_STEP_SECONDS="0.3", FAKE_OUTPUT_LIKE_LOGGING="1")  # fmt: skip
+    first = start(
+        tmp_path,
+        out,
+        "MAX_STEPS=200",
+        "STOP_GRACE_SECONDS=2",
+        FAKE_TRAINER="steps",
+        FAKE_WRAP="1",
+        FAKE_STEP_SECONDS="0.3",
+        FAKE_OUTPUT_LIKE_LOGGING="1",
+    )
     wait_for(out / "r" / "train" / "checkpoint-1" / "trainer_state.json", first)
     children = pids(tmp_path, "trainer") + pids(tmp_path, "worker")
     assert children and all(alive(p) for p in children)
@@ -167,10 +187,18 @@ def test_evaluate_is_refused_while_a_training_holds_the_run(tmp_path):
     run_dir.mkdir(parents=True)
     (run_dir / "manifest.json").write_text(json.dumps({"status": "running"}))
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from pathlib import Path; from entrypoint.record.runlock import RunLock; "
-         "l = RunLock(); l.take(Path(sys.argv[1])); print('held', flush=True); sys.stdin.read()", str(run_dir)],
-        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from entrypoint.record.runlock import RunLock; "
+            "l = RunLock(); l.take(Path(sys.argv[1])); print('held', flush=True); sys.stdin.read()",
+            str(run_dir),
+        ],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(BadInput) as exc:
@@ -228,10 +256,13 @@ def test_a_cuda_out_of_memory_death_is_one_line_with_the_predicted_peak_and_the_
     proc = train(tmp_path, tmp_path / "out", FAKE_TRAINER="cuda-oom")
     assert proc.returncode == 1
     line = next(x for x in proc.stdout.splitlines() if "ran out of CUDA memory" in x)
-    assert re.search(r"trainer ran out of CUDA memory on GPU 0 while allocating 2.00 GiB; the plan predicted a "
-                     r"peak of [\d.]+ of 24.0 GiB on GPU 0: lower PER_DEVICE_TRAIN_BATCH_SIZE \(now 2; "
-                     r"GRADIENT_ACCUMULATION_STEPS keeps the step the same\) or VLLM_GPU_MEMORY_UTILIZATION "
-                     r"\(now 0.4\) \(before its first step\)", line), line  # fmt: skip
+    assert re.search(
+        r"trainer ran out of CUDA memory on GPU 0 while allocating 2.00 GiB; the plan predicted a "
+        r"peak of [\d.]+ of 24.0 GiB on GPU 0: lower PER_DEVICE_TRAIN_BATCH_SIZE \(now 2; "
+        r"GRADIENT_ACCUMULATION_STEPS keeps the step the same\) or VLLM_GPU_MEMORY_UTILIZATION "
+        r"\(now 0.4\) \(before its first step\)",
+        line,
+    ), line
     assert manifest(tmp_path / "out" / "r")["failure"]["summary"] == line.split("grpo-rig | ")[1]
 
 
@@ -263,16 +294,22 @@ def test_a_full_disk_fails_cleanly_keeps_the_adapter_and_resumes_once_space_is_f
         data = manifest(run_dir)
         assert data["status"] == "failed"
         summary = data["failure"]["summary"]
-        assert re.match(rf"disk full \(No space left on device\): {run_dir} has [\d.]+ MiB free of 80.0 MiB; "
-                        r"trainer exited with status 1 \(last step logged: 1 of 3\)$", summary), summary  # fmt: skip
+        assert re.match(
+            rf"disk full \(No space left on device\): {run_dir} has [\d.]+ MiB free of 80.0 MiB; "
+            r"trainer exited with status 1 \(last step logged: 1 of 3\)$",
+            summary,
+        ), summary
         assert f"grpo-rig | {summary}" in full.stdout
         explanation = data["failure"]["explanation"]
         assert re.match(
             r"train/checkpoint-2 \([\d.]+ MiB\) was cut short by the full disk: delete it", explanation[1]
         )
         # how much to free: what validate asks of the run before it starts again (cases re-run)
-        assert re.fullmatch(r"free space on that volume \(at least \d+ MiB free: one checkpoint, the export and "
-                            r"a margin\), then run the same command again to resume from checkpoint-1", explanation[-1])  # fmt: skip
+        assert re.fullmatch(
+            r"free space on that volume \(at least \d+ MiB free: one checkpoint, the export and "
+            r"a margin\), then run the same command again to resume from checkpoint-1",
+            explanation[-1],
+        )
         assert [p.name for p in run_dir.rglob(".*")] == []  # no temporary file or reserve left behind
         assert (run_dir / "adapter" / "adapter_model.safetensors").read_bytes() == adapter  # still whole
         # free the space as told, then the same command resumes
@@ -415,8 +452,15 @@ def test_a_rerun_with_another_learning_rate_is_refused_and_one_with_another_beta
         again.stdout + again.stderr
     )
     assert "RESUME_ONLY_MODEL=true" in again.stderr
-    beta = train(tmp_path, out, "MAX_STEPS=3", "LEARNING_RATE=1e-4", "BETA=0.2", FAKE_TRAINER="steps",
-                 FAKE_STEP_SECONDS="0")  # fmt: skip
+    beta = train(
+        tmp_path,
+        out,
+        "MAX_STEPS=3",
+        "LEARNING_RATE=1e-4",
+        "BETA=0.2",
+        FAKE_TRAINER="steps",
+        FAKE_STEP_SECONDS="0",
+    )
     assert beta.returncode == 0, beta.stdout + beta.stderr
     assert "with changed values (BETA:" in beta.stdout + beta.stderr
     attempts = manifest(out / "r")["attempts"]
@@ -430,8 +474,16 @@ def test_a_trainer_that_stops_making_progress_is_ended_as_stalled_naming_what_it
     The automatic bound: supervise/stall.py."""
     out = tmp_path / "out"
     started = time.monotonic()
-    proc = train(tmp_path, out, "MAX_STEPS=5", "STALL_TIMEOUT=3", "STOP_GRACE_SECONDS=2", FAKE_TRAINER="steps",
-                 FAKE_STEP_SECONDS="0.2", FAKE_HANG_AFTER="2")  # fmt: skip
+    proc = train(
+        tmp_path,
+        out,
+        "MAX_STEPS=5",
+        "STALL_TIMEOUT=3",
+        "STOP_GRACE_SECONDS=2",
+        FAKE_TRAINER="steps",
+        FAKE_STEP_SECONDS="0.2",
+        FAKE_HANG_AFTER="2",
+    )
     said = proc.stdout + proc.stderr
     assert proc.returncode == 1, said
     assert time.monotonic() - started < 60
@@ -449,8 +501,16 @@ def test_a_hang_after_the_last_step_ends_as_stalled_within_stall_timeout(tmp_pat
     """The final save or the exit hanging was never bounded (the heartbeat counted "step 4/3")."""
     out = tmp_path / "out"
     started = time.monotonic()
-    proc = train(tmp_path, out, "MAX_STEPS=3", "STALL_TIMEOUT=3", "STOP_GRACE_SECONDS=2", FAKE_TRAINER="steps",
-                 FAKE_STEP_SECONDS="0.1", FAKE_HANG_AFTER="3")  # fmt: skip
+    proc = train(
+        tmp_path,
+        out,
+        "MAX_STEPS=3",
+        "STALL_TIMEOUT=3",
+        "STOP_GRACE_SECONDS=2",
+        FAKE_TRAINER="steps",
+        FAKE_STEP_SECONDS="0.1",
+        FAKE_HANG_AFTER="3",
+    )
     said = proc.stdout + proc.stderr
     assert proc.returncode == 1 and time.monotonic() - started < 60, said
     assert "trainer stalled: step 3/3 done" in said and "4/3" not in said, said

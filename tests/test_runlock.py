@@ -23,8 +23,13 @@ HOLD = (
 
 def holder(directory: Path) -> subprocess.Popen:
     """Another process holding `directory`'s lock until its standard input closes."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(directory)], cwd=ROOT, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(directory)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout.readline().strip() == "held"
     return proc
 
@@ -82,9 +87,22 @@ def test_a_directory_that_cannot_be_made_is_said_only_when_the_lock_is_required(
 
 def test_secrets_on_the_holder_s_command_line_never_reach_the_lock_file(tmp_path):
     code = HOLD.replace("sys.argv[1]", "sys.argv[-1]")
-    proc = subprocess.Popen([sys.executable, "-c", code, "WANDB_API_KEY=plantedSECRET123", "--hub_token",
-                             "hf_plantedTOKEN456", "RUN_NAME=r", str(tmp_path / "r")], cwd=ROOT,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "WANDB_API_KEY=plantedSECRET123",
+            "--hub_token",
+            "hf_plantedTOKEN456",
+            "RUN_NAME=r",
+            str(tmp_path / "r"),
+        ],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout.readline().strip() == "held"
         text = (tmp_path / "r" / runlock.LOCK_FILE).read_text()
@@ -99,8 +117,10 @@ def test_secrets_on_the_holder_s_command_line_never_reach_the_lock_file(tmp_path
 def test_a_directory_held_by_an_evaluation_is_refused_in_evaluate_s_terms(tmp_path):
     """Users' trial: a second evaluate, refused on the lock, was told to stop a training run ("it exports its
     newest checkpoint") and to give another RUN_NAME."""
-    problem = runlock._busy(tmp_path, {"pid": 4321, "host": "h", "started_at": "t",
-                                       "command": "python -m entrypoint evaluate run=r"})  # fmt: skip
+    problem = runlock._busy(
+        tmp_path,
+        {"pid": 4321, "host": "h", "started_at": "t", "command": "python -m entrypoint evaluate run=r"},
+    )
     assert problem.message.startswith("is being evaluated: PID 4321")
     assert (
         "it writes only eval.*" in problem.fix

@@ -85,14 +85,21 @@ def levers(base: float, per_completion: float, no_checkpointing: float, liger: f
 def levers_chosen(*pairs: str, estimate) -> dict[str, str]:
     """The micro-batch and the levers the planner turned (a lever it writes at its default is left out)."""
     defaults = {"GRADIENT_CHECKPOINTING": "true", "USE_LIGER_KERNEL": "false"}
-    return {k: v for k, v in chosen(*pairs, estimate=estimate).items()
-            if k == "PER_DEVICE_TRAIN_BATCH_SIZE" or defaults.get(k, v) != v}  # fmt: skip
+    return {
+        k: v
+        for k, v in chosen(*pairs, estimate=estimate).items()
+        if k == "PER_DEVICE_TRAIN_BATCH_SIZE" or defaults.get(k, v) != v
+    }
 
 
 # The step-time model these cases are written against (the fit to the lever runs of 2026-12-02 14:24 UTC, in
 # speed.py's form), so that a refit of data/speed_coefficients.json moves the planner's choices, not these cases.
-STEP_TIMES = {"plain": (0.2695, 0.0), "plain, checkpointing": (0.4864, 0.0026), "liger": (0.372, 0.0),
-              "liger, checkpointing": (0.599, 0.0029)}  # fmt: skip
+STEP_TIMES = {
+    "plain": (0.2695, 0.0),
+    "plain, checkpointing": (0.4864, 0.0026),
+    "liger": (0.372, 0.0),
+    "liger, checkpointing": (0.599, 0.0029),
+}
 
 
 @pytest.fixture
@@ -105,22 +112,36 @@ def step_times(monkeypatch):
     ("pairs", "memory_model", "expected"),
     [
         # 0.5 GiB a completion: everything fits; one micro-batch of 32 without checkpointing (1 x 0.27 s)
-        ((), levers(4.0, 0.5, 0.0, 0.0), {"PER_DEVICE_TRAIN_BATCH_SIZE": "32", "GRADIENT_CHECKPOINTING": "false"}),
+        (
+            (),
+            levers(4.0, 0.5, 0.0, 0.0),
+            {"PER_DEVICE_TRAIN_BATCH_SIZE": "32", "GRADIENT_CHECKPOINTING": "false"},
+        ),
         # checkpointing off costs 0.8 GiB a completion more: it fits at 8 (4 x 0.27 s), faster than the
         # recipe's checkpointing, whose 16 does not fit (8: 4 x 0.50 s)
-        ((), levers(4.0, 1.2, 0.8, 0.0), {"PER_DEVICE_TRAIN_BATCH_SIZE": "8", "GRADIENT_CHECKPOINTING": "false"}),
+        (
+            (),
+            levers(4.0, 1.2, 0.8, 0.0),
+            {"PER_DEVICE_TRAIN_BATCH_SIZE": "8", "GRADIENT_CHECKPOINTING": "false"},
+        ),
         # liger saves 0.8 GiB a completion: liger with checkpointing fits one micro-batch of 32 (1 x 0.67 s)
         ((), levers(4.0, 1.2, 0.8, 0.8), {"PER_DEVICE_TRAIN_BATCH_SIZE": "32", "USE_LIGER_KERNEL": "true"}),
         # what the recipe sets stays: checkpointing on, liger off; the largest micro-batch that fits
         (PINNED, levers(4.0, 1.2, 0.8, 0.8), {"PER_DEVICE_TRAIN_BATCH_SIZE": "8"}),
         # OVERLONG_FILTER: ms-swift's liger path skips its mask, a different loss: never liger
-        (("OVERLONG_FILTER=true",), levers(4.0, 1.2, 0.8, 0.8),
-         {"PER_DEVICE_TRAIN_BATCH_SIZE": "8", "GRADIENT_CHECKPOINTING": "false"}),
+        (
+            ("OVERLONG_FILTER=true",),
+            levers(4.0, 1.2, 0.8, 0.8),
+            {"PER_DEVICE_TRAIN_BATCH_SIZE": "8", "GRADIENT_CHECKPOINTING": "false"},
+        ),
         # DELTA (two-sided clipping): ms-swift refuses it with liger
-        (("DELTA=2.0",), levers(4.0, 1.2, 0.8, 0.8),
-         {"PER_DEVICE_TRAIN_BATCH_SIZE": "8", "GRADIENT_CHECKPOINTING": "false"}),
+        (
+            ("DELTA=2.0",),
+            levers(4.0, 1.2, 0.8, 0.8),
+            {"PER_DEVICE_TRAIN_BATCH_SIZE": "8", "GRADIENT_CHECKPOINTING": "false"},
+        ),
     ],
-)  # fmt: skip
+)
 def test_the_planner_turns_the_lever_with_the_least_predicted_time_that_fits(pairs, memory_model, expected):
     """Micro-batch, gradient checkpointing and liger's fused loss, chosen together by predicted
     training time per step (entrypoint/speed.py) among the shapes that leave 10 % of the card free."""
@@ -234,11 +255,23 @@ def test_the_engine_is_left_alone_where_the_recipe_sets_it_or_it_was_not_measure
 def test_a_v0_engine_s_peak_counts_what_the_process_held_before_it():
     """memory.colocate_peak: V0 sizes its own share only; the CUDA context and the trainer's weights come on
     top (fitted: bench/calibration/memory-calibration.json, the V0 runs of 2026-12-03)."""
-    v1 = build_plan(*COUNTDOWN, "VLLM_SCHEDULER_STEPS=1", "VLLM_GPU_MEMORY_UTILIZATION=0.25", "EMULATE_VRAM_GB=24",
-                    inventory="1x4090-driver535")  # fmt: skip
-    v0 = build_plan(*COUNTDOWN, "VLLM_USE_V1=0", "VLLM_GPU_MEMORY_UTILIZATION=0.25", "EMULATE_VRAM_GB=24",
-                    "PER_DEVICE_TRAIN_BATCH_SIZE=32", "GRADIENT_CHECKPOINTING=true", "USE_LIGER_KERNEL=true",
-                    inventory="1x4090-driver535")  # fmt: skip
+    v1 = build_plan(
+        *COUNTDOWN,
+        "VLLM_SCHEDULER_STEPS=1",
+        "VLLM_GPU_MEMORY_UTILIZATION=0.25",
+        "EMULATE_VRAM_GB=24",
+        inventory="1x4090-driver535",
+    )
+    v0 = build_plan(
+        *COUNTDOWN,
+        "VLLM_USE_V1=0",
+        "VLLM_GPU_MEMORY_UTILIZATION=0.25",
+        "EMULATE_VRAM_GB=24",
+        "PER_DEVICE_TRAIN_BATCH_SIZE=32",
+        "GRADIENT_CHECKPOINTING=true",
+        "USE_LIGER_KERNEL=true",
+        inventory="1x4090-driver535",
+    )
     (e1,), (e0,) = v1.budget.estimates(v1.layout), v0.budget.estimates(v0.layout)
     before = e0.parts["context and weights before vLLM (V0)"]
     assert "context and weights before vLLM (V0)" not in e1.parts

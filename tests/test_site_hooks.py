@@ -75,8 +75,11 @@ def test_the_emulated_card_counts_this_process_s_own_use_from_nvml(monkeypatch):
     this process's share only; without NVML in torch the caller falls back to torch's reserved memory."""
     mine = types.SimpleNamespace(pid=os.getpid(), usedGpuMemory=3 * GIB)
     other = types.SimpleNamespace(pid=os.getpid() + 1, usedGpuMemory=9 * GIB)
-    nvml = types.SimpleNamespace(nvmlInit=lambda: None, nvmlDeviceGetHandleByUUID=lambda uuid: uuid,
-                                 nvmlDeviceGetComputeRunningProcesses=lambda handle: [other, mine])  # fmt: skip
+    nvml = types.SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByUUID=lambda uuid: uuid,
+        nvmlDeviceGetComputeRunningProcesses=lambda handle: [other, mine],
+    )
     props = types.SimpleNamespace(uuid="0f3c")
     torch = types.SimpleNamespace(
         cuda=types.SimpleNamespace(pynvml=nvml, get_device_properties=lambda i: props)
@@ -160,9 +163,15 @@ def test_phase_events_time_generation_and_training(tmp_path, monkeypatch):
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert trainer.engine == "engine"
     assert [r.get("mark", r["phase"]) for r in rows] == [
-        "vLLM engine starting", "vLLM engine ready", "trainer ready", "generate", "rollout", "train",
-        "first step logged", "save",
-    ]  # fmt: skip
+        "vLLM engine starting",
+        "vLLM engine ready",
+        "trainer ready",
+        "generate",
+        "rollout",
+        "train",
+        "first step logged",
+        "save",
+    ]
     phases = [r for r in rows if r["phase"] != "startup"]
     assert phases[0]["completions"] == 4 and all(r["step"] == 3 and r["seconds"] >= 0 for r in phases)
 
@@ -327,18 +336,24 @@ def test_rewards_that_answer_numbers_none_or_a_nan_beside_a_number_pass_unchange
 @pytest.mark.parametrize(
     ("answer", "said"),
     [
-        (lambda c, solution, **k: [1 / int(x) if x.isdigit() else int(x) for x in c],
-         "reward function answer raised ValueError: invalid literal for int() with base 10: 'six' on row 2 of "
-         "the batch (completion 'six'; solution='6')"),
+        (
+            lambda c, solution, **k: [1 / int(x) if x.isdigit() else int(x) for x in c],
+            "reward function answer raised ValueError: invalid literal for int() with base 10: 'six' on row 2 of "
+            "the batch (completion 'six'; solution='6')",
+        ),
         (lambda c, **k: [0.0] * 3, "reward function answer returned [0.0, 0.0, 0.0] for 4 completions"),
-        (lambda c, **k: [0.0, "1.0", 0.0, 0.0],
-         "reward function answer returned '1.0' for row 1 of the batch (completion '5'; solution='5'): it is not a number"),
+        (
+            lambda c, **k: [0.0, "1.0", 0.0, 0.0],
+            "reward function answer returned '1.0' for row 1 of the batch (completion '5'; solution='5'): it is not a number",
+        ),
         (lambda c, **k: [0.0, 0.0, float("inf"), 0.0], "returned inf for row 2 of the batch"),
-        (lambda c, **k: [0.0, float("nan"), 0.0, 0.0],
-         "every reward function returned None or NaN for row 1 of the batch (completion '5'; solution='5') "
-         "(answer: nan)"),
+        (
+            lambda c, **k: [0.0, float("nan"), 0.0, 0.0],
+            "every reward function returned None or NaN for row 1 of the batch (completion '5'; solution='5') "
+            "(answer: nan)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_reward_answer_ms_swift_cannot_score_ends_the_run_naming_function_row_and_value(
     capsys, answer, said
 ):
@@ -408,8 +423,10 @@ def test_ms_swift_s_own_scoring_of_a_nan_row_fails_unrelated_and_the_check_names
     checked = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
     assert "plain: TypeError: 'TrainerState' object is not subscriptable" in checked.stdout, checked.stderr
     assert checked.returncode == 1 and "TypeError" not in checked.stderr
-    assert ("grpo-rig reward check: every reward function returned None or NaN for row 1 of the batch "
-            "(completion '?'; solution='1') (accuracy: nan)") in checked.stderr  # fmt: skip
+    assert (
+        "grpo-rig reward check: every reward function returned None or NaN for row 1 of the batch "
+        "(completion '?'; solution='1') (accuracy: nan)"
+    ) in checked.stderr
 
 
 def test_vllm_inspects_the_model_class_in_place_only_once_cuda_is_up(monkeypatch):
@@ -472,8 +489,12 @@ def test_a_colocated_engine_builds_only_the_final_output_of_a_plain_request(monk
     engine.add_request("n2", "p", SamplingParams(n=2))
     engine.add_request("logprobs", "p", SamplingParams(logprobs=1))
     engine.add_request("stream", "p", SamplingParams(kind=RequestOutputKind.DELTA))
-    assert seen == [("plain", RequestOutputKind.FINAL_ONLY), ("n2", RequestOutputKind.CUMULATIVE),
-                    ("logprobs", RequestOutputKind.CUMULATIVE), ("stream", RequestOutputKind.DELTA)]  # fmt: skip
+    assert seen == [
+        ("plain", RequestOutputKind.FINAL_ONLY),
+        ("n2", RequestOutputKind.CUMULATIVE),
+        ("logprobs", RequestOutputKind.CUMULATIVE),
+        ("stream", RequestOutputKind.DELTA),
+    ]
 
 
 def test_the_trainer_s_start_up_heap_is_frozen_once_it_is_built(monkeypatch):
@@ -558,16 +579,29 @@ def test_top_k_first_takes_k_from_vllm_s_batch_without_reading_the_gpu_back(monk
     from vllm.v1.sample.ops import topk_topp_sampler as ops
     from vllm.v1.worker import gpu_input_batch
 
-    monkeypatch.setattr(gpu_input_batch.InputBatch, "_make_sampling_metadata",
-                        gpu_input_batch.InputBatch._make_sampling_metadata)  # fmt: skip
+    monkeypatch.setattr(
+        gpu_input_batch.InputBatch,
+        "_make_sampling_metadata",
+        gpu_input_batch.InputBatch._make_sampling_metadata,
+    )
     top_k_first._top_k_from_the_host(gpu_input_batch)
     vocab = 151936
     batch = gpu_input_batch.InputBatch(8, 64, 4, torch.device("cpu"), False, vocab)
     for i, (top_k, top_p) in enumerate([(50, 0.9)] * 5 + [(20, 1e-9)]):  # the last: only the likeliest stays
         params = SamplingParams(temperature=0.9, top_k=top_k, top_p=top_p)
-        batch.add_request(gpu_input_batch.CachedRequestState(
-            req_id=str(i), prompt_token_ids=[1, 2, 3], mm_inputs=[], mm_positions=[], sampling_params=params,
-            generator=None, block_ids=[0], num_computed_tokens=0, output_token_ids=[]))  # fmt: skip
+        batch.add_request(
+            gpu_input_batch.CachedRequestState(
+                req_id=str(i),
+                prompt_token_ids=[1, 2, 3],
+                mm_inputs=[],
+                mm_positions=[],
+                sampling_params=params,
+                generator=None,
+                block_ids=[0],
+                num_computed_tokens=0,
+                output_token_ids=[],
+            )
+        )
     batch.refresh_sampling_metadata()
     k, p = batch.sampling_metadata.top_k, batch.sampling_metadata.top_p
     assert k.grpo_rig_max == 50 and k.tolist() == [50] * 5 + [20]
@@ -607,7 +641,9 @@ def test_scheduler_steps_reach_ms_swift_s_colocated_engine():
 
     scheduler_steps._scheduler_steps(types.SimpleNamespace(GRPOVllmEngine=GRPOVllmEngine), 8)
     assert GRPOVllmEngine("/m", "bf16", max_num_seqs=32).engine_kwargs == {
-        "num_scheduler_steps": 8, "multi_step_stream_outputs": False}  # fmt: skip
+        "num_scheduler_steps": 8,
+        "multi_step_stream_outputs": False,
+    }
     kept = GRPOVllmEngine("/m", "bf16", engine_kwargs={"seed": 1, "num_scheduler_steps": 4})
     assert kept.engine_kwargs == {"seed": 1, "num_scheduler_steps": 4, "multi_step_stream_outputs": False}
 
@@ -742,8 +778,16 @@ def test_the_trainer_leaves_the_gpu_before_vllm_s_weights_wake():
     offload_before_wake._offload_first(grpo)
     assert grpo.GRPOTrainer()._fast_infer(["p"]) == (["p"], ["completion of p"])
     assert gpu.peak == 1
-    assert gpu.events == ["trainer offloaded", "wake weights", "sync merged weights", "wake kv_cache",
-                          "generate", "reset prefix cache", "sleep", "trainer back"]  # fmt: skip
+    assert gpu.events == [
+        "trainer offloaded",
+        "wake weights",
+        "sync merged weights",
+        "wake kv_cache",
+        "generate",
+        "reset prefix cache",
+        "sleep",
+        "trainer back",
+    ]
 
 
 @pytest.mark.parametrize("settings", [{"sleep_level": 0}, {"offload_model": False}])
@@ -768,8 +812,14 @@ def _tiny_peft_model():
     from peft import LoraConfig, get_peft_model
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    config = Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=256)  # fmt: skip
+    config = Qwen2Config(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+    )
     torch.manual_seed(0)
     return get_peft_model(
         Qwen2ForCausalLM(config), LoraConfig(r=8, lora_alpha=32, target_modules="all-linear")
@@ -816,8 +866,9 @@ def _fake_adapter_trainer_module(tmp_path, sleep_level=1, mode="colocate"):
     class Engine:
         def __init__(self):
             self._adapters_pool = {}
-            self.engine = types.SimpleNamespace(reset_prefix_cache=lambda: calls.append("reset prefix cache"),
-                                                tokenizer=Group)  # fmt: skip
+            self.engine = types.SimpleNamespace(
+                reset_prefix_cache=lambda: calls.append("reset prefix cache"), tokenizer=Group
+            )
 
         def infer(self, requests, config, *, use_tqdm=None, adapter_request=None):
             calls.append(("infer", adapter_request))

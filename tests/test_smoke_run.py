@@ -119,8 +119,15 @@ def test_a_rerun_of_the_smoke_run_repeats_its_first_step(smoke_run):
     prompts, completions and rewards are the run's own. This is what the README promises of a rerun on the
     CPU; on a GPU, vLLM's sampling and CUDA kernels are not bitwise deterministic and only the values, the
     inputs and the argv are repeated."""
-    proc = run_cli("rerun", f"run={smoke_run}", "RUN_NAME=life-rerun", "MAX_STEPS=1", "EXPORT_MERGED=false",
-                   env=clean_env(), timeout=900)  # fmt: skip
+    proc = run_cli(
+        "rerun",
+        f"run={smoke_run}",
+        "RUN_NAME=life-rerun",
+        "MAX_STEPS=1",
+        "EXPORT_MERGED=false",
+        env=clean_env(),
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     again = smoke_run.parent / "life-rerun"
     record = manifest.read(again)["rerun_of"]

@@ -26,8 +26,16 @@ def test_every_lever_run_is_within_25_percent_of_the_fitted_micro_batch_time():
 
 def test_a_step_costs_its_micro_batches_and_checkpointing_costs_time():
     dims = memory.ModelDims.from_config(memory.shipped_config("Qwen/Qwen2.5-0.5B-Instruct"))
-    w = memory.Workload(dims=dims, dtype_bytes=2, full=False, lora_rank=8, per_device=8, generation_per_device=32,
-                        prompt_tokens=125, completion_tokens=256)  # fmt: skip
+    w = memory.Workload(
+        dims=dims,
+        dtype_bytes=2,
+        full=False,
+        lora_rank=8,
+        per_device=8,
+        generation_per_device=32,
+        prompt_tokens=125,
+        completion_tokens=256,
+    )
     shipped = speed.training_time(w, 32)
     assert shipped.micro_batches == 4 and shipped.lever == "plain, checkpointing"
     assert shipped.seconds == 4 * shipped.per_micro_batch
@@ -73,8 +81,16 @@ def test_every_measured_generation_round_is_within_10_percent_of_its_engine_s_fi
 
 def test_a_round_is_its_decode_steps_at_the_engine_s_seconds_per_step():
     dims = memory.ModelDims.from_config(memory.shipped_config("Qwen/Qwen2.5-0.5B-Instruct"))
-    w = memory.Workload(dims=dims, dtype_bytes=2, full=False, lora_rank=8, per_device=8, generation_per_device=32,
-                        prompt_tokens=125, completion_tokens=256)  # fmt: skip
+    w = memory.Workload(
+        dims=dims,
+        dtype_bytes=2,
+        full=False,
+        lora_rank=8,
+        per_device=8,
+        generation_per_device=32,
+        prompt_tokens=125,
+        completion_tokens=256,
+    )
     coef = {"v1": 0.008, "v0": 0.007, "v0, 8 steps": 0.005}
     assert speed.generation_time(w, 1, coef=coef).seconds == 256 * 0.008
     assert speed.generation_time(w, 1, v0=True, coef=coef).engine == "v0"

@@ -27,8 +27,15 @@ def test_marks_count_from_the_command_and_keep_the_last_attempt():
         {"t": 161.0, "phase": "startup", "mark": "first step logged", "seconds": 0.0},
     ]
     at = startup.marks(events)
-    assert at == {"trainer started": 4.5, "worker started": 9.0, "import torch": 15.0, "model loaded": 21.0,
-                  "vLLM engine starting": 30.0, "vLLM engine ready": 55.0, "first step logged": 61.0}  # fmt: skip
+    assert at == {
+        "trainer started": 4.5,
+        "worker started": 9.0,
+        "import torch": 15.0,
+        "model loaded": 21.0,
+        "vLLM engine starting": 30.0,
+        "vLLM engine ready": 55.0,
+        "first step logged": 61.0,
+    }
     rows = startup.table(at, {"CUDA graphs": 4.0})
     assert "| vLLM engine ready | 55.0 | 25.0 | vLLM: weights, torch.compile" in "\n".join(rows)
     assert rows[-1] == "vLLM engine (s, its own log): CUDA graphs 4.0"

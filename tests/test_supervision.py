@@ -64,10 +64,16 @@ def replay(history: dict, timeout: float = 60, finished=lambda child: None, tmp_
     console = io.StringIO()
     processes = [ROLLOUT, TRAINER] if "rollout" in history else [TRAINER]
     with supervisor.supervised(
-        tmp_path, 2.0, printer.Printer(console), base_env={}, popen=popen, clock=clock, sleep=clock.sleep,
+        tmp_path,
+        2.0,
+        printer.Printer(console),
+        base_env={},
+        popen=popen,
+        clock=clock,
+        sleep=clock.sleep,
         health=lambda url: history.get("healthy_at") is not None and clock.now >= history["healthy_at"],
         ports_of=lambda pid: history.get("listens", {PORT}),
-    ) as sup:  # fmt: skip
+    ) as sup:
         outcome = supervisor.launch(processes, sup, timeout, finished)
     return outcome, started, console.getvalue(), clock.now
 
@@ -124,8 +130,12 @@ def test_a_trainer_crash_after_training_finished_completes_the_run(tmp_path):
         {"trainer": (5, -6)}, finished=lambda child: "checkpoint-6 holds step 6 of 6", tmp_path=tmp_path
     )
     assert (outcome.status, outcome.code) == ("completed", EXIT_OK)
-    assert outcome.trainer_exit == {"returncode": -6, "signal": "SIGABRT", "accepted": True,
-                                    "reason": "checkpoint-6 holds step 6 of 6"}  # fmt: skip
+    assert outcome.trainer_exit == {
+        "returncode": -6,
+        "signal": "SIGABRT",
+        "accepted": True,
+        "reason": "checkpoint-6 holds step 6 of 6",
+    }
 
 
 def test_progress_lines_while_waiting_for_health(tmp_path):
@@ -141,9 +151,17 @@ def test_a_signal_stops_the_run_as_stopped(tmp_path):
         raise signals.Interrupted(signal.SIGTERM)
 
     clock = Clock()
-    with supervisor.supervised(tmp_path, 2.0, printer.Printer(io.StringIO()), base_env={},
-                           popen=lambda argv, **kw: FakeProcess(clock, None, 0), clock=clock, sleep=clock.sleep,
-                           health=health, ports_of=lambda pid: {PORT}) as sup:  # fmt: skip
+    with supervisor.supervised(
+        tmp_path,
+        2.0,
+        printer.Printer(io.StringIO()),
+        base_env={},
+        popen=lambda argv, **kw: FakeProcess(clock, None, 0),
+        clock=clock,
+        sleep=clock.sleep,
+        health=health,
+        ports_of=lambda pid: {PORT},
+    ) as sup:
         outcome = supervisor.launch([ROLLOUT, TRAINER], sup, 60)
     assert (outcome.status, outcome.code) == ("stopped", 143)
     assert all(c.popen.returncode is not None for c in sup.children)  # stop_all ended every child

@@ -330,9 +330,14 @@ SMOKE_RECIPES = [
 @pytest.mark.parametrize(("recipe", "inventory", "mode"), SMOKE_RECIPES)
 def test_gpu_smoke_recipe_plans(recipe, inventory, mode, tmp_path):
     proc = run_cli(
-        "plan", "--json", f"recipe={recipe}", f"INVENTORY={INVENTORIES / f'{inventory}.json'}",
-        f"OUTPUT_DIR={tmp_path}", "RUN_NAME=r", timeout=120,
-    )  # fmt: skip
+        "plan",
+        "--json",
+        f"recipe={recipe}",
+        f"INVENTORY={INVENTORIES / f'{inventory}.json'}",
+        f"OUTPUT_DIR={tmp_path}",
+        "RUN_NAME=r",
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     plan = json.loads(proc.stdout)
     assert plan["layout"]["mode"] == mode
@@ -351,9 +356,14 @@ def test_gpu_smoke_recipe_validates(recipe, inventory, mode, tmp_path):
     """`validate` passes; on a machine where the embedded model is not converted yet (`make model`),
     that must be its only complaint."""
     proc = run_cli(
-        "validate", f"recipe={recipe}", f"INVENTORY={INVENTORIES / f'{inventory}.json'}",
-        f"OUTPUT_DIR={tmp_path}", "RUN_NAME=r", env=clean_env(), timeout=120,
-    )  # fmt: skip
+        "validate",
+        f"recipe={recipe}",
+        f"INVENTORY={INVENTORIES / f'{inventory}.json'}",
+        f"OUTPUT_DIR={tmp_path}",
+        "RUN_NAME=r",
+        env=clean_env(),
+        timeout=120,
+    )
     if proc.returncode == 0:
         assert f"recipe {recipe}: valid (" in proc.stdout
         assert f"recipes/{recipe}.env" not in proc.stdout, proc.stdout

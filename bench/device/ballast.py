@@ -45,8 +45,10 @@ def main() -> None:
         blocks.append(torch.empty(hold % GIB, dtype=torch.uint8, device="cuda"))
     torch.cuda.synchronize()
     free, total = torch.cuda.mem_get_info()
-    print(f"ballast: holding {hold / GIB:.2f} GiB; free now {free / GIB:.2f} GiB of {total / GIB:.2f} GiB",
-          flush=True)  # fmt: skip
+    print(
+        f"ballast: holding {hold / GIB:.2f} GiB; free now {free / GIB:.2f} GiB of {total / GIB:.2f} GiB",
+        flush=True,
+    )
     if args.ready:
         args.ready.write_text(f"{free / GIB:.2f}\n")
     stop = []

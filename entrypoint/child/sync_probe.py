@@ -110,11 +110,13 @@ def measure(trainer) -> dict:
     tokenizer = trainer.processing_class
     prompts = [
         tokenizer(
-            tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False),
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False
+            ),
             add_special_tokens=False,
         )["input_ids"]
         for p in PROMPTS
-    ]  # fmt: skip
+    ]
     answers = _vllm_greedy(trainer.engine.engine, prompts, getattr(trainer, "_grpo_rig_lora_request", None))
     model = trainer.accelerator.unwrap_model(trainer.model)
     training = model.training
@@ -186,8 +188,13 @@ def install(trainer_cls, path: str, break_sync: bool) -> None:
             return
         self._grpo_rig_probed = True
         if getattr(self, "vllm_mode", None) != "colocate":
-            write({"step": self.state.global_step, "skipped": "the probe needs a colocated vLLM",
-                   "sync_skipped": break_sync})  # fmt: skip
+            write(
+                {
+                    "step": self.state.global_step,
+                    "skipped": "the probe needs a colocated vLLM",
+                    "sync_skipped": break_sync,
+                }
+            )
         elif getattr(self.args, "sleep_level", 0) > 0:
             self._grpo_rig_probe_pending = True
         else:

@@ -52,8 +52,15 @@ VLLM_STARTING = "vLLM engine starting"
 VLLM_READY = "vLLM engine ready"
 TRAINER_READY = "trainer ready"
 FIRST_STEP_LOGGED = "first step logged"
-STARTUP_MARKS = (ARGUMENTS_PARSED, MODEL_LOADED, DATASET_READY, VLLM_STARTING, VLLM_READY, TRAINER_READY,
-                 FIRST_STEP_LOGGED)  # fmt: skip
+STARTUP_MARKS = (
+    ARGUMENTS_PARSED,
+    MODEL_LOADED,
+    DATASET_READY,
+    VLLM_STARTING,
+    VLLM_READY,
+    TRAINER_READY,
+    FIRST_STEP_LOGGED,
+)
 
 # The line a hook that cannot install prints, once per process; the console shows it once per hook name,
 # whichever process or rank printed it.

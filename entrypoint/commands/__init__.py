@@ -20,6 +20,6 @@ from entrypoint.commands import (
     rollout,
     train,
     validate,
-)  # fmt: skip
+)
 
 REGISTRY = (train, rollout, plan, validate, doctor, prepare_model, keys, recipes, import_, evaluate, rerun)

@@ -86,8 +86,13 @@ def parse_pairs(pairs: Sequence[str], environ: Mapping[str, str] | None = None) 
     values = {**env, **cli}
     for key in sorted(set(cli) - KEYS):
         close = difflib.get_close_matches(key, sorted(KEYS), n=1)
-        problems.append(Problem(key, "is not a key of `evaluate`",
-                                f"did you mean {close[0]}?" if close else f"use run=NAME and {', '.join(sorted(KEYS))}"))  # fmt: skip
+        problems.append(
+            Problem(
+                key,
+                "is not a key of `evaluate`",
+                f"did you mean {close[0]}?" if close else f"use run=NAME and {', '.join(sorted(KEYS))}",
+            )
+        )
     if run is None or not run.value:
         problems.append(
             Problem("RUN", "no run named", "add run=<RUN_NAME> (a directory under OUTPUT_DIR), or run=latest")
@@ -127,9 +132,16 @@ def _adapter_config(adapter: Path) -> dict[str, Any]:
     except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
         config, why = None, f"cannot be read as JSON ({getattr(exc, 'strerror', None) or exc})"
     if why:
-        raise BadInput([Problem(f"run {adapter.parent.name}", f"{path} {why}",
-                                "restore it from a copy; adapter/ is the newest checkpoint's adapter (train/checkpoint-N/, "
-                                "base_model_name_or_path set to the run's MODEL)")])  # fmt: skip
+        raise BadInput(
+            [
+                Problem(
+                    f"run {adapter.parent.name}",
+                    f"{path} {why}",
+                    "restore it from a copy; adapter/ is the newest checkpoint's adapter (train/checkpoint-N/, "
+                    "base_model_name_or_path set to the run's MODEL)",
+                )
+            ]
+        )
     return config
 
 
@@ -144,15 +156,29 @@ def _evaluate(run_dir: Path, settings: Settings, environ: Mapping[str, str], pri
     except OSError as exc:
         why = f"cannot be read ({exc.strerror or exc})"
     if why:
-        raise BadInput([Problem(f"run {run_dir.name}", f"{run_dir / MANIFEST} {why}: "
-                                "evaluate reads the run's plan (its trainer's arguments, rewards and dataset) from it",
-                                "restore manifest.json from a copy; or start the run again with the same RUN_NAME "
-                                "(it resumes from its newest checkpoint and writes a new manifest)")]) from None  # fmt: skip
+        raise BadInput(
+            [
+                Problem(
+                    f"run {run_dir.name}",
+                    f"{run_dir / MANIFEST} {why}: "
+                    "evaluate reads the run's plan (its trainer's arguments, rewards and dataset) from it",
+                    "restore manifest.json from a copy; or start the run again with the same RUN_NAME "
+                    "(it resumes from its newest checkpoint and writes a new manifest)",
+                )
+            ]
+        ) from None
     data = data or {}
     adapter = run_dir / "adapter"
     if not (adapter / "adapter_config.json").is_file():
-        raise BadInput([Problem(f"run {run_dir.name}", f"has no adapter yet (status {data.get('status', 'unknown')}; "
-                                f"{adapter} is missing)", "finish the run first: start it again with the same RUN_NAME to resume")])  # fmt: skip
+        raise BadInput(
+            [
+                Problem(
+                    f"run {run_dir.name}",
+                    f"has no adapter yet (status {data.get('status', 'unknown')}; {adapter} is missing)",
+                    "finish the run first: start it again with the same RUN_NAME to resume",
+                )
+            ]
+        )
     _adapter_config(adapter)
     note = report.unfinished(data)
     if note:
@@ -197,15 +223,26 @@ def _evaluate(run_dir: Path, settings: Settings, environ: Mapping[str, str], pri
     tuned = scoring.score(rewards, rows, prompts, tuned_text)
     stats = summary.summarize(base, tuned)
     result = {
-        "run": run_dir.name, "model": model_path, "adapter": str(adapter),
-        "prompts": {"how": how, "count": len(prompts)}, "engine": engine,
-        "settings": {"prompts": settings.EVAL_PROMPTS, "generations": settings.EVAL_GENERATIONS,
-                     "seed": settings.EVAL_SEED, "dataset": settings.EVAL_DATASET, "engine": settings.EVAL_ENGINE,
-                     "gpu_memory_utilization": settings.EVAL_GPU_MEMORY_UTILIZATION},
+        "run": run_dir.name,
+        "model": model_path,
+        "adapter": str(adapter),
+        "prompts": {"how": how, "count": len(prompts)},
+        "engine": engine,
+        "settings": {
+            "prompts": settings.EVAL_PROMPTS,
+            "generations": settings.EVAL_GENERATIONS,
+            "seed": settings.EVAL_SEED,
+            "dataset": settings.EVAL_DATASET,
+            "engine": settings.EVAL_ENGINE,
+            "gpu_memory_utilization": settings.EVAL_GPU_MEMORY_UTILIZATION,
+        },
         "sampling": sample,
-        "summary": stats, "verdict": summary.verdict(stats),
-        "run_status": data.get("status"), "checkpoint": data.get("checkpoint"), "unfinished": note,
-    }  # fmt: skip
+        "summary": stats,
+        "verdict": summary.verdict(stats),
+        "run_status": data.get("status"),
+        "checkpoint": data.get("checkpoint"),
+        "unfinished": note,
+    }
     if (run_dir / "eval.json").is_file():
         printer(
             f"replacing the earlier evaluation in {run_dir} ({', '.join(report.EVAL_FILES)}, the manifest's summary)"

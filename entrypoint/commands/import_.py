@@ -79,8 +79,15 @@ def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         try:
             Path(args.output).write_text(recipe)
         except OSError as exc:
-            raise BadInput([Problem(f"import -o {args.output}", f"cannot be written ({exc.strerror})",
-                                    "give a writable file path, e.g. recipes/mine.env")]) from None  # fmt: skip
+            raise BadInput(
+                [
+                    Problem(
+                        f"import -o {args.output}",
+                        f"cannot be written ({exc.strerror})",
+                        "give a writable file path, e.g. recipes/mine.env",
+                    )
+                ]
+            ) from None
         print(f"recipe written to {args.output}", file=sys.stderr)
         return validate_imported(Path(args.output), given.pairs, environ)
     print(recipe, end="")
@@ -105,8 +112,15 @@ def _source(given: ImportWords) -> Source:
     if given.file and given.file != "-" and not command:
         text, why = read_user_file(Path(given.file))
         if text is None:  # binary, a directory, missing, unreadable: say so, no traceback
-            raise BadInput([Problem("import", f"{given.file} {why}",
-                                    "give a shell script or text file holding `swift rlhf ...`, or `-- swift rlhf ...`")])  # fmt: skip
+            raise BadInput(
+                [
+                    Problem(
+                        "import",
+                        f"{given.file} {why}",
+                        "give a shell script or text file holding `swift rlhf ...`, or `-- swift rlhf ...`",
+                    )
+                ]
+            )
         return Source(text, given.file)
     if given.file == "-":
         return Source(sys.stdin.read(), "standard input")
@@ -122,15 +136,18 @@ def validate_imported(path: Path, pairs: list[str], environ: Mapping[str, str], 
     def named(p: Problem) -> Problem:
         if not shown_as:
             return p
-        return dataclasses.replace(p, where=p.where.replace(str(path), shown_as),
-                                   message=p.message.replace(str(path), shown_as))  # fmt: skip
+        return dataclasses.replace(
+            p, where=p.where.replace(str(path), shown_as), message=p.message.replace(str(path), shown_as)
+        )
 
     try:
         plan = edge.make_plan([f"recipe={path}", *pairs], environ, for_train=True)
     except BadInput as exc:
         save = "; save it with -o FILE" if shown_as else ""
-        print(f"the imported recipe is not valid yet ({tally(exc.problems)}); fix these in it{save}, then run validate:",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"the imported recipe is not valid yet ({tally(exc.problems)}); fix these in it{save}, then run validate:",
+            file=sys.stderr,
+        )
         for problem in exc.problems:
             print(named(problem).render(), file=sys.stderr)
         return EXIT_BAD_INPUT

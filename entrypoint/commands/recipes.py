@@ -27,8 +27,10 @@ def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         print(
             f"{name:<{width}}  {summary(recipe_mod.recipe_path(name, folder).read_text(encoding='utf-8'), name)}"
         )
-    print(f"\nrun one: python -m entrypoint train recipe=NAME (in the image: docker compose run --rm train recipe=NAME); "
-          f"plan recipe=NAME shows what it would run; {folder} holds them")  # fmt: skip
+    print(
+        f"\nrun one: python -m entrypoint train recipe=NAME (in the image: docker compose run --rm train recipe=NAME); "
+        f"plan recipe=NAME shows what it would run; {folder} holds them"
+    )
     return EXIT_OK
 
 

@@ -96,8 +96,15 @@ def _run_word(all_words: list[str]) -> tuple[list[str], str]:
     """(the other words, the run) from the words; raises BadInput without run=..."""
     runs = [w for w in all_words if w.lower().startswith("run=")]
     if len(runs) != 1 or not runs[0].partition("=")[2]:
-        raise BadInput([Problem("RUN", "no run named" if not runs else "named more than once",
-                                "add one run=<RUN_NAME> (under OUTPUT_DIR), run=latest, or run=<path of a run directory>")])  # fmt: skip
+        raise BadInput(
+            [
+                Problem(
+                    "RUN",
+                    "no run named" if not runs else "named more than once",
+                    "add one run=<RUN_NAME> (under OUTPUT_DIR), run=latest, or run=<path of a run directory>",
+                )
+            ]
+        )
     return [w for w in all_words if w is not runs[0]], runs[0].partition("=")[2]
 
 
@@ -110,15 +117,27 @@ def _not_the_run_itself(cli: dict[str, recipe_mod.Value], run_dir: Path) -> None
     out = Path(cli["OUTPUT_DIR"].value).expanduser() if "OUTPUT_DIR" in cli else run_dir.resolve().parent
     target = out / cli["RUN_NAME"].value
     if target.resolve() == run_dir.resolve():
-        raise BadInput([Problem(f"RUN_NAME={cli['RUN_NAME'].value}", f"names the run being repeated ({run_dir}): it "
-                                "would resume that run, not repeat it",
-                                "give the rerun another RUN_NAME; to continue the run itself, start `train` with its "
-                                "RUN_NAME and recipe again")])  # fmt: skip
+        raise BadInput(
+            [
+                Problem(
+                    f"RUN_NAME={cli['RUN_NAME'].value}",
+                    f"names the run being repeated ({run_dir}): it would resume that run, not repeat it",
+                    "give the rerun another RUN_NAME; to continue the run itself, start `train` with its "
+                    "RUN_NAME and recipe again",
+                )
+            ]
+        )
     if target.exists():
-        raise BadInput([Problem(f"RUN_NAME={cli['RUN_NAME'].value}", f"names an existing run directory ({target}): a "
-                                "rerun would resume it with this run's values and replace what it exported",
-                                "give the rerun a RUN_NAME no run has (or leave RUN_NAME out: "
-                                "<run>-rerun-<time>)")])  # fmt: skip
+        raise BadInput(
+            [
+                Problem(
+                    f"RUN_NAME={cli['RUN_NAME'].value}",
+                    f"names an existing run directory ({target}): a "
+                    "rerun would resume it with this run's values and replace what it exported",
+                    "give the rerun a RUN_NAME no run has (or leave RUN_NAME out: <run>-rerun-<time>)",
+                )
+            ]
+        )
 
 
 def _still_training(run_dir: Path) -> Problem | None:
@@ -128,10 +147,13 @@ def _still_training(run_dir: Path) -> Problem | None:
     if holder is None or runlock.evaluating(holder):
         return None
     pid = holder.get("pid") or "?"
-    return Problem(f"run {run_dir.name}", f"is still training (PID {pid} since {holder.get('started_at', '?')}, "
-                   f"{holder.get('command', 'a process still starting')})",
-                   f"wait for it or stop it (kill -TERM {pid}: it exports its newest checkpoint and records the run "
-                   "as stopped); a rerun reads a finished attempt's manifest")  # fmt: skip
+    return Problem(
+        f"run {run_dir.name}",
+        f"is still training (PID {pid} since {holder.get('started_at', '?')}, "
+        f"{holder.get('command', 'a process still starting')})",
+        f"wait for it or stop it (kill -TERM {pid}: it exports its newest checkpoint and records the run "
+        "as stopped); a rerun reads a finished attempt's manifest",
+    )
 
 
 def _manifest(run_dir: Path) -> dict[str, Any]:
@@ -147,8 +169,15 @@ def _manifest(run_dir: Path) -> dict[str, Any]:
     else:
         why = "records no resolved recipe" if data is not None and not data.get("resolved_recipe") else ""
     if data is None or why:
-        raise BadInput([Problem(f"run {run_dir}", f"its {MANIFEST} {why or 'is missing'}",
-                                "rerun a run directory written by `train` (its manifest.json whole)")])  # fmt: skip
+        raise BadInput(
+            [
+                Problem(
+                    f"run {run_dir}",
+                    f"its {MANIFEST} {why or 'is missing'}",
+                    "rerun a run directory written by `train` (its manifest.json whole)",
+                )
+            ]
+        )
     return data
 
 
@@ -156,8 +185,15 @@ class Checker:
     """The drift check `train` runs on the plan made from the recorded values, before it writes anything;
     keeps what it found in `record` (the new manifest's rerun_of)."""
 
-    def __init__(self, data: dict[str, Any], rec: rerun_mod.Recorded, record: dict[str, Any],
-                 environ: Mapping[str, str], accept: bool, show: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        data: dict[str, Any],
+        rec: rerun_mod.Recorded,
+        record: dict[str, Any],
+        environ: Mapping[str, str],
+        accept: bool,
+        show: bool = True,
+    ) -> None:
         self.data, self.rec, self.record, self.environ, self.accept = data, rec, record, environ, accept
         self.show = show  # print the notices (train); --plan prints them with the plan
         self.found: list[Problem] = []
@@ -168,15 +204,19 @@ class Checker:
         self.found = self.problems(plan)
         drift = [p for p in self.found if p.fatal]
         self.record.update(
-            drift=[p.render() for p in drift], drift_accepted=bool(drift) and self.accept,
+            drift=[p.render() for p in drift],
+            drift_accepted=bool(drift) and self.accept,
             argv_changes=self.argv_changes,
-        )  # fmt: skip
+        )
         if drift and not self.accept:  # each drift's fix names --accept-drift
             raise BadInput(self.found)
         if not self.show:
             return
-        print(f"rerun of {self.record['run_name']} ({self.record['path']}); overrides: {_overrides(self.record)}; "
-              f"{'drift accepted' if drift else 'no drift'}", file=sys.stderr)  # fmt: skip
+        print(
+            f"rerun of {self.record['run_name']} ({self.record['path']}); overrides: {_overrides(self.record)}; "
+            f"{'drift accepted' if drift else 'no drift'}",
+            file=sys.stderr,
+        )
         for problem in rerun_mod.accepted(self.found):
             print(problem.render(), file=sys.stderr)
 
@@ -233,16 +273,28 @@ def _plan_only(
         code = EXIT_OK
     except BadInput as exc:
         code, checker.found = EXIT_BAD_INPUT, exc.problems
-    checker.found = [dataclasses.replace(n, fatal=False, message=f"{n.message}: this plan is made from its "
-                                         "manifest as it stands now, and a rerun is refused until it ends")
-                     for n in notes] + checker.found  # fmt: skip
+    checker.found = [
+        dataclasses.replace(
+            n,
+            fatal=False,
+            message=f"{n.message}: this plan is made from its "
+            "manifest as it stands now, and a rerun is refused until it ends",
+        )
+        for n in notes
+    ] + checker.found
     if as_json:
-        shown = {"rerun_of": checker.record, "problems": [p.render() for p in checker.found],
-                 "resolved_recipe": plan.recipe.resolved(), "plan": plan.to_json()}  # fmt: skip
+        shown = {
+            "rerun_of": checker.record,
+            "problems": [p.render() for p in checker.found],
+            "resolved_recipe": plan.recipe.resolved(),
+            "plan": plan.to_json(),
+        }
         print(json.dumps(redact.deep(shown, manifest.secrets_of(plan)), indent=2))  # as the manifest keeps it
         return code
-    print(f"rerun of {checker.record['run_name']} ({checker.record['path']}): {len(checker.rec.values)} values "
-          f"as recorded, {len(checker.rec.replanned)} planned again for this machine")  # fmt: skip
+    print(
+        f"rerun of {checker.record['run_name']} ({checker.record['path']}): {len(checker.rec.values)} values "
+        f"as recorded, {len(checker.rec.replanned)} planned again for this machine"
+    )
     print(f"overrides: {_overrides(checker.record)}")
     changes = checker.argv_changes
     print(

@@ -106,8 +106,9 @@ def train(
     of the run this one repeats and its record for the manifest (commands/rerun.py)."""
     printer = Printer(console) if console else Printer()
     with runlock.RunLock() as lock, interruptible():
-        plan = edge.make_plan(cli_pairs, environ, for_train=True, lock=lock, launches=True,
-                              base=rerun.base if rerun else None)  # fmt: skip
+        plan = edge.make_plan(
+            cli_pairs, environ, for_train=True, lock=lock, launches=True, base=rerun.base if rerun else None
+        )
         if rerun is not None:
             rerun.check(plan)  # drift named before anything is written (raises BadInput)
         lock.take(node_dir(plan))  # preflight passed, so the directory can be made
@@ -147,11 +148,15 @@ def _run(
     """Record the run as started, then prepare, supervise and export. Whatever ends it (a child, a full
     disk, an error in export, a signal, a bug here), the manifest says how: never left `running`."""
     here, secrets = node_dir(plan), manifest.secrets_of(plan)
-    data = {**manifest.start(plan, plan.facts.previous.manifest, rerun_of),
-            **({"nodes": records} if records else {})}  # fmt: skip
+    data = {
+        **manifest.start(plan, plan.facts.previous.manifest, rerun_of),
+        **({"nodes": records} if records else {}),
+    }
     if (plan.facts.previous.manifest or {}).get("status") == Status.RUNNING:
-        printer.say("its previous attempt ended without recording how (its process was killed, or the machine "
-                    "stopped); resuming from the newest complete checkpoint")  # fmt: skip
+        printer.say(
+            "its previous attempt ended without recording how (its process was killed, or the machine "
+            "stopped); resuming from the newest complete checkpoint"
+        )
     final: dict[str, Any] | None = None
     code = EXIT_RUNTIME_FAILURE
     oom_before = monitor.oom_kills()
@@ -211,8 +216,11 @@ def inputs(plan: Plan, environ: Mapping[str, str]) -> dict[str, Any]:
     """The manifest's `inputs`: what every file the trainer reads was (world/fingerprint.py), for `rerun` to
     compare against: the datasets, the validation datasets, the reward plugins (the image's and the recipe's),
     a SYSTEM prompt file, the model's files. Read after `prepare` (a generated dataset exists by then)."""
-    return {"dataset": fingerprint.dataset_files(plan.dataset_paths), **file_inputs(plan),
-            "model": model_inputs(plan, environ)}  # fmt: skip
+    return {
+        "dataset": fingerprint.dataset_files(plan.dataset_paths),
+        **file_inputs(plan),
+        "model": model_inputs(plan, environ),
+    }
 
 
 def _record_for_the_trainer(plan: Plan, recorded: dict[str, Any]) -> None:
@@ -222,15 +230,21 @@ def _record_for_the_trainer(plan: Plan, recorded: dict[str, Any]) -> None:
     target = trainer.env.get("GRPO_RIG_INPUTS") if trainer is not None else None
     if not target:
         return
-    files = [{"path": r["path"], "sha256": r["sha256"]} for kind in ("dataset", "val_dataset")
-             for r in recorded.get(kind, []) if r.get("sha256")]  # fmt: skip
+    files = [
+        {"path": r["path"], "sha256": r["sha256"]}
+        for kind in ("dataset", "val_dataset")
+        for r in recorded.get(kind, [])
+        if r.get("sha256")
+    ]
     export.write_json_atomic(Path(target), {"files": files})
 
 
 def file_inputs(plan: Plan) -> dict[str, list[dict[str, Any]]]:
     """The identities of the files beside the datasets that the trainer reads (plan.build.input_files)."""
-    return {kind: fingerprint.code_files(paths) if kind != "val_dataset" else fingerprint.dataset_files(paths)
-            for kind, paths in plan_mod.input_files(plan).items()}  # fmt: skip
+    return {
+        kind: fingerprint.code_files(paths) if kind != "val_dataset" else fingerprint.dataset_files(paths)
+        for kind, paths in plan_mod.input_files(plan).items()
+    }
 
 
 def changed_inputs(attempts: list[dict[str, Any]]) -> list[str]:
@@ -245,9 +259,11 @@ def changed_inputs(attempts: list[dict[str, Any]]) -> list[str]:
         old = {r.get("spec"): r.get("sha256") for r in before.get(kind) or []}
         for r in records:
             if r.get("spec") in old and old[r["spec"]] != r.get("sha256"):
-                out.append(f"{kind} {r['spec']} changed since the previous attempt (sha256 "
-                           f"{str(old[r['spec']])[:12]}... -> {str(r.get('sha256'))[:12]}...): the steps from "
-                           f"{attempts[-1].get('resume_from') or 'the start'} on read the new one")  # fmt: skip
+                out.append(
+                    f"{kind} {r['spec']} changed since the previous attempt (sha256 "
+                    f"{str(old[r['spec']])[:12]}... -> {str(r.get('sha256'))[:12]}...): the steps from "
+                    f"{attempts[-1].get('resume_from') or 'the start'} on read the new one"
+                )
     return out
 
 
@@ -272,8 +288,15 @@ def _reserve(here: Path) -> Path:
         return export.reserve(here / RESERVE_FILE, RESERVE_BYTES)
     except OSError as exc:
         free = shutil.disk_usage(here).free / 1024**2 if here.is_dir() else 0.0
-        raise BadInput([Problem(f"disk under {here}", f"cannot set {RESERVE_BYTES // 1024**2} MiB aside ({exc.strerror}; "
-                                f"{free:.1f} MiB free)", "free space on the output volume")]) from None  # fmt: skip
+        raise BadInput(
+            [
+                Problem(
+                    f"disk under {here}",
+                    f"cannot set {RESERVE_BYTES // 1024**2} MiB aside ({exc.strerror}; {free:.1f} MiB free)",
+                    "free space on the output volume",
+                )
+            ]
+        ) from None
 
 
 def _write_final(here: Path, final: dict[str, Any], secrets: list[str], printer: Printer) -> bool:
@@ -300,8 +323,10 @@ def summary_lines(plan: Plan) -> list[str]:
             rows.append(row)
     if rows:
         first, last = rows[0], rows[-1]
-        lines.append(f"reward: {first['reward']:.3f} at step {first.get('global_step/max_steps', '?')} -> {last['reward']:.3f} "
-                     f"at step {last.get('global_step/max_steps', '?')} (training batches; held-out: evaluate)")  # fmt: skip
+        lines.append(
+            f"reward: {first['reward']:.3f} at step {first.get('global_step/max_steps', '?')} -> {last['reward']:.3f} "
+            f"at step {last.get('global_step/max_steps', '?')} (training batches; held-out: evaluate)"
+        )
     if plan.recipe.settings.NODE_RANK == 0:
         for name in ("adapter", "model", "merged", "training_curves.png", "README.md", "logs"):
             if (plan.run_dir / name).exists():
@@ -319,8 +344,10 @@ def summary_lines(plan: Plan) -> list[str]:
             lines.append(f"did it help? docker compose run --rm train evaluate run={plan.run_name}  {what}")
         elif (plan.run_dir / "adapter").is_dir():
             make_args = f' ARGS="{output.strip()}"' if output else ""
-            lines.append(f"did it help? make eval RUN={plan.run_name}{make_args}  {what}; or {sys.executable} -m "
-                         f"entrypoint evaluate run={plan.run_name}{output}")  # fmt: skip
+            lines.append(
+                f"did it help? make eval RUN={plan.run_name}{make_args}  {what}; or {sys.executable} -m "
+                f"entrypoint evaluate run={plan.run_name}{output}"
+            )
     return lines
 
 
@@ -368,7 +395,7 @@ def check_nodes(plan: Plan, printer: Printer) -> list[dict[str, Any]]:
                     f"node {s.NODE_RANK}",
                     f"node 0 resumes from {node0.get('resume_from') or 'nothing'}, this node from {plan.resume_from or 'nothing'}",
                     "resuming a run over several nodes needs OUTPUT_DIR on storage every node shares",
-                )  # fmt: skip
+                )
             )
         records = []
     raise_if_fatal(problems)
@@ -416,18 +443,28 @@ def supervise(
     s = plan.recipe.settings
     if printer.shown is None:
         a = plan.recipe.trainer_args
-        printer.shown = Console(show_all=s.CONSOLE == "all", events=here / "logs" / EVENTS_FILE,
-                                total_steps=a.max_steps, stall_seconds=s.STALL_TIMEOUT,
-                                predicted_step=plan.step_seconds, logging_steps=a.logging_steps,
-                                probe=stall.dir_bytes(plan.train_dir),
-                                resumed_at=completed_steps(plan).completed if plan.resume_from else 0)  # fmt: skip
+        printer.shown = Console(
+            show_all=s.CONSOLE == "all",
+            events=here / "logs" / EVENTS_FILE,
+            total_steps=a.max_steps,
+            stall_seconds=s.STALL_TIMEOUT,
+            predicted_step=plan.step_seconds,
+            logging_steps=a.logging_steps,
+            probe=stall.dir_bytes(plan.train_dir),
+            resumed_at=completed_steps(plan).completed if plan.resume_from else 0,
+        )
         printer.say(f"the console shows one line per step; everything ms-swift prints is in {here / 'logs'}")
     children = [p for p in plan.processes if p.role in ("rollout", "trainer")]
     gpu_monitor = None
     with supervised(here / "logs", s.STOP_GRACE_SECONDS, printer, secrets, environ) as supervisor:
         if plan.layout.used_gpus and plan.inventory.source == "nvml":
-            gpu_monitor = monitor.GpuMonitor(list(plan.layout.used_gpus), here / "gpu.jsonl", s.GPU_MONITOR_INTERVAL,
-                                             plan.train_dir / "logging.jsonl", supervisor.pids).start()  # fmt: skip
+            gpu_monitor = monitor.GpuMonitor(
+                list(plan.layout.used_gpus),
+                here / "gpu.jsonl",
+                s.GPU_MONITOR_INTERVAL,
+                plan.train_dir / "logging.jsonl",
+                supervisor.pids,
+            ).start()
         try:
             outcome = launch(
                 children, supervisor, s.ROLLOUT_STARTUP_TIMEOUT, lambda c: training_finished(plan, c)
@@ -495,8 +532,13 @@ def export_merged(
     # the command's own handlers (train: interruptible) turn a signal into Interrupted here; `supervised`
     # stops the export's process tree and finish_run records the run as stopped
     try:
-        with supervised(plan.run_dir / "logs", plan.recipe.settings.STOP_GRACE_SECONDS, printer, base_env=environ,
-                        signals=False) as supervisor:  # fmt: skip
+        with supervised(
+            plan.run_dir / "logs",
+            plan.recipe.settings.STOP_GRACE_SECONDS,
+            printer,
+            base_env=environ,
+            signals=False,
+        ) as supervisor:
             child = supervisor.start(process)
             rc = supervisor.wait(child, _export_watch(plan, tmp, child.log_path))
     except ChildFailed as exc:  # it could not even start (swift missing)
@@ -504,8 +546,13 @@ def export_merged(
     except Stalled as exc:  # stopped by `supervised`; what it wrote goes
         shutil.rmtree(tmp, ignore_errors=True)
         printer.say(f"export {exc}")
-        return {"status": Status.FAILED, "returncode": None, "reason": str(exc), "argv": process.argv,
-                "log_tail": exc.stack or list(child.tail)}  # fmt: skip
+        return {
+            "status": Status.FAILED,
+            "returncode": None,
+            "reason": str(exc),
+            "argv": process.argv,
+            "log_tail": exc.stack or list(child.tail),
+        }
     except BaseException:  # a signal or a full disk: no half-merged model stays behind
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -524,16 +571,20 @@ def _export_watch(plan: Plan, output: Path, log: Path) -> Callable[[], str]:
     """The stall watch of the merged export (supervise/stall.py): its signs of progress are its output and
     its log growing (loading the shards, merging, writing the model); STALL_TIMEOUT or the automatic bound."""
     files = stall.dir_bytes(output)
-    watch = stall.StallWatch(timeout=plan.recipe.settings.STALL_TIMEOUT,
-                             probe=lambda: (files(), log.stat().st_size if log.exists() else 0))  # fmt: skip
+    watch = stall.StallWatch(
+        timeout=plan.recipe.settings.STALL_TIMEOUT,
+        probe=lambda: (files(), log.stat().st_size if log.exists() else 0),
+    )
     watch.arm()
 
     def stalled() -> str:
         verdict = watch.stalled()
         if verdict is None:
             return ""
-        return (f"stalled: no output and no log line for {verdict[0]:.0f} s ({verdict[1]}); the stacks of its "
-                "threads are in logs/stacks/; raise STALL_TIMEOUT if a merge can truly take this long")  # fmt: skip
+        return (
+            f"stalled: no output and no log line for {verdict[0]:.0f} s ({verdict[1]}); the stacks of its "
+            "threads are in logs/stacks/; raise STALL_TIMEOUT if a merge can truly take this long"
+        )
 
     return stalled
 

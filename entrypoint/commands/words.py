@@ -59,6 +59,13 @@ def recipe_words(words: list[str], environ: Mapping[str, str]) -> list[str]:
         first, recipe_mod.available_recipes(folder) if folder.is_dir() else [], n=1
     )
     if close:
-        raise BadInput([Problem(f"command line {first!r}", "is neither KEY=VALUE nor a recipe's name",
-                                f"did you mean recipe={close[0]}?")])  # fmt: skip
+        raise BadInput(
+            [
+                Problem(
+                    f"command line {first!r}",
+                    "is neither KEY=VALUE nor a recipe's name",
+                    f"did you mean recipe={close[0]}?",
+                )
+            ]
+        )
     return list(words)

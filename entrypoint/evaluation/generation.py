@@ -39,8 +39,15 @@ def choose_engine(requested: str, gpu: bool, vllm_installed: bool) -> str:
     Raises BadInput for `vllm` where it cannot run."""
     if requested == "vllm" and not (gpu and vllm_installed):
         why = "torch sees no GPU" if not gpu else "vLLM is not installed here"
-        raise BadInput([Problem("EVAL_ENGINE", f"vllm was asked for, but {why}",
-                                "leave EVAL_ENGINE=auto (HF generate), or evaluate inside the GPU image")])  # fmt: skip
+        raise BadInput(
+            [
+                Problem(
+                    "EVAL_ENGINE",
+                    f"vllm was asked for, but {why}",
+                    "leave EVAL_ENGINE=auto (HF generate), or evaluate inside the GPU image",
+                )
+            ]
+        )
     if requested == "hf":
         return "hf"
     return "vllm" if gpu and vllm_installed else "hf"
@@ -80,15 +87,26 @@ def generate_vllm(
     rank = int(json.loads((adapter / "adapter_config.json").read_text()).get("r", 8))
     max_new = sample["max_new_tokens"]
     llm = LLM(
-        model=model_path, enable_lora=True, max_lora_rank=_vllm_lora_rank(rank), max_loras=1, seed=settings.EVAL_SEED,
-        gpu_memory_utilization=settings.EVAL_GPU_MEMORY_UTILIZATION, max_model_len=max(len(i) for i in ids) + max_new,
+        model=model_path,
+        enable_lora=True,
+        max_lora_rank=_vllm_lora_rank(rank),
+        max_loras=1,
+        seed=settings.EVAL_SEED,
+        gpu_memory_utilization=settings.EVAL_GPU_MEMORY_UTILIZATION,
+        max_model_len=max(len(i) for i in ids) + max_new,
         enforce_eager=True,  # a one-off job: CUDA graph capture costs more than it saves
-    )  # fmt: skip
+    )
     params = [
-        SamplingParams(n=settings.EVAL_GENERATIONS, temperature=sample["temperature"], top_p=sample["top_p"],
-                       top_k=sample["top_k"] if sample["top_k"] > 0 else -1, max_tokens=max_new, seed=settings.EVAL_SEED + i)
+        SamplingParams(
+            n=settings.EVAL_GENERATIONS,
+            temperature=sample["temperature"],
+            top_p=sample["top_p"],
+            top_k=sample["top_k"] if sample["top_k"] > 0 else -1,
+            max_tokens=max_new,
+            seed=settings.EVAL_SEED + i,
+        )
         for i in range(len(ids))
-    ]  # fmt: skip
+    ]
     requests = [{"prompt_token_ids": i} for i in ids]
 
     def texts(outputs) -> list[list[str]]:
@@ -159,9 +177,12 @@ def generate(
         ).to(device)
         with torch.no_grad():
             ids = model.generate(
-                **batch, do_sample=True, num_return_sequences=settings.EVAL_GENERATIONS, **sample,
+                **batch,
+                do_sample=True,
+                num_return_sequences=settings.EVAL_GENERATIONS,
+                **sample,
                 pad_token_id=tokenizer.pad_token_id,
-            )  # fmt: skip
+            )
         decoded = tokenizer.batch_decode(ids[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
         out += [
             decoded[i : i + settings.EVAL_GENERATIONS]

@@ -58,8 +58,16 @@ def held_out(data: Mapping[str, Any], args: Mapping[str, list[str]], settings: S
     if recipe.get("VAL_DATASET"):
         rows = _read_rows(Path(recipe["VAL_DATASET"]), settings.EVAL_PROMPTS, "VAL_DATASET")
         return HeldOut(rows, f"the run's VAL_DATASET {recipe['VAL_DATASET']}")
-    raise BadInput([Problem("EVAL_DATASET", f"the run trained on {', '.join(data.get('dataset', [])) or 'its dataset'} with no held-out "
-                            "split, so every row was seen in training", "give EVAL_DATASET=<a JSONL of held-out rows in the same format>")])  # fmt: skip
+    raise BadInput(
+        [
+            Problem(
+                "EVAL_DATASET",
+                f"the run trained on {', '.join(data.get('dataset', [])) or 'its dataset'} with no held-out "
+                "split, so every row was seen in training",
+                "give EVAL_DATASET=<a JSONL of held-out rows in the same format>",
+            )
+        ]
+    )
 
 
 def _read_rows(path: Path, limit: int, key: str) -> list[dict]:
@@ -107,8 +115,15 @@ def prompt_messages(row: Mapping[str, Any], system: str | None) -> list[dict]:
     if system and messages[0]["role"] != "system":
         text, why = recipe_mod.read_user_file(Path(system)) if system.endswith(".txt") else (system, "")
         if text is None:
-            raise BadInput([Problem(f"SYSTEM {system}", f"the run's system prompt file {why}",
-                                    "evaluate where the run's SYSTEM file is (inside the container)")])  # fmt: skip
+            raise BadInput(
+                [
+                    Problem(
+                        f"SYSTEM {system}",
+                        f"the run's system prompt file {why}",
+                        "evaluate where the run's SYSTEM file is (inside the container)",
+                    )
+                ]
+            )
         messages = [{"role": "system", "content": text}, *messages]
     return messages
 

@@ -27,33 +27,48 @@ def unfinished(data: Mapping[str, Any]) -> str:
     step = f", step {steps['completed']}{of}" if steps.get("completed") is not None else ""
     how = "its last attempt ended without recording how" if status == Status.RUNNING else f"status {status}"
     why = (data.get("failure") or {}).get("summary", "") if isinstance(data.get("failure"), dict) else ""
-    return (f"the run did not finish ({how}{': ' + why if why else ''}); this evaluates its adapter from "
-            f"{data.get('checkpoint') or 'its newest complete checkpoint'}{step}")  # fmt: skip
+    return (
+        f"the run did not finish ({how}{': ' + why if why else ''}); this evaluates its adapter from "
+        f"{data.get('checkpoint') or 'its newest complete checkpoint'}{step}"
+    )
 
 
 def write(run_dir: Path, result: dict) -> None:
     """eval.json, eval.md, eval.png; the summary in manifest.json."""
     (run_dir / "eval.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-    lines = [f"# Evaluation of {result['run']}", "", f"Prompts: {result['prompts']['how']}; "
-             f"{result['settings']['generations']} completions each, sampled alike for both models "
-             f"(temperature {result['sampling']['temperature']}, top_p {result['sampling']['top_p']}, top_k "
-             f"{result['sampling']['top_k']}, up to {result['sampling']['max_new_tokens']} tokens, seed {result['settings']['seed']}; "
-             f"{'vLLM' if result.get('engine') == 'vllm' else 'HF generate'}).", "",
-             "| reward | base | adapter | adapter - base (95% CI) | pass@1 base / adapter |", "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"# Evaluation of {result['run']}",
+        "",
+        f"Prompts: {result['prompts']['how']}; "
+        f"{result['settings']['generations']} completions each, sampled alike for both models "
+        f"(temperature {result['sampling']['temperature']}, top_p {result['sampling']['top_p']}, top_k "
+        f"{result['sampling']['top_k']}, up to {result['sampling']['max_new_tokens']} tokens, seed {result['settings']['seed']}; "
+        f"{'vLLM' if result.get('engine') == 'vllm' else 'HF generate'}).",
+        "",
+        "| reward | base | adapter | adapter - base (95% CI) | pass@1 base / adapter |",
+        "|---|---|---|---|---|",
+    ]
     for name, s in result["summary"].items():
         fmt = lambda x: f"{x['mean']:.3f} [{x['low']:.3f}, {x['high']:.3f}]"  # noqa: E731
         p1 = s["pass_at_1"]
-        lines.append(f"| {name} | {fmt(s['base'])} | {fmt(s['adapter'])} | {s['difference']['mean']:+.3f} "
-                     f"[{s['difference']['low']:+.3f}, {s['difference']['high']:+.3f}] | "
-                     + (f"{p1['base']:.3f} / {p1['adapter']:.3f} |" if p1 else "- |"))  # fmt: skip
+        lines.append(
+            f"| {name} | {fmt(s['base'])} | {fmt(s['adapter'])} | {s['difference']['mean']:+.3f} "
+            f"[{s['difference']['low']:+.3f}, {s['difference']['high']:+.3f}] | "
+            + (f"{p1['base']:.3f} / {p1['adapter']:.3f} |" if p1 else "- |")
+        )
     lines += ["", f"Verdict: {result['verdict']}", ""]
     if result.get("unfinished"):
         lines += [f"Note: {result['unfinished']}.", ""]
     (run_dir / "eval.md").write_text("\n".join(lines))
     _plot(run_dir / "eval.png", result)
     data = manifest_mod.read(run_dir) or {}
-    data["evaluation"] = {"summary": result["summary"], "verdict": result["verdict"], "prompts": result["prompts"],
-                          "settings": result["settings"], "files": list(EVAL_FILES)}  # fmt: skip
+    data["evaluation"] = {
+        "summary": result["summary"],
+        "verdict": result["verdict"],
+        "prompts": result["prompts"],
+        "settings": result["settings"],
+        "files": list(EVAL_FILES),
+    }
     manifest_mod.write(run_dir, data)
 
 
@@ -69,8 +84,19 @@ def write_completions(
             for i, group in enumerate(texts):
                 for j, text in enumerate(group):
                     rewards = {name: values[i][j] for name, values in scores.items()}
-                    f.write(json.dumps({"model": model, "prompt": i, "messages": prompts[i], "completion": text,
-                                        "rewards": rewards}, ensure_ascii=False) + "\n")  # fmt: skip
+                    f.write(
+                        json.dumps(
+                            {
+                                "model": model,
+                                "prompt": i,
+                                "messages": prompts[i],
+                                "completion": text,
+                                "rewards": rewards,
+                            },
+                            ensure_ascii=False,
+                        )
+                        + "\n"
+                    )
 
 
 def _plot(path: Path, result: dict) -> None:
@@ -93,10 +119,19 @@ def figure(result: dict):
     fig, ax = plt.subplots(figsize=(max(4, 1.8 * len(names) + 1), 3.2))
     for offset, model, color in ((-0.18, "base", "#999999"), (0.18, "adapter", "#1f77b4")):
         means = [result["summary"][n][model]["mean"] for n in names]
-        errs = [[m - result["summary"][n][model]["low"] for n, m in zip(names, means, strict=True)],
-                [result["summary"][n][model]["high"] - m for n, m in zip(names, means, strict=True)]]  # fmt: skip
-        bars = ax.bar([i + offset for i in range(len(names))], means, 0.34, yerr=errs, capsize=4, label=model,
-                      color=color)  # fmt: skip
+        errs = [
+            [m - result["summary"][n][model]["low"] for n, m in zip(names, means, strict=True)],
+            [result["summary"][n][model]["high"] - m for n, m in zip(names, means, strict=True)],
+        ]
+        bars = ax.bar(
+            [i + offset for i in range(len(names))],
+            means,
+            0.34,
+            yerr=errs,
+            capsize=4,
+            label=model,
+            color=color,
+        )
         ax.bar_label(bars, labels=[f"{m:.3f}" for m in means], fontsize=7, padding=2)
     ax.axhline(0, color="black", linewidth=0.6)
     ax.margins(y=0.15)  # room for the labels above the highest interval

@@ -25,8 +25,15 @@ def load_rewards(names: Sequence[str], plugins: Sequence[str]) -> dict[str, Any]
 
     missing = [n for n in names if n not in orms]
     if missing:
-        raise BadInput([Problem("REWARD_FUNCS", f"{', '.join(missing)} not registered by the run's plugins {list(plugins)}",
-                                "evaluate where the run's EXTERNAL_PLUGINS files are (inside the container)")])  # fmt: skip
+        raise BadInput(
+            [
+                Problem(
+                    "REWARD_FUNCS",
+                    f"{', '.join(missing)} not registered by the run's plugins {list(plugins)}",
+                    "evaluate where the run's EXTERNAL_PLUGINS files are (inside the container)",
+                )
+            ]
+        )
     return {n: orms[n]() for n in names}
 
 
@@ -39,21 +46,33 @@ def probe_rewards(rewards: Mapping[str, Any], rows: list[dict], prompts: list[li
     short = [(i, sorted(columns - set(r))) for i, r in enumerate(rows) if columns - set(r)]
     if short and rewards:
         shown = "; ".join(f"row {i + 1} lacks {', '.join(m)}" for i, m in short[:3])
-        raise BadInput([Problem("EVAL_DATASET" if how.startswith("EVAL_DATASET") else "held-out rows",
-                                f"{len(short)} of the {len(rows)} rows of {how} lack columns the others have ({shown}): "
-                                "a reward would get None there and may score it 0 without a word",
-                                "give every row the same columns (the training dataset's)")])  # fmt: skip
+        raise BadInput(
+            [
+                Problem(
+                    "EVAL_DATASET" if how.startswith("EVAL_DATASET") else "held-out rows",
+                    f"{len(short)} of the {len(rows)} rows of {how} lack columns the others have ({shown}): "
+                    "a reward would get None there and may score it 0 without a word",
+                    "give every row the same columns (the training dataset's)",
+                )
+            ]
+        )
     sample_rows, sample_prompts = rows, prompts
     for name, func in rewards.items():
         try:
             score({name: func}, sample_rows, sample_prompts, [[""] for _ in sample_rows])
         except Exception as exc:  # a user's reward may raise anything on rows it cannot read
             columns = sorted({k for r in sample_rows for k in r})
-            raise BadInput([Problem("EVAL_DATASET" if how.startswith("EVAL_DATASET") else "held-out rows",
-                                    f"the run's reward {name} cannot score the rows of {how} ({type(exc).__name__}: "
-                                    f"{exc}); their columns: {', '.join(columns)}",
-                                    "give rows in the training dataset's format, with the columns the run's rewards "
-                                    "read (docs/rewards.md)")]) from None  # fmt: skip
+            raise BadInput(
+                [
+                    Problem(
+                        "EVAL_DATASET" if how.startswith("EVAL_DATASET") else "held-out rows",
+                        f"the run's reward {name} cannot score the rows of {how} ({type(exc).__name__}: "
+                        f"{exc}); their columns: {', '.join(columns)}",
+                        "give rows in the training dataset's format, with the columns the run's rewards "
+                        "read (docs/rewards.md)",
+                    )
+                ]
+            ) from None
 
 
 def score(

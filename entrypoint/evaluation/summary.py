@@ -56,6 +56,8 @@ def verdict(summary: Mapping[str, dict]) -> str:
     for name, s in summary.items():
         d = s["difference"]
         sign = "better" if d["low"] > 0 else "worse" if d["high"] < 0 else "no clear change"
-        parts.append(f"{name} {s['base']['mean']:.3f} -> {s['adapter']['mean']:.3f} ({sign}: {d['mean']:+.3f}, 95% CI "
-                     f"{d['low']:+.3f}..{d['high']:+.3f})")  # fmt: skip
+        parts.append(
+            f"{name} {s['base']['mean']:.3f} -> {s['adapter']['mean']:.3f} ({sign}: {d['mean']:+.3f}, 95% CI "
+            f"{d['low']:+.3f}..{d['high']:+.3f})"
+        )
     return "; ".join(parts)

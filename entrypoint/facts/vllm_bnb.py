@@ -142,9 +142,17 @@ def main(argv: list[str] | None = None) -> int:
         print("vLLM is not installed here", file=sys.stderr)
         return 1
     found = scan(Path(spec.origin).parent)
-    text = json.dumps({"_comment": "written by python -m entrypoint.facts.vllm_bnb --write from the installed "
-                       "vLLM (the lock's 0.8.5.post1); \"\" = loads in bitsandbytes 4-bit and serves LoRA",
-                       "architectures": found}, indent=1) + "\n"  # fmt: skip
+    text = (
+        json.dumps(
+            {
+                "_comment": "written by python -m entrypoint.facts.vllm_bnb --write from the installed "
+                'vLLM (the lock\'s 0.8.5.post1); "" = loads in bitsandbytes 4-bit and serves LoRA',
+                "architectures": found,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     if args.write:
         DATA_FILE.write_text(text)
         print(

@@ -251,19 +251,33 @@ def adapter_sync_blocked(recipe: Recipe, deepspeed_config: dict | None = None) -
     )
     checks = (
         (a.train_type != "lora", "there is no adapter (TRAIN_TYPE is not lora)", "TRAIN_TYPE=lora"),
-        (a.sleep_level >= 2, "SLEEP_LEVEL=2 discards the base weights vLLM would serve the adapter on",
-         "SLEEP_LEVEL=1"),
-        (v0, "vLLM's V0 engine runs it (VLLM_SCHEDULER_STEPS > 1 or VLLM_USE_V1=0): its multi-step runner refuses "
-             "LoRA (vllm/worker/multi_step_model_runner.py:285-287), and only V1 was measured",
-         "VLLM_SCHEDULER_STEPS=1, without VLLM_USE_V1=0"),
-        (deepspeed_stage(a.deepspeed, deepspeed_config).stage == 3,
-         "DeepSpeed ZeRO-3 partitions the adapter's weights (ms-swift gathers them for its merge)",
-         "DEEPSPEED=zero2, or none"),
-        (a.lora_rank > VLLM_MAX_LORA_RANK, f"vLLM 0.8.5 serves LoRA ranks up to {VLLM_MAX_LORA_RANK}",
-         f"LORA_RANK={VLLM_MAX_LORA_RANK} or less"),
-        ("adapter_sync" in s.disabled_hooks, "DISABLE_HOOKS turns adapter_sync off",
-         "take adapter_sync out of DISABLE_HOOKS"),
-    )  # fmt: skip
+        (
+            a.sleep_level >= 2,
+            "SLEEP_LEVEL=2 discards the base weights vLLM would serve the adapter on",
+            "SLEEP_LEVEL=1",
+        ),
+        (
+            v0,
+            "vLLM's V0 engine runs it (VLLM_SCHEDULER_STEPS > 1 or VLLM_USE_V1=0): its multi-step runner refuses "
+            "LoRA (vllm/worker/multi_step_model_runner.py:285-287), and only V1 was measured",
+            "VLLM_SCHEDULER_STEPS=1, without VLLM_USE_V1=0",
+        ),
+        (
+            deepspeed_stage(a.deepspeed, deepspeed_config).stage == 3,
+            "DeepSpeed ZeRO-3 partitions the adapter's weights (ms-swift gathers them for its merge)",
+            "DEEPSPEED=zero2, or none",
+        ),
+        (
+            a.lora_rank > VLLM_MAX_LORA_RANK,
+            f"vLLM 0.8.5 serves LoRA ranks up to {VLLM_MAX_LORA_RANK}",
+            f"LORA_RANK={VLLM_MAX_LORA_RANK} or less",
+        ),
+        (
+            "adapter_sync" in s.disabled_hooks,
+            "DISABLE_HOOKS turns adapter_sync off",
+            "take adapter_sync out of DISABLE_HOOKS",
+        ),
+    )
     return next(((why, fix) for blocked, why, fix in checks if blocked), ("", ""))
 
 
@@ -323,8 +337,14 @@ def per_gpu(
     """Predicted card-level peak of every GPU the layout uses (pure: the shape chooser calls it for each
     candidate). `card(gpu)` is the card's size in GiB; `offload`: OFFLOAD_MODEL or OFFLOAD_OPTIMIZER."""
     train = memory.estimate_training(w, coef)
-    training_parts = {"context": CUDA_CONTEXT_GIB, "weights": train.weights, "optimizer": train.optimizer,
-                      "activations": train.activations, "logits": train.logits, "kv cache (HF)": train.kv_cache}  # fmt: skip
+    training_parts = {
+        "context": CUDA_CONTEXT_GIB,
+        "weights": train.weights,
+        "optimizer": train.optimizer,
+        "activations": train.activations,
+        "logits": train.logits,
+        "kv cache (HF)": train.kv_cache,
+    }
     estimates: list[GpuEstimate] = []
     for gpu in layout.train_gpus:
         total = card(gpu)
@@ -337,8 +357,15 @@ def per_gpu(
             phases = memory.offload_phases(train, total, colocate, coef)
             sums = {name: sum(parts.values()) for name, parts in phases.items()}
             larger = max(sums, key=sums.get)
-            estimates.append(GpuEstimate(gpu, f"trainer + vLLM (colocate, offload; peak in {larger})", total,
-                                         sums[larger], phases[larger]))  # fmt: skip
+            estimates.append(
+                GpuEstimate(
+                    gpu,
+                    f"trainer + vLLM (colocate, offload; peak in {larger})",
+                    total,
+                    sums[larger],
+                    phases[larger],
+                )
+            )
         else:
             calibrated = w.dims.params <= memory.CALIBRATED_MAX_PARAMS
             parts = memory.colocate_peak(train, total, colocate, coef, calibrated)
@@ -352,7 +379,7 @@ def per_gpu(
                 total,
                 CUDA_CONTEXT_GIB + rollout_utilization * total,
                 {"context": CUDA_CONTEXT_GIB, "vLLM": rollout_utilization * total},
-            )  # fmt: skip
+            )
         )
     return estimates
 

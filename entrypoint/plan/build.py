@@ -223,7 +223,7 @@ class Plan:
                     "card_gib": round(e.card_gib, 2),
                     "peak_gib": round(e.peak_gib, 2),
                     "parts": {k: round(v, 2) for k, v in e.parts.items()},
-                }  # fmt: skip
+                }
                 for e in self.memory
             ],
             **({"host_ram_gib": {k: round(v, 2) for k, v in self.host_ram}} if self.host_ram else {}),
@@ -365,11 +365,23 @@ def _frozen(d: Draft, placed: bool) -> Plan:
     policy = d.nccl or nccl.Policy({}, [], [])
     run_name = d.run_name or run_dir_of(d.recipe, d.facts.now).name
     return Plan(
-        recipe=d.recipe, inventory=d.inventory, layout=layout, nccl=policy, run_name=run_name,
-        run_dir=d.run_dir if d.run_name else run_dir_of(d.recipe, d.facts.now), model_path=d.model_path,
-        dataset_paths=d.dataset_paths, processes=d.processes, steps=d.steps, problems=d.problems,
-        resume_from=d.resume_from, placed=placed, facts=d.facts, offline=d.offline, budget=d.budget,
-    )  # fmt: skip
+        recipe=d.recipe,
+        inventory=d.inventory,
+        layout=layout,
+        nccl=policy,
+        run_name=run_name,
+        run_dir=d.run_dir if d.run_name else run_dir_of(d.recipe, d.facts.now),
+        model_path=d.model_path,
+        dataset_paths=d.dataset_paths,
+        processes=d.processes,
+        steps=d.steps,
+        problems=d.problems,
+        resume_from=d.resume_from,
+        placed=placed,
+        facts=d.facts,
+        offline=d.offline,
+        budget=d.budget,
+    )
 
 
 def _layout(d: Draft) -> bool:
@@ -401,7 +413,7 @@ def _run(d: Draft) -> None:
                 where,
                 f"{d.run_dir / MANIFEST} exists but cannot be read ({previous.error})",
                 "move that run directory aside, or choose another RUN_NAME",
-            )  # fmt: skip
+            )
         )
     if previous.manifest is None:
         return
@@ -414,7 +426,7 @@ def _run(d: Draft) -> None:
                 where,
                 f"exists and was started with a different recipe ({detail})",
                 "restore those values to resume it, or choose a new RUN_NAME for a new run",
-            )  # fmt: skip
+            )
         )
     if isinstance(previous.manifest.get("resolved_recipe"), dict):
         d.resume_problems += _resume_changes(d, previous.manifest["resolved_recipe"])
@@ -440,17 +452,29 @@ def _resume_changes(d: Draft, before: Mapping[str, Any]) -> list[Problem]:
     where, problems = f"RUN_NAME {d.run_name}", []
     restored = changed(keys.RESUME_RESTORED)
     if restored and not d.recipe.trainer_args.resume_only_model:
-        problems.append(Problem(where, f"resumes from {d.facts.previous.newest_checkpoint}, whose optimizer and "
-                                f"learning-rate schedule keep the old values ({said(restored)}): the run would "
-                                "train with the old ones while its record said the new",
-                                "restore those values to resume it; or RESUME_ONLY_MODEL=true to resume the weights "
-                                "with a new optimizer and schedule at the new values; or a new RUN_NAME"))  # fmt: skip
+        problems.append(
+            Problem(
+                where,
+                f"resumes from {d.facts.previous.newest_checkpoint}, whose optimizer and "
+                f"learning-rate schedule keep the old values ({said(restored)}): the run would "
+                "train with the old ones while its record said the new",
+                "restore those values to resume it; or RESUME_ONLY_MODEL=true to resume the weights "
+                "with a new optimizer and schedule at the new values; or a new RUN_NAME",
+            )
+        )
     changes = changed(keys.RESUME_CHANGES)
     if changes:
-        problems.append(Problem(where, f"resumes from {d.facts.previous.newest_checkpoint} with changed values "
-                                f"({said(changes)}): the steps before it used the old ones (manifest.json keeps "
-                                "each attempt's recipe)", "restore them to resume unchanged, or choose a new "
-                                "RUN_NAME for a run with the new values throughout", fatal=False))  # fmt: skip
+        problems.append(
+            Problem(
+                where,
+                f"resumes from {d.facts.previous.newest_checkpoint} with changed values "
+                f"({said(changes)}): the steps before it used the old ones (manifest.json keeps "
+                "each attempt's recipe)",
+                "restore them to resume unchanged, or choose a new "
+                "RUN_NAME for a run with the new values throughout",
+                fatal=False,
+            )
+        )
     return problems
 
 
@@ -488,7 +512,7 @@ def _model(d: Draft) -> None:
                     f"MODEL ({r.source('MODEL')})",
                     str(exc.args[0]),
                     f"{fix}, or MODEL_SOURCE=hub to download {value} from the hub",
-                )  # fmt: skip
+                )
             )
         else:
             d.model_path = str(catalog.model_dir(embedded, Path(s.EMBEDDED_MODEL_DIR)))
@@ -538,7 +562,7 @@ def _dataset(d: Draft) -> None:
                     f"replaced by DATASET_GENERATOR={s.DATASET_GENERATOR} ({r.source('DATASET_GENERATOR')}), "
                     "which a later layer set",
                     fatal=False,
-                )  # fmt: skip
+                )
             )
         elif paths:  # a later DATASET replaced the generator already (recipe.load): one layer sets both
             d.problems.append(
@@ -548,7 +572,7 @@ def _dataset(d: Draft) -> None:
                     "in the same layer: which one to train on is unclear",
                     "keep one: remove DATASET to train on generated tasks, or write DATASET_GENERATOR= (empty) "
                     "to train on DATASET",
-                )  # fmt: skip
+                )
             )
         generated = d.run_dir / "data" / f"{s.DATASET_GENERATOR}.jsonl"
         seed = d.recipe.trainer_args.seed
@@ -616,8 +640,14 @@ def _over_card(d: Draft, choices: list[shape.Choice]) -> str:
     r = d.recipe.with_values(choices) if choices else d.recipe
     b = budget_mod.compute(r, d.layout, d.inventory, d.facts, d.dataset_paths)
     over = [e for e in b.estimates(d.layout) if e.peak_gib > e.card_gib]
-    return (f"both copies of the weights fit, but even the smallest shape is predicted at {over[0].peak_gib:.1f} of "
-            f"{over[0].card_gib:.1f} GiB on GPU {over[0].gpu}") if over else ""  # fmt: skip
+    return (
+        (
+            f"both copies of the weights fit, but even the smallest shape is predicted at {over[0].peak_gib:.1f} of "
+            f"{over[0].card_gib:.1f} GiB on GPU {over[0].gpu}"
+        )
+        if over
+        else ""
+    )
 
 
 def _child_env(d: Draft) -> None:
@@ -686,11 +716,13 @@ def _rollout(d: Draft) -> None:
             if k != "MODEL" and k.lower() in d.trainer_args
         }
         args = (
-            flags(("model", d.model_path)) + _args(shared) + [Flag("external_plugins", tuple(d.plugins))]
+            flags(("model", d.model_path))
+            + _args(shared)
+            + [Flag("external_plugins", tuple(d.plugins))]
             + flags(("host", s.ROLLOUT_BIND), ("port", port))
             + flags(("tensor_parallel_size", layout.rollout_tp), ("data_parallel_size", layout.rollout_dp))
             + _args(d.recipe.rollout, skip={"tensor_parallel_size", "data_parallel_size"})
-        )  # fmt: skip
+        )
         env = {**d.common, "CUDA_VISIBLE_DEVICES": ",".join(map(str, layout.rollout_gpus))}
         env.update(_vllm_env(d.recipe.rollout_args.enforce_eager))
         d.processes.append(
@@ -698,8 +730,12 @@ def _rollout(d: Draft) -> None:
         )
     elif not port:
         port = ROLLOUT_PORT_START
-    d.server_flags = flags(("vllm_mode", "server"), ("vllm_server_host", layout.rollout_host),
-                           ("vllm_server_port", port), ("vllm_server_timeout", int(s.ROLLOUT_STARTUP_TIMEOUT)))  # fmt: skip
+    d.server_flags = flags(
+        ("vllm_mode", "server"),
+        ("vllm_server_host", layout.rollout_host),
+        ("vllm_server_port", port),
+        ("vllm_server_timeout", int(s.ROLLOUT_STARTUP_TIMEOUT)),
+    )
     d.trainer_args.pop("vllm_server_timeout", None)
 
 
@@ -824,8 +860,14 @@ def _trainer_env(d: Draft) -> dict[str, str]:
     else:
         env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU run must not initialise a GPU it was not given
     if s.NNODES > 1:
-        env.update({"NNODES": str(s.NNODES), "NODE_RANK": str(s.NODE_RANK), "MASTER_ADDR": s.MASTER_ADDR,
-                    "MASTER_PORT": str(s.MASTER_PORT)})  # fmt: skip
+        env.update(
+            {
+                "NNODES": str(s.NNODES),
+                "NODE_RANK": str(s.NODE_RANK),
+                "MASTER_ADDR": s.MASTER_ADDR,
+                "MASTER_PORT": str(s.MASTER_PORT),
+            }
+        )
         env.setdefault("NPROC_PER_NODE", "1")
     elif layout.nproc_per_node > 1 or layout.train_gpus:
         # torchrun's default 29500 collides with any other run on the host; pick a free one unless set.
@@ -864,7 +906,7 @@ def _trainer(d: Draft) -> None:
                 f"port {WEIGHT_SYNC_PORT}",
                 "is in use; it is the weight-sync rendezvous (fixed in ms-swift 3.6.4)",
                 "stop the other GRPO run or rollout server on this machine (only one server-mode run fits per host)",
-            )  # fmt: skip
+            )
         )
 
 
@@ -879,10 +921,20 @@ def _export(d: Draft) -> None:
     trainer = next((p for p in d.processes if p.role == "trainer"), None)
     if not d.recipe.settings.EXPORT_MERGED or trainer is None or d.recipe.settings.NODE_RANK != 0:
         return
-    args = flags(("adapters", CHECKPOINT), ("merge_lora", "true"), ("load_args", "false"), ("model", d.model_path),
-                 ("output_dir", d.run_dir / MERGED_TMP)) + [Flag("external_plugins", tuple(d.plugins))]  # fmt: skip
-    args += _args({name: d.trainer_args[name] for name in ("model_type", "template", "torch_dtype", "use_hf")
-                   if name in d.trainer_args})  # fmt: skip
+    args = flags(
+        ("adapters", CHECKPOINT),
+        ("merge_lora", "true"),
+        ("load_args", "false"),
+        ("model", d.model_path),
+        ("output_dir", d.run_dir / MERGED_TMP),
+    ) + [Flag("external_plugins", tuple(d.plugins))]
+    args += _args(
+        {
+            name: d.trainer_args[name]
+            for name in ("model_type", "template", "torch_dtype", "use_hf")
+            if name in d.trainer_args
+        }
+    )
     env = {
         k: v
         for k, v in trainer.env.items()
@@ -902,8 +954,10 @@ def _memory(plan: Plan) -> Plan:
         return plan
     note = b.note
     if w.dims.params > memory.CALIBRATED_MAX_PARAMS:
-        note += (f"; extrapolated: the coefficients were fitted on models up to 1.5B parameters, this one has "
-                 f"{w.dims.params / 1e9:.1f}B (bench/calibration/memory-calibration.json)")  # fmt: skip
+        note += (
+            f"; extrapolated: the coefficients were fitted on models up to 1.5B parameters, this one has "
+            f"{w.dims.params / 1e9:.1f}B (bench/calibration/memory-calibration.json)"
+        )
     ram = tuple(budget_mod.host_ram(plan.recipe, plan.layout, b).items())
     return dataclasses.replace(
         plan, memory=tuple(b.estimates(plan.layout)), memory_note=(note,), host_ram=ram

@@ -292,14 +292,17 @@ def _ordinals(
                     if len(unknown) == 1
                     else f"GPUs {', '.join(map(str, unknown[:-1]))} and {unknown[-1]} do not exist"
                 )
-                + (f" on the machine {inventory.source[5:]} describes" if inventory.source.startswith("file:")
-                   else " in this container")
+                + (
+                    f" on the machine {inventory.source[5:]} describes"
+                    if inventory.source.startswith("file:")
+                    else " in this container"
+                )
                 + ". Visible:\n    "
                 + inventory.table().replace("\n", "\n    ")
                 + f"\n  {DOCKER_RENUMBERING}",
                 _ordinals_fix(key, visible),
             )
-        )  # fmt: skip
+        )
         return None
     return values
 
@@ -310,8 +313,10 @@ def _ordinals_fix(key: str, visible: list[int]) -> str:
     if not visible:
         return "expose GPUs first"
     if key == "ROLLOUT_GPUS" and len(visible) == 1:
-        return (f"leave ROLLOUT_GPUS empty: with one GPU vLLM runs colocated on it (TRAIN_GPUS={visible[0]}); a "
-                "rollout server needs a GPU of its own")  # fmt: skip
+        return (
+            f"leave ROLLOUT_GPUS empty: with one GPU vLLM runs colocated on it (TRAIN_GPUS={visible[0]}); a "
+            "rollout server needs a GPU of its own"
+        )
     if key == "ROLLOUT_GPUS":
         train = f"{visible[0]}-{visible[-2]}" if len(visible) > 2 else str(visible[0])
         return f"for example ROLLOUT_GPUS={visible[-1]} with TRAIN_GPUS={train} (the list above; each needs its own)"
@@ -341,9 +346,14 @@ def _rollout_only(recipe: Recipe, rollout: list[int], problems: list[Problem]) -
             )
         )
     tp = recipe.rollout_args.tensor_parallel_size
-    return Layout(mode="server", train_gpus=(), rollout_gpus=tuple(rollout),
-                  rollout_host=connect_address(recipe.settings.ROLLOUT_BIND), rollout_tp=tp,
-                  rollout_dp=max(1, len(rollout) // tp))  # fmt: skip
+    return Layout(
+        mode="server",
+        train_gpus=(),
+        rollout_gpus=tuple(rollout),
+        rollout_host=connect_address(recipe.settings.ROLLOUT_BIND),
+        rollout_tp=tp,
+        rollout_dp=max(1, len(rollout) // tp),
+    )
 
 
 def _training_gpus(
@@ -373,7 +383,7 @@ def _mode(
                 "ROLLOUT_HOST",
                 "set together with ROLLOUT_GPUS",
                 "ROLLOUT_GPUS for a rollout here, ROLLOUT_HOST for one on another node; not both",
-            )  # fmt: skip
+            )
         )
     if (rollout or s.ROLLOUT_HOST) and not use_vllm:
         problems.append(
@@ -381,7 +391,7 @@ def _mode(
                 "ROLLOUT_GPUS" if rollout else "ROLLOUT_HOST",
                 "a dedicated rollout server needs vLLM, but USE_VLLM is false",
                 "set USE_VLLM=true, or drop the rollout keys to generate inside the trainer",
-            )  # fmt: skip
+            )
         )
     overlap = sorted(set(train) & set(rollout))
     if overlap:
@@ -399,7 +409,7 @@ def _mode(
                 "ROLLOUT_GPUS",
                 f"leaves no GPU for training ({visible} visible, {len(rollout)} for the rollout)",
                 "server mode needs at least 2 GPUs; on one GPU empty ROLLOUT_GPUS to colocate",
-            )  # fmt: skip
+            )
         )
     if not train and use_vllm and not problems:
         problems.append(

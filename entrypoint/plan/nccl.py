@@ -143,24 +143,34 @@ def _unset_ifname(interfaces: Sequence[str] | None, listed: str) -> Problem:
     only when that choice cannot reach another node (lo, docker*) or is several interfaces at once."""
     where = "NCCL_SOCKET_IFNAME"
     if interfaces is None:
-        return Problem(where, "unset on a run over several nodes without InfiniBand; NCCL picks an interface itself "
-                       "(ib*, else any but docker*/lo), and this inventory does not list the interfaces",
-                       "set NCCL_SOCKET_IFNAME=<interface> if the nodes share more than one network", fatal=False)  # fmt: skip
+        return Problem(
+            where,
+            "unset on a run over several nodes without InfiniBand; NCCL picks an interface itself "
+            "(ib*, else any but docker*/lo), and this inventory does not list the interfaces",
+            "set NCCL_SOCKET_IFNAME=<interface> if the nodes share more than one network",
+            fatal=False,
+        )
     picked = nccl_default_interfaces(interfaces)
     if len(picked) == 1 and not picked[0].startswith(("docker", "lo")):
-        return Problem(where, f"unset on a run over several nodes without InfiniBand: NCCL will likely use "
-                       f"{picked[0]} (its default: ib*, else any interface but docker*/lo; this node has: {listed})",
-                       f"set NCCL_SOCKET_IFNAME={picked[0]} to make it explicit, or another interface the nodes share",
-                       fatal=False)  # fmt: skip
+        return Problem(
+            where,
+            f"unset on a run over several nodes without InfiniBand: NCCL will likely use "
+            f"{picked[0]} (its default: ib*, else any interface but docker*/lo; this node has: {listed})",
+            f"set NCCL_SOCKET_IFNAME={picked[0]} to make it explicit, or another interface the nodes share",
+            fatal=False,
+        )
     if not picked or picked[0].startswith(("docker", "lo")):
         why = f"only {', '.join(picked) or 'no interface'}, which cannot reach another node"
     else:
         why = (
             f"{', '.join(picked)} at once, and a run hangs when one of them does not route to the other nodes"
         )
-    return Problem(where, f"unset on a run over several nodes without InfiniBand: NCCL would use {why} "
-                   f"(this node has: {listed})",
-                   "set NCCL_SOCKET_IFNAME=<interface> (the one on the network the nodes share), the same on every node")  # fmt: skip
+    return Problem(
+        where,
+        f"unset on a run over several nodes without InfiniBand: NCCL would use {why} "
+        f"(this node has: {listed})",
+        "set NCCL_SOCKET_IFNAME=<interface> (the one on the network the nodes share), the same on every node",
+    )
 
 
 def decide_multi_node(

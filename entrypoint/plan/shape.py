@@ -82,8 +82,14 @@ def _round_up(x: float, step: float) -> float:
 
 
 # keys whose value from any layer fixes the shape there: the planner never changes them
-_SHAPE_KEYS = ("PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "GENERATION_BATCH_SIZE",
-               "STEPS_PER_GENERATION", "VLLM_GPU_MEMORY_UTILIZATION", "SLEEP_LEVEL")  # fmt: skip
+_SHAPE_KEYS = (
+    "PER_DEVICE_TRAIN_BATCH_SIZE",
+    "GRADIENT_ACCUMULATION_STEPS",
+    "GENERATION_BATCH_SIZE",
+    "STEPS_PER_GENERATION",
+    "VLLM_GPU_MEMORY_UTILIZATION",
+    "SLEEP_LEVEL",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,14 +200,24 @@ def _fastest_choices(
     engines = engine_options(r, layout, w, budget) if current.colocate is not None else []
     if len(levers) <= 1 and len(engines) <= 1:
         return None
-    runs = _by_predicted_step(r, layout, budget, cut.per_process, cut.user, engines, current,
-                              lambda co: _fastest(w, co, cut.per_process, candidates, levers, estimate))  # fmt: skip
+    runs = _by_predicted_step(
+        r,
+        layout,
+        budget,
+        cut.per_process,
+        cut.user,
+        engines,
+        current,
+        lambda co: _fastest(w, co, cut.per_process, candidates, levers, estimate),
+    )
     if not runs:
         return None
     best = runs[0]
     chosen = cut.choices(best.shape.per_device, best.shape.why)
-    lever_why = (f"the fastest shape that fits: {best.shape.seconds:.1f} s of training per step, chosen with "
-                 f"PER_DEVICE_TRAIN_BATCH_SIZE={best.shape.per_device} (its line says against what)")  # fmt: skip
+    lever_why = (
+        f"the fastest shape that fits: {best.shape.seconds:.1f} s of training per step, chosen with "
+        f"PER_DEVICE_TRAIN_BATCH_SIZE={best.shape.per_device} (its line says against what)"
+    )
     if not r.is_set("GRADIENT_CHECKPOINTING"):
         chosen.append(Choice("GRADIENT_CHECKPOINTING", best.shape.checkpointing, lever_why))
     if not r.is_set("USE_LIGER_KERNEL"):
@@ -242,8 +258,10 @@ def _largest_that_fits(
             return cut.choices(pd, why)
         bigger = Verdict(pd, worst)
     smallest = bigger  # candidates is never empty here
-    why = (f"no micro-batch leaves {HEADROOM:.0%} free; even {smallest.per_device} is predicted at "
-           f"{smallest.worst.peak_gib:.1f} of {smallest.worst.card_gib:.1f} GiB")  # fmt: skip
+    why = (
+        f"no micro-batch leaves {HEADROOM:.0%} free; even {smallest.per_device} is predicted at "
+        f"{smallest.worst.peak_gib:.1f} of {smallest.worst.card_gib:.1f} GiB"
+    )
     return cut.choices(smallest.per_device, why)
 
 
@@ -332,14 +350,18 @@ def _engine_why(runs: list[EngineRun]) -> str:
     def one(run: EngineRun) -> str:
         steps, fastest, gen = run.scheduler_steps, run.shape, run.generation
         what = "vLLM's V0 engine, multi-step scheduling" if steps > 1 else "ms-swift's V1 engine"
-        return (f"{what} ({steps} decode step(s) per schedule): {run.seconds:.1f} s per step (generation round "
-                f"{gen.seconds:.1f} s: {gen.render()}; training {fastest.seconds:.1f} s), peak "
-                f"{fastest.worst.peak_gib:.1f} of {fastest.worst.card_gib:.1f} GiB")  # fmt: skip
+        return (
+            f"{what} ({steps} decode step(s) per schedule): {run.seconds:.1f} s per step (generation round "
+            f"{gen.seconds:.1f} s: {gen.render()}; training {fastest.seconds:.1f} s), peak "
+            f"{fastest.worst.peak_gib:.1f} of {fastest.worst.card_gib:.1f} GiB"
+        )
 
     best = one(runs[0])
     rest = "; ".join(one(run) for run in runs[1:]) or "no other engine fits"
-    return (f"the least predicted step time of the engines whose shape fits: {best}; against {rest} "
-            "(speed.generation_time, bench/calibration/generation-calibration.json)")  # fmt: skip
+    return (
+        f"the least predicted step time of the engines whose shape fits: {best}; against {rest} "
+        "(speed.generation_time, bench/calibration/generation-calibration.json)"
+    )
 
 
 class _Trial(NamedTuple):
@@ -383,8 +405,9 @@ def _fastest(
     fits: list[_Trial] = []
     for pd in candidates:
         for ckpt, liger in levers:
-            trial = dataclasses.replace(w, per_device=pd, generation_per_device=per_process,
-                                        gradient_checkpointing=ckpt, liger=liger)  # fmt: skip
+            trial = dataclasses.replace(
+                w, per_device=pd, generation_per_device=per_process, gradient_checkpointing=ckpt, liger=liger
+            )
             co = dataclasses.replace(colocate, liger=liger) if colocate is not None else None
             worst = min(
                 (e for e in estimate(trial, co) if not e.role.startswith("rollout")), key=lambda e: e.headroom
@@ -396,13 +419,17 @@ def _fastest(
         return None
     fits.sort(key=_Trial.rank)
     best, t = fits[0], fits[0].time
-    why = (f"the least predicted training time per step (forward and backward; the generation round, the same "
-           f"for every shape, aside), {t.seconds:.1f} s ({t.render()}), of the shapes whose "
-           f"predicted peak leaves at least {HEADROOM:.0%} free: {best.worst.peak_gib:.1f} of {best.worst.card_gib:.1f} GiB")  # fmt: skip
+    why = (
+        f"the least predicted training time per step (forward and backward; the generation round, the same "
+        f"for every shape, aside), {t.seconds:.1f} s ({t.render()}), of the shapes whose "
+        f"predicted peak leaves at least {HEADROOM:.0%} free: {best.worst.peak_gib:.1f} of {best.worst.card_gib:.1f} GiB"
+    )
     own = [f for f in fits if f.changed == 0]
     if own and own[0] is not best:
-        why += (f"; without turning a lever (checkpointing and liger as the recipe or ms-swift has them), micro-batch "
-                f"{own[0].per_device}: {own[0].time.seconds:.1f} s ({own[0].time.render()})")  # fmt: skip
+        why += (
+            f"; without turning a lever (checkpointing and liger as the recipe or ms-swift has them), micro-batch "
+            f"{own[0].per_device}: {own[0].time.seconds:.1f} s ({own[0].time.render()})"
+        )
     return Fastest(best.per_device, best.checkpointing, best.liger, t.seconds, best.worst, why)
 
 
@@ -415,9 +442,14 @@ def rollout_share(r: Recipe, layout: Layout, budget: Budget) -> list[Choice]:
         return []
     card = min(budget.card(g) for g in layout.rollout_gpus)
     share = memory.rollout_share_with_headroom(card)
-    return [Choice("ROLLOUT_GPU_MEMORY_UTILIZATION", round(share, 2),
-                   f"the largest share that leaves {memory.HEADROOM_WARNING:.0%} of the {card:.1f} GiB card free beside "
-                   f"the CUDA context ({memory.CUDA_CONTEXT_GIB} GiB); ms-swift's default is 0.9")]  # fmt: skip
+    return [
+        Choice(
+            "ROLLOUT_GPU_MEMORY_UTILIZATION",
+            round(share, 2),
+            f"the largest share that leaves {memory.HEADROOM_WARNING:.0%} of the {card:.1f} GiB card free beside "
+            f"the CUDA context ({memory.CUDA_CONTEXT_GIB} GiB); ms-swift's default is 0.9",
+        )
+    ]
 
 
 class VllmShare(NamedTuple):
@@ -485,10 +517,14 @@ def one_copy_levers(r: Recipe, layout: Layout, budget: Budget, why: str = "") ->
     # whether both copies fit beside the round on the card, whichever engine counts what (v0=False counts all)
     if not why and (not per_process or smallest_share(budget, layout, per_process, v0=False).holds):
         return []
-    why = why or (f"no vLLM share of this card holds both copies of the {w.dims.params / 1e9:.1f}B model's weights "
-                  "beside its generation round")  # fmt: skip
-    why += (": one copy on the GPU at a time (the trainer in CPU memory while vLLM generates, vLLM asleep while "
-            "the trainer trains; docs/benchmarks/one-card-7b.md)")  # fmt: skip
+    why = why or (
+        f"no vLLM share of this card holds both copies of the {w.dims.params / 1e9:.1f}B model's weights "
+        "beside its generation round"
+    )
+    why += (
+        ": one copy on the GPU at a time (the trainer in CPU memory while vLLM generates, vLLM asleep while "
+        "the trainer trains; docs/benchmarks/one-card-7b.md)"
+    )
     return [
         Choice("OFFLOAD_MODEL", True, why),
         Choice(
@@ -576,8 +612,10 @@ def _vllm_share(
     if "VLLM_GPU_MEMORY_UTILIZATION" not in user:
         card = min(budget.card(g) for g in layout.train_gpus)
         util, holds, need = smallest_share(budget, layout, per_process, v0)
-        what = (f"this process's generation round ({per_process} sequences of ~{tokens} tokens) and one sequence of "
-                f"{current.max_model_len} (with {KV_MARGIN}x margin: {need:.2f} GiB)")  # fmt: skip
+        what = (
+            f"this process's generation round ({per_process} sequences of ~{tokens} tokens) and one sequence of "
+            f"{current.max_model_len} (with {KV_MARGIN}x margin: {need:.2f} GiB)"
+        )
         out.append(
             Choice(
                 "VLLM_GPU_MEMORY_UTILIZATION",
@@ -618,13 +656,18 @@ def _vllm_share(
         )
     alloc = budget_allocator(r, layout, sleep)
     if alloc:
-        out.append(Choice("PYTORCH_CUDA_ALLOC_CONF", alloc,
-                          "vLLM's KV cache and the trainer's tensors share one process: torch's caching allocator "
-                          "would grow the peak by whole working sets as longer batches arrive (measured: 15.2 -> 19.3 "
-                          "GiB at the fourth step of countdown-1x4090), expandable segments grow one mapping ("
-                          f"{memory.coefficients()['colocate_logit_bytes']:.0f} bytes per logit entry on the card "
-                          f"against {memory.coefficients()['colocate_torch_logit_bytes']:.0f}, fitted: "
-                          "bench/calibration/memory-calibration.json; budget.allocator)"))  # fmt: skip
+        out.append(
+            Choice(
+                "PYTORCH_CUDA_ALLOC_CONF",
+                alloc,
+                "vLLM's KV cache and the trainer's tensors share one process: torch's caching allocator "
+                "would grow the peak by whole working sets as longer batches arrive (measured: 15.2 -> 19.3 "
+                "GiB at the fourth step of countdown-1x4090), expandable segments grow one mapping ("
+                f"{memory.coefficients()['colocate_logit_bytes']:.0f} bytes per logit entry on the card "
+                f"against {memory.coefficients()['colocate_torch_logit_bytes']:.0f}, fitted: "
+                "bench/calibration/memory-calibration.json; budget.allocator)",
+            )
+        )
     return Colocated(
         dataclasses.replace(
             current,

@@ -42,8 +42,14 @@ if TYPE_CHECKING:
 ROLES = {"system", "user", "assistant", "tool", "tool_call", "tool_response"}
 # Columns ms-swift 3.6.4 reads a row's prompt from: the conversation columns and those its preprocessors
 # rename to `query` (swift_schema.preprocessors(), read from v3.6.4:swift/llm/dataset/preprocessor/core.py).
-PROMPT_COLUMNS = tuple(dict.fromkeys([*MESSAGE_COLUMNS, *(k for k, v in swift_schema.preprocessors()["response"]["columns"].items()
-                                                          if v == "query")]))  # fmt: skip
+PROMPT_COLUMNS = tuple(
+    dict.fromkeys(
+        [
+            *MESSAGE_COLUMNS,
+            *(k for k, v in swift_schema.preprocessors()["response"]["columns"].items() if v == "query"),
+        ]
+    )
+)
 # Columns users commonly have instead of the one a reward reads (an SFT set's answer: response, output).
 SYNONYMS = {
     "solution": [
@@ -73,8 +79,11 @@ def check_messages(path: Path, rows: Iterable[tuple[int, dict]]) -> list[Problem
         if found is not None:
             problems.append(found)
     if more:
-        problems.append(Problem(f"dataset {path}", f"{more} more row(s) have faults like these",
-                                "fix them as the ones above"))  # fmt: skip
+        problems.append(
+            Problem(
+                f"dataset {path}", f"{more} more row(s) have faults like these", "fix them as the ones above"
+            )
+        )
     return problems
 
 
@@ -87,12 +96,18 @@ def _row_problem(path: Path, number: int, row: dict) -> Problem | None:
         # user turn of it, and an answer turn that the rollout drops before generating (as below)
         if any(c in row for c in PROMPT_COLUMNS):
             return None
-        return Problem(where, f"has no prompt: no `messages` column (columns: {', '.join(sorted(row)) or 'none'})",
-                       'add "messages": [{"role": "user", "content": "..."}]')  # fmt: skip
+        return Problem(
+            where,
+            f"has no prompt: no `messages` column (columns: {', '.join(sorted(row)) or 'none'})",
+            'add "messages": [{"role": "user", "content": "..."}]',
+        )
     messages = standard_messages(row[column])
     if isinstance(row[column], str) and messages is None:
-        return Problem(where, f"`{column}` is text that ms-swift cannot read as a list (it reads text with "
-                       "ast.literal_eval)", 'write it as a list literal, e.g. [{"role": "user", "content": "..."}]')  # fmt: skip
+        return Problem(
+            where,
+            f"`{column}` is text that ms-swift cannot read as a list (it reads text with ast.literal_eval)",
+            'write it as a list literal, e.g. [{"role": "user", "content": "..."}]',
+        )
     if not isinstance(messages, list) or not messages:
         return Problem(
             where, f"`{column}` must be a non-empty list", 'e.g. [{"role": "user", "content": "..."}]'
@@ -100,8 +115,11 @@ def _row_problem(path: Path, number: int, row: dict) -> Problem | None:
     if not all(
         isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str) for m in messages
     ):
-        return Problem(where, "each message needs a role (system/user/assistant/tool) and a string content",
-                       'e.g. {"role": "user", "content": "..."}')  # fmt: skip
+        return Problem(
+            where,
+            "each message needs a role (system/user/assistant/tool) and a string content",
+            'e.g. {"role": "user", "content": "..."}',
+        )
     if not any(m["role"] == "user" for m in messages):
         return Problem(
             where,
@@ -131,18 +149,28 @@ def check_columns(
         who = ", ".join(readers)
         source = received.get(column)
         if source is None and column in read.standard:  # the column is there, but ms-swift consumes it
-            problems.append(Problem(f"dataset {path}", f"reward {who} reads the `{column}` column, but ms-swift 3.6.4 "
-                                    f"makes it the {ROLES_OF.get(read.standard[column], read.standard[column])} of "
-                                    f"`messages` (its {read.preprocessor} preprocessor), so the reward never receives "
-                                    f"it [source: {swift_schema.PREPROCESSOR_SOURCE}]",
-                                    f"rename the `{column}` column to `solution` (ms-swift keeps `solution` for the "
-                                    f"rewards) and read `solution` in {who}; or keep `{column}` and give the prompt "
-                                    "as `messages` (ms-swift then passes the other columns as they are)"))  # fmt: skip
+            problems.append(
+                Problem(
+                    f"dataset {path}",
+                    f"reward {who} reads the `{column}` column, but ms-swift 3.6.4 "
+                    f"makes it the {ROLES_OF.get(read.standard[column], read.standard[column])} of "
+                    f"`messages` (its {read.preprocessor} preprocessor), so the reward never receives "
+                    f"it [source: {swift_schema.PREPROCESSOR_SOURCE}]",
+                    f"rename the `{column}` column to `solution` (ms-swift keeps `solution` for the "
+                    f"rewards) and read `solution` in {who}; or keep `{column}` and give the prompt "
+                    "as `messages` (ms-swift then passes the other columns as they are)",
+                )
+            )
             continue
         if source is None and read.names.get(column) not in (None, column):
-            problems.append(Problem(f"dataset {path}", f"reward {who} reads the `{column}` column, which ms-swift 3.6.4 "
-                                    f"passes as `{read.names[column]}` (its column mapping renames it)",
-                                    f"read `{read.names[column]}` in {who}, or rename the column in the file"))  # fmt: skip
+            problems.append(
+                Problem(
+                    f"dataset {path}",
+                    f"reward {who} reads the `{column}` column, which ms-swift 3.6.4 "
+                    f"passes as `{read.names[column]}` (its column mapping renames it)",
+                    f"read `{read.names[column]}` in {who}, or rename the column in the file",
+                )
+            )
             continue
         missing = [number for number, row in rows if (source or column) not in row]
         if not missing:
@@ -249,8 +277,9 @@ def check(
     total_prompts: int | None = 0
     for text in specs:
         spec = parse_spec(text)
-        found, prompts = _check_one(text, spec, needed, offline, use_hf, facts, key, max_length=max_length,
-                                    mapping=mapping)  # fmt: skip
+        found, prompts = _check_one(
+            text, spec, needed, offline, use_hf, facts, key, max_length=max_length, mapping=mapping
+        )
         problems += found
         total_prompts = None if prompts is None or total_prompts is None else total_prompts + prompts
     # a dataset with no rows at all has its own problem: "add prompts" is the whole of the fix there
@@ -284,18 +313,33 @@ def _check_one(
     where = f"{key} {text}"
     if not is_local(spec.path):
         if not HUB_ID_RE.match(spec.path):
-            return [Problem(where, "is neither an existing file nor a hub id (org/name[:subset][#rows])",
-                            "mount the file (./data -> /data) and give its container path")], None  # fmt: skip
+            return [
+                Problem(
+                    where,
+                    "is neither an existing file nor a hub id (org/name[:subset][#rows])",
+                    "mount the file (./data -> /data) and give its container path",
+                )
+            ], None
         if offline and facts.hub_cached(spec.path, "datasets", use_hf) is None:
-            return [Problem(where, "this run is offline and the dataset is not in the local hub cache; the hub's "
-                            f"library would look in {facts.hub_where(spec.path, 'datasets', use_hf)}",
-                            "download it once with network access (same cache volume), or use a local file")], None  # fmt: skip
+            return [
+                Problem(
+                    where,
+                    "this run is offline and the dataset is not in the local hub cache; the hub's "
+                    f"library would look in {facts.hub_where(spec.path, 'datasets', use_hf)}",
+                    "download it once with network access (same cache volume), or use a local file",
+                )
+            ], None
         return [], None
     path = Path(spec.path).expanduser()
     info = facts.path(path)
     if not info.reachable:
-        return [Problem(where, f"cannot be reached by uid {facts.uid} (a parent directory is not readable)",
-                        "chmod a+rx the directories on the host (./data is mounted read-only at /data)")], None  # fmt: skip
+        return [
+            Problem(
+                where,
+                f"cannot be reached by uid {facts.uid} (a parent directory is not readable)",
+                "chmod a+rx the directories on the host (./data is mounted read-only at /data)",
+            )
+        ], None
     if info.exists and not info.is_file:  # a directory, a device: nothing to look for elsewhere
         return [Problem(where, info.unusable_file(), "give the path of a JSONL (or JSON, CSV) file")], None
     if not info.is_file:
@@ -346,7 +390,7 @@ def prompt_token_bounds(row: dict) -> tuple[int, int]:
         for m in (messages if isinstance(messages, list) else [messages])
     )
     ascii_chars = sum(1 for ch in text if ord(ch) < 128)
-    return ascii_chars // 6 + (len(text) - ascii_chars) // 2, memory.estimate_prompt_tokens([row])  # fmt: skip
+    return ascii_chars // 6 + (len(text) - ascii_chars) // 2, memory.estimate_prompt_tokens([row])
 
 
 def check_lengths(path: Path, rows: list[tuple[int, dict]], max_length: int | None) -> list[Problem]:
@@ -360,15 +404,29 @@ def check_lengths(path: Path, rows: list[tuple[int, dict]], max_length: int | No
     bounds = [(number, *prompt_token_bounds(row)) for number, row in rows if isinstance(row, dict)]
     maybe = [(number, high) for number, low, high in bounds if high > max_length]
     surely = [low for _, low, _ in bounds if low > max_length]
-    where, fix = f"dataset {path}", ("raise MAX_LENGTH above the longest prompt plus MAX_COMPLETION_LENGTH, or "
-                                     "shorten the prompts")  # fmt: skip
+    where, fix = (
+        f"dataset {path}",
+        ("raise MAX_LENGTH above the longest prompt plus MAX_COMPLETION_LENGTH, or shorten the prompts"),
+    )
     if bounds and len(surely) == len(bounds):
-        return [Problem(where, f"every row read has a prompt longer than MAX_LENGTH={max_length} (at least "
-                        f"{min(surely)} tokens): ms-swift drops such rows after loading the model, leaving nothing "
-                        "to train on", fix)]  # fmt: skip
+        return [
+            Problem(
+                where,
+                f"every row read has a prompt longer than MAX_LENGTH={max_length} (at least "
+                f"{min(surely)} tokens): ms-swift drops such rows after loading the model, leaving nothing "
+                "to train on",
+                fix,
+            )
+        ]
     if maybe:
         number, high = max(maybe, key=lambda m: m[1])
-        return [Problem(where, f"{len(maybe)} of {len(bounds)} rows read may have a prompt longer than "
-                        f"MAX_LENGTH={max_length} (up to about {high} tokens, line {number}): ms-swift drops them",
-                        fix, fatal=False)]  # fmt: skip
+        return [
+            Problem(
+                where,
+                f"{len(maybe)} of {len(bounds)} rows read may have a prompt longer than "
+                f"MAX_LENGTH={max_length} (up to about {high} tokens, line {number}): ms-swift drops them",
+                fix,
+                fatal=False,
+            )
+        ]
     return []

@@ -52,8 +52,14 @@ def check_driver(plan: Plan) -> list[Problem]:
         ]
     if rtx40 and driver < Version(RECOMMENDED_DRIVER_RTX40):
         # accelerate's check needs more than one GPU visible, one an RTX 40 (plan/nccl.py): said only where it fires
-        check = ("; with more than one GPU visible, one of them an RTX 40, it also trips accelerate's RTX 40 check (handled by the "
-                 "NCCL settings: NCCL_P2P_DISABLE and NCCL_IB_DISABLE above)") if nccl.accelerate_rtx40_check_fires(inv) else ""  # fmt: skip
+        check = (
+            (
+                "; with more than one GPU visible, one of them an RTX 40, it also trips accelerate's RTX 40 check (handled by the "
+                "NCCL settings: NCCL_P2P_DISABLE and NCCL_IB_DISABLE above)"
+            )
+            if nccl.accelerate_rtx40_check_fires(inv)
+            else ""
+        )
         return [
             Problem(
                 "NVIDIA driver",
@@ -190,7 +196,7 @@ def check(plan: Plan, facts: Facts, dataloader_workers: int) -> list[Problem]:
                 f"ROLLOUT_PORT {s.ROLLOUT_PORT}",
                 "is in use on this machine",
                 "choose a free port, or leave ROLLOUT_PORT=0 to pick one",
-            )  # fmt: skip
+            )
         )
     if s.ROLLOUT_HOST and facts.ports.rollout_host_error:
         problems.append(
@@ -260,15 +266,25 @@ def _not_writable(where: str, what: str, info: facts_mod.PathInfo, facts: Facts,
     mount (no owner or mode helps, root included), a directory this user owns but may not write (its mode),
     else another owner (`chown_fix`). A chown to the owner it already has fixes nothing."""
     if info.read_only:
-        return Problem(where, f"{what}is on a read-only file system ({info.nearest})",
-                       "mount it read-write (compose: remove :ro from its volume)")  # fmt: skip
+        return Problem(
+            where,
+            f"{what}is on a read-only file system ({info.nearest})",
+            "mount it read-write (compose: remove :ro from its volume)",
+        )
     why = f"; {info.write_error}" if info.write_error else ""
     if info.owner.partition(":")[0] == str(facts.uid):
-        return Problem(where, f"{what}is not writable by this process, though it belongs to its user "
-                       f"(uid:gid {facts.uid}:{facts.gid}, owner {info.owner}{why})",
-                       f"give the owner write permission to {info.nearest}: `chmod u+rwx {info.nearest}`")  # fmt: skip
-    return Problem(where, f"{what}is not writable by this process (uid:gid {facts.uid}:{facts.gid}; "
-                   f"the directory belongs to {info.owner}{why})", chown_fix)  # fmt: skip
+        return Problem(
+            where,
+            f"{what}is not writable by this process, though it belongs to its user "
+            f"(uid:gid {facts.uid}:{facts.gid}, owner {info.owner}{why})",
+            f"give the owner write permission to {info.nearest}: `chmod u+rwx {info.nearest}`",
+        )
+    return Problem(
+        where,
+        f"{what}is not writable by this process (uid:gid {facts.uid}:{facts.gid}; "
+        f"the directory belongs to {info.owner}{why})",
+        chown_fix,
+    )
 
 
 def _check_writable(plan: Plan, facts: Facts) -> list[Problem]:
@@ -430,12 +446,25 @@ def _check_disk(plan: Plan, facts: Facts, info) -> list[Problem]:
     if free < need.surely:
         here = plan.inventory.source == "nvml"
         elsewhere = "" if here else " (planned for another machine, INVENTORY: its output volume needs this)"
-        return [Problem(where, f"{size_text(free)} free; {need.text}; one checkpoint and the export alone need "
-                        f"{size_text(need.surely)}{elsewhere}", _disk_fix(plan, facts), fatal=here)]  # fmt: skip
+        return [
+            Problem(
+                where,
+                f"{size_text(free)} free; {need.text}; one checkpoint and the export alone need "
+                f"{size_text(need.surely)}{elsewhere}",
+                _disk_fix(plan, facts),
+                fatal=here,
+            )
+        ]
     fits = int((free - need.surely + need.checkpoint) // need.checkpoint) if need.checkpoint else 1
-    return [Problem(where, f"{size_text(free)} free; {need.text}: the disk fills after about {fits} checkpoint(s)",
-                    f"set SAVE_TOTAL_LIMIT={max(1, fits - 1)} (the newest checkpoints are kept), or free space; a full "
-                    "disk stops the run cleanly and the same command resumes it", fatal=False)]  # fmt: skip
+    return [
+        Problem(
+            where,
+            f"{size_text(free)} free; {need.text}: the disk fills after about {fits} checkpoint(s)",
+            f"set SAVE_TOTAL_LIMIT={max(1, fits - 1)} (the newest checkpoints are kept), or free space; a full "
+            "disk stops the run cleanly and the same command resumes it",
+            fatal=False,
+        )
+    ]
 
 
 def _disk_fix(plan: Plan, facts: Facts) -> str:
@@ -443,8 +472,14 @@ def _disk_fix(plan: Plan, facts: Facts) -> str:
     when it is on, else free space (cases re-run: 'set EXPORT_MERGED=false' was named when it was off, and
     the 15 MiB checkpoint a full disk had cut short was not)."""
     cut = facts.previous.incomplete
-    fixes = [f"delete {', '.join(f'{plan.run_dir / path} ({size_text(gib)})' for path, gib in cut)}: "
-             "incomplete checkpoints, never resumed from"] if cut else []  # fmt: skip
+    fixes = (
+        [
+            f"delete {', '.join(f'{plan.run_dir / path} ({size_text(gib)})' for path, gib in cut)}: "
+            "incomplete checkpoints, never resumed from"
+        ]
+        if cut
+        else []
+    )
     fixes.append("free space on the output volume")
     if plan.recipe.settings.EXPORT_MERGED:
         fixes.append("set EXPORT_MERGED=false (no merged copy of the model)")

@@ -65,18 +65,42 @@ def _host_ram(plan: Plan) -> list[Problem]:
     if not plan.host_ram or free is None:
         return []
     need = sum(v for _, v in plan.host_ram)
-    what = (f"{plan.host_ram_line().removeprefix('host RAM: ')}"
-            + (" (what was available when the inventory was read)" if plan.inventory.source.startswith("file:") else ""))  # fmt: skip
+    what = f"{plan.host_ram_line().removeprefix('host RAM: ')}" + (
+        " (what was available when the inventory was read)"
+        if plan.inventory.source.startswith("file:")
+        else ""
+    )
     if need > free:
         alternatives = [f for f in (_qlora(plan),) if f]
-        fix = "; or ".join([*alternatives, f"free {need - free:.0f} GiB more RAM (other programs), or a machine with "
-                            f"at least {need + 1:.0f} GiB available; or a smaller MODEL"])  # fmt: skip
-        return [Problem("host RAM", f"does not fit: {what}: the kernel's OOM killer would end the run at its first "
-                        "offload", fix + ("; or MEMORY_CHECK=warn to try anyway" if plan.recipe.settings.MEMORY_CHECK == "error" else ""),
-                        fatal=plan.recipe.settings.MEMORY_CHECK == "error")]  # fmt: skip
+        fix = "; or ".join(
+            [
+                *alternatives,
+                f"free {need - free:.0f} GiB more RAM (other programs), or a machine with "
+                f"at least {need + 1:.0f} GiB available; or a smaller MODEL",
+            ]
+        )
+        return [
+            Problem(
+                "host RAM",
+                f"does not fit: {what}: the kernel's OOM killer would end the run at its first offload",
+                fix
+                + (
+                    "; or MEMORY_CHECK=warn to try anyway"
+                    if plan.recipe.settings.MEMORY_CHECK == "error"
+                    else ""
+                ),
+                fatal=plan.recipe.settings.MEMORY_CHECK == "error",
+            )
+        ]
     if need > (1 - RAM_HEADROOM) * free:
-        return [Problem("host RAM", f"under {RAM_HEADROOM:.0%} left: {what}", "close other programs before the run, "
-                        "or use a machine with more RAM", fatal=False)]  # fmt: skip
+        return [
+            Problem(
+                "host RAM",
+                f"under {RAM_HEADROOM:.0%} left: {what}",
+                "close other programs before the run, or use a machine with more RAM",
+                fatal=False,
+            )
+        ]
     return []
 
 
@@ -89,8 +113,14 @@ def _not_estimated(plan: Plan, note: str) -> list[Problem]:
     r, s = plan.recipe, plan.recipe.settings
     a = r.trainer_args
     if plan.layout.mode != "colocate" or r.is_set("VLLM_GPU_MEMORY_UTILIZATION") or a.sleep_level >= 1:
-        return [Problem("memory", f"not estimated: {note}", "set MEMORY_CHECK=off to silence, or mount the model",
-                        fatal=False)]  # fmt: skip
+        return [
+            Problem(
+                "memory",
+                f"not estimated: {note}",
+                "set MEMORY_CHECK=off to silence, or mount the model",
+                fatal=False,
+            )
+        ]
     util = a.vllm_gpu_memory_utilization
     return [
         Problem(
@@ -111,16 +141,22 @@ def _share_knob(plan: Plan, colocate: memory.Colocate) -> str:
     than the recipe's (shape.smallest_share), never a range that may be what the recipe already has."""
     if plan.recipe.origin("VLLM_GPU_MEMORY_UTILIZATION") is Origin.PLANNER:
         # the planner already chose the smallest share that holds the generation round: lowering it is no knob
-        return ("fewer or shorter completions per generation round (vLLM's share, VLLM_GPU_MEMORY_UTILIZATION="
-                f"{colocate.utilization:.2f}, was chosen by the planner to hold them)")  # fmt: skip
+        return (
+            "fewer or shorter completions per generation round (vLLM's share, VLLM_GPU_MEMORY_UTILIZATION="
+            f"{colocate.utilization:.2f}, was chosen by the planner to hold them)"
+        )
     b = plan.budget
     per_process = shape.step_completions(plan.recipe, b.batch).per_process if b.batch else 0
     smaller = shape.smallest_share(b, plan.layout, per_process) if per_process else None
     if smaller is not None and smaller.holds and smaller.utilization < colocate.utilization:
-        return (f"VLLM_GPU_MEMORY_UTILIZATION={smaller.utilization:.2f} (now {colocate.utilization:.2f}; the smallest share whose KV "
-                "cache holds a generation round)")  # fmt: skip
-    return (f"fewer or shorter completions per generation round (a share below {colocate.utilization:.2f} would not "
-            "hold them)")  # fmt: skip
+        return (
+            f"VLLM_GPU_MEMORY_UTILIZATION={smaller.utilization:.2f} (now {colocate.utilization:.2f}; the smallest share whose KV "
+            "cache holds a generation round)"
+        )
+    return (
+        f"fewer or shorter completions per generation round (a share below {colocate.utilization:.2f} would not "
+        "hold them)"
+    )
 
 
 def _replanned(plan: Plan, changes: Mapping[str, Typed]) -> Plan:
@@ -175,8 +211,12 @@ def _qlora(plan: Plan, headroom: bool = False, extra: Mapping[str, str] | None =
     a = plan.recipe.trainer_args
     if a.bnb_bits or a.train_type != "lora" or plan.recipe.is_set("QUANT_METHOD"):
         return ""
-    return _verified(plan, {"QUANT_METHOD": "bnb", "QUANT_BITS": "4", **(extra or {})}, "QLoRA: both weight "
-                     "copies in bitsandbytes 4-bit, the LoRA adapter trained as now", headroom=headroom)  # fmt: skip
+    return _verified(
+        plan,
+        {"QUANT_METHOD": "bnb", "QUANT_BITS": "4", **(extra or {})},
+        "QLoRA: both weight copies in bitsandbytes 4-bit, the LoRA adapter trained as now",
+        headroom=headroom,
+    )
 
 
 def _one_copy_levers(plan: Plan, headroom: bool = False) -> str:
@@ -195,10 +235,18 @@ def _one_copy_levers(plan: Plan, headroom: bool = False) -> str:
 def _step_knobs(plan: Plan) -> str:
     """What lowers the step's own memory, as far as the recipe has it to lower (no smaller micro-batch at 1)."""
     smaller = plan.recipe.trainer_args.per_device_train_batch_size > 1
-    return ", ".join(["a shorter MAX_COMPLETION_LENGTH"]
-                     + (["a smaller PER_DEVICE_TRAIN_BATCH_SIZE (keep the generation batch with "
-                         "GRADIENT_ACCUMULATION_STEPS)"] if smaller else [])
-                     + ["fewer NUM_GENERATIONS"])  # fmt: skip
+    return ", ".join(
+        ["a shorter MAX_COMPLETION_LENGTH"]
+        + (
+            [
+                "a smaller PER_DEVICE_TRAIN_BATCH_SIZE (keep the generation batch with "
+                "GRADIENT_ACCUMULATION_STEPS)"
+            ]
+            if smaller
+            else []
+        )
+        + ["fewer NUM_GENERATIONS"]
+    )
 
 
 def _knobs(
@@ -212,8 +260,11 @@ def _knobs(
     share = [_share_knob(plan, colocate)] if colocate is not None else []
     step = _step_knobs(plan)
     smaller = plan.recipe.trainer_args.per_device_train_batch_size > 1
-    micro = ("a smaller PER_DEVICE_TRAIN_BATCH_SIZE (raise GRADIENT_ACCUMULATION_STEPS to keep the batch), "
-             if smaller else "")  # fmt: skip
+    micro = (
+        "a smaller PER_DEVICE_TRAIN_BATCH_SIZE (raise GRADIENT_ACCUMULATION_STEPS to keep the batch), "
+        if smaller
+        else ""
+    )
     return {
         "colocate": ", ".join([*verified, *share, step]),
         "server": f"a shorter MAX_COMPLETION_LENGTH, {micro}GRADIENT_CHECKPOINTING=true, DEEPSPEED=zero2 or zero3 "
@@ -232,8 +283,9 @@ def _largest_model_text(
     """A fix for a model too large even with one weight copy on the card: the largest that would fit on the
     one-copy path (vLLM asleep while the trainer trains, the trainer away while vLLM generates), in bf16 LoRA
     and with QLoRA, and QLoRA itself (with the one-copy pieces `missing`) where planning it fits."""
-    colocate = dataclasses.replace(colocate, sleep_level=max(1, colocate.sleep_level), offload_model=True,
-                                   trainer_leaves_first=True)  # fmt: skip
+    colocate = dataclasses.replace(
+        colocate, sleep_level=max(1, colocate.sleep_level), offload_model=True, trainer_leaves_first=True
+    )
     largest = memory.largest_one_copy_params(w, card_gib, colocate)
     kind = "QLoRA, " if w.quant_bits else "bf16 LoRA, "
     also = ""
@@ -241,11 +293,13 @@ def _largest_model_text(
         quantized = memory.largest_one_copy_params(dataclasses.replace(w, quant_bits=4), card_gib, colocate)
         also = f", about {quantized:.1f}B with QLoRA (QUANT_METHOD=bnb QUANT_BITS=4)"
     qlora = _qlora(plan, extra=missing)
-    return ((f"{qlora}; or " if qlora else "")
-            + f"even with one weight copy on the card at a time (OFFLOAD_MODEL, OFFLOAD_OPTIMIZER, SLEEP_LEVEL=1) this "
-            f"{card_gib:.0f} GiB card trains at most about {largest:.1f}B parameters of this kind ({kind}micro-batch 1, "
-            f"{w.completion_tokens}-token completions; this model has {w.dims.params / 1e9:.1f}B){also}: a smaller "
-            "MODEL; or, on several cards, DEEPSPEED=zero3 with VLLM_TENSOR_PARALLEL_SIZE=<the cards> shards both copies")  # fmt: skip
+    return (
+        (f"{qlora}; or " if qlora else "")
+        + f"even with one weight copy on the card at a time (OFFLOAD_MODEL, OFFLOAD_OPTIMIZER, SLEEP_LEVEL=1) this "
+        f"{card_gib:.0f} GiB card trains at most about {largest:.1f}B parameters of this kind ({kind}micro-batch 1, "
+        f"{w.completion_tokens}-token completions; this model has {w.dims.params / 1e9:.1f}B){also}: a smaller "
+        "MODEL; or, on several cards, DEEPSPEED=zero3 with VLLM_TENSOR_PARALLEL_SIZE=<the cards> shards both copies"
+    )
 
 
 def _missing_pieces(plan: Plan, colocate: memory.Colocate) -> dict[str, str]:
@@ -271,15 +325,33 @@ def _one_copy_fix(
     fixes = []
     missing = _missing_pieces(plan, colocate)  # the one-copy pieces the recipe lacks, for QLoRA's fix
     if colocate.sleep_level == 0:
-        fixes.append(_verified(plan, {"SLEEP_LEVEL": "1"}, "awake, vLLM's share stays on the card while the "
-                               "trainer trains", headroom=headroom))  # fmt: skip
+        fixes.append(
+            _verified(
+                plan,
+                {"SLEEP_LEVEL": "1"},
+                "awake, vLLM's share stays on the card while the trainer trains",
+                headroom=headroom,
+            )
+        )
     if not colocate.trainer_leaves_first:
-        fixes.append(_verified(plan, {"DISABLE_HOOKS": missing["DISABLE_HOOKS"]}, "without it ms-swift wakes vLLM's weights while the "
-                               "trainer's are still on the card", say="take offload_before_wake out of DISABLE_HOOKS",
-                               headroom=headroom))  # fmt: skip
+        fixes.append(
+            _verified(
+                plan,
+                {"DISABLE_HOOKS": missing["DISABLE_HOOKS"]},
+                "without it ms-swift wakes vLLM's weights while the trainer's are still on the card",
+                say="take offload_before_wake out of DISABLE_HOOKS",
+                headroom=headroom,
+            )
+        )
     if w.full:
-        fixes.append(_verified(plan, {"TRAIN_TYPE": "lora"}, "full fine-tuning keeps gradients and optimizer states "
-                               "for every weight on the card", headroom=headroom))  # fmt: skip
+        fixes.append(
+            _verified(
+                plan,
+                {"TRAIN_TYPE": "lora"},
+                "full fine-tuning keeps gradients and optimizer states for every weight on the card",
+                headroom=headroom,
+            )
+        )
     fixes.append(_fit_text(plan).removesuffix("; ") if fatal else "")
     fixes = [f for f in fixes if f]
     if fixes or not fatal:
@@ -316,36 +388,55 @@ def _peak_problems(
         )
         if e.role.startswith("rollout"):
             if e.headroom < HEADROOM_WARNING:  # vLLM takes its share up front; the rest is all that is left
-                problems.append(Problem("memory", f"under {HEADROOM_WARNING:.0%} headroom: {what}; anything else on the "
-                                        "card (a display, another process) makes vLLM refuse to start",
-                                        "lower ROLLOUT_GPU_MEMORY_UTILIZATION to "
-                                        f"{memory.rollout_share_with_headroom(e.card_gib):.2f} or less on this "
-                                        f"{e.card_gib:.0f} GiB card", fatal=False))  # fmt: skip
+                problems.append(
+                    Problem(
+                        "memory",
+                        f"under {HEADROOM_WARNING:.0%} headroom: {what}; anything else on the "
+                        "card (a display, another process) makes vLLM refuse to start",
+                        "lower ROLLOUT_GPU_MEMORY_UTILIZATION to "
+                        f"{memory.rollout_share_with_headroom(e.card_gib):.2f} or less on this "
+                        f"{e.card_gib:.0f} GiB card",
+                        fatal=False,
+                    )
+                )
         elif e.peak_gib > e.card_gib:
             sure = (
                 not extrapolated
                 or certain_gib(w, train, e) > e.card_gib
                 or e.peak_gib > memory.EXTRAPOLATED_REFUSE_RATIO * e.card_gib
             )
-            past = (f" (extrapolated beyond the measured models, but {e.peak_gib / e.card_gib:.1f}x the card is past "
-                    f"the planner's uncertainty, {memory.EXTRAPOLATED_REFUSE_RATIO:.2f}x)")  # fmt: skip
+            past = (
+                f" (extrapolated beyond the measured models, but {e.peak_gib / e.card_gib:.1f}x the card is past "
+                f"the planner's uncertainty, {memory.EXTRAPOLATED_REFUSE_RATIO:.2f}x)"
+            )
             if colocate is not None and colocate.offload_model:
                 turn = _one_copy_fix(plan, w, e.card_gib, colocate)
             else:
                 fit = _fit_text(plan)
                 knobs = _knobs(plan, colocate, qlora=not fit)[mode]
                 turn = f"{fit}{'other knobs' if fit else 'turn these knobs'}: {knobs}"
-            problems.append(Problem("memory", f"does not fit: {what}" + (beyond if not sure else past if extrapolated else ""),
-                                    turn + ("; or MEMORY_CHECK=warn to try anyway" if sure else ""),
-                                    fatal=s.MEMORY_CHECK == "error" and sure))  # fmt: skip
+            problems.append(
+                Problem(
+                    "memory",
+                    f"does not fit: {what}" + (beyond if not sure else past if extrapolated else ""),
+                    turn + ("; or MEMORY_CHECK=warn to try anyway" if sure else ""),
+                    fatal=s.MEMORY_CHECK == "error" and sure,
+                )
+            )
         elif e.headroom < HEADROOM_WARNING:
             consider = (
                 _one_copy_fix(plan, w, e.card_gib, colocate, fatal=False)
                 if colocate and colocate.offload_model
                 else _knobs(plan, colocate, fatal=False)[mode]
             )
-            problems.append(Problem("memory", f"under {HEADROOM_WARNING:.0%} headroom: {what}",
-                                    f"consider: {consider}", fatal=False))  # fmt: skip
+            problems.append(
+                Problem(
+                    "memory",
+                    f"under {HEADROOM_WARNING:.0%} headroom: {what}",
+                    f"consider: {consider}",
+                    fatal=False,
+                )
+            )
     return problems
 
 
@@ -358,10 +449,15 @@ def _fit_text(plan: Plan) -> str:
     if fit is None or all(r.raw(k) == text_of(v) for k, v in fit.values.items()):
         return ""
     e = fit.worst
-    text = (f"write {fit.line()}: the largest micro-batch that fits, predicted {e.peak_gib:.1f} of {e.card_gib:.1f} "
-            f"GiB on GPU {e.gpu} ({e.headroom:.0%} free), the same {fit.completions} completions per optimizer step")  # fmt: skip
-    closed = [k for k in ("PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "STEPS_PER_GENERATION")
-              if r.layer(k) in (1, 2, 3)]  # fmt: skip
+    text = (
+        f"write {fit.line()}: the largest micro-batch that fits, predicted {e.peak_gib:.1f} of {e.card_gib:.1f} "
+        f"GiB on GPU {e.gpu} ({e.headroom:.0%} free), the same {fit.completions} completions per optimizer step"
+    )
+    closed = [
+        k
+        for k in ("PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "STEPS_PER_GENERATION")
+        if r.layer(k) in (1, 2, 3)
+    ]
     closed += ["VLLM_GPU_MEMORY_UTILIZATION"] if "VLLM_GPU_MEMORY_UTILIZATION" in fit.values else []
     if closed and r.settings.AUTO_SHAPE:
         keep = "" if r.is_set("GENERATION_BATCH_SIZE") else f"set GENERATION_BATCH_SIZE={fit.completions}, "
@@ -436,7 +532,15 @@ def _kv_shortfalls(
     for size, gpus in by_card.items():
         budget = memory.kv_budget(w, size, colocate.utilization, resident, tp, v0)
         if budget < need:
-            out.append((size, gpus, budget, memory.kv_budget(w, size, memory.VLLM_UTILIZATION_CEILING, resident, tp, v0), need))  # fmt: skip
+            out.append(
+                (
+                    size,
+                    gpus,
+                    budget,
+                    memory.kv_budget(w, size, memory.VLLM_UTILIZATION_CEILING, resident, tp, v0),
+                    need,
+                )
+            )
     return out
 
 
@@ -449,16 +553,20 @@ def _colocated_fits(plan: Plan, w: Workload, card, colocate: memory.Colocate, of
     out: list[Problem] = []
     for size, gpus, budget, at_most, need in _kv_shortfalls(plan, w, card, colocate, offload):
         if at_most >= need:
-            fix = ("raise VLLM_GPU_MEMORY_UTILIZATION, set VLLM_MAX_MODEL_LEN to prompt + completion tokens, or "
-                   "raise VLLM_TENSOR_PARALLEL_SIZE")  # fmt: skip
+            fix = (
+                "raise VLLM_GPU_MEMORY_UTILIZATION, set VLLM_MAX_MODEL_LEN to prompt + completion tokens, or "
+                "raise VLLM_TENSOR_PARALLEL_SIZE"
+            )
         elif model_offloaded:
             fix = _largest_model_text(plan, w, size, colocate, _missing_pieces(plan, colocate))
         else:
             verified = "; or ".join(f for f in (_one_copy_levers(plan), _qlora(plan)) if f)
-            fix = (f"no share of this {size:.0f} GiB card holds both copies of the weights and one sequence: "
-                   + (f"{verified}; or " if verified else "")
-                   + "a rollout server on its own GPU (ROLLOUT_GPUS), VLLM_TENSOR_PARALLEL_SIZE over several GPUs, "
-                   "or a smaller MODEL")  # fmt: skip
+            fix = (
+                f"no share of this {size:.0f} GiB card holds both copies of the weights and one sequence: "
+                + (f"{verified}; or " if verified else "")
+                + "a rollout server on its own GPU (ROLLOUT_GPUS), VLLM_TENSOR_PARALLEL_SIZE over several GPUs, "
+                "or a smaller MODEL"
+            )
         kept = "; the trainer's quantized ones stay" if memory.estimate_training(w).pinned else ""
         counted = (
             f"vLLM's weights (1/{tp} per GPU; its V0 engine counts only its own) are"
@@ -493,8 +601,10 @@ def _rollout_fits(plan: Plan, w: Workload, card) -> list[Problem]:
     for gpu in plan.layout.rollout_gpus:
         kv_budget = util * card(gpu) - weights - VLLM_NON_KV_GIB
         at_most = memory.VLLM_UTILIZATION_CEILING * card(gpu) - weights - VLLM_NON_KV_GIB
-        what = (f"{util} x {card(gpu):.1f} GiB leaves {kv_budget:.1f} GiB for vLLM's KV cache on GPU {gpu} after "
-                f"{weights:.1f} GiB of weights (1/{tp} of the model); one sequence of {length} tokens needs {need:.2f} GiB")  # fmt: skip
+        what = (
+            f"{util} x {card(gpu):.1f} GiB leaves {kv_budget:.1f} GiB for vLLM's KV cache on GPU {gpu} after "
+            f"{weights:.1f} GiB of weights (1/{tp} of the model); one sequence of {length} tokens needs {need:.2f} GiB"
+        )
         if kv_budget < need:
             out.append(
                 Problem(

@@ -70,7 +70,7 @@ def check(plan: Plan, facts: Facts) -> list[Problem]:
                 where,
                 f"{value!r} is neither a local model directory nor a hub id (org/name)",
                 "give a hub id like Qwen/Qwen2.5-0.5B-Instruct or a path",
-            )  # fmt: skip
+            )
         ]
     return []  # offline without a local snapshot: plan._offline_model
 

@@ -47,9 +47,15 @@ def check(plan: Plan, facts: Facts) -> list[Problem]:
         ):  # in the lock: values.check_quantization names the re-sync
             continue
         modules = " and ".join(m.replace("|", " or ") for m in missing)
-        problems.append(Problem(where, f"needs the {need.package} package ({modules} cannot be imported here; the "
-                                f"image's lock, {LOCK}, does not hold it): {need.what} would fail after the "
-                                f"start-up [source: {need.source}]", _fix(need, value, r.trainer, facts, schema)))  # fmt: skip
+        problems.append(
+            Problem(
+                where,
+                f"needs the {need.package} package ({modules} cannot be imported here; the "
+                f"image's lock, {LOCK}, does not hold it): {need.what} would fail after the "
+                f"start-up [source: {need.source}]",
+                _fix(need, value, r.trainer, facts, schema),
+            )
+        )
     return problems + _wandb_login(r.trainer, r.env, defaults, facts)
 
 
@@ -59,8 +65,9 @@ def _fix(need: optional.Need, value: str, trainer, facts: Facts, schema) -> str:
     if key == "REPORT_TO":
         kept = [v for v in trainer.get("report_to", []) if v != value]
         here = optional.working(key, sorted(optional.generated()["report_to"]), facts.importable)
-        return (f"REPORT_TO={' '.join(kept) or 'none'} (these work here: {', '.join(here) or 'none'})"
-                + install)  # fmt: skip
+        return (
+            f"REPORT_TO={' '.join(kept) or 'none'} (these work here: {', '.join(here) or 'none'})" + install
+        )
     spec = schema.get(key.lower())
     if spec is not None and spec.type == "bool":
         return f"{key}=false{install}"
@@ -87,10 +94,25 @@ def _wandb_login(trainer, env, defaults, facts: Facts) -> list[Problem]:
     mode = (env.get("WANDB_MODE") or facts.env.get("WANDB_MODE") or "").lower()
     if "WANDB_API_KEY" in facts.secrets_set or mode in WANDB_OFF or facts.env.get("WANDB_DISABLED"):
         return []
-    fix = ("export WANDB_API_KEY in the environment you start it from (never in a recipe), or WANDB_MODE=offline "
-           "to log to the run directory and `wandb sync` later, or REPORT_TO=tensorboard")  # fmt: skip
+    fix = (
+        "export WANDB_API_KEY in the environment you start it from (never in a recipe), or WANDB_MODE=offline "
+        "to log to the run directory and `wandb sync` later, or REPORT_TO=tensorboard"
+    )
     if facts.in_container:
-        return [Problem("REPORT_TO=wandb", "WANDB_API_KEY is not set and the container has no `wandb login` of its "
-                        "own: wandb would stop the run at its first log line, after the model loaded", fix)]  # fmt: skip
-    return [Problem("REPORT_TO=wandb", "WANDB_API_KEY is not set: unless `wandb login` stored a key in ~/.netrc, "
-                    "wandb stops the run at its first log line, after the model loaded", fix, fatal=False)]  # fmt: skip
+        return [
+            Problem(
+                "REPORT_TO=wandb",
+                "WANDB_API_KEY is not set and the container has no `wandb login` of its "
+                "own: wandb would stop the run at its first log line, after the model loaded",
+                fix,
+            )
+        ]
+    return [
+        Problem(
+            "REPORT_TO=wandb",
+            "WANDB_API_KEY is not set: unless `wandb login` stored a key in ~/.netrc, "
+            "wandb stops the run at its first log line, after the model loaded",
+            fix,
+            fatal=False,
+        )
+    ]

@@ -45,9 +45,13 @@ def check(plan: Plan, facts: Facts) -> list[Problem]:
     """The reward plugins, and the dataset against the columns the rewards read."""
     r, s = plan.recipe, plan.recipe.settings
     infos, problems = rewards_check.check(
-        _plugin_files(plan), list(r.trainer_args.reward_funcs), facts.plugins, facts.plugin_error,
-        lambda f: facts.path(Path(f)).unusable_file(), facts.in_container,
-    )  # fmt: skip
+        _plugin_files(plan),
+        list(r.trainer_args.reward_funcs),
+        facts.plugins,
+        facts.plugin_error,
+        lambda f: facts.path(Path(f)).unusable_file(),
+        facts.in_container,
+    )
     needed: dict[str, list[str]] = {}
     for name, info in infos.items():
         for column in info.columns:
@@ -64,9 +68,17 @@ def check(plan: Plan, facts: Facts) -> list[Problem]:
     ).problems
     if not s.DATASET_GENERATOR:
         found = dataset.check(
-            plan.dataset_paths, needed, prompts_needed, a.split_dataset_ratio, plan.offline, a.use_hf, facts,
-            batch_fix=batch_fix(plan), max_length=a.max_length, mapping=mapping,
-        )  # fmt: skip
+            plan.dataset_paths,
+            needed,
+            prompts_needed,
+            a.split_dataset_ratio,
+            plan.offline,
+            a.use_hf,
+            facts,
+            batch_fix=batch_fix(plan),
+            max_length=a.max_length,
+            mapping=mapping,
+        )
         return problems + found.problems
     generated = set(tasks.TASKS[s.DATASET_GENERATOR].columns)
     for column, readers in needed.items():
@@ -84,6 +96,6 @@ def check(plan: Plan, facts: Facts) -> list[Problem]:
                 f"DATASET_ROWS ({r.source('DATASET_ROWS')})",
                 f"{s.DATASET_ROWS} rows, fewer than one generation batch needs ({prompts_needed})",
                 f"set DATASET_ROWS >= {prompts_needed}",
-            )  # fmt: skip
+            )
         )
     return problems

@@ -183,12 +183,17 @@ def _check_vllm(plan: Plan, facts: Facts, where) -> list[Problem]:
         and w.prompt_tokens + a.max_completion_length > a.vllm_max_model_len
     ):
         room = max(0, a.vllm_max_model_len - w.prompt_tokens)
-        problems.append(Problem(where("VLLM_MAX_MODEL_LEN"),
-                                f"{a.vllm_max_model_len} tokens hold a prompt of ~{w.prompt_tokens} and {room} of the "
-                                f"{a.max_completion_length} completion tokens asked: vLLM ends a completion at its context "
-                                "length, short of the length the run asks for",
-                                f"VLLM_MAX_MODEL_LEN={w.prompt_tokens + a.max_completion_length} (prompt + completion), "
-                                "or a shorter MAX_COMPLETION_LENGTH", fatal=False))  # fmt: skip
+        problems.append(
+            Problem(
+                where("VLLM_MAX_MODEL_LEN"),
+                f"{a.vllm_max_model_len} tokens hold a prompt of ~{w.prompt_tokens} and {room} of the "
+                f"{a.max_completion_length} completion tokens asked: vLLM ends a completion at its context "
+                "length, short of the length the run asks for",
+                f"VLLM_MAX_MODEL_LEN={w.prompt_tokens + a.max_completion_length} (prompt + completion), "
+                "or a shorter MAX_COMPLETION_LENGTH",
+                fatal=False,
+            )
+        )
     if not use_vllm:
         ignored = [
             k
@@ -312,16 +317,22 @@ def _check_adapter_values(r, facts: Facts) -> list[Problem]:
     a, problems = r.trainer_args, []
     for word in a.target_modules:
         if word.lower().startswith("all") and word not in TARGET_MODULE_WORDS:
-            problems.append(Problem(f"TARGET_MODULES ({r.source('TARGET_MODULES')})",
-                                    f"{word!r} is not a word ms-swift 3.6.4 knows (it expands "
-                                    f"{' and '.join(TARGET_MODULE_WORDS)}; ms-swift 2.x spelled every linear layer ALL)",
-                                    "TARGET_MODULES=all-linear"))  # fmt: skip
+            problems.append(
+                Problem(
+                    f"TARGET_MODULES ({r.source('TARGET_MODULES')})",
+                    f"{word!r} is not a word ms-swift 3.6.4 knows (it expands "
+                    f"{' and '.join(TARGET_MODULE_WORDS)}; ms-swift 2.x spelled every linear layer ALL)",
+                    "TARGET_MODULES=all-linear",
+                )
+            )
     return problems
 
 
 # what a bf16 route says where QLoRA cannot run (the planner keeps one weight copy on a card where two do not fit)
-BF16_ROUTE = ("remove QUANT_METHOD and QUANT_BITS to train bf16 LoRA (where two weight copies do not fit a card, the "
-              "planner keeps one on it at a time: recipe countdown-7b-1x4090)")  # fmt: skip
+BF16_ROUTE = (
+    "remove QUANT_METHOD and QUANT_BITS to train bf16 LoRA (where two weight copies do not fit a card, the "
+    "planner keeps one on it at a time: recipe countdown-7b-1x4090)"
+)
 
 
 def check_quantization(plan: Plan, facts: Facts, where) -> list[Problem]:
@@ -337,63 +348,104 @@ def check_quantization(plan: Plan, facts: Facts, where) -> list[Problem]:
     problems: list[Problem] = []
     method = where("QUANT_METHOD")
     if "bitsandbytes" not in facts.importable:
-        problems.append(Problem(f"QUANT_METHOD=bnb ({r.source('QUANT_METHOD')})",
-                                "bitsandbytes cannot be imported by this Python: transformers and vLLM need it to "
-                                "load the weights in 4 or 8 bits, which would fail after the start-up",
-                                "the lock holds bitsandbytes 0.45.5 (requirements/runtime.lock): "
-                                + ("rebuild the image (make build)" if facts.in_container
-                                   else "re-sync the virtualenv from it (make venv)"), kind=LOCAL))  # fmt: skip
+        problems.append(
+            Problem(
+                f"QUANT_METHOD=bnb ({r.source('QUANT_METHOD')})",
+                "bitsandbytes cannot be imported by this Python: transformers and vLLM need it to "
+                "load the weights in 4 or 8 bits, which would fail after the start-up",
+                "the lock holds bitsandbytes 0.45.5 (requirements/runtime.lock): "
+                + (
+                    "rebuild the image (make build)"
+                    if facts.in_container
+                    else "re-sync the virtualenv from it (make venv)"
+                ),
+                kind=LOCAL,
+            )
+        )
     if a.quant_bits not in ("4", "8"):
-        problems.append(Problem(where("QUANT_BITS") if a.quant_bits else "QUANT_BITS",
-                                f"{a.quant_bits or 'unset'} with QUANT_METHOD=bnb: ms-swift 3.6.4 loads bitsandbytes "
-                                "weights in 4 or 8 bits and raises at start-up otherwise "
-                                "(swift/llm/argument/base_args/quant_args.py:42-51)", "QUANT_BITS=4 (QLoRA)"))  # fmt: skip
+        problems.append(
+            Problem(
+                where("QUANT_BITS") if a.quant_bits else "QUANT_BITS",
+                f"{a.quant_bits or 'unset'} with QUANT_METHOD=bnb: ms-swift 3.6.4 loads bitsandbytes "
+                "weights in 4 or 8 bits and raises at start-up otherwise "
+                "(swift/llm/argument/base_args/quant_args.py:42-51)",
+                "QUANT_BITS=4 (QLoRA)",
+            )
+        )
         return problems
     if a.train_type == "full":
-        problems.append(Problem(f"TRAIN_TYPE=full with QUANT_METHOD=bnb ({r.source('QUANT_METHOD')})",
-                                "transformers' Trainer refuses to fine-tune a quantized model without adapters "
-                                "(after loading it: 'You cannot perform fine-tuning on purely quantized models', "
-                                "transformers 4.51.3 trainer.py, Trainer.__init__)",
-                                "TRAIN_TYPE=lora for QLoRA, or remove QUANT_METHOD and QUANT_BITS to train the full "
-                                "model"))  # fmt: skip
+        problems.append(
+            Problem(
+                f"TRAIN_TYPE=full with QUANT_METHOD=bnb ({r.source('QUANT_METHOD')})",
+                "transformers' Trainer refuses to fine-tune a quantized model without adapters "
+                "(after loading it: 'You cannot perform fine-tuning on purely quantized models', "
+                "transformers 4.51.3 trainer.py, Trainer.__init__)",
+                "TRAIN_TYPE=lora for QLoRA, or remove QUANT_METHOD and QUANT_BITS to train the full model",
+            )
+        )
     zero3 = budget.deepspeed_stage(a.deepspeed, facts.deepspeed_config)[0] == 3
     if zero3:
-        problems.append(Problem(f"{where('DEEPSPEED')} with QUANT_METHOD=bnb",
-                                "DeepSpeed ZeRO-3 shards nothing of a bitsandbytes model: transformers loads a "
-                                "quantized model whole on every GPU (no zero.Init: transformers 4.51.3 "
-                                "modeling_utils.py get_init_context)"
-                                + (", and it partitions the adapter, which vLLM is given whole each step"
-                                   if a.use_vllm else "") + "; no run measured it",
-                                "DEEPSPEED=zero2 (each GPU keeps its 4-bit copy, ZeRO-2 shards the adapter's "
-                                "optimizer states), or no DEEPSPEED"))  # fmt: skip
+        problems.append(
+            Problem(
+                f"{where('DEEPSPEED')} with QUANT_METHOD=bnb",
+                "DeepSpeed ZeRO-3 shards nothing of a bitsandbytes model: transformers loads a "
+                "quantized model whole on every GPU (no zero.Init: transformers 4.51.3 "
+                "modeling_utils.py get_init_context)"
+                + (
+                    ", and it partitions the adapter, which vLLM is given whole each step"
+                    if a.use_vllm
+                    else ""
+                )
+                + "; no run measured it",
+                "DEEPSPEED=zero2 (each GPU keeps its 4-bit copy, ZeRO-2 shards the adapter's "
+                "optimizer states), or no DEEPSPEED",
+            )
+        )
     if not a.use_vllm:
         return problems
     if a.quant_bits == "8":
-        problems.append(Problem(f"{where('QUANT_BITS')} with vLLM",
-                                "vLLM 0.8.5 quantizes a bf16 checkpoint while it loads it to bitsandbytes 4-bit NF4 "
-                                "only (8 bits only from a checkpoint saved in 8 bits: model_loader/loader.py:928-939): "
-                                "its copy would not be the trainer's 8-bit model",
-                                "QUANT_BITS=4 (QLoRA), or USE_VLLM=false (generation inside the trainer, slower)"))  # fmt: skip
+        problems.append(
+            Problem(
+                f"{where('QUANT_BITS')} with vLLM",
+                "vLLM 0.8.5 quantizes a bf16 checkpoint while it loads it to bitsandbytes 4-bit NF4 "
+                "only (8 bits only from a checkpoint saved in 8 bits: model_loader/loader.py:928-939): "
+                "its copy would not be the trainer's 8-bit model",
+                "QUANT_BITS=4 (QLoRA), or USE_VLLM=false (generation inside the trainer, slower)",
+            )
+        )
         return problems
     if a.bnb_4bit_quant_type != "nf4":
-        problems.append(Problem(f"{where('BNB_4BIT_QUANT_TYPE')} with vLLM",
-                                f"{a.bnb_4bit_quant_type}: vLLM 0.8.5 quantizes its copy to nf4 "
-                                "(model_loader/loader.py:1113-1117), so it would sample from another model than the "
-                                "one trained", "BNB_4BIT_QUANT_TYPE=nf4 (ms-swift's default)"))  # fmt: skip
+        problems.append(
+            Problem(
+                f"{where('BNB_4BIT_QUANT_TYPE')} with vLLM",
+                f"{a.bnb_4bit_quant_type}: vLLM 0.8.5 quantizes its copy to nf4 "
+                "(model_loader/loader.py:1113-1117), so it would sample from another model than the "
+                "one trained",
+                "BNB_4BIT_QUANT_TYPE=nf4 (ms-swift's default)",
+            )
+        )
     if plan.layout.mode == "server":
-        problems.append(Problem(f"{where('ROLLOUT_GPUS')} with QUANT_METHOD=bnb",
-                                "ms-swift 3.6.4 gives a rollout server the adapter merged into the base weights each "
-                                "step (grpo_trainer.py:491-552); merged into bitsandbytes' packed 4-bit weights, those "
-                                "are not weights vLLM can load",
-                                "remove ROLLOUT_GPUS: colocated, vLLM loads its own 4-bit copy and is given only the "
-                                f"adapter; or {BF16_ROUTE}"))  # fmt: skip
+        problems.append(
+            Problem(
+                f"{where('ROLLOUT_GPUS')} with QUANT_METHOD=bnb",
+                "ms-swift 3.6.4 gives a rollout server the adapter merged into the base weights each "
+                "step (grpo_trainer.py:491-552); merged into bitsandbytes' packed 4-bit weights, those "
+                "are not weights vLLM can load",
+                "remove ROLLOUT_GPUS: colocated, vLLM loads its own 4-bit copy and is given only the "
+                f"adapter; or {BF16_ROUTE}",
+            )
+        )
     elif plan.layout.mode == "colocate":
         why, lift = budget.adapter_sync_blocked(r, facts.deepspeed_config)
         if why and not zero3 and a.train_type == "lora":
-            problems.append(Problem(f"{method} with vLLM",
-                                    "vLLM can be given QLoRA's weights only as the trained adapter (it holds its own "
-                                    f"4-bit copy; ms-swift's merged copy cannot be loaded into it), and here it cannot: {why}",
-                                    f"{lift}; or {BF16_ROUTE}"))  # fmt: skip
+            problems.append(
+                Problem(
+                    f"{method} with vLLM",
+                    "vLLM can be given QLoRA's weights only as the trained adapter (it holds its own "
+                    f"4-bit copy; ms-swift's merged copy cannot be loaded into it), and here it cannot: {why}",
+                    f"{lift}; or {BF16_ROUTE}",
+                )
+            )
     problems += _check_bnb_architecture(r, facts, method)
     return problems
 
@@ -409,16 +461,29 @@ def _check_bnb_architecture(r, facts: Facts, method: str) -> list[Problem]:
     verdicts = {arch: vllm_bnb.why_not(arch) for arch in found}
     refused = {arch: why for arch, why in verdicts.items() if why}
     unlisted = [arch for arch, why in verdicts.items() if why is None]
-    fix = (f"{BF16_ROUTE}; or USE_VLLM=false (transformers loads it in 4 bits; generation inside the trainer, "
-           "slower)")  # fmt: skip
+    fix = (
+        f"{BF16_ROUTE}; or USE_VLLM=false (transformers loads it in 4 bits; generation inside the trainer, "
+        "slower)"
+    )
     if refused and len(refused) == len(verdicts):
         arch, why = next(iter(refused.items()))
-        return [Problem(f"{method} with vLLM", f"vLLM 0.8.5 cannot load {arch} in bitsandbytes 4-bit and serve the "
-                        f"adapter on it: {why}", fix)]  # fmt: skip
+        return [
+            Problem(
+                f"{method} with vLLM",
+                f"vLLM 0.8.5 cannot load {arch} in bitsandbytes 4-bit and serve the adapter on it: {why}",
+                fix,
+            )
+        ]
     if unlisted and len(unlisted) == len(verdicts):
-        return [Problem(f"{method} with vLLM", f"vLLM 0.8.5's model registry does not list {unlisted[0]}: it would "
-                        "load it through its Transformers backend, which no run here loaded in bitsandbytes",
-                        fix, fatal=False)]  # fmt: skip
+        return [
+            Problem(
+                f"{method} with vLLM",
+                f"vLLM 0.8.5's model registry does not list {unlisted[0]}: it would "
+                "load it through its Transformers backend, which no run here loaded in bitsandbytes",
+                fix,
+                fatal=False,
+            )
+        ]
     return []
 
 
@@ -434,10 +499,18 @@ def _check_completion_length(plan: Plan, facts: Facts, where) -> list[Problem]:
     written = int(r.trainer["max_completion_length"][0])
     if written == used and len(given) == 1:
         return []
-    return [Problem(where(given[0]), f"ms-swift 3.6.4 generates up to {used} tokens per completion from it, over "
-                    + ", ".join(f"{k}={(r.trainer.get(k.lower()) or [''])[0]}" for k in [*given[1:], "MAX_COMPLETION_LENGTH"])
-                    + f"; the plan counts {used}",
-                    f"set MAX_COMPLETION_LENGTH={used} and remove {' and '.join(given)}", fatal=False)]  # fmt: skip
+    return [
+        Problem(
+            where(given[0]),
+            f"ms-swift 3.6.4 generates up to {used} tokens per completion from it, over "
+            + ", ".join(
+                f"{k}={(r.trainer.get(k.lower()) or [''])[0]}" for k in [*given[1:], "MAX_COMPLETION_LENGTH"]
+            )
+            + f"; the plan counts {used}",
+            f"set MAX_COMPLETION_LENGTH={used} and remove {' and '.join(given)}",
+            fatal=False,
+        )
+    ]
 
 
 def _check_one_copy_sync(plan: Plan, facts: Facts, where) -> list[Problem]:
@@ -453,10 +526,16 @@ def _check_one_copy_sync(plan: Plan, facts: Facts, where) -> list[Problem]:
     why = budget.adapter_sync_blocker(r, facts.deepspeed_config)
     if not why:
         return []
-    return [Problem("weight sync", f"vLLM cannot be given only the trained adapter here: {why}; ms-swift merges the "
-                    "adapter into the weights on the CPU every step instead (24 s of a 32 s step for a 7B model "
-                    "on a 24 GiB card: docs/benchmarks/one-card-7b.md)",
-                    "change what stops it, where you can, for steps about twice as fast", fatal=False)]  # fmt: skip
+    return [
+        Problem(
+            "weight sync",
+            f"vLLM cannot be given only the trained adapter here: {why}; ms-swift merges the "
+            "adapter into the weights on the CPU every step instead (24 s of a 32 s step for a 7B model "
+            "on a 24 GiB card: docs/benchmarks/one-card-7b.md)",
+            "change what stops it, where you can, for steps about twice as fast",
+            fatal=False,
+        )
+    ]
 
 
 def _check_model_type(plan: Plan, facts: Facts, where) -> list[Problem]:
@@ -477,27 +556,53 @@ def _check_model_type(plan: Plan, facts: Facts, where) -> list[Problem]:
         same = swift_schema.types_for_architecture(arch)
         # a checkpoint folder names its type in args.json, which ms-swift reads first (register.py:477-478)
         if found is None and len(same) > 1 and "args.json" not in facts.path(model).entries:
-            return [Problem("MODEL_TYPE", f"ms-swift 3.6.4 does not list MODEL={model} by name, and {len(same)} of its "
-                            f"types share its architecture {arch}: it would stop at start-up asking for one",
-                            f"MODEL_TYPE=<one of: {', '.join(same[:8])}{' ...' if len(same) > 8 else ''}>")]  # fmt: skip
+            return [
+                Problem(
+                    "MODEL_TYPE",
+                    f"ms-swift 3.6.4 does not list MODEL={model} by name, and {len(same)} of its "
+                    f"types share its architecture {arch}: it would stop at start-up asking for one",
+                    f"MODEL_TYPE=<one of: {', '.join(same[:8])}{' ...' if len(same) > 8 else ''}>",
+                )
+            ]
         return []
     if given not in types:
         close = difflib.get_close_matches(given, list(types), n=3, cutoff=0.6)
-        return [Problem(where("MODEL_TYPE"), f"ms-swift 3.6.4 registers no model type {given!r}: it would stop at "
-                        "start-up", (f"did you mean {', '.join(close)}? " if close else "")
-                        + (f"MODEL_TYPE={found}, or remove MODEL_TYPE" if found else "remove MODEL_TYPE (ms-swift "
-                        "finds the type from MODEL), or one of the types in entrypoint/data/swift_model_types.json"))]  # fmt: skip
+        return [
+            Problem(
+                where("MODEL_TYPE"),
+                f"ms-swift 3.6.4 registers no model type {given!r}: it would stop at start-up",
+                (f"did you mean {', '.join(close)}? " if close else "")
+                + (
+                    f"MODEL_TYPE={found}, or remove MODEL_TYPE"
+                    if found
+                    else "remove MODEL_TYPE (ms-swift "
+                    "finds the type from MODEL), or one of the types in entrypoint/data/swift_model_types.json"
+                ),
+            )
+        ]
     if found is not None and found != given:
-        return [Problem(where("MODEL_TYPE"), f"{given} is not the type ms-swift 3.6.4 registers MODEL={model} under "
-                        f"({found}): it would load the model with {given}'s template and loader without checking",
-                        f"MODEL_TYPE={found}, or remove MODEL_TYPE (ms-swift finds it)")]  # fmt: skip
+        return [
+            Problem(
+                where("MODEL_TYPE"),
+                f"{given} is not the type ms-swift 3.6.4 registers MODEL={model} under "
+                f"({found}): it would load the model with {given}'s template and loader without checking",
+                f"MODEL_TYPE={found}, or remove MODEL_TYPE (ms-swift finds it)",
+            )
+        ]
     allowed = types.get(given, {}).get("architectures") or []
     if found is None and arch and allowed and arch not in allowed:
         same = swift_schema.types_for_architecture(arch)
-        return [Problem(where("MODEL_TYPE"), f"{given} is registered in ms-swift 3.6.4 for {', '.join(allowed)}, but "
-                        f"MODEL's config.json says {arch}: it would load the model with {given}'s template without "
-                        "checking", f"MODEL_TYPE=<one of ms-swift's types for {arch}: {', '.join(same[:8]) or 'none'}"
-                        + (" ..." if len(same) > 8 else "") + ">")]  # fmt: skip
+        return [
+            Problem(
+                where("MODEL_TYPE"),
+                f"{given} is registered in ms-swift 3.6.4 for {', '.join(allowed)}, but "
+                f"MODEL's config.json says {arch}: it would load the model with {given}'s template without "
+                "checking",
+                f"MODEL_TYPE=<one of ms-swift's types for {arch}: {', '.join(same[:8]) or 'none'}"
+                + (" ..." if len(same) > 8 else "")
+                + ">",
+            )
+        ]
     return []
 
 
@@ -512,8 +617,14 @@ REGISTERED = (
     ("OPTIMIZER", "optimizer", "optimizers"),
     ("REWARD_MODEL_PLUGIN", "reward_model_plugin", "rm_plugins"),
 )
-KIND_NAMES = {"train_types": "train type", "loss_types": "GRPO loss type", "multi_turn_schedulers": "multi-turn scheduler",
-              "templates": "template", "optimizers": "plugin optimizer", "rm_plugins": "reward-model plugin"}  # fmt: skip
+KIND_NAMES = {
+    "train_types": "train type",
+    "loss_types": "GRPO loss type",
+    "multi_turn_schedulers": "multi-turn scheduler",
+    "templates": "template",
+    "optimizers": "plugin optimizer",
+    "rm_plugins": "reward-model plugin",
+}
 PLUGGABLE = ("multi_turn_schedulers", "rm_plugins", "optimizers", "train_types")  # swift.plugin registries
 # Other tools' and versions' names, with what 3.6.4 spells instead.
 REGISTERED_HINTS = {
@@ -554,17 +665,28 @@ def _check_registered(plan: Plan, facts: Facts, where) -> list[Problem]:
             ) + f"{key}=<one of: {listed}>"
             if kind in PLUGGABLE:
                 fix += "; a plugin in EXTERNAL_PLUGINS may register more"
-            problems.append(Problem(f"{key}={value} ({r.source(key)})", f"ms-swift 3.6.4 registers no {KIND_NAMES[kind]} "
-                                    f"named {value!r}: it would fail after the model has loaded [source: "
-                                    f"{swift_schema.REGISTRY_SOURCES[kind]}]", fix))  # fmt: skip
+            problems.append(
+                Problem(
+                    f"{key}={value} ({r.source(key)})",
+                    f"ms-swift 3.6.4 registers no {KIND_NAMES[kind]} "
+                    f"named {value!r}: it would fail after the model has loaded [source: "
+                    f"{swift_schema.REGISTRY_SOURCES[kind]}]",
+                    fix,
+                )
+            )
     integrations = sorted(optional.generated()["report_to"])
     for value in r.trainer.get("report_to") or []:
         if value not in integrations and value not in ("none", "all"):
             close = difflib.get_close_matches(value, integrations, n=1, cutoff=0.6)
-            problems.append(Problem(f"REPORT_TO={value} ({r.source('REPORT_TO')})", "is not an integration transformers "
-                                    f"4.51.3 knows (its trainer refuses it at start-up) [source: {optional.INTEGRATIONS}]",
-                                    (f"did you mean {close[0]}? " if close else "")
-                                    + f"REPORT_TO=<some of: {', '.join(integrations)}, or none>"))  # fmt: skip
+            problems.append(
+                Problem(
+                    f"REPORT_TO={value} ({r.source('REPORT_TO')})",
+                    "is not an integration transformers "
+                    f"4.51.3 knows (its trainer refuses it at start-up) [source: {optional.INTEGRATIONS}]",
+                    (f"did you mean {close[0]}? " if close else "")
+                    + f"REPORT_TO=<some of: {', '.join(integrations)}, or none>",
+                )
+            )
     return problems
 
 
@@ -578,12 +700,18 @@ def _check_config_model_type(plan: Plan, facts: Facts, where) -> list[Problem]:
     if not model_type or model_type in known or (config or {}).get("auto_map"):
         return []
     close = difflib.get_close_matches(model_type, known, n=3, cutoff=0.7)
-    return [Problem(f"MODEL ({plan.recipe.source('MODEL')})", f"its config.json ({source}) has model_type "
-                    f"{model_type!r}, which transformers 4.51.3 does not know: loading it would fail after the "
-                    f"start-up (ms-swift 3.6.4 supports transformers < 4.53) [source: "
-                    f"{swift_schema.REGISTRY_SOURCES['transformers_model_types']}]",
-                    "choose a model this transformers knows" + (f" (close: {', '.join(close)})" if close else "")
-                    + "; a newer model family needs a newer ms-swift and transformers than this image's lock")]  # fmt: skip
+    return [
+        Problem(
+            f"MODEL ({plan.recipe.source('MODEL')})",
+            f"its config.json ({source}) has model_type "
+            f"{model_type!r}, which transformers 4.51.3 does not know: loading it would fail after the "
+            f"start-up (ms-swift 3.6.4 supports transformers < 4.53) [source: "
+            f"{swift_schema.REGISTRY_SOURCES['transformers_model_types']}]",
+            "choose a model this transformers knows"
+            + (f" (close: {', '.join(close)})" if close else "")
+            + "; a newer model family needs a newer ms-swift and transformers than this image's lock",
+        )
+    ]
 
 
 def _eval_batch(now: int, world: int, generations: int) -> int:

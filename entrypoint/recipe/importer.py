@@ -207,8 +207,10 @@ def to_recipe(
     d = _Draft(_defaults() if defaults is None else defaults)
     for command in (rlhf, rollout):
         if command is not None and command.cut is not None:
-            d.notes.append(f"line {command.cut[0]}: the comment {command.cut[1][:60]!r} ends the `swift {command.sub}` "
-                           "command there, as bash does; the lines after it are not part of it")  # fmt: skip
+            d.notes.append(
+                f"line {command.cut[0]}: the comment {command.cut[1][:60]!r} ends the `swift {command.sub}` "
+                "command there, as bash does; the lines after it are not part of it"
+            )
     env = dict(rlhf.env)
     rollout_gpus = _layout(d, rlhf, rollout, env)
     _node_and_environment(d, rlhf, env)
@@ -216,8 +218,10 @@ def to_recipe(
     _trainer_flags(d, rlhf, rollout_gpus)
     if rollout is not None and "ROLLOUT_HOST" not in d.values:
         _rollout_flags(d, rollout)
-    lines = [f"# Imported from {source} by `python -m entrypoint import` (ms-swift 3.6.4 spelling).",
-             f"# Check it with: .venv/bin/python -m entrypoint validate recipe={target}{' ' + check_with if check_with else ''}"]  # fmt: skip
+    lines = [
+        f"# Imported from {source} by `python -m entrypoint import` (ms-swift 3.6.4 spelling).",
+        f"# Check it with: .venv/bin/python -m entrypoint validate recipe={target}{' ' + check_with if check_with else ''}",
+    ]
     lines += [f"# {n}".replace("\n", "\\n") for n in d.notes]
     lines.append("")
     lines += [f"{k}={_quote(v)}" for k, v in d.values.items()]
@@ -270,8 +274,10 @@ def _layout(d: _Draft, rlhf: Command, rollout: Command | None, env: dict[str, st
     if timeout and "ROLLOUT_STARTUP_TIMEOUT" not in d.values:
         d.notes.append(f"--vllm_server_timeout {timeout}: dropped, there is no rollout server in this layout")
     if nproc and visible and len(visible) != nproc and not device:
-        d.notes.append(f"NPROC_PER_NODE={nproc} but CUDA_VISIBLE_DEVICES lists {len(visible)} GPUs; ms-swift 3.6.4 "
-                       "needs them equal, so TRAIN_GPUS takes the first NPROC_PER_NODE")  # fmt: skip
+        d.notes.append(
+            f"NPROC_PER_NODE={nproc} but CUDA_VISIBLE_DEVICES lists {len(visible)} GPUs; ms-swift 3.6.4 "
+            "needs them equal, so TRAIN_GPUS takes the first NPROC_PER_NODE"
+        )
         train = visible[:nproc]
     d.put("TRAIN_GPUS", ",".join(map(str, train)) if train else "0")
     if rollout_gpus:
@@ -294,16 +300,20 @@ def _vllm_device(
         rollout = [int(device[5:])]
         train = [g for g in train if g not in rollout]
     if rollout:
-        d.notes.append(f"--vllm_device {device}: removed in 3.6; the rollout becomes a `swift rollout` server on "
-                       f"GPU {','.join(map(str, rollout))}, beside the trainers on GPU {','.join(map(str, train)) or '-'}")  # fmt: skip
+        d.notes.append(
+            f"--vllm_device {device}: removed in 3.6; the rollout becomes a `swift rollout` server on "
+            f"GPU {','.join(map(str, rollout))}, beside the trainers on GPU {','.join(map(str, train)) or '-'}"
+        )
     else:
         why = (
             "no GPU is left beside the trainers"
             if visible
             else "the script lists no GPUs (CUDA_VISIBLE_DEVICES)"
         )
-        d.notes.append(f"--vllm_device {device}: removed in 3.6; {why}, so vLLM runs colocated on the training "
-                       "GPUs (give it its own with ROLLOUT_GPUS)")  # fmt: skip
+        d.notes.append(
+            f"--vllm_device {device}: removed in 3.6; {why}, so vLLM runs colocated on the training "
+            "GPUs (give it its own with ROLLOUT_GPUS)"
+        )
     return train, rollout
 
 
@@ -336,8 +346,10 @@ def _multi_node_run_name(d: _Draft, target: str) -> None:
         return
     name = Path(target).stem if target.endswith(".env") else "multi-node-run"
     d.put("RUN_NAME", name)
-    d.notes.append(f"RUN_NAME={name}: a run over several nodes needs the same name on every node (each would "
-                   "name it by its own clock otherwise); give each new run its own")  # fmt: skip
+    d.notes.append(
+        f"RUN_NAME={name}: a run over several nodes needs the same name on every node (each would "
+        "name it by its own clock otherwise); give each new run its own"
+    )
 
 
 def _trainer_flags(d: _Draft, rlhf: Command, rollout_gpus: list[int]) -> None:
@@ -377,13 +389,21 @@ def _trainer_flags(d: _Draft, rlhf: Command, rollout_gpus: list[int]) -> None:
         (f for f in ("response_length", "max_new_tokens", "max_completion_length") if given.get(f)), None
     )
     if given.get("ckpt_dir"):
-        d.put("MODEL", given["ckpt_dir"][0], f"translated from --ckpt_dir {given['ckpt_dir'][0]}: ms-swift 3.6.4 loads "
-              "it as the model, over --model (CompatArguments._handle_ckpt_dir, swift/llm/argument/base_args/"
-              "base_args.py:33-43); a folder holding adapter_config.json is an adapter instead: then ADAPTERS=<it> "
-              "and MODEL=<its base model>")  # fmt: skip
+        d.put(
+            "MODEL",
+            given["ckpt_dir"][0],
+            f"translated from --ckpt_dir {given['ckpt_dir'][0]}: ms-swift 3.6.4 loads "
+            "it as the model, over --model (CompatArguments._handle_ckpt_dir, swift/llm/argument/base_args/"
+            "base_args.py:33-43); a folder holding adapter_config.json is an adapter instead: then ADAPTERS=<it> "
+            "and MODEL=<its base model>",
+        )
     if first and first != "max_completion_length":
-        d.put("MAX_COMPLETION_LENGTH", given[first][0], f"translated from --{first} {given[first][0]} (ms-swift's RLHF "
-              "reads the first given of --response_length, --max_new_tokens, --max_completion_length)")  # fmt: skip
+        d.put(
+            "MAX_COMPLETION_LENGTH",
+            given[first][0],
+            f"translated from --{first} {given[first][0]} (ms-swift's RLHF "
+            "reads the first given of --response_length, --max_new_tokens, --max_completion_length)",
+        )
 
 
 def _rollout_flags(d: _Draft, rollout: Command) -> None:
@@ -404,8 +424,11 @@ def _rollout_flags(d: _Draft, rollout: Command) -> None:
         elif name in rollout_schema and key not in keys.RENAMED:
             d.put(key, " ".join(vals) if vals else "true")
         elif name.startswith("vllm_") and name[len("vllm_") :] in rollout_schema:  # the 3.7+ spelling
-            d.put("ROLLOUT_" + name[len("vllm_") :].upper(), " ".join(vals) if vals else "true",
-                  f"translated from swift rollout --{name} (the ms-swift 3.7+ spelling)")  # fmt: skip
+            d.put(
+                "ROLLOUT_" + name[len("vllm_") :].upper(),
+                " ".join(vals) if vals else "true",
+                f"translated from swift rollout --{name} (the ms-swift 3.7+ spelling)",
+            )
         else:
             d.notes.append(f"swift rollout --{name}: not a 3.6.4 `swift rollout` argument; left out")
 
@@ -421,5 +444,9 @@ def _rollout_plugins(d: _Draft, files: list[str]) -> None:
     if not extra:
         return
     why = "the trainer loads none" if not trainer else f"beside the trainer's {' '.join(trainer)}"
-    d.put("EXTERNAL_PLUGINS", " ".join([*trainer, *extra]), f"from `swift rollout --external_plugins "
-          f"{' '.join(extra)}` ({why}): the plan loads EXTERNAL_PLUGINS in the rollout and the trainer alike")  # fmt: skip
+    d.put(
+        "EXTERNAL_PLUGINS",
+        " ".join([*trainer, *extra]),
+        f"from `swift rollout --external_plugins "
+        f"{' '.join(extra)}` ({why}): the plan loads EXTERNAL_PLUGINS in the rollout and the trainer alike",
+    )

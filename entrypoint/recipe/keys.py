@@ -191,35 +191,96 @@ class Range:
 _TF = "transformers 4.51.3:src/transformers/training_args.py"
 _VLLM = "vllm 0.8.5:vllm/sampling_params.py:_verify_args"
 RANGES: dict[str, Range] = {
-    "per_device_train_batch_size": Range(1, meaning="completions per device per step", source="v3.6.4:swift/trainers/rlhf_arguments.py:83-88 divides by it"),
-    "per_device_eval_batch_size": Range(1, meaning="completions per device per eval step", source="v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:236-243"),
+    "per_device_train_batch_size": Range(
+        1,
+        meaning="completions per device per step",
+        source="v3.6.4:swift/trainers/rlhf_arguments.py:83-88 divides by it",
+    ),
+    "per_device_eval_batch_size": Range(
+        1,
+        meaning="completions per device per eval step",
+        source="v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:236-243",
+    ),
     "gradient_accumulation_steps": Range(1, meaning="steps per optimizer update", source=_TF),
-    "steps_per_generation": Range(1, meaning="optimizer steps per generation round", source="v3.6.4:swift/trainers/rlhf_arguments.py:72-88"),
-    "generation_batch_size": Range(1, meaning="completions per generation round", source="v3.6.4:swift/trainers/rlhf_arguments.py:72-88"),
-    "learning_rate": Range(0, 1, exclusive_low=True, meaning="a learning rate (AdamW refuses negative ones; 0 trains nothing; above 1 is an exponent slip)", source="torch 2.6.0:torch/optim/adamw.py:30 (lr >= 0)"),
-    "temperature": Range(0, exclusive_low=True, meaning="sampling temperature; GRPO divides the logits by it, and 0 makes every generation of a prompt the same", source="v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:1315 (logits / self.temperature)"),
+    "steps_per_generation": Range(
+        1,
+        meaning="optimizer steps per generation round",
+        source="v3.6.4:swift/trainers/rlhf_arguments.py:72-88",
+    ),
+    "generation_batch_size": Range(
+        1, meaning="completions per generation round", source="v3.6.4:swift/trainers/rlhf_arguments.py:72-88"
+    ),
+    "learning_rate": Range(
+        0,
+        1,
+        exclusive_low=True,
+        meaning="a learning rate (AdamW refuses negative ones; 0 trains nothing; above 1 is an exponent slip)",
+        source="torch 2.6.0:torch/optim/adamw.py:30 (lr >= 0)",
+    ),
+    "temperature": Range(
+        0,
+        exclusive_low=True,
+        meaning="sampling temperature; GRPO divides the logits by it, and 0 makes every generation of a prompt the same",
+        source="v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:1315 (logits / self.temperature)",
+    ),
     "top_p": Range(0, 1, exclusive_low=True, meaning="nucleus sampling mass", source=_VLLM),
     "top_k": Range(1, also=(-1,), meaning="tokens kept for sampling (-1: all)", source=_VLLM),
     "repetition_penalty": Range(0, exclusive_low=True, meaning="a multiplicative penalty", source=_VLLM),
-    "max_steps": Range(1, also=(-1,), meaning="optimizer steps (-1: run NUM_TRAIN_EPOCHS); other values <= 0 silently mean -1", source=_TF + " (max_steps > 0 overrides num_train_epochs)"),
+    "max_steps": Range(
+        1,
+        also=(-1,),
+        meaning="optimizer steps (-1: run NUM_TRAIN_EPOCHS); other values <= 0 silently mean -1",
+        source=_TF + " (max_steps > 0 overrides num_train_epochs)",
+    ),
     "num_train_epochs": Range(0, exclusive_low=True, meaning="epochs over the dataset", source=_TF),
-    "max_completion_length": Range(1, meaning="tokens per completion", source="v3.6.4:swift/llm/argument/rlhf_args.py"),
-    "max_length": Range(1, meaning="prompt + completion tokens", source="v3.6.4:swift/llm/argument/base_args/template_args.py"),
-    "num_iterations": Range(1, meaning="policy updates per generation (GRPO's mu)", source="trl 0.18:trl/trainer/grpo_config.py"),
-    "beta": Range(0, meaning="the KL coefficient (0: no reference model)", source="trl 0.18:trl/trainer/grpo_config.py"),
-    "epsilon": Range(0, exclusive_low=True, meaning="the PPO clip range", source="trl 0.18:trl/trainer/grpo_config.py"),
-    "warmup_ratio": Range(0, 1, meaning="a fraction of the training steps", source=_TF + " (warmup_ratio must lie in range [0,1])"),
-    "lora_rank": Range(1, meaning="the LoRA rank", source="peft 0.15:src/peft/tuners/lora/layer.py (r should be a positive integer)"),
+    "max_completion_length": Range(
+        1, meaning="tokens per completion", source="v3.6.4:swift/llm/argument/rlhf_args.py"
+    ),
+    "max_length": Range(
+        1, meaning="prompt + completion tokens", source="v3.6.4:swift/llm/argument/base_args/template_args.py"
+    ),
+    "num_iterations": Range(
+        1, meaning="policy updates per generation (GRPO's mu)", source="trl 0.18:trl/trainer/grpo_config.py"
+    ),
+    "beta": Range(
+        0, meaning="the KL coefficient (0: no reference model)", source="trl 0.18:trl/trainer/grpo_config.py"
+    ),
+    "epsilon": Range(
+        0, exclusive_low=True, meaning="the PPO clip range", source="trl 0.18:trl/trainer/grpo_config.py"
+    ),
+    "warmup_ratio": Range(
+        0,
+        1,
+        meaning="a fraction of the training steps",
+        source=_TF + " (warmup_ratio must lie in range [0,1])",
+    ),
+    "lora_rank": Range(
+        1,
+        meaning="the LoRA rank",
+        source="peft 0.15:src/peft/tuners/lora/layer.py (r should be a positive integer)",
+    ),
     "logging_steps": Range(0, exclusive_low=True, meaning="steps between log lines", source=_TF),
     "save_steps": Range(0, exclusive_low=True, meaning="steps between checkpoints", source=_TF),
     "eval_steps": Range(0, exclusive_low=True, meaning="steps between evaluations", source=_TF),
     "dataloader_num_workers": Range(0, meaning="data loader worker processes", source=_TF),
-    "dataset_num_proc": Range(1, meaning="dataset preprocessing processes", source="v3.6.4:swift/llm/argument/base_args/data_args.py"),
-    "vllm_tensor_parallel_size": Range(1, meaning="GPUs per colocated vLLM engine", source="vllm 0.8.5:vllm/config.py ParallelConfig"),
-    "rollout.tensor_parallel_size": Range(1, meaning="GPUs per vLLM engine", source="vllm 0.8.5:vllm/config.py ParallelConfig"),
-    "rollout.data_parallel_size": Range(1, meaning="vLLM engines", source="v3.6.4:swift/llm/infer/rollout.py"),
-    "rollout.max_num_seqs": Range(1, meaning="sequences vLLM runs at once", source="vllm 0.8.5:vllm/config.py SchedulerConfig"),
-}  # fmt: skip
+    "dataset_num_proc": Range(
+        1,
+        meaning="dataset preprocessing processes",
+        source="v3.6.4:swift/llm/argument/base_args/data_args.py",
+    ),
+    "vllm_tensor_parallel_size": Range(
+        1, meaning="GPUs per colocated vLLM engine", source="vllm 0.8.5:vllm/config.py ParallelConfig"
+    ),
+    "rollout.tensor_parallel_size": Range(
+        1, meaning="GPUs per vLLM engine", source="vllm 0.8.5:vllm/config.py ParallelConfig"
+    ),
+    "rollout.data_parallel_size": Range(
+        1, meaning="vLLM engines", source="v3.6.4:swift/llm/infer/rollout.py"
+    ),
+    "rollout.max_num_seqs": Range(
+        1, meaning="sequences vLLM runs at once", source="vllm 0.8.5:vllm/config.py SchedulerConfig"
+    ),
+}
 
 
 def range_of(key: str) -> Range | None:

@@ -71,8 +71,14 @@ class Origin(enum.Enum):
         return _LAYERS[self]
 
 
-_LAYERS = {Origin.DEFAULTS_FILE: 0, Origin.RECIPE_FILE: 1, Origin.MANIFEST: 1, Origin.ENVIRONMENT: 2,
-           Origin.COMMAND_LINE: 3, Origin.PLANNER: 4}  # fmt: skip
+_LAYERS = {
+    Origin.DEFAULTS_FILE: 0,
+    Origin.RECIPE_FILE: 1,
+    Origin.MANIFEST: 1,
+    Origin.ENVIRONMENT: 2,
+    Origin.COMMAND_LINE: 3,
+    Origin.PLANNER: 4,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -497,9 +503,14 @@ def _dataset_replaces_generator(merged: dict[str, Value], problems: list[Problem
     if not (dataset and dataset.value and generator and generator.value):
         return
     if dataset.origin.layer > generator.origin.layer:
-        problems.append(Problem(f"DATASET_GENERATOR ({generator.source})",
-                                f"{generator.value}: not used, DATASET={dataset.value} ({dataset.source}) replaces the "
-                                "recipe's generated tasks", fatal=False))  # fmt: skip
+        problems.append(
+            Problem(
+                f"DATASET_GENERATOR ({generator.source})",
+                f"{generator.value}: not used, DATASET={dataset.value} ({dataset.source}) replaces the "
+                "recipe's generated tasks",
+                fatal=False,
+            )
+        )
         merged["DATASET_GENERATOR"] = dataclasses.replace(dataset, value="")
 
 
@@ -518,10 +529,15 @@ def _model_replaces_its_type(merged: dict[str, Value], problems: list[Problem]) 
         value = merged.get(key)
         if not value or not value.value or value.value == right or value.origin.layer >= model.origin.layer:
             continue
-        problems.append(Problem(f"{key} ({value.source})",
-                                f"{value.value}: not used, it came with the recipe's own model; ms-swift 3.6.4 registers "
-                                f"MODEL={model.value} ({model.source}) as {found}, and takes its {key.lower()} "
-                                f"({right}) from there", fatal=False))  # fmt: skip
+        problems.append(
+            Problem(
+                f"{key} ({value.source})",
+                f"{value.value}: not used, it came with the recipe's own model; ms-swift 3.6.4 registers "
+                f"MODEL={model.value} ({model.source}) as {found}, and takes its {key.lower()} "
+                f"({right}) from there",
+                fatal=False,
+            )
+        )
         merged[key] = dataclasses.replace(model, value="")
 
 
@@ -729,8 +745,12 @@ def settings_of(
 
 def _said(err: dict, value: str | None) -> str:
     kind, ctx = err.get("type", ""), err.get("ctx") or {}
-    limits = {"greater_than_equal": ("ge", "is below"), "greater_than": ("gt", "is not above"),
-              "less_than_equal": ("le", "is above"), "less_than": ("lt", "is not below")}  # fmt: skip
+    limits = {
+        "greater_than_equal": ("ge", "is below"),
+        "greater_than": ("gt", "is not above"),
+        "less_than_equal": ("le", "is above"),
+        "less_than": ("lt", "is not below"),
+    }
     if kind in limits and value is not None:
         return f"{value} {limits[kind][1]} {ctx[limits[kind][0]]}"
     if kind == "value_error":  # a validator's own sentence, without pydantic's "Value error, " prefix
@@ -750,8 +770,12 @@ def _fix(key: str, err: dict) -> str:
     ctx, kind = err.get("ctx") or {}, err.get("type", "")
     if kind == "value_error" and getattr(ctx.get("error"), "fix", ""):  # settings.Refused knows its fix
         return ctx["error"].fix
-    bounds = {"greater_than_equal": ("ge", "or more"), "greater_than": ("gt", "above"),
-              "less_than_equal": ("le", "or less"), "less_than": ("lt", "below")}  # fmt: skip
+    bounds = {
+        "greater_than_equal": ("ge", "or more"),
+        "greater_than": ("gt", "above"),
+        "less_than_equal": ("le", "or less"),
+        "less_than": ("lt", "below"),
+    }
     if kind in bounds:
         name, words = bounds[kind]
         return (

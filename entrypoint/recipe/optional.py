@@ -117,7 +117,7 @@ NOT_REACHED: dict[str, str] = {
             "sentence_transformers",
             "unsloth_zoo",
         )
-    },  # fmt: skip
+    },
     **{m: _MEDIA for m in ("audioread", "av", "decord", "librosa", "moviepy", "soundfile")},
     "awq": "swift export --quant_method awq",
     "optimum": "swift export --quant_method gptq (QUANT_METHOD=quanto is in NEEDS as optimum.quanto)",
@@ -154,8 +154,11 @@ def _top_modules(nodes) -> set[str]:
 def _optimizers(transformers_dir: Path) -> dict[str, list[str]]:
     """Each OptimizerNames value -> the modules beyond torch its branch of get_optimizer_cls_and_kwargs
     imports (every value has a branch; the last `else` raises)."""
-    enum = next(n for n in ast.parse((transformers_dir / "training_args.py").read_text()).body
-                if isinstance(n, ast.ClassDef) and n.name == "OptimizerNames")  # fmt: skip
+    enum = next(
+        n
+        for n in ast.parse((transformers_dir / "training_args.py").read_text()).body
+        if isinstance(n, ast.ClassDef) and n.name == "OptimizerNames"
+    )
     names = {t.targets[0].id: t.value.value for t in enum.body if isinstance(t, ast.Assign)}
     tree = ast.parse((transformers_dir / "trainer.py").read_text())
     func = next(
@@ -167,8 +170,13 @@ def _optimizers(transformers_dir: Path) -> dict[str, list[str]]:
     for node in ast.walk(func):
         if not isinstance(node, ast.If) or "args.optim" not in ast.unparse(node.test):
             continue
-        members = [a.attr for a in ast.walk(node.test)
-                   if isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name) and a.value.id == "OptimizerNames"]  # fmt: skip
+        members = [
+            a.attr
+            for a in ast.walk(node.test)
+            if isinstance(a, ast.Attribute)
+            and isinstance(a.value, ast.Name)
+            and a.value.id == "OptimizerNames"
+        ]
         for member in members:
             out.setdefault(names[member], set()).update(_top_modules(node.body) - {"torch"})
     return {name: sorted(out[name]) for name in sorted(out)}
@@ -192,8 +200,12 @@ def _find_specs(node, names: Mapping[str, ast.AST], seen: set[str] | None = None
         seen.add(name)
         target = names[name]
         if isinstance(target, ast.FunctionDef):
-            return [m for r in ast.walk(target) if isinstance(r, ast.Return) and r.value
-                    for m in _find_specs(r.value, names, seen)]  # fmt: skip
+            return [
+                m
+                for r in ast.walk(target)
+                if isinstance(r, ast.Return) and r.value
+                for m in _find_specs(r.value, names, seen)
+            ]
         return _find_specs(target, names, seen)
     out: list[str] = []
     for child in ast.iter_child_nodes(node):
@@ -210,19 +222,30 @@ def _integrations(transformers_dir: Path) -> dict[str, list[str]]:
     for n in ast.walk(tree):  # module-level flags, also those set inside try/except
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
             names.setdefault(n.targets[0].id, n.value)
-    mapping = next(n.value for n in tree.body if isinstance(n, ast.Assign)
-                   and getattr(n.targets[0], "id", "") == "INTEGRATION_TO_CALLBACK")  # fmt: skip
+    mapping = next(
+        n.value
+        for n in tree.body
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "INTEGRATION_TO_CALLBACK"
+    )
     out: dict[str, list[str]] = {}
     for key, value in zip(mapping.keys, mapping.values, strict=True):
         init = next(
             f for f in classes[value.id].body if isinstance(f, ast.FunctionDef) and f.name == "__init__"
         )
         local = dict(names)  # the constructor's own names first (`has_wandb = is_wandb_available()`)
-        local.update({n.targets[0].id: n.value for n in ast.walk(init)
-                      if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)})  # fmt: skip
-        modules = [m for node in ast.walk(init)
-                   if isinstance(node, ast.If) and any(isinstance(s, ast.Raise) for s in [*node.body, *node.orelse])
-                   for m in _find_specs(node.test, local)]  # fmt: skip
+        local.update(
+            {
+                n.targets[0].id: n.value
+                for n in ast.walk(init)
+                if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+            }
+        )
+        modules = [
+            m
+            for node in ast.walk(init)
+            if isinstance(node, ast.If) and any(isinstance(s, ast.Raise) for s in [*node.body, *node.orelse])
+            for m in _find_specs(node.test, local)
+        ]
         out[key.value] = sorted(set(modules))
     return dict(sorted(out.items()))
 
@@ -252,8 +275,11 @@ def scan_swift(package_dir: Path) -> dict[str, list[str]]:
 
 
 def generate(transformers_dir: Path, swift_dir: Path) -> dict:
-    return {"optim": _optimizers(transformers_dir), "report_to": _integrations(transformers_dir),
-            "swift_imports": scan_swift(swift_dir)}  # fmt: skip
+    return {
+        "optim": _optimizers(transformers_dir),
+        "report_to": _integrations(transformers_dir),
+        "swift_imports": scan_swift(swift_dir),
+    }
 
 
 # The table ------------------------------------------------------------------------------------------------

@@ -242,8 +242,11 @@ class Settings(BaseModel):
         simulated = (info.context or {}).get("simulated") and value > 0
         if value >= floor or automatic or simulated:
             return value
-        said = f"{value!r} is not a number of seconds" if math.isnan(value) else (
-            f"{value:g} s is below the {floor:g} s this setting takes: {why}")  # fmt: skip
+        said = (
+            f"{value!r} is not a number of seconds"
+            if math.isnan(value)
+            else (f"{value:g} s is below the {floor:g} s this setting takes: {why}")
+        )
         zero = "0 for automatic, or " if field.default == 0 else ""
         raise Refused(
             said, f"set {info.field_name}={zero}a value >= {floor:g} (the default: {field.default:g})"

@@ -31,11 +31,41 @@ import re
 from collections.abc import Mapping
 
 BLANKS = " \t\r"
-CONTROL_WORDS = {"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac",
-                 "function", "select", "{", "}", "[[", "]]"}  # fmt: skip
+CONTROL_WORDS = {
+    "if",
+    "then",
+    "else",
+    "elif",
+    "fi",
+    "for",
+    "while",
+    "until",
+    "do",
+    "done",
+    "case",
+    "esac",
+    "function",
+    "select",
+    "{",
+    "}",
+    "[[",
+    "]]",
+}
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-ANSI_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v", "\\": "\\",
-                "'": "'", '"': '"', "e": "\x1b", "E": "\x1b"}  # fmt: skip
+ANSI_ESCAPES = {
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "v": "\v",
+    "\\": "\\",
+    "'": "'",
+    '"': '"',
+    "e": "\x1b",
+    "E": "\x1b",
+}
 
 
 class ShellError(ValueError):

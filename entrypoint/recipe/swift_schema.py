@@ -188,8 +188,11 @@ def generate_model_types() -> dict[str, dict]:
     out = {}
     for model_type, meta in sorted(MODEL_MAPPING.items()):
         ids = {i for g in meta.model_groups for m in g.models for i in (m.ms_model_id, m.hf_model_id) if i}
-        out[model_type] = {"architectures": sorted(a for a in meta.architectures or [] if a != "null"),
-                           "template": meta.template, "models": sorted({model_name(i) for i in ids})}  # fmt: skip
+        out[model_type] = {
+            "architectures": sorted(a for a in meta.architectures or [] if a != "null"),
+            "template": meta.template,
+            "models": sorted({model_name(i) for i in ids}),
+        }
     return out
 
 
@@ -241,8 +244,13 @@ def reward_columns(cls) -> list[str]:
     params = list(inspect.signature(cls.__call__).parameters.values())[1:]  # drop self
     if params and params[0].kind in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
         params = params[1:]
-    return [p.name for p in params if p.default is p.empty
-            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in PROVIDED_TO_REWARDS]  # fmt: skip
+    return [
+        p.name
+        for p in params
+        if p.default is p.empty
+        and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        and p.name not in PROVIDED_TO_REWARDS
+    ]
 
 
 def _loss_types(trainer_cls) -> list[str]:
@@ -290,8 +298,11 @@ def registry() -> dict[str, Any]:
 
 PREPROCESSORS_FILE = DATA_DIR / "swift_preprocessors.json"
 PREPROCESSOR_SOURCE = "v3.6.4:swift/llm/dataset/preprocessor/core.py"
-_PROMPTS = {"messages": {"messages": [{"role": "user", "content": "q"}]}, "alpaca": {"instruction": "i", "input": "n"},
-            "response": {"query": "q"}}  # fmt: skip
+_PROMPTS = {
+    "messages": {"messages": [{"role": "user", "content": "q"}]},
+    "alpaca": {"instruction": "i", "input": "n"},
+    "response": {"query": "q"},
+}
 
 
 def generate_preprocessors() -> dict[str, Any]:

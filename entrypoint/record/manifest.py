@@ -86,9 +86,12 @@ def start(
     # each attempt keeps every value it ran with (a resume may change keys.RESUME_CHANGES, and RESUME_RESTORED
     # with RESUME_ONLY_MODEL); resolved_recipe below is the last attempt's, with the layer of each value
     attempts.append(
-        {"started_at": now_iso(), "resume_from": plan.resume_from or None,
-         "values": {k: v.value for k, v in sorted(plan.recipe.values.items())}}
-    )  # fmt: skip
+        {
+            "started_at": now_iso(),
+            "resume_from": plan.resume_from or None,
+            "values": {k: v.value for k, v in sorted(plan.recipe.values.items())},
+        }
+    )
     data = {
         "schema": SCHEMA_VERSION,
         "status": Status.RUNNING,
@@ -238,8 +241,10 @@ def resolved_values(data: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     """The manifest's resolved recipe as {KEY: {"value", "source"}}, a redacted secret as {"value":
     "<redacted>", "source": ""} (what redact.deep wrote in place of the item)."""
     items = data.get("resolved_recipe") or {}
-    return {k: ({"value": v, "source": ""} if isinstance(v, str) else {"value": "", "source": "", **v})
-            for k, v in items.items()}  # fmt: skip
+    return {
+        k: ({"value": v, "source": ""} if isinstance(v, str) else {"value": "", "source": "", **v})
+        for k, v in items.items()
+    }
 
 
 def write(run_dir: Path, data: dict[str, Any], secret_values: list[str] | None = None) -> None:
@@ -281,9 +286,20 @@ def find_run(run: str, output_dir: str) -> Path:
     if not (path / MANIFEST).is_file():
         root = Path(output_dir).expanduser()
         runs = sorted(p.name for p in root.glob("*/") if (p / MANIFEST).is_file()) if root.is_dir() else []
-        why = (f"no run under {root} yet" if run == "latest" and not runs
-               else f"no run directory with a manifest.json at {path}")  # fmt: skip
-        raise BadInput([Problem(f"run {run}", why,
-                                f"give one of: {', '.join(runs[-8:])}" if runs else
-                                f"train one first (make smoke), or set OUTPUT_DIR to where your runs are ({root})")])  # fmt: skip
+        why = (
+            f"no run under {root} yet"
+            if run == "latest" and not runs
+            else f"no run directory with a manifest.json at {path}"
+        )
+        raise BadInput(
+            [
+                Problem(
+                    f"run {run}",
+                    why,
+                    f"give one of: {', '.join(runs[-8:])}"
+                    if runs
+                    else f"train one first (make smoke), or set OUTPUT_DIR to where your runs are ({root})",
+                )
+            ]
+        )
     return path

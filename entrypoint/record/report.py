@@ -74,9 +74,16 @@ def _step(row: dict) -> int | None:
 
 # ms-swift logs each reward as rewards/<class name>/mean; the recipe names them by their orms key
 # (v3.6.4:swift/plugin/orm.py:398-407 for the built-ins; entrypoint/rewards/grpo_rig_rewards.py for ours).
-BUILTIN_REWARD_CLASSES = {"ReactORM": "toolbench", "MathORM": "math", "MathAccuracy": "accuracy", "Format": "format",
-                          "ReActFormat": "react_format", "CosineReward": "cosine", "RepetitionPenalty": "repetition",
-                          "SoftOverlong": "soft_overlong"}  # fmt: skip
+BUILTIN_REWARD_CLASSES = {
+    "ReactORM": "toolbench",
+    "MathORM": "math",
+    "MathAccuracy": "accuracy",
+    "Format": "format",
+    "ReActFormat": "react_format",
+    "CosineReward": "cosine",
+    "RepetitionPenalty": "repetition",
+    "SoftOverlong": "soft_overlong",
+}
 
 
 def reward_names(plugins: dict | None, reward_funcs: Collection[str]) -> dict[str, str]:

@@ -137,9 +137,14 @@ def drift(data: Mapping[str, Any], now: Now) -> list[Problem]:
 
 def _edited(data: Mapping[str, Any]) -> list[Problem]:
     if edited(data):
-        return [Problem("manifest.json", "its values were edited after the run (their digest, values_sha256, "
-                        "differs): the rerun would not repeat what ran",
-                        f"restore the manifest and give changes as KEY=VALUE overrides (recorded), or {ACCEPT_FLAG}")]  # fmt: skip
+        return [
+            Problem(
+                "manifest.json",
+                "its values were edited after the run (their digest, values_sha256, "
+                "differs): the rerun would not repeat what ran",
+                f"restore the manifest and give changes as KEY=VALUE overrides (recorded), or {ACCEPT_FLAG}",
+            )
+        ]
     return []
 
 
@@ -147,8 +152,17 @@ def _files(inputs: Mapping[str, Any], kind: str, now: list[dict[str, Any]]) -> l
     """A recorded kind of input file (plugins, SYSTEM file, VAL_DATASET) against what the rerun would read."""
     then = inputs.get(kind)
     if then is None:
-        return [] if not now else [Problem(INPUT_KINDS[kind], "the run's manifest records no sha256 of these "
-                                           "files: not verified", fatal=False)]  # fmt: skip
+        return (
+            []
+            if not now
+            else [
+                Problem(
+                    INPUT_KINDS[kind],
+                    "the run's manifest records no sha256 of these files: not verified",
+                    fatal=False,
+                )
+            ]
+        )
     out = []
     for i in range(max(len(then), len(now))):
         old = then[i] if i < len(then) else {"spec": "(none)", "sha256": None}
@@ -161,8 +175,13 @@ def _files(inputs: Mapping[str, Any], kind: str, now: list[dict[str, Any]]) -> l
             continue
         got = f"sha256 {_short(new['sha256'])}..." if new.get("sha256") else (new.get("why") or "missing")
         had = f"sha256 {_short(old['sha256'])}..." if old.get("sha256") else "not read"
-        out.append(Problem(where, f"{had} in the run, {got} here: not what the run read",
-                           f"give the run's file (sha256 {old.get('sha256') or 'none'}), or {ACCEPT_FLAG}"))  # fmt: skip
+        out.append(
+            Problem(
+                where,
+                f"{had} in the run, {got} here: not what the run read",
+                f"give the run's file (sha256 {old.get('sha256') or 'none'}), or {ACCEPT_FLAG}",
+            )
+        )
     return out
 
 
@@ -173,18 +192,30 @@ def _attempts(data: Mapping[str, Any]) -> list[Problem]:
     out = []
     for before, after in zip(attempts, attempts[1:], strict=False):
         old, new = before.get("values") or {}, after.get("values") or {}
-        changed = [f"{k} {old.get(k, '(default)')} -> {new.get(k, '(default)')}" for k in ATTEMPT_VALUES
-                   if k in old.keys() | new.keys() and old.get(k) != new.get(k)]  # fmt: skip
-        changed += [f"{INPUT_KINDS.get(k, k)} changed" for k in INPUT_KINDS
-                    if k in (before.get("inputs") or {}) and k in (after.get("inputs") or {})
-                    and _digests(before["inputs"][k]) != _digests(after["inputs"][k])]  # fmt: skip
+        changed = [
+            f"{k} {old.get(k, '(default)')} -> {new.get(k, '(default)')}"
+            for k in ATTEMPT_VALUES
+            if k in old.keys() | new.keys() and old.get(k) != new.get(k)
+        ]
+        changed += [
+            f"{INPUT_KINDS.get(k, k)} changed"
+            for k in INPUT_KINDS
+            if k in (before.get("inputs") or {})
+            and k in (after.get("inputs") or {})
+            and _digests(before["inputs"][k]) != _digests(after["inputs"][k])
+        ]
         if changed:
             since = after.get("resume_from") or "the start"
-            out.append(Problem(f"attempt {attempts.index(after) + 1}", f"resumed from {since} with {'; '.join(changed)}: "
-                               "the run's steps did not all train alike, and a rerun trains every step with the "
-                               "last attempt's values and files",
-                               f"rerun knowing it differs ({ACCEPT_FLAG}), or set the values you want as overrides "
-                               f"and {ACCEPT_FLAG}"))  # fmt: skip
+            out.append(
+                Problem(
+                    f"attempt {attempts.index(after) + 1}",
+                    f"resumed from {since} with {'; '.join(changed)}: "
+                    "the run's steps did not all train alike, and a rerun trains every step with the "
+                    "last attempt's values and files",
+                    f"rerun knowing it differs ({ACCEPT_FLAG}), or set the values you want as overrides "
+                    f"and {ACCEPT_FLAG}",
+                )
+            )
     return out
 
 
@@ -197,20 +228,36 @@ def _versions(data: Mapping[str, Any], now: Now) -> list[Problem]:
     then = data.get("versions") or {}
     for name in PINNED:
         if name in then and then[name] != now.versions.get(name):
-            out.append(Problem(f"version of {name}", f"{then[name]} in the run, {now.versions.get(name)} here",
-                               f"rerun where the run's lock is installed (the image or `make venv`), or {ACCEPT_FLAG}"))  # fmt: skip
+            out.append(
+                Problem(
+                    f"version of {name}",
+                    f"{then[name]} in the run, {now.versions.get(name)} here",
+                    f"rerun where the run's lock is installed (the image or `make venv`), or {ACCEPT_FLAG}",
+                )
+            )
     lock = (data.get("image") or {}).get("lock_sha256")
     if lock and now.lock_sha256 and lock != now.lock_sha256:
-        out.append(Problem("requirements/runtime.lock", f"sha256 {_short(lock)}... in the run, {_short(now.lock_sha256)}... here",
-                           f"rerun with the run's lock (the image or checkout it ran from), or {ACCEPT_FLAG}"))  # fmt: skip
+        out.append(
+            Problem(
+                "requirements/runtime.lock",
+                f"sha256 {_short(lock)}... in the run, {_short(now.lock_sha256)}... here",
+                f"rerun with the run's lock (the image or checkout it ran from), or {ACCEPT_FLAG}",
+            )
+        )
     return out
 
 
 def _datasets(inputs: Mapping[str, Any], now: Now) -> list[Problem]:
     then = inputs.get("dataset")
     if then is None:
-        return [Problem("dataset", "the run's manifest records no sha256 of its dataset: the rerun cannot verify "
-                        "it reads the same rows", fatal=False)]  # fmt: skip
+        return [
+            Problem(
+                "dataset",
+                "the run's manifest records no sha256 of its dataset: the rerun cannot verify "
+                "it reads the same rows",
+                fatal=False,
+            )
+        ]
     out = []
     for i, old in enumerate(then):
         new = now.datasets[i] if i < len(now.datasets) else {"spec": "(none)", "sha256": None}
@@ -219,9 +266,14 @@ def _datasets(inputs: Mapping[str, Any], now: Now) -> list[Problem]:
             out.append(Problem(where, f"not verified: {old.get('why') or 'no sha256 recorded'}", fatal=False))
         elif new.get("sha256") != old["sha256"]:
             got = f"sha256 {_short(new['sha256'])}..." if new.get("sha256") else (new.get("why") or "missing")
-            out.append(Problem(where, f"sha256 {_short(old['sha256'])}... in the run ({old.get('bytes')} bytes), "
-                               f"{got} here ({new.get('bytes')} bytes): not the rows the run trained on",
-                               f"give the run's file (DATASET=<path>, sha256 {old['sha256']}), or {ACCEPT_FLAG}"))  # fmt: skip
+            out.append(
+                Problem(
+                    where,
+                    f"sha256 {_short(old['sha256'])}... in the run ({old.get('bytes')} bytes), "
+                    f"{got} here ({new.get('bytes')} bytes): not the rows the run trained on",
+                    f"give the run's file (DATASET=<path>, sha256 {old['sha256']}), or {ACCEPT_FLAG}",
+                )
+            )
     return out
 
 
@@ -236,8 +288,14 @@ def _model(inputs: Mapping[str, Any], now: Now) -> list[Problem]:
             )
         ]
     if not now.model_files:
-        return [Problem("model", "not on this machine yet (ms-swift downloads it): its files are compared in the "
-                        "new run's manifest, not before", fatal=False)]  # fmt: skip
+        return [
+            Problem(
+                "model",
+                "not on this machine yet (ms-swift downloads it): its files are compared in the "
+                "new run's manifest, not before",
+                fatal=False,
+            )
+        ]
     changed = sorted(n for n in then.keys() & now.model_files.keys() if then[n] != now.model_files[n])
     missing, added = (
         sorted(then.keys() - now.model_files.keys()),
@@ -245,10 +303,18 @@ def _model(inputs: Mapping[str, Any], now: Now) -> list[Problem]:
     )
     if not (changed or missing or added):
         return []
-    parts = [f"{what}: {', '.join(names[:4])}" for what, names in
-             (("changed", changed), ("missing here", missing), ("new here", added)) if names]  # fmt: skip
-    return [Problem("model", f"its files differ from the run's ({'; '.join(parts)})",
-                    f"give the run's model (MODEL=<folder or hub id at the run's revision>), or {ACCEPT_FLAG}")]  # fmt: skip
+    parts = [
+        f"{what}: {', '.join(names[:4])}"
+        for what, names in (("changed", changed), ("missing here", missing), ("new here", added))
+        if names
+    ]
+    return [
+        Problem(
+            "model",
+            f"its files differ from the run's ({'; '.join(parts)})",
+            f"give the run's model (MODEL=<folder or hub id at the run's revision>), or {ACCEPT_FLAG}",
+        )
+    ]
 
 
 def _machine(data: Mapping[str, Any], now: Now) -> list[Problem]:
@@ -256,8 +322,13 @@ def _machine(data: Mapping[str, Any], now: Now) -> list[Problem]:
     if then == now.gpus:
         return []
     described = ", ".join(then) or "no GPU"
-    return [Problem("machine", f"the run had {described}; planned for this machine's {', '.join(now.gpus) or 'no GPU'}",
-                    fatal=False)]  # fmt: skip
+    return [
+        Problem(
+            "machine",
+            f"the run had {described}; planned for this machine's {', '.join(now.gpus) or 'no GPU'}",
+            fatal=False,
+        )
+    ]
 
 
 def accepted(problems: list[Problem]) -> list[Problem]:
@@ -271,8 +342,14 @@ def replanned_changes(replanned: Mapping[str, str], values: Mapping[str, Value])
     for key, old in sorted(replanned.items()):
         new = values.get(key)
         if new is None or new.value != old:
-            out.append(Problem(key, f"{old} in the run, {new.value if new else 'unset'} as planned here"
-                               + (f" ({new.source})" if new else ""), fatal=False))  # fmt: skip
+            out.append(
+                Problem(
+                    key,
+                    f"{old} in the run, {new.value if new else 'unset'} as planned here"
+                    + (f" ({new.source})" if new else ""),
+                    fatal=False,
+                )
+            )
     return out
 
 

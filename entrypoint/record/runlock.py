@@ -80,12 +80,18 @@ def _busy(directory: Path, holder: dict) -> Problem:
     and writes only eval.*; a training run is stopped with its checkpoint exported."""
     pid = holder.get("pid", "<pid>")
     if evaluating(holder):
-        return Problem(f"run directory {directory}", f"is being evaluated: {describe(holder)}",
-                       f"wait for that evaluation to end (it writes only eval.* and the manifest's summary), or stop "
-                       f"it (kill -TERM {pid}: it writes nothing)")  # fmt: skip
-    return Problem(f"run directory {directory}", f"is in use by another run: {describe(holder)}",
-                   f"wait for it to end, or stop it (kill -TERM {pid}: it exports its newest checkpoint and records the "
-                   "run as stopped); to run both, give this one another RUN_NAME")  # fmt: skip
+        return Problem(
+            f"run directory {directory}",
+            f"is being evaluated: {describe(holder)}",
+            f"wait for that evaluation to end (it writes only eval.* and the manifest's summary), or stop "
+            f"it (kill -TERM {pid}: it writes nothing)",
+        )
+    return Problem(
+        f"run directory {directory}",
+        f"is in use by another run: {describe(holder)}",
+        f"wait for it to end, or stop it (kill -TERM {pid}: it exports its newest checkpoint and records the "
+        "run as stopped); to run both, give this one another RUN_NAME",
+    )
 
 
 class RunLock:
@@ -126,8 +132,15 @@ class RunLock:
                 raise OSError(f"{path} was replaced while it was being locked, five times")
         except OSError as exc:
             if required:
-                raise BadInput([Problem(f"run directory {directory}", f"cannot hold {path} ({exc.strerror or exc})",
-                                        "make OUTPUT_DIR a writable directory (validate says more)")]) from None  # fmt: skip
+                raise BadInput(
+                    [
+                        Problem(
+                            f"run directory {directory}",
+                            f"cannot hold {path} ({exc.strerror or exc})",
+                            "make OUTPUT_DIR a writable directory (validate says more)",
+                        )
+                    ]
+                ) from None
             return False
         self.path, self.fd = path, fd
         self._write_holder(fd)

@@ -32,11 +32,15 @@ def _unscored(calls: dict, reward_funcs: list[str]) -> list[Problem]:
     unscored = [i for i in range(count) if not any(c["scored"][i] for c in answered)]
     if not unscored:
         return []
-    return [Problem(f"REWARD_FUNCS {' '.join(reward_funcs)}",
-                    f"every reward returned None or NaN for {len(unscored)} of the {count} probe completions "
-                    "(a right and a wrong answer per dataset row): ms-swift 3.6.4 cannot score such a completion "
-                    "and fails after the first rollout",
-                    "return 0.0 where a reward does not apply, or add a reward that scores every completion")]  # fmt: skip
+    return [
+        Problem(
+            f"REWARD_FUNCS {' '.join(reward_funcs)}",
+            f"every reward returned None or NaN for {len(unscored)} of the {count} probe completions "
+            "(a right and a wrong answer per dataset row): ms-swift 3.6.4 cannot score such a completion "
+            "and fails after the first rollout",
+            "return 0.0 where a reward does not apply, or add a reward that scores every completion",
+        )
+    ]
 
 
 def _unusable_plugin(f: str, why: str, in_container: bool) -> Problem:
@@ -45,11 +49,17 @@ def _unusable_plugin(f: str, why: str, in_container: bool) -> Problem:
     if why != "does not exist":
         return Problem(f"EXTERNAL_PLUGINS {f}", why, "give a readable Python file (a .py plugin)")
     if in_container:
-        return Problem(f"EXTERNAL_PLUGINS {f}", "does not exist inside the container",
-                       "mount it (e.g. under ./data, which compose mounts at /data) and give its container path")  # fmt: skip
-    return Problem(f"EXTERNAL_PLUGINS {f}", "does not exist on this machine",
-                   "check the path (a relative one is read from the checkout, else the current directory); "
-                   "in the image, files under ./data are at /data")  # fmt: skip
+        return Problem(
+            f"EXTERNAL_PLUGINS {f}",
+            "does not exist inside the container",
+            "mount it (e.g. under ./data, which compose mounts at /data) and give its container path",
+        )
+    return Problem(
+        f"EXTERNAL_PLUGINS {f}",
+        "does not exist on this machine",
+        "check the path (a relative one is read from the checkout, else the current directory); "
+        "in the image, files under ./data are at /data",
+    )
 
 
 def check(
@@ -83,13 +93,18 @@ def check(
 
     slow = result.get("slow")
     if slow:  # the import did not fail: it outlasted the probe's bound on this machine
-        problems.append(Problem("EXTERNAL_PLUGINS", f"importing the reward plugins had not finished after {slow['seconds']} s "
-                                f"(the probe waits {slow['bound']}), so what they register and the columns their "
-                                "rewards read were not checked; the import did not fail, and ms-swift imports them "
-                                "itself at start-up",
-                                "nothing, where this machine is only busy; else look for slow top-level code in the "
-                                "plugins (a download or a model load at import runs in every process ms-swift starts)",
-                                fatal=False))  # fmt: skip
+        problems.append(
+            Problem(
+                "EXTERNAL_PLUGINS",
+                f"importing the reward plugins had not finished after {slow['seconds']} s "
+                f"(the probe waits {slow['bound']}), so what they register and the columns their "
+                "rewards read were not checked; the import did not fail, and ms-swift imports them "
+                "itself at start-up",
+                "nothing, where this machine is only busy; else look for slow top-level code in the "
+                "plugins (a download or a model load at import runs in every process ms-swift starts)",
+                fatal=False,
+            )
+        )
         registered = result["registered"]  # ms-swift's built-ins only: the plugins' names are unknown
         infos = {
             n: RewardInfo(n, registered[n]["class"], registered[n]["columns"])
@@ -117,16 +132,22 @@ def check(
     for name, call in (result.get("calls") or {}).items():
         if call["raised"]:
             problems.append(
-                Problem(f"REWARD_FUNCS {name}", f"raised when called on two rows of the dataset: {call['raised']}",
-                        "check the reward on a real completion (the probe's completions are made up)", fatal=False)
-            )  # fmt: skip
+                Problem(
+                    f"REWARD_FUNCS {name}",
+                    f"raised when called on two rows of the dataset: {call['raised']}",
+                    "check the reward on a real completion (the probe's completions are made up)",
+                    fatal=False,
+                )
+            )
         elif not call["ok"]:
             problems.append(
-                Problem(f"REWARD_FUNCS {name}",
-                        f"returned {call['returned']} for {call.get('count', '?')} completions; ms-swift needs one number "
-                        "(or None where the reward does not apply) per completion and would fail after the first rollout",
-                        "return a list of floats, one per completion, in the order given (not inf, not a string)")
-            )  # fmt: skip
+                Problem(
+                    f"REWARD_FUNCS {name}",
+                    f"returned {call['returned']} for {call.get('count', '?')} completions; ms-swift needs one number "
+                    "(or None where the reward does not apply) per completion and would fail after the first rollout",
+                    "return a list of floats, one per completion, in the order given (not inf, not a string)",
+                )
+            )
     problems += _unscored(result.get("calls") or {}, reward_funcs)
     registered = result["registered"]
     infos: dict[str, RewardInfo] = {}

@@ -32,11 +32,21 @@ def _countdown_key(row: dict) -> Hashable:
 
 
 TASKS: dict[str, Task] = {
-    "countdown": Task("countdown", countdown.generate, _countdown_key, frozenset({"messages", "nums", "target"}),
-                      "countdown"),
-    "arithmetic": Task("arithmetic", arithmetic.generate, arithmetic.task_key, frozenset({"messages", "solution"}),
-                       "arithmetic"),
-}  # fmt: skip
+    "countdown": Task(
+        "countdown",
+        countdown.generate,
+        _countdown_key,
+        frozenset({"messages", "nums", "target"}),
+        "countdown",
+    ),
+    "arithmetic": Task(
+        "arithmetic",
+        arithmetic.generate,
+        arithmetic.task_key,
+        frozenset({"messages", "solution"}),
+        "arithmetic",
+    ),
+}
 
 
 def write_jsonl(task: Task, path: Path, rows: int, seed: int) -> Path:

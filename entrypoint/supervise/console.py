@@ -307,8 +307,10 @@ class Progress:
         if now - self.said < HEARTBEAT_SECONDS:
             return None
         self.said = now
-        return (f"{self.doing}, {now - self.since:.0f} s so far | elapsed {format_seconds(now - self.started)} | "
-                f"{self.eta()}")  # fmt: skip
+        return (
+            f"{self.doing}, {now - self.since:.0f} s so far | elapsed {format_seconds(now - self.started)} | "
+            f"{self.eta()}"
+        )
 
 
 # what the trainer does after each start-up mark (entrypoint/child/hooks/events.py writes them)

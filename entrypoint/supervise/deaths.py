@@ -134,21 +134,29 @@ def likely_cause(signame: str | None, oom_kills: tuple[int | None, int | None]) 
     before, after = oom_kills
     if signame == "SIGKILL":
         if before is not None and after is not None and after > before:
-            return (f"the kernel's out-of-memory killer (its kill count rose from {before} to {after} during the "
-                    "run): the run needed more RAM than the machine or the container's memory limit gives; give it "
-                    "more memory, shorten the prompts or MAX_LENGTH, or lower PER_DEVICE_TRAIN_BATCH_SIZE or "
-                    "DATALOADER_NUM_WORKERS")  # fmt: skip
+            return (
+                f"the kernel's out-of-memory killer (its kill count rose from {before} to {after} during the "
+                "run): the run needed more RAM than the machine or the container's memory limit gives; give it "
+                "more memory, shorten the prompts or MAX_LENGTH, or lower PER_DEVICE_TRAIN_BATCH_SIZE or "
+                "DATALOADER_NUM_WORKERS"
+            )
         if before is not None and after is not None:
-            return ("someone or something stopped it (kill -9, docker kill, docker stop after its timeout, a job "
-                    "scheduler's limit); not the kernel's out-of-memory killer: its kill count did not change")  # fmt: skip
-        return ("the kernel's out-of-memory killer, or someone or something stopping it (kill -9, docker kill, a job "
-                "scheduler); this host does not let the run read the kernel's OOM-kill count (/proc/vmstat, "
-                "memory.events) to tell which")  # fmt: skip
+            return (
+                "someone or something stopped it (kill -9, docker kill, docker stop after its timeout, a job "
+                "scheduler's limit); not the kernel's out-of-memory killer: its kill count did not change"
+            )
+        return (
+            "the kernel's out-of-memory killer, or someone or something stopping it (kill -9, docker kill, a job "
+            "scheduler); this host does not let the run read the kernel's OOM-kill count (/proc/vmstat, "
+            "memory.events) to tell which"
+        )
     if signame in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"):
         return "someone or something asked it to stop (kill, docker stop, a job scheduler)"
     if signame in ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE"):
-        return ("a crash inside native code (CUDA, NCCL, vLLM or another library; a too small /dev/shm gives "
-                "SIGBUS): the last lines below may name it")  # fmt: skip
+        return (
+            "a crash inside native code (CUDA, NCCL, vLLM or another library; a too small /dev/shm gives "
+            "SIGBUS): the last lines below may name it"
+        )
     return ""
 
 
@@ -216,8 +224,14 @@ def summary(role: str, returncode: int | None, reason: str, tail: Sequence[str],
     return f"{role} {reason}"
 
 
-def explain(role: str, returncode: int | None, reason: str, tail: Sequence[str], ctx: Context,
-            signame: str | None = None) -> list[str]:  # fmt: skip
+def explain(
+    role: str,
+    returncode: int | None,
+    reason: str,
+    tail: Sequence[str],
+    ctx: Context,
+    signame: str | None = None,
+) -> list[str]:
     """The lines a user sees at the end of a failed run: what happened, the likely cause, the last step,
     what the run left and how to resume."""
     of = f" of {ctx.planned}" if ctx.planned else ""
@@ -233,8 +247,10 @@ def explain(role: str, returncode: int | None, reason: str, tail: Sequence[str],
     if cause and not (reward_failure(tail) or cuda_oom(tail) or ctx.disk):
         lines.append(f"likely cause: {cause}")
     for cut in ctx.cut_short if ctx.disk else ():
-        lines.append(f"{cut} was cut short by the full disk: delete it to free that space (an incomplete "
-                     "checkpoint is never resumed from)")  # fmt: skip
+        lines.append(
+            f"{cut} was cut short by the full disk: delete it to free that space (an incomplete "
+            "checkpoint is never resumed from)"
+        )
     # the same command alone would fail the same way where the cause is in the input, not the machine
     fix = (
         f"free space on that volume{f' (at least {ctx.disk_need} free: one checkpoint, the export and a margin)' if ctx.disk_need else ''}, then run"

@@ -68,13 +68,20 @@ def explained(plan: Plan, failure: dict[str, Any], fields: dict[str, Any], oom_b
     )
     wanted = plan.recipe.trainer_args.max_steps  # -1: the epochs decide, so no step count to name
     ctx = deaths.Context(
-        step=monitor.latest_step(plan.train_dir / "logging.jsonl"), planned=wanted if wanted > 0 else None,
-        checkpoint=fields.get("checkpoint", ""), exported=exported, oom_kills=(oom_before, monitor.oom_kills()),
-        predicted=_predicted(plan, role, deaths.cuda_oom(tail)), oom_knobs=_oom_knobs(plan, role), disk=disk,
+        step=monitor.latest_step(plan.train_dir / "logging.jsonl"),
+        planned=wanted if wanted > 0 else None,
+        checkpoint=fields.get("checkpoint", ""),
+        exported=exported,
+        oom_kills=(oom_before, monitor.oom_kills()),
+        predicted=_predicted(plan, role, deaths.cuda_oom(tail)),
+        oom_knobs=_oom_knobs(plan, role),
+        disk=disk,
         disk_need=_disk_need(plan) if disk else "",
-        cut_short=tuple(f"{c.relative_to(plan.run_dir)} ({export.tree_bytes(c) / 1024**2:.1f} MiB)"
-                        for c in export.incomplete(plan.train_dir)),
-    )  # fmt: skip
+        cut_short=tuple(
+            f"{c.relative_to(plan.run_dir)} ({export.tree_bytes(c) / 1024**2:.1f} MiB)"
+            for c in export.incomplete(plan.train_dir)
+        ),
+    )
     reason = failure.get("reason") or failure.get("error") or "failed"
     lines = deaths.explain(role, failure.get("returncode"), reason, tail, ctx, failure.get("signal"))
     return {**failure, "summary": lines[0], "explanation": lines}
@@ -103,10 +110,14 @@ def _oom_knobs(plan: Plan, role: str) -> str:
     """The keys that lower a role's CUDA memory, with their values in this run."""
     r, a = plan.recipe, plan.recipe.trainer_args
     if role == "rollout":
-        return (f"lower ROLLOUT_GPU_MEMORY_UTILIZATION (now {r.rollout_args.gpu_memory_utilization}) or "
-                f"ROLLOUT_MAX_MODEL_LEN (now {r.rollout_args.max_model_len or 'the model context'})")  # fmt: skip
-    batch = (f"lower PER_DEVICE_TRAIN_BATCH_SIZE (now {a.per_device_train_batch_size}; GRADIENT_ACCUMULATION_STEPS "
-             "keeps the step the same)")  # fmt: skip
+        return (
+            f"lower ROLLOUT_GPU_MEMORY_UTILIZATION (now {r.rollout_args.gpu_memory_utilization}) or "
+            f"ROLLOUT_MAX_MODEL_LEN (now {r.rollout_args.max_model_len or 'the model context'})"
+        )
+    batch = (
+        f"lower PER_DEVICE_TRAIN_BATCH_SIZE (now {a.per_device_train_batch_size}; GRADIENT_ACCUMULATION_STEPS "
+        "keeps the step the same)"
+    )
     if plan.layout.mode == "colocate":
         return f"{batch} or VLLM_GPU_MEMORY_UTILIZATION (now {a.vllm_gpu_memory_utilization})"
     return f"{batch} or MAX_COMPLETION_LENGTH (now {a.max_completion_length})"

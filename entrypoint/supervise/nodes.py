@@ -94,9 +94,12 @@ def _json_answer(request: urllib.request.Request | str, deadline: float) -> Any:
 
 
 def _not_node_0(url: str, why: str, s) -> Problem:
-    return Problem(f"MASTER_ADDR {s.MASTER_ADDR}", f"what answers at {url} is not grpo-rig's node check ({why})",
-                   f"check MASTER_ADDR and MASTER_PORT: node 0 answers on TCP MASTER_PORT+1 ({s.MASTER_PORT + 1}); "
-                   "another service there takes the port")  # fmt: skip
+    return Problem(
+        f"MASTER_ADDR {s.MASTER_ADDR}",
+        f"what answers at {url} is not grpo-rig's node check ({why})",
+        f"check MASTER_ADDR and MASTER_PORT: node 0 answers on TCP MASTER_PORT+1 ({s.MASTER_PORT + 1}); "
+        "another service there takes the port",
+    )
 
 
 def serve(plan: Plan, timeout: float, say) -> tuple[list[dict[str, Any]], list[Problem]]:
@@ -215,8 +218,13 @@ def report(plan: Plan, timeout: float, say) -> tuple[dict[str, Any] | None, list
     except (ValueError, KeyError, TypeError, http.client.HTTPException) as exc:
         return theirs, [_not_node_0(url, f"its answer to our report: {exc!r}", s)]
     except OSError as exc:
-        return theirs, [Problem(f"MASTER_ADDR {s.MASTER_ADDR}", f"node 0 took our report but did not answer it "
-                                f"within 10 s ({getattr(exc, 'reason', exc)})", "start the run again on every node")]  # fmt: skip
+        return theirs, [
+            Problem(
+                f"MASTER_ADDR {s.MASTER_ADDR}",
+                f"node 0 took our report but did not answer it within 10 s ({getattr(exc, 'reason', exc)})",
+                "start the run again on every node",
+            )
+        ]
     problems = [
         Problem(f"node {s.NODE_RANK}", d, "run the same image and recipe on every node") for d in found
     ]

@@ -82,10 +82,17 @@ def reap(
     found = members(sessions, proc)
     if not found:
         return []
-    what = ("the children left behind at their exit" if closed else
-            "the entrypoint had started: the entrypoint is gone")  # fmt: skip
-    print(f"grpo-rig: stopping {len(found)} process(es) {what} (SIGTERM, then SIGKILL after "
-          f"{grace_seconds:.0f} s)", file=sys.stderr, flush=True)  # fmt: skip
+    what = (
+        "the children left behind at their exit"
+        if closed
+        else "the entrypoint had started: the entrypoint is gone"
+    )
+    print(
+        f"grpo-rig: stopping {len(found)} process(es) {what} (SIGTERM, then SIGKILL after "
+        f"{grace_seconds:.0f} s)",
+        file=sys.stderr,
+        flush=True,
+    )
     _signal_all(found, signal.SIGTERM)
     deadline = time.monotonic() + grace_seconds
     while time.monotonic() < deadline and members(sessions, proc):
@@ -100,8 +107,10 @@ class Reaper:
     def __init__(self, grace_seconds: float):
         self.popen = subprocess.Popen(  # noqa: S603 - this interpreter, this module
             [sys.executable, "-m", "entrypoint.supervise.reaper", str(grace_seconds)],
-            stdin=subprocess.PIPE, start_new_session=True, text=True,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            start_new_session=True,
+            text=True,
+        )
 
     def watch(self, session: int) -> None:
         """Tell the reaper about a child's session (its PID: the child was started in a new session)."""

@@ -155,9 +155,13 @@ class Supervisor:
         log_path = self.log_dir / f"{process.role}.log"
         try:
             popen = self.popen(  # noqa: S603 - argv list from the plan, never a shell string
-                process.argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
+                process.argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         except OSError as exc:
             raise ChildFailed(
                 process.role, None, [], f"could not start ({process.argv[0]}: {exc.strerror})"
@@ -224,9 +228,11 @@ class Supervisor:
             now = self.clock()
             if now - start > timeout:
                 raise ChildFailed(
-                    child.role, None, list(child.tail),
+                    child.role,
+                    None,
+                    list(child.tail),
                     f"was not healthy after {timeout:.0f} s (ROLLOUT_STARTUP_TIMEOUT); {url} did not answer 200",
-                )  # fmt: skip
+                )
             if now >= next_progress:
                 self.printer.say(
                     f"waiting for {child.role} at {url} ({now - start:.0f} s of {timeout:.0f} s)"
@@ -392,8 +398,16 @@ def launch(
                 raise ChildFailed("trainer", None, list(trainer.tail), str(exc)) from None
             say(f"trainer {exc}")
             say(f"training had finished before it stalled ({why}); the run counts as completed")
-            return Outcome(Status.COMPLETED, EXIT_OK,
-                           trainer_exit={"returncode": None, "signal": None, "accepted": True, "reason": f"{exc}; {why}"})  # fmt: skip
+            return Outcome(
+                Status.COMPLETED,
+                EXIT_OK,
+                trainer_exit={
+                    "returncode": None,
+                    "signal": None,
+                    "accepted": True,
+                    "reason": f"{exc}; {why}",
+                },
+            )
         if first is trainer and first.state is ChildState.SUCCEEDED:
             return Outcome(Status.COMPLETED, EXIT_OK)
         rc = first.popen.returncode
@@ -402,8 +416,10 @@ def launch(
         if why is None:
             own = deaths.signal_of(rc, signame)
             raise ChildFailed(first.role, rc, list(first.tail), deaths.describe_exit(rc, signame), own)
-        say(f"trainer exited with status {rc}{f' ({signame})' if signame else ''} after training had finished "
-            f"({why}); the run counts as completed")  # fmt: skip
+        say(
+            f"trainer exited with status {rc}{f' ({signame})' if signame else ''} after training had finished "
+            f"({why}); the run counts as completed"
+        )
         return Outcome(
             Status.COMPLETED,
             EXIT_OK,
@@ -411,8 +427,13 @@ def launch(
         )
     except ChildFailed as exc:
         say(exc.render())
-        failure = {"role": exc.role, "returncode": exc.returncode, "reason": exc.reason, "log_tail": exc.tail,
-                   "signal": exc.signal}  # fmt: skip
+        failure = {
+            "role": exc.role,
+            "returncode": exc.returncode,
+            "reason": exc.reason,
+            "log_tail": exc.tail,
+            "signal": exc.signal,
+        }
         return Outcome(Status.FAILED, EXIT_RUNTIME_FAILURE, failure=failure)
     except Interrupted as exc:
         say(

@@ -33,9 +33,13 @@ def _read_csv(path: Path) -> tuple[list[tuple[int, dict]], int, list[Problem]]:
             total += 1
             if None in row:  # DictReader's key for the fields past the header's
                 columns = len(reader.fieldnames or [])
-                problems.append(Problem(f"{where} line {reader.line_num}",
-                                        f"has {columns + len(row[None])} fields where the header has {columns}",
-                                        "quote fields that contain commas, or fix that line"))  # fmt: skip
+                problems.append(
+                    Problem(
+                        f"{where} line {reader.line_num}",
+                        f"has {columns + len(row[None])} fields where the header has {columns}",
+                        "quote fields that contain commas, or fix that line",
+                    )
+                )
                 if len(problems) >= MAX_ROW_PROBLEMS:
                     return rows, total, problems
                 continue
@@ -119,8 +123,13 @@ def _read_jsonl(path: Path) -> tuple[list[tuple[int, dict]], int, list[Problem]]
             try:
                 row = json.loads(line.rstrip("\r\n"))  # a column past the newline would point nowhere
             except ValueError as exc:
-                problems.append(Problem(f"{where} line {number}", f"is not JSON ({exc.msg}; column {exc.colno})",
-                                        "fix or remove that line"))  # fmt: skip
+                problems.append(
+                    Problem(
+                        f"{where} line {number}",
+                        f"is not JSON ({exc.msg}; column {exc.colno})",
+                        "fix or remove that line",
+                    )
+                )
                 if len(problems) >= MAX_ROW_PROBLEMS:
                     problems.append(
                         Problem(
@@ -132,8 +141,13 @@ def _read_jsonl(path: Path) -> tuple[list[tuple[int, dict]], int, list[Problem]]
                     return rows, total, problems
                 continue
             if not isinstance(row, dict):
-                problems.append(Problem(f"{where} line {number}", f"is a JSON {type_name(row)}, not an object",
-                                        "one JSON object per line"))  # fmt: skip
+                problems.append(
+                    Problem(
+                        f"{where} line {number}",
+                        f"is a JSON {type_name(row)}, not an object",
+                        "one JSON object per line",
+                    )
+                )
                 continue
             rows.append((number, row))
     return rows, total, problems + _beyond_the_parsed(where, total, last)
@@ -149,7 +163,19 @@ def _beyond_the_parsed(where: str, total: int, last: tuple[int, str] | None) -> 
     try:
         json.loads(line.rstrip("\r\n"))
     except ValueError as exc:
-        return [Problem(f"{where} line {number}", f"(the last line) is not JSON ({exc.msg}): the file looks cut short",
-                        "write or copy the file again")]  # fmt: skip
-    return [Problem(where, f"has {total} rows: the first {MAX_ROWS_PARSED} were checked, the rest counted (and the "
-                    "last line parsed)", "split it, or check the rest with a script of your own", fatal=False)]  # fmt: skip
+        return [
+            Problem(
+                f"{where} line {number}",
+                f"(the last line) is not JSON ({exc.msg}): the file looks cut short",
+                "write or copy the file again",
+            )
+        ]
+    return [
+        Problem(
+            where,
+            f"has {total} rows: the first {MAX_ROWS_PARSED} were checked, the rest counted (and the "
+            "last line parsed)",
+            "split it, or check the rest with a script of your own",
+            fatal=False,
+        )
+    ]

@@ -71,8 +71,14 @@ def _files(specs: list[str], rows: bool) -> list[dict[str, object]]:
         path = Path(spec.partition("#")[0] if rows else spec).expanduser()
         try:
             if path.is_file():
-                out.append({"spec": spec, "path": str(path), "sha256": sha256_file(path),
-                            "bytes": path.stat().st_size})  # fmt: skip
+                out.append(
+                    {
+                        "spec": spec,
+                        "path": str(path),
+                        "sha256": sha256_file(path),
+                        "bytes": path.stat().st_size,
+                    }
+                )
                 continue
             why = "not a local file: a hub dataset, downloaded by ms-swift at its newest revision"
         except OSError as exc:

@@ -194,8 +194,12 @@ def _paths(r: Recipe, env: Mapping[str, str]) -> list[Path]:
         wanted += [p, p.expanduser(), p.absolute()]
     model = _model_path(r)
     if model:
-        wanted += [Path(model), Path(model).expanduser(), Path(model).expanduser() / "config.json",
-                   Path(model) / models.PROVENANCE_FILE]  # fmt: skip
+        wanted += [
+            Path(model),
+            Path(model).expanduser(),
+            Path(model).expanduser() / "config.json",
+            Path(model) / models.PROVENANCE_FILE,
+        ]
     wanted.append(Path(r.settings.OUTPUT_DIR).expanduser())
     wanted += [Path(env[v]) for v in CACHE_VARIABLES if env.get(v)]
     return wanted

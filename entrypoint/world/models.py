@@ -37,8 +37,12 @@ CONVERSION_VERSION = 2
 # tokenizer, which prepends nothing) and its config.json (eos_token_id 2 = <|im_end|>, pad 2). The GGUF
 # loader rebuilds it as a Llama tokenizer that prepends its BOS, <|im_start|>, and names <|im_start|>
 # as EOS too: with ms-swift's chatml template every prompt then began `<|im_start|><|im_start|>system`.
-SPECIAL_TOKENS = {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "pad_token": "<|im_end|>",
-                  "unk_token": "<|endoftext|>"}  # fmt: skip
+SPECIAL_TOKENS = {
+    "bos_token": "<|im_start|>",
+    "eos_token": "<|im_end|>",
+    "pad_token": "<|im_end|>",
+    "unk_token": "<|endoftext|>",
+}
 
 
 class ModelNotPrepared(FileNotFoundError):

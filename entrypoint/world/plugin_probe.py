@@ -45,8 +45,12 @@ from entrypoint.recipe import swift_schema
 # ms-swift 3.6.4's registries as committed (swift_schema.registry()): the built-in ORMs with the dataset
 # columns their __call__ requires, and the other names a plugin may add to.
 BUILTIN_COLUMNS = swift_schema.registry()["orms"]
-REGISTRIES = {"multi_turns": "multi_turn_schedulers", "rm_plugins": "rm_plugins", "optimizers_map": "optimizers",
-              "extra_tuners": "train_types"}  # fmt: skip
+REGISTRIES = {
+    "multi_turns": "multi_turn_schedulers",
+    "rm_plugins": "rm_plugins",
+    "optimizers_map": "optimizers",
+    "extra_tuners": "train_types",
+}
 
 
 def install_stub() -> None:
@@ -172,8 +176,13 @@ def call_rewards(names: list[str], rows: list[dict]) -> dict:
         except TypeError:
             values = None
         ok = values is not None and len(values) == len(completions) and all(_number(v) for v in values)
-        out[name] = {"ok": ok, "returned": repr(returned)[:200], "raised": "", "count": len(completions),
-                     "scored": [_finite(v) for v in values] if ok else []}  # fmt: skip
+        out[name] = {
+            "ok": ok,
+            "returned": repr(returned)[:200],
+            "raised": "",
+            "count": len(completions),
+            "scored": [_finite(v) for v in values] if ok else [],
+        }
     return out
 
 
@@ -191,8 +200,10 @@ def probe_bound(load: float | None, cpus: int | None) -> tuple[float, str]:
     if per_core <= 1.0:
         return PROBE_BASE_SECONDS, f"{PROBE_BASE_SECONDS:.0f} s"
     seconds = min(PROBE_MAX_SECONDS, PROBE_BASE_SECONDS * per_core)
-    return seconds, (f"{PROBE_BASE_SECONDS:.0f} s x {per_core:.1f} for a load average of {load:.1f} on {cpus} "
-                     f"core(s){', capped' if seconds == PROBE_MAX_SECONDS else ''}")  # fmt: skip
+    return seconds, (
+        f"{PROBE_BASE_SECONDS:.0f} s x {per_core:.1f} for a load average of {load:.1f} on {cpus} "
+        f"core(s){', capped' if seconds == PROBE_MAX_SECONDS else ''}"
+    )
 
 
 def _machine_bound() -> tuple[float, str]:

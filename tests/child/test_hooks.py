@@ -78,32 +78,67 @@ def test_every_hook_says_why_what_it_saves_when_to_delete_it_and_pins_the_instal
 
 
 def test_the_registry_keeps_the_variables_the_plans_set():
-    assert hooks.NAMES == ("emulate_vram", "keep_pools", "graphs_up_to_max_seqs", "inspect_here", "top_k_first",
-                           "scheduler_steps", "adapter_sync", "offload_before_wake", "lean", "sync_probe", "reward_check",
-                           "inputs_check", "liger_eager", "events")  # fmt: skip
+    assert hooks.NAMES == (
+        "emulate_vram",
+        "keep_pools",
+        "graphs_up_to_max_seqs",
+        "inspect_here",
+        "top_k_first",
+        "scheduler_steps",
+        "adapter_sync",
+        "offload_before_wake",
+        "lean",
+        "sync_probe",
+        "reward_check",
+        "inputs_check",
+        "liger_eager",
+        "events",
+    )
     assert [h.variable for h in hooks.ALL] == [
-        "GRPO_RIG_EMULATE_VRAM_GB", "GRPO_RIG_VLLM_KEEP_POOLS", "GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS",
-        "GRPO_RIG_VLLM_INSPECT_HERE", "GRPO_RIG_VLLM_TOP_K_FIRST", "GRPO_RIG_VLLM_SCHEDULER_STEPS",
-        "GRPO_RIG_ADAPTER_SYNC", "GRPO_RIG_OFFLOAD_BEFORE_WAKE", "GRPO_RIG_VLLM_LEAN", "GRPO_RIG_SYNC_PROBE", "GRPO_RIG_REWARD_CHECK",
-        "GRPO_RIG_INPUTS", "GRPO_RIG_LIGER_EAGER", "GRPO_RIG_EVENTS",
-    ]  # fmt: skip
+        "GRPO_RIG_EMULATE_VRAM_GB",
+        "GRPO_RIG_VLLM_KEEP_POOLS",
+        "GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS",
+        "GRPO_RIG_VLLM_INSPECT_HERE",
+        "GRPO_RIG_VLLM_TOP_K_FIRST",
+        "GRPO_RIG_VLLM_SCHEDULER_STEPS",
+        "GRPO_RIG_ADAPTER_SYNC",
+        "GRPO_RIG_OFFLOAD_BEFORE_WAKE",
+        "GRPO_RIG_VLLM_LEAN",
+        "GRPO_RIG_SYNC_PROBE",
+        "GRPO_RIG_REWARD_CHECK",
+        "GRPO_RIG_INPUTS",
+        "GRPO_RIG_LIGER_EAGER",
+        "GRPO_RIG_EVENTS",
+    ]
 
 
 def _installed(environ: dict[str, str]) -> list[str]:
     """loader.install's answer in a fresh interpreter (it puts a finder on sys.meta_path)."""
     code = "import json, os, sys; from entrypoint.child import loader; print(json.dumps(loader.install(os.environ)))"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                          env=clean_env(**environ))  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=clean_env(**environ)
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
 
 def test_each_hook_installs_when_its_variable_turns_it_on_and_only_then(tmp_path):
-    on = {"GRPO_RIG_EMULATE_VRAM_GB": "24", "GRPO_RIG_VLLM_KEEP_POOLS": "1", "GRPO_RIG_EVENTS": str(tmp_path / "e"),
-          "GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS": "1", "GRPO_RIG_VLLM_INSPECT_HERE": "1",
-          "GRPO_RIG_VLLM_TOP_K_FIRST": "1", "GRPO_RIG_VLLM_SCHEDULER_STEPS": "8", "GRPO_RIG_VLLM_LEAN": "1",
-          "GRPO_RIG_OFFLOAD_BEFORE_WAKE": "1", "GRPO_RIG_ADAPTER_SYNC": "8", "GRPO_RIG_SYNC_PROBE": str(tmp_path / "p"), "GRPO_RIG_REWARD_CHECK": "1",
-          "GRPO_RIG_INPUTS": str(tmp_path / "i"), "GRPO_RIG_LIGER_EAGER": "1"}  # fmt: skip
+    on = {
+        "GRPO_RIG_EMULATE_VRAM_GB": "24",
+        "GRPO_RIG_VLLM_KEEP_POOLS": "1",
+        "GRPO_RIG_EVENTS": str(tmp_path / "e"),
+        "GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS": "1",
+        "GRPO_RIG_VLLM_INSPECT_HERE": "1",
+        "GRPO_RIG_VLLM_TOP_K_FIRST": "1",
+        "GRPO_RIG_VLLM_SCHEDULER_STEPS": "8",
+        "GRPO_RIG_VLLM_LEAN": "1",
+        "GRPO_RIG_OFFLOAD_BEFORE_WAKE": "1",
+        "GRPO_RIG_ADAPTER_SYNC": "8",
+        "GRPO_RIG_SYNC_PROBE": str(tmp_path / "p"),
+        "GRPO_RIG_REWARD_CHECK": "1",
+        "GRPO_RIG_INPUTS": str(tmp_path / "i"),
+        "GRPO_RIG_LIGER_EAGER": "1",
+    }
     assert _installed(on) == list(hooks.NAMES)
     off = {k: "0" for k in on} | {"GRPO_RIG_VLLM_SCHEDULER_STEPS": "1", "GRPO_RIG_EMULATE_VRAM_GB": "0"}
     assert _installed(off | {"GRPO_RIG_EVENTS": "", "GRPO_RIG_SYNC_PROBE": "", "GRPO_RIG_INPUTS": ""}) == []
@@ -131,8 +166,16 @@ def _hook(module: str, qualname: str, apply) -> Hook:
             after.patch(module, apply)
             after.patch(module, apply)  # twice: the notice still comes once
 
-    return Hook(name="scratch", variable="GRPO_RIG_SCRATCH", targets=(Target(module, qualname, "0" * 16),),
-                upstream=("scratch==1",), why="w", saves="s", delete_when="d", install=install)  # fmt: skip
+    return Hook(
+        name="scratch",
+        variable="GRPO_RIG_SCRATCH",
+        targets=(Target(module, qualname, "0" * 16),),
+        upstream=("scratch==1",),
+        why="w",
+        saves="s",
+        delete_when="d",
+        install=install,
+    )
 
 
 def test_a_hook_whose_target_is_missing_says_so_once_and_the_child_goes_on(scratch_module, capsys):
@@ -173,20 +216,32 @@ def test_the_site_file_makes_entrypoint_importable_by_appending_the_checkout(tmp
         "print(sys.path.index(sitecustomize.ROOT) == len(sys.path) - 1, entrypoint.__file__)\n"
         "print(type(sys.meta_path[0]).__name__)"
     )
-    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path,
-                          env=clean_env(GRPO_RIG_VLLM_TOP_K_FIRST="1"))  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=clean_env(GRPO_RIG_VLLM_TOP_K_FIRST="1"),
+    )
     assert proc.returncode == 0, proc.stderr
     last, where, finder = proc.stdout.split()
     assert last == "True" and where == str(ROOT / "entrypoint" / "__init__.py") and finder == "AfterImport"
 
 
 def test_importing_the_site_file_imports_no_library_whatever_is_on():
-    on = {h.variable: "1" for h in hooks.ALL} | {"GRPO_RIG_EVENTS": "/dev/null", "GRPO_RIG_SYNC_PROBE": "/dev/null",
-                                                  "GRPO_RIG_VLLM_SCHEDULER_STEPS": "8"}  # fmt: skip
+    on = {h.variable: "1" for h in hooks.ALL} | {
+        "GRPO_RIG_EVENTS": "/dev/null",
+        "GRPO_RIG_SYNC_PROBE": "/dev/null",
+        "GRPO_RIG_VLLM_SCHEDULER_STEPS": "8",
+    }
     code = (
         "import sys; print(sorted(m for m in ('torch', 'vllm', 'swift', 'transformers') if m in sys.modules))"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=clean_env(PYTHONPATH=str(SITE), **on))  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=clean_env(PYTHONPATH=str(SITE), **on),
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr
     assert "not installed" not in proc.stderr

@@ -45,8 +45,17 @@ LOCK_SHA256 = hashlib.sha256(LOCK.read_bytes()).hexdigest()
 # Compose inputs a developer's shell may hold; the test sets its own.
 INHERITED_INPUTS = ("HOST_UID", "HOST_GID", "CA_BUNDLE", "TORCH_CUDA_ARCH_LIST", "VERSION", "SOURCE")
 # What the build context needs (.dockerignore keeps the rest out anyway).
-CONTEXT = ("Dockerfile", ".dockerignore", "compose.yaml", "compose.cpu.yaml", "pyproject.toml",
-           "requirements", "entrypoint", "recipes", "examples")  # fmt: skip
+CONTEXT = (
+    "Dockerfile",
+    ".dockerignore",
+    "compose.yaml",
+    "compose.cpu.yaml",
+    "pyproject.toml",
+    "requirements",
+    "entrypoint",
+    "recipes",
+    "examples",
+)
 
 
 def _say(request: pytest.FixtureRequest, text: str) -> None:
@@ -193,9 +202,15 @@ def test_smoke_run_through_compose_leaves_adapter_owned_by_host_user(image, requ
 def test_plan_from_inventory_prints_rollout_and_nccl_decisions(image, tmp_path):
     env = compose_env(*mount_dirs(tmp_path))
     proc = compose(
-        "run", "--rm", "-T", "train", "plan", "recipe=tcm-4x4090",
-        "INVENTORY=/opt/grpo-rig/examples/inventories/5x4090-driver535.json", env=env,
-    )  # fmt: skip
+        "run",
+        "--rm",
+        "-T",
+        "train",
+        "plan",
+        "recipe=tcm-4x4090",
+        "INVENTORY=/opt/grpo-rig/examples/inventories/5x4090-driver535.json",
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "swift rollout" in proc.stdout
     assert "NCCL_P2P_DISABLE=1" in proc.stdout

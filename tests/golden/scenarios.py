@@ -68,7 +68,7 @@ def _scenarios() -> dict[str, list[str]]:
                 TCM_DATA,
                 "TRAIN_GPUS=0,1",
                 "ROLLOUT_GPUS=2",
-            ],  # fmt: skip
+            ],
             "c05-same-gpu-twice": v("recipe=tcm-4x4090", five, TCM_DATA, "TRAIN_GPUS=0-3", "ROLLOUT_GPUS=3"),
             # C06 host numbering
             "c06-missing-ordinal": v("recipe=tcm-4x4090", two, TCM_DATA, "TRAIN_GPUS=0", "ROLLOUT_GPUS=2"),
@@ -116,7 +116,7 @@ def _scenarios() -> dict[str, list[str]]:
                 "PER_DEVICE_TRAIN_BATCH_SIZE=8",
                 "GRADIENT_ACCUMULATION_STEPS=1",
                 "GENERATION_BATCH_SIZE=",
-            ),  # fmt: skip
+            ),
             # valid runs
             "valid-smoke": v("recipe=smoke"),
             "valid-countdown": v("recipe=countdown-1x4090", one),

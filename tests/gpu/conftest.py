@@ -57,8 +57,15 @@ def gpu_model(tmp_path_factory) -> Path:
         pytest.skip(f"no tokenizer at {tokenizer}: run `make model` or set GRPO_RIG_TEST_TOKENIZER")
     out = tmp_path_factory.mktemp("gpu-model") / "q05"
     subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "make_random_model.py"), "Qwen/Qwen2.5-0.5B-Instruct", str(out),
-         "--tokenizer", tokenizer, "--vocab-from-tokenizer"],
+        [
+            sys.executable,
+            str(ROOT / "bench" / "make_random_model.py"),
+            "Qwen/Qwen2.5-0.5B-Instruct",
+            str(out),
+            "--tokenizer",
+            tokenizer,
+            "--vocab-from-tokenizer",
+        ],
         check=True,
-    )  # fmt: skip
+    )
     return out

@@ -21,11 +21,22 @@ def colocate_run(gpu_model, gpu_env, tmp_path_factory):
     setting whose teardown crashed at exit), three steps, with a reward random text can earn."""
     out = tmp_path_factory.mktemp("colocate")
     proc = run_cli(
-        "train", "recipe=countdown-1x4090", f"MODEL={gpu_model}", "DATASET_GENERATOR=countdown",
-        "EMULATE_VRAM_GB=24", "SLEEP_LEVEL=1", "MAX_STEPS=3", "SAVE_STEPS=2", "OFFLINE=true",
-        f"EXTERNAL_PLUGINS={PLUGIN}", "REWARD_FUNCS=countdown ascii_share",
-        f"OUTPUT_DIR={out}", "RUN_NAME=colocate", env=gpu_env, timeout=1500,
-    )  # fmt: skip
+        "train",
+        "recipe=countdown-1x4090",
+        f"MODEL={gpu_model}",
+        "DATASET_GENERATOR=countdown",
+        "EMULATE_VRAM_GB=24",
+        "SLEEP_LEVEL=1",
+        "MAX_STEPS=3",
+        "SAVE_STEPS=2",
+        "OFFLINE=true",
+        f"EXTERNAL_PLUGINS={PLUGIN}",
+        "REWARD_FUNCS=countdown ascii_share",
+        f"OUTPUT_DIR={out}",
+        "RUN_NAME=colocate",
+        env=gpu_env,
+        timeout=1500,
+    )
     (out / "console.log").write_text(proc.stdout + proc.stderr)
     return proc, out / "colocate"
 
@@ -106,8 +117,11 @@ def test_evaluate_uses_vllm_on_the_gpu(colocate_run, gpu_env):
     request), on the same emulated 24 GiB card, and the run's own rewards score both."""
     _, run = colocate_run
     site = str(Path(__file__).resolve().parents[2] / "entrypoint" / "child" / "site")
-    env = {**gpu_env, "GRPO_RIG_EMULATE_VRAM_GB": "24",
-           "PYTHONPATH": os.pathsep.join(p for p in (site, gpu_env.get("PYTHONPATH", "")) if p)}  # fmt: skip
+    env = {
+        **gpu_env,
+        "GRPO_RIG_EMULATE_VRAM_GB": "24",
+        "PYTHONPATH": os.pathsep.join(p for p in (site, gpu_env.get("PYTHONPATH", "")) if p),
+    }
     proc = run_cli("evaluate", f"run={run}", "EVAL_PROMPTS=8", "EVAL_GENERATIONS=2", env=env, timeout=900)
     (run / "evaluate-console.log").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

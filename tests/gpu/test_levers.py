@@ -22,13 +22,24 @@ def liger_run(gpu_env, tmp_path_factory):
     compiled loss failed 3 of 3 runs before step 1 on the lent H200 (docs/gpu-evidence.md, 2026-12-04)."""
     out = tmp_path_factory.mktemp("levers")
     proc = run_cli(
-        "train", "recipe=arithmetic-gpu", "USE_LIGER_KERNEL=true", "GRADIENT_CHECKPOINTING=true",
-        "PER_DEVICE_TRAIN_BATCH_SIZE=6", "GENERATION_BATCH_SIZE=48", "MAX_COMPLETION_LENGTH=512",
+        "train",
+        "recipe=arithmetic-gpu",
+        "USE_LIGER_KERNEL=true",
+        "GRADIENT_CHECKPOINTING=true",
+        "PER_DEVICE_TRAIN_BATCH_SIZE=6",
+        "GENERATION_BATCH_SIZE=48",
+        "MAX_COMPLETION_LENGTH=512",
         "VLLM_MAX_MODEL_LEN=1024",
-        f"MAX_STEPS={STEPS}", "SAVE_STEPS=1000", "EMULATE_VRAM_GB=24", "OFFLINE=true",
-        f"OUTPUT_DIR={out}", "RUN_NAME=liger", *os.environ.get("GRPO_RIG_LEVER_EXTRA", "").split(),
-        env=gpu_env, timeout=1500,
-    )  # fmt: skip
+        f"MAX_STEPS={STEPS}",
+        "SAVE_STEPS=1000",
+        "EMULATE_VRAM_GB=24",
+        "OFFLINE=true",
+        f"OUTPUT_DIR={out}",
+        "RUN_NAME=liger",
+        *os.environ.get("GRPO_RIG_LEVER_EXTRA", "").split(),
+        env=gpu_env,
+        timeout=1500,
+    )
     (out / "console.log").write_text(proc.stdout + proc.stderr)
     return proc, out / "liger"
 

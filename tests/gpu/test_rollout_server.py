@@ -31,9 +31,24 @@ def _call(url: str, body: dict | None = None, timeout: float = 120) -> object:
 
 
 def test_rollout_serves_the_trainers_endpoints_and_stops_on_sigterm(gpu_model, gpu_env, tmp_path):
-    argv = [sys.executable, "-m", "entrypoint", "rollout", "recipe=smoke-server", "ROLLOUT_GPUS=0", "TRAIN_GPUS=",
-            f"MODEL={gpu_model}", "MODEL_SOURCE=hub", "MODEL_TYPE=qwen2_5", "TEMPLATE=qwen2_5", "OFFLINE=true",
-            "EMULATE_VRAM_GB=24", f"OUTPUT_DIR={tmp_path}", "RUN_NAME=serve", "STOP_GRACE_SECONDS=30"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "entrypoint",
+        "rollout",
+        "recipe=smoke-server",
+        "ROLLOUT_GPUS=0",
+        "TRAIN_GPUS=",
+        f"MODEL={gpu_model}",
+        "MODEL_SOURCE=hub",
+        "MODEL_TYPE=qwen2_5",
+        "TEMPLATE=qwen2_5",
+        "OFFLINE=true",
+        "EMULATE_VRAM_GB=24",
+        f"OUTPUT_DIR={tmp_path}",
+        "RUN_NAME=serve",
+        "STOP_GRACE_SECONDS=30",
+    ]
     proc = subprocess.Popen(
         argv, cwd=ROOT, env=gpu_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -51,8 +66,13 @@ def test_rollout_serves_the_trainers_endpoints_and_stops_on_sigterm(gpu_model, g
     assert _call(f"{base}/health/") == {"status": "ok"}
     assert _call(f"{base}/get_world_size/") == {"world_size": 1}
     request = {"messages": [{"role": "user", "content": "Using 3, 5 and 7, make 22."}]}
-    answers = _call(f"{base}/infer/", {"infer_requests": [request, request],
-                                       "request_config": {"max_tokens": 16, "temperature": 1.0, "n": 1}})  # fmt: skip
+    answers = _call(
+        f"{base}/infer/",
+        {
+            "infer_requests": [request, request],
+            "request_config": {"max_tokens": 16, "temperature": 1.0, "n": 1},
+        },
+    )
     assert isinstance(answers, list) and len(answers) == 2, answers
     for answer in answers:
         assert isinstance(answer["choices"][0]["message"]["content"], str)

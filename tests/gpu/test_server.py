@@ -19,16 +19,37 @@ from tests.conftest import ROOT, read_jsonl, run_cli
 
 pytestmark = [pytest.mark.gpu, pytest.mark.gpus(2)]
 PLUGIN = Path(__file__).parent / "plugins" / "gpu_test_rewards.py"
-LAYOUT = ("recipe=smoke-server", "TRAIN_GPUS=0", "ROLLOUT_GPUS=1", "NCCL_P2P_DISABLE=1", "NCCL_IB_DISABLE=1",
-          "EMULATE_VRAM_GB=24", "DATASET_GENERATOR=countdown", "OFFLINE=true", f"EXTERNAL_PLUGINS={PLUGIN}",
-          "REWARD_FUNCS=countdown ascii_share", "MODEL_SOURCE=hub", "MODEL_TYPE=qwen2_5", "TEMPLATE=qwen2_5")  # fmt: skip
+LAYOUT = (
+    "recipe=smoke-server",
+    "TRAIN_GPUS=0",
+    "ROLLOUT_GPUS=1",
+    "NCCL_P2P_DISABLE=1",
+    "NCCL_IB_DISABLE=1",
+    "EMULATE_VRAM_GB=24",
+    "DATASET_GENERATOR=countdown",
+    "OFFLINE=true",
+    f"EXTERNAL_PLUGINS={PLUGIN}",
+    "REWARD_FUNCS=countdown ascii_share",
+    "MODEL_SOURCE=hub",
+    "MODEL_TYPE=qwen2_5",
+    "TEMPLATE=qwen2_5",
+)
 
 
 @pytest.fixture(scope="module")
 def server_run(gpu_model, gpu_env, tmp_path_factory):
     out = tmp_path_factory.mktemp("server")
-    proc = run_cli("train", *LAYOUT, f"MODEL={gpu_model}", "MAX_STEPS=3", "SAVE_STEPS=2", f"OUTPUT_DIR={out}",
-                   "RUN_NAME=server", env=gpu_env, timeout=1500)  # fmt: skip
+    proc = run_cli(
+        "train",
+        *LAYOUT,
+        f"MODEL={gpu_model}",
+        "MAX_STEPS=3",
+        "SAVE_STEPS=2",
+        f"OUTPUT_DIR={out}",
+        "RUN_NAME=server",
+        env=gpu_env,
+        timeout=1500,
+    )
     (out / "console.log").write_text(proc.stdout + proc.stderr)
     return proc, out / "server"
 
@@ -65,8 +86,19 @@ def test_nothing_is_left_running(server_run):
 
 
 def test_sigterm_mid_run_stops_both_trees_and_exports(gpu_model, gpu_env, tmp_path):
-    argv = [sys.executable, "-m", "entrypoint", "train", *LAYOUT, f"MODEL={gpu_model}", "MAX_STEPS=50",
-            "SAVE_STEPS=1", f"OUTPUT_DIR={tmp_path}", "RUN_NAME=stop", "STOP_GRACE_SECONDS=30"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "entrypoint",
+        "train",
+        *LAYOUT,
+        f"MODEL={gpu_model}",
+        "MAX_STEPS=50",
+        "SAVE_STEPS=1",
+        f"OUTPUT_DIR={tmp_path}",
+        "RUN_NAME=stop",
+        "STOP_GRACE_SECONDS=30",
+    ]
     proc = subprocess.Popen(
         argv, cwd=ROOT, env=gpu_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )

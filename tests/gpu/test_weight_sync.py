@@ -57,9 +57,22 @@ def probe_records(gpu_env, tmp_path_factory) -> dict[tuple[str, str], dict]:
             }
             if broken:
                 env["GRPO_RIG_SYNC_PROBE_BREAK"] = "1"
-            argv = [sys.executable, "-m", "entrypoint", "train", "recipe=arithmetic-gpu", "EMULATE_VRAM_GB=24",
-                    "MAX_STEPS=5", "SAVE_STEPS=5", "LEARNING_RATE=2e-3", "DATASET_ROWS=64", "OFFLINE=true",
-                    f"OUTPUT_DIR={out}", f"RUN_NAME={slug}", *pairs]  # fmt: skip
+            argv = [
+                sys.executable,
+                "-m",
+                "entrypoint",
+                "train",
+                "recipe=arithmetic-gpu",
+                "EMULATE_VRAM_GB=24",
+                "MAX_STEPS=5",
+                "SAVE_STEPS=5",
+                "LEARNING_RATE=2e-3",
+                "DATASET_ROWS=64",
+                "OFFLINE=true",
+                f"OUTPUT_DIR={out}",
+                f"RUN_NAME={slug}",
+                *pairs,
+            ]
             log = (out / f"{slug}.console.log").open("w")
             procs[path, name] = (
                 subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT),

@@ -31,8 +31,16 @@ from entrypoint.child.hooks.base import After, Hook, Target
 from entrypoint.child.runtime import Events, timed
 
 # the worker's imports whose seconds are recorded: the libraries, ms-swift's training code, its GRPO trainer
-WORKER_IMPORTS = ("torch", "transformers", "swift.llm.train", "peft", "trl", "deepspeed", "vllm",
-                  "swift.trainers.rlhf_trainer.grpo_trainer")  # fmt: skip
+WORKER_IMPORTS = (
+    "torch",
+    "transformers",
+    "swift.llm.train",
+    "peft",
+    "trl",
+    "deepspeed",
+    "vllm",
+    "swift.trainers.rlhf_trainer.grpo_trainer",
+)
 GRPO_TRAINER = "swift.trainers.rlhf_trainer.grpo_trainer"
 
 

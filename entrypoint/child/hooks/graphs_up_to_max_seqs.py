@@ -44,8 +44,10 @@ def _graphs_up_to_max_seqs(config) -> None:
         ):
             sizes = graph_sizes(scheduler.max_num_seqs, scheduler.max_num_batched_tokens)
             compilation.cudagraph_capture_sizes = sizes
-            runtime.say(f"vLLM captures CUDA graphs for {len(sizes)} batch sizes up to {sizes[-1]} "
-                        f"(max_num_seqs {scheduler.max_num_seqs}), not 67 up to 512")  # fmt: skip
+            runtime.say(
+                f"vLLM captures CUDA graphs for {len(sizes)} batch sizes up to {sizes[-1]} "
+                f"(max_num_seqs {scheduler.max_num_seqs}), not 67 up to 512"
+            )
         original(self)
 
     cls._set_cudagraph_sizes = _set_cudagraph_sizes

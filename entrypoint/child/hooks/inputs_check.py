@@ -65,9 +65,11 @@ def _check_after_load(sft, record_path: str) -> None:
                 runtime.not_installed("inputs_check", f"cannot read {record_path} ({exc})")
                 return result
             if differ:
-                raise InputsChangedError(f"{INPUTS_MARK} the dataset changed after the run recorded it: "
-                                    f"{'; '.join(differ)}. The rows loaded are not the recorded ones; leave the "
-                                    "file alone while a run starts, then run the same command again")  # fmt: skip
+                raise InputsChangedError(
+                    f"{INPUTS_MARK} the dataset changed after the run recorded it: "
+                    f"{'; '.join(differ)}. The rows loaded are not the recorded ones; leave the "
+                    "file alone while a run starts, then run the same command again"
+                )
         return result
 
     cls._get_dataset = _get_dataset

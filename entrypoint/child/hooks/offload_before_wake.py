@@ -33,8 +33,12 @@ def _applies(trainer) -> bool:
 def _offload_first(grpo_trainer) -> None:
     trainer_cls = runtime.need(grpo_trainer, "GRPOTrainer", GRPO_TRAINER)
     original = runtime.need(trainer_cls, "_fast_infer", f"{GRPO_TRAINER}.GRPOTrainer")
-    for name in ("_move_model_to_vllm", "offload_context", "multi_turn_completion_length_context",
-                 "_infer_single_or_multi_turn"):  # fmt: skip
+    for name in (
+        "_move_model_to_vllm",
+        "offload_context",
+        "multi_turn_completion_length_context",
+        "_infer_single_or_multi_turn",
+    ):
         runtime.need(trainer_cls, name, f"{GRPO_TRAINER}.GRPOTrainer")
     empty_cache = runtime.need(grpo_trainer, "empty_cache", GRPO_TRAINER)
     torch = runtime.need(grpo_trainer, "torch", GRPO_TRAINER)

@@ -32,8 +32,11 @@ def _short(value, limit=80):
 
 def _row(i, completions, kwargs):
     """'row 3 of the batch (completion '...'; nums=[1, 2], target=3)'."""
-    columns = [f"{k}={_short(v[i], 40)}" for k, v in kwargs.items()
-               if k not in ("messages", "trainer_state") and isinstance(v, list) and len(v) == len(completions)]  # fmt: skip
+    columns = [
+        f"{k}={_short(v[i], 40)}"
+        for k, v in kwargs.items()
+        if k not in ("messages", "trainer_state") and isinstance(v, list) and len(v) == len(completions)
+    ]
     return f"row {i} of the batch (completion {_short(completions[i])}{'; ' if columns else ''}{', '.join(columns)})"
 
 
@@ -91,8 +94,10 @@ def _guarded(func, name, index, answers):
         except TypeError:
             values = None
         if values is None or len(values) != len(completions):
-            _fail(f"reward function {name} returned {_short(values)} for {len(completions)} completions: "
-                  "it must return one number (or None) per completion")  # fmt: skip
+            _fail(
+                f"reward function {name} returned {_short(values)} for {len(completions)} completions: "
+                "it must return one number (or None) per completion"
+            )
         for i, value in enumerate(values):
             why = _bad_value(value)
             if why:
@@ -119,9 +124,11 @@ def _all_missing(answers, completions, kwargs):
     for i in range(len(completions)):
         if all(_missing(values[i]) for _, values in answers):
             given = "; ".join(f"{name}: {_short(values[i])}" for name, values in answers)
-            _fail(f"every reward function returned None or NaN for {_row(i, completions, kwargs)} ({given}): ms-swift "
-                  "3.6.4 cannot score such a row (its warning about it fails with \"'TrainerState' object is not "
-                  "subscriptable\"); return 0.0 where a reward does not apply")  # fmt: skip
+            _fail(
+                f"every reward function returned None or NaN for {_row(i, completions, kwargs)} ({given}): ms-swift "
+                "3.6.4 cannot score such a row (its warning about it fails with \"'TrainerState' object is not "
+                'subscriptable"); return 0.0 where a reward does not apply'
+            )
 
 
 def _reward_names(funcs, names):
