@@ -2,9 +2,10 @@
 
 For a Target (hooks/base.py) the installed module's file is found without importing it or its parent
 packages (importlib.util.find_spec of the top-level package only, then the dotted path walked to x.py or
-x/__init__.py), parsed with `ast`, and the node of its qualname hashed: sha256 of ast.dump(node) (line
-numbers left out, so code moving within the file is no drift), first 16 hex digits. ast.dump's text
-depends on the Python version (3.10 here and in the image, Dockerfile): a Python bump changes every hash.
+x/__init__.py), parsed with `ast`, and the node of its qualname hashed: sha256 of its canonical text (`canonical`: node types
+and fields, line numbers left out, so code moving within the file is no drift), first 16 hex digits. Not
+ast.dump: its text differs between Python versions (3.12 adds `type_params=[]` to every definition), and the
+same source must hash the same on the image's 3.10 and on a 3.11-3.13 stack.
 
 tests/child/test_hooks.py compares every target with its declared hash, so a lock bump names every hook to
 re-check; `python -m entrypoint.child.drift` prints the installed hashes to pin once a hook is re-checked.
@@ -68,6 +69,19 @@ def node_of(tree: ast.AST, qualname: str) -> ast.AST | None:
     return node
 
 
+def canonical(node: ast.AST | list | object) -> str:
+    """`node` as text that depends on the code only: each node's type and its fields by name, leaving out
+    fields that are None or empty (those a newer Python adds with nothing in them, e.g. 3.12's type_params)
+    and positions (not in _fields)."""
+    if isinstance(node, ast.AST):
+        fields = ((name, getattr(node, name, None)) for name in node._fields)
+        inner = ",".join(f"{name}={canonical(v)}" for name, v in fields if v is not None and v != [])
+        return f"{type(node).__name__}({inner})"
+    if isinstance(node, list):
+        return "[" + ",".join(canonical(x) for x in node) + "]"
+    return repr(node)
+
+
 def digest(module: str, qualname: str, root: Path | None = None) -> str:
     """The target's hash (module docstring), or why there is none ("no file ...", "no ... in ...")."""
     path = source_file(module, root)
@@ -76,7 +90,7 @@ def digest(module: str, qualname: str, root: Path | None = None) -> str:
     node = node_of(ast.parse(path.read_text(encoding="utf-8"), str(path)), qualname)
     if node is None:
         return f"no {qualname} in {path}"
-    return hashlib.sha256(ast.dump(node).encode()).hexdigest()[:HEX_DIGITS]
+    return hashlib.sha256(canonical(node).encode()).hexdigest()[:HEX_DIGITS]
 
 
 @dataclasses.dataclass(frozen=True)

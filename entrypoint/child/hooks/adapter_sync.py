@@ -172,14 +172,14 @@ HOOK = Hook(
     variable="GRPO_RIG_ADAPTER_SYNC",
     targets=(
         # replaced for a colocated LoRA run: the merge of the adapter and the copy of every merged tensor
-        Target(GRPO_TRAINER, "GRPOTrainer._move_model_to_vllm", "9dbe2d6b57381929"),
+        Target(GRPO_TRAINER, "GRPOTrainer._move_model_to_vllm", "dce3819a920054cb"),
         # replaced: the colocated generation, now with the adapter's request
-        Target(GRPO_TRAINER, "GRPOTrainer._engine_infer", "eb814f2f441fdbdd"),
+        Target(GRPO_TRAINER, "GRPOTrainer._engine_infer", "d60da8d8272500c1"),
         # builds the engine with keyword arguments: enable_lora, max_loras and max_lora_rank are added
-        Target(GRPO_TRAINER, "GRPOTrainer.prepare_vllm", "a720724ba2f4d471"),
-        Target(ENGINE, "GRPOVllmEngine.__init__", "a1cbe3b5a9e0d90d"),
+        Target(GRPO_TRAINER, "GRPOTrainer.prepare_vllm", "62ee11a2af9769af"),
+        Target(ENGINE, "GRPOVllmEngine.__init__", "a4645110c930542f"),
         # how an AdapterRequest becomes vLLM's LoRARequest, through the pool this hook fills
-        Target("swift.llm.infer.infer_engine.vllm_engine", "VllmEngine._add_request", "d92af0f634775ab3"),
+        Target("swift.llm.infer.infer_engine.vllm_engine", "VllmEngine._add_request", "244bbcc16a9a45a0"),
     ),
     upstream=("ms-swift==3.6.4", "vllm==0.8.5.post1", "peft==0.15.2"),
     why="ms-swift merges the LoRA adapter into the base weights and copies all of them into the colocated "

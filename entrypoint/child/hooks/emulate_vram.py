@@ -140,14 +140,14 @@ HOOK = Hook(
     variable="GRPO_RIG_EMULATE_VRAM_GB",
     recipe_key="EMULATE_VRAM_GB",
     targets=(
-        Target("torch.cuda", "_lazy_call", "1506f198d0c330d8"),
-        Target("torch.cuda.memory", "set_per_process_memory_fraction", "e2f91fc95ac60ea5"),
-        Target("torch.cuda.memory", "mem_get_info", "7d3405cbf5f98ff6"),
-        Target("torch.cuda._utils", "_get_device_index", "5e4393a9395cd9f7"),
-        Target("vllm.platforms.cuda", "NvmlCudaPlatform.get_device_total_memory", "f5aa8db8bfd99473"),
-        Target("vllm.platforms.cuda", "NonNvmlCudaPlatform.get_device_total_memory", "1c600a98b74ca49c"),
+        Target("torch.cuda", "_lazy_call", "ef646d27bb307b29"),
+        Target("torch.cuda.memory", "set_per_process_memory_fraction", "2bb970c2d188fe49"),
+        Target("torch.cuda.memory", "mem_get_info", "98c35da672e0cc3a"),
+        Target("torch.cuda._utils", "_get_device_index", "1e7c8e5f4629fed6"),
+        Target("vllm.platforms.cuda", "NvmlCudaPlatform.get_device_total_memory", "0572d93bce9b7a3c"),
+        Target("vllm.platforms.cuda", "NonNvmlCudaPlatform.get_device_total_memory", "d9ca172332f4f6e7"),
         # what makes the patch matter: vLLM's KV cache is sized from mem_get_info's two numbers
-        Target("vllm.v1.worker.gpu_worker", "Worker.determine_available_memory", "66b6670000e77893"),
+        Target("vllm.v1.worker.gpu_worker", "Worker.determine_available_memory", "8b04c6c2ec2b20d6"),
     ),
     upstream=("torch==2.6.0", "vllm==0.8.5.post1"),
     why="A process acts as if its GPU had EMULATE_VRAM_GB GiB (an RTX 4090 on an H200) for everything that "

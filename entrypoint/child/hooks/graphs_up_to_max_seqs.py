@@ -62,7 +62,7 @@ def install(value: str, after: After) -> None:
 HOOK = Hook(
     name="graphs_up_to_max_seqs",
     variable="GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS",
-    targets=(Target("vllm.config", "VllmConfig._set_cudagraph_sizes", "b79cffa08ebfc2f7"),),
+    targets=(Target("vllm.config", "VllmConfig._set_cudagraph_sizes", "39924721510d3965"),),
     upstream=("vllm==0.8.5.post1",),
     why="vLLM 0.8.5's V1 engine captures CUDA graphs for 67 batch sizes up to 512 sequences whatever "
     "max_num_seqs says; an engine that runs at most max_num_seqs sequences per step needs only the sizes up "

@@ -84,7 +84,7 @@ def install(value: str, after: After) -> None:
 HOOK = Hook(
     name="inputs_check",
     variable="GRPO_RIG_INPUTS",
-    targets=(Target(SFT, "SwiftSft._get_dataset", "35005261f179657c"),),
+    targets=(Target(SFT, "SwiftSft._get_dataset", "b2090d396fc98c21"),),
     upstream=("ms-swift==3.6.4",),
     why="The manifest names the dataset rows a run trained on by their sha256, hashed by the launcher before "
     "the trainer starts; ms-swift loads the files minutes later. The trainer hashes them again right after "

@@ -44,9 +44,9 @@ HOOK = Hook(
     name="inspect_here",
     variable="GRPO_RIG_VLLM_INSPECT_HERE",
     targets=(
-        Target(REGISTRY, "_LazyRegisteredModel.inspect_model_cls", "9baf0a41c871a7a9"),
-        Target(REGISTRY, "_LazyRegisteredModel.load_model_cls", "fa6e4e62b271f01e"),
-        Target(REGISTRY, "_ModelInfo.from_model_cls", "165f2a070b17a152"),
+        Target(REGISTRY, "_LazyRegisteredModel.inspect_model_cls", "9bba2b6b7f17f76f"),
+        Target(REGISTRY, "_LazyRegisteredModel.load_model_cls", "9296eaf02b0ea10c"),
+        Target(REGISTRY, "_ModelInfo.from_model_cls", "19ca3a0058dd8bc9"),
     ),
     upstream=("vllm==0.8.5.post1",),
     why="vLLM 0.8.5 reads a lazily registered model class's interfaces in a fresh Python process so as not "

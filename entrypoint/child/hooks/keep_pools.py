@@ -42,9 +42,9 @@ HOOK = Hook(
     name="keep_pools",
     variable="GRPO_RIG_VLLM_KEEP_POOLS",
     targets=(
-        Target("vllm.device_allocator.cumem", "use_memory_pool_with_allocator", "aa563fc28613bc4e"),
+        Target("vllm.device_allocator.cumem", "use_memory_pool_with_allocator", "4e4c2911e79d7038"),
         # calls it through the module's global name, which is what the patch replaces
-        Target("vllm.device_allocator.cumem", "CuMemAllocator.use_memory_pool", "a4dd16adc8c4ef1f"),
+        Target("vllm.device_allocator.cumem", "CuMemAllocator.use_memory_pool", "47f6163f211dcc9d"),
     ),
     upstream=("vllm==0.8.5.post1",),
     why="With sleep mode, interpreter exit may destroy vLLM's pluggable allocator before its MemPool, or "

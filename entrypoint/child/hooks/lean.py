@@ -31,14 +31,14 @@ HOOK = Hook(
     variable="GRPO_RIG_VLLM_LEAN",
     targets=(
         # final_only.py: the engine call it patches
-        Target(ENGINE, "LLMEngine.add_request", "0125b1a178260755"),
+        Target(ENGINE, "LLMEngine.add_request", "ceea054d33eae900"),
         # where V1 builds an output per request per step unless FINAL_ONLY
-        Target("vllm.v1.engine.output_processor", "RequestState.make_request_output", "c7e2cef88473a183"),
+        Target("vllm.v1.engine.output_processor", "RequestState.make_request_output", "cd4b5a19cf1957ac"),
         # ms-swift's sampling parameters (FINAL_ONLY only for n > 1) and its non-streaming generation
-        Target(VLLM_ENGINE, "VllmEngine._prepare_generation_config", "dd68d21f7cea968d"),
-        Target(VLLM_ENGINE, "VllmEngine.infer", "8053e8366f6ed41e"),
+        Target(VLLM_ENGINE, "VllmEngine._prepare_generation_config", "2872b9c30a67d7ea"),
+        Target(VLLM_ENGINE, "VllmEngine.infer", "dcd592c3bd55a4e2"),
         # heap_freeze.py: the trainer's construction, after which the heap is frozen
-        Target(GRPO_TRAINER, "GRPOTrainer.__init__", "3a0e5d68a4fc474d"),
+        Target(GRPO_TRAINER, "GRPOTrainer.__init__", "3e6bb12909c57536"),
     ),
     upstream=("vllm==0.8.5.post1", "ms-swift==3.6.4"),
     why="ms-swift's colocated generation reads only each request's finished output, but vLLM's V1 engine "

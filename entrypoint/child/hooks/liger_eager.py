@@ -47,13 +47,13 @@ HOOK = Hook(
     name="liger_eager",
     variable="GRPO_RIG_LIGER_EAGER",
     targets=(
-        Target(GRPO_LOSS, "LigerFusedLinearGRPOLoss.__init__", "ec3db4360d29a8ab"),  # keeps self.compiled
-        Target(GRPO_LOSS, "LigerFusedLinearGRPOLoss.forward", "1ba83788e6fa1e9c"),  # passes it on
+        Target(GRPO_LOSS, "LigerFusedLinearGRPOLoss.__init__", "36f381b3c811575e"),  # keeps self.compiled
+        Target(GRPO_LOSS, "LigerFusedLinearGRPOLoss.forward", "494e6b28f0b69031"),  # passes it on
         # where `compiled` wraps the chunks' forward and backward in torch.compile
         Target(
             "liger_kernel.chunked_loss.fused_linear_ppo",
             "LigerFusedLinearPPOBase.forward",
-            "7b555a9604769401",
+            "c0f226d6c2c44934",
         ),
     ),
     upstream=("liger-kernel==0.6.1", "torch==2.6.0", "ms-swift==3.6.4"),

@@ -84,11 +84,11 @@ HOOK = Hook(
     variable="GRPO_RIG_OFFLOAD_BEFORE_WAKE",
     targets=(
         # the order replaced: wake weights, sync, then offload_context around the generation
-        Target(GRPO_TRAINER, "GRPOTrainer._fast_infer", "1de59b6fa2d7592c"),
+        Target(GRPO_TRAINER, "GRPOTrainer._fast_infer", "a58fe1a22d016fbf"),
         # what the new order calls, unchanged: the merge and sync, the offload and reload
-        Target(GRPO_TRAINER, "GRPOTrainer._move_model_to_vllm", "9dbe2d6b57381929"),
-        Target(GRPO_TRAINER, "GRPOTrainer.offload_context", "d015caa4d91547fd"),
-        Target(GRPO_TRAINER, "GRPOTrainer.offload_model", "d7e0ea0dc65e17c8"),
+        Target(GRPO_TRAINER, "GRPOTrainer._move_model_to_vllm", "dce3819a920054cb"),
+        Target(GRPO_TRAINER, "GRPOTrainer.offload_context", "9c23839aa68f9c57"),
+        Target(GRPO_TRAINER, "GRPOTrainer.offload_model", "655af9cc72699ca6"),
     ),
     upstream=("ms-swift==3.6.4", "vllm==0.8.5.post1"),
     why="ms-swift wakes vLLM's weights and syncs the merged weights into them before it offloads the trainer, "

@@ -165,9 +165,9 @@ HOOK = Hook(
     variable="GRPO_RIG_REWARD_CHECK",
     targets=(
         # how each reward function is called and its answers read; the all-None warning that fails
-        Target(GRPO_TRAINER, "GRPOTrainer._score_completions", "d82fa0bd4f469668"),
+        Target(GRPO_TRAINER, "GRPOTrainer._score_completions", "43542c2db792d8da"),
         # where reward_funcs and reward_func_names are set
-        Target(GRPO_TRAINER, "GRPOTrainer.__init__", "3a0e5d68a4fc474d"),
+        Target(GRPO_TRAINER, "GRPOTrainer.__init__", "3e6bb12909c57536"),
     ),
     upstream=("ms-swift==3.6.4",),
     why="A reward function's answer ms-swift cannot score (an exception, a list of the wrong length, a "

@@ -63,12 +63,12 @@ HOOK = Hook(
     variable="GRPO_RIG_VLLM_SCHEDULER_STEPS",
     recipe_key="VLLM_SCHEDULER_STEPS",
     targets=(
-        Target(ENGINE, "GRPOVllmEngine.__init__", "a1cbe3b5a9e0d90d"),
+        Target(ENGINE, "GRPOVllmEngine.__init__", "a4645110c930542f"),
         # builds the engine with keyword arguments and no engine_kwargs of its own
-        Target("swift.trainers.rlhf_trainer.grpo_trainer", "GRPOTrainer.prepare_vllm", "a720724ba2f4d471"),
+        Target("swift.trainers.rlhf_trainer.grpo_trainer", "GRPOTrainer.prepare_vllm", "62ee11a2af9769af"),
         # the runner without a `model` attribute, and what ms-swift's weight sync reads through it
-        Target(RUNNER, "MultiStepModelRunner.__init__", "4c13c2d107db105e"),
-        Target("swift.llm.infer.infer_engine.vllm_engine", "VllmEngine.inner_model", "4e89a1c246a3697f"),
+        Target(RUNNER, "MultiStepModelRunner.__init__", "468ddb70badcb6dc"),
+        Target("swift.llm.infer.infer_engine.vllm_engine", "VllmEngine.inner_model", "136dae0b4ad5fa73"),
     ),
     upstream=("ms-swift==3.6.4", "vllm==0.8.5.post1"),
     why="ms-swift 3.6.4's colocated engine gets vLLM V0's multi-step scheduling (N decode steps per "

@@ -34,11 +34,11 @@ HOOK = Hook(
     name="sync_probe",
     variable="GRPO_RIG_SYNC_PROBE",
     targets=(
-        Target(GRPO_TRAINER, "GRPOTrainer._move_model_to_vllm", "9dbe2d6b57381929"),
+        Target(GRPO_TRAINER, "GRPOTrainer._move_model_to_vllm", "dce3819a920054cb"),
         # with sleep mode the probe runs at the next generation, where vLLM is awake
-        Target(GRPO_TRAINER, "GRPOTrainer._engine_infer", "eb814f2f441fdbdd"),
+        Target(GRPO_TRAINER, "GRPOTrainer._engine_infer", "d60da8d8272500c1"),
         # what the probe reads of the trainer and its engine
-        Target(GRPO_TRAINER, "GRPOTrainer.prepare_vllm", "a720724ba2f4d471"),
+        Target(GRPO_TRAINER, "GRPOTrainer.prepare_vllm", "62ee11a2af9769af"),
     ),
     upstream=("ms-swift==3.6.4",),
     why="A sync that never reaches vLLM leaves every rollout on the base model while training goes on and "

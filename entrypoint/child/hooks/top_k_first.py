@@ -122,12 +122,12 @@ HOOK = Hook(
     name="top_k_first",
     variable="GRPO_RIG_VLLM_TOP_K_FIRST",
     targets=(
-        Target(SAMPLER, "apply_top_k_top_p", "9c26e48bb52a508d"),  # the mask it must equal
+        Target(SAMPLER, "apply_top_k_top_p", "fc6850af6a55f82a"),  # the mask it must equal
         # calls apply_top_k_top_p through the module's global name, which is what the patch replaces
-        Target(SAMPLER, "TopKTopPSampler.forward_native", "6019474397850b2c"),
+        Target(SAMPLER, "TopKTopPSampler.forward_native", "162c86cdf454214f"),
         # chooses forward_native where FlashInfer is absent
-        Target(SAMPLER, "TopKTopPSampler.__init__", "b403ec0c37082515"),
-        Target(INPUT_BATCH, "InputBatch._make_sampling_metadata", "d91290f0a42e4979"),
+        Target(SAMPLER, "TopKTopPSampler.__init__", "3f9bb42eab891930"),
+        Target(INPUT_BATCH, "InputBatch._make_sampling_metadata", "2cad8da1e0b2f58c"),
     ),
     upstream=("vllm==0.8.5.post1",),
     why="Without FlashInfer, vLLM 0.8.5's V1 sampler sorts every row of the logits over the whole vocabulary "
