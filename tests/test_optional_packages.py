@@ -14,6 +14,7 @@ import pytest
 from entrypoint.plan import build as plan_mod
 from entrypoint.preflight import packages
 from entrypoint.recipe import optional, swift_schema
+from entrypoint.world import host
 from tests.conftest import facts_for, load_inventory, load_recipe, refused
 
 
@@ -88,13 +89,10 @@ def _problems(
     ("pair", "module", "package", "works"),
     [
         ("REPORT_TO=tensorboard swanlab", "swanlab", "swanlab", "REPORT_TO=tensorboard (these work here:"),
-        ("OPTIM=paged_adamw_8bit", "bitsandbytes", "bitsandbytes", "adamw_torch"),
         ("OPTIM=adamw_torch_4bit", "torchao", "torchao", "adamw_torch"),
         ("ATTN_IMPL=flash_attn", "flash_attn", "flash-attn", "ATTN_IMPL=sdpa"),
         ("TUNER_BACKEND=unsloth", "unsloth", "unsloth", "TUNER_BACKEND=peft"),
         ("QUANT_METHOD=hqq", "hqq", "hqq", "remove QUANT_METHOD and QUANT_BITS"),
-        ("USE_LIGER_KERNEL=true", "liger_kernel", "liger-kernel", "USE_LIGER_KERNEL=false"),
-        ("DEEPSPEED=zero2", "deepspeed", "deepspeed", "remove DEEPSPEED"),
     ],
 )
 def test_a_value_whose_package_is_missing_is_refused_naming_it_and_what_works(pair, module, package, works):
@@ -103,8 +101,44 @@ def test_a_value_whose_package_is_missing_is_refused_naming_it_and_what_works(pa
     p = found[0]
     assert p.fatal and p.where.startswith(pair.split()[0].split("=")[0])
     assert f"needs the {package} package" in p.message and "would fail after the start-up" in p.message
+    assert "does not hold it" in p.message
     assert works in p.fix and "requirements/runtime.in" in p.fix
     assert not _problems(pair, importable=set(optional.modules())), "passes once the package is importable"
+
+
+@pytest.mark.parametrize(
+    ("pair", "module", "package"),
+    [
+        ("OPTIM=paged_adamw_8bit", "bitsandbytes", "bitsandbytes"),
+        ("QUANT_METHOD=bnb QUANT_BITS=4", "bitsandbytes", "bitsandbytes"),
+        ("USE_LIGER_KERNEL=true", "liger_kernel", "liger-kernel"),
+        ("DEEPSPEED=zero2", "deepspeed", "deepspeed"),
+    ],
+)
+@pytest.mark.parametrize(("in_container", "mend"), [(False, "make venv"), (True, "make build")])
+def test_a_locked_package_this_python_lacks_is_a_venv_or_image_to_sync_not_a_package_to_add(
+    pair, module, package, in_container, mend
+):
+    """A venv or image older than the lock: the package is there to be had by syncing from the lock, not by
+    editing it (which the message said of deepspeed, liger-kernel and bitsandbytes, all in the lock)."""
+    r = load_recipe("recipe=smoke", *pair.split())
+    facts = facts_for(r)
+    assert facts.locked is not None and optional.normalised(package) in facts.locked
+    facts = facts_for(r, importable=facts.importable - {module}, in_container=in_container)
+    found = [p for p in packages.check(plan_mod.build(r, load_inventory("1x4090-driver535"), facts), facts)]
+    assert len(found) == 1, found
+    p = found[0]
+    assert p.kind == "local" and p.where.startswith(pair.split("=")[0])
+    assert f"{module} cannot be imported by this Python, though the image's lock" in p.message
+    assert f"holds {package}" in p.message and mend in p.fix and "runtime.in" not in p.fix
+
+
+def test_without_a_lock_file_the_message_does_not_claim_what_the_lock_holds(tmp_path):
+    r = load_recipe("recipe=smoke", "REPORT_TO=swanlab")
+    assert host.locked_packages(tmp_path / "runtime.lock") is None
+    facts = facts_for(r, importable=facts_for(r).importable - {"swanlab"}, locked=None)
+    (p,) = packages.check(plan_mod.build(r, load_inventory("5x4090-driver535"), facts), facts)
+    assert "no requirements/runtime.lock here" in p.message and "does not hold" not in p.message
 
 
 def test_report_to_swanlab_is_refused_in_seconds(tmp_path):

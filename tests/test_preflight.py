@@ -239,7 +239,7 @@ def _quant_problems(*pairs: str, inventory: str = "5x4090-driver535", **changes)
     """The value checks' problems about quantization of a plan where bitsandbytes imports (unless `changes`
     say otherwise)."""
     from entrypoint.plan import build as plan_mod
-    from entrypoint.preflight import values
+    from entrypoint.preflight import packages, values
     from tests.conftest import facts_for, load_inventory, load_recipe
 
     r = load_recipe(*pairs)
@@ -248,7 +248,8 @@ def _quant_problems(*pairs: str, inventory: str = "5x4090-driver535", **changes)
         importable = importable - {"bitsandbytes"}
     facts = facts_for(r, None, **{"importable": importable, **changes})
     plan = plan_mod.build(r, load_inventory(inventory), facts)
-    return [p for p in values.check(plan, facts) if "QUANT" in p.where or "bnb" in p.where]
+    found = values.check(plan, facts) + packages.check(plan, facts)
+    return [p for p in found if "QUANT" in p.where or "bnb" in p.where]
 
 
 QLORA_14B = (

@@ -134,6 +134,9 @@ class Facts:
     # bitsandbytes, REPORT_TO=swanlab swanlab, ...): the launcher's interpreter is the image's, or the venv
     # installed from the same lock
     importable: frozenset[str] = frozenset()
+    # the distributions requirements/runtime.lock pins (normalised names, world/host.locked_packages): a
+    # package in it that cannot be imported is a venv or image not synced from it; None: no lock file found
+    locked: frozenset[str] | None = None
     secrets_set: frozenset[str] = frozenset()  # names of the environment's secret variables that are set
 
     def path(self, text: str | Path) -> PathInfo:

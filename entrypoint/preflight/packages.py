@@ -4,7 +4,8 @@ The table is recipe/optional.py (QUANT_METHOD, OPTIM, REPORT_TO, ATTN_IMPL, TUNE
 host.gather looked its modules up with importlib.util.find_spec in the launcher's interpreter, which is the
 image's (or the venv installed from the same lock). A value whose modules are missing would fail after the
 start-up, once the model has loaded: refused in seconds, naming the package and the values that work
-without it. And wandb without a key: a run with no terminal cannot log in, so wandb stops it at the first
+without it; a package the lock holds (host.locked_packages) is a venv or image not synced from it, which
+`make venv` or `make build` mends (a local problem: `plan` warns, `validate` refuses). And wandb without a key: a run with no terminal cannot log in, so wandb stops it at the first
 log line.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from entrypoint.errors import Problem
+from entrypoint.errors import LOCAL, Problem
 from entrypoint.recipe import optional, swift_schema
 
 if TYPE_CHECKING:
@@ -42,17 +43,28 @@ def check(plan: Plan, facts: Facts) -> list[Problem]:
             continue
         source = r.source(need.key) if need.key.lower() in r.trainer else "ms-swift's default"
         where = f"{need.key}={value} ({source})" if need.values else f"{need.key} ({source})"
-        if (
-            need.key == "QUANT_METHOD" and value == "bnb"
-        ):  # in the lock: values.check_quantization names the re-sync
-            continue
         modules = " and ".join(m.replace("|", " or ") for m in missing)
+        if facts.locked is not None and optional.normalised(need.package) in facts.locked:
+            problems.append(
+                Problem(
+                    where,
+                    f"{modules} cannot be imported by this Python, though the image's lock ({LOCK}) holds "
+                    f"{need.package}: {need.what} would fail after the start-up [source: {need.source}]",
+                    "rebuild the image (make build)"
+                    if facts.in_container
+                    else "re-sync the virtualenv from the lock (make venv)",
+                    kind=LOCAL,
+                )
+            )
+            continue
+        held = (
+            f"the image's lock, {LOCK}, does not hold it" if facts.locked is not None else f"no {LOCK} here"
+        )
         problems.append(
             Problem(
                 where,
-                f"needs the {need.package} package ({modules} cannot be imported here; the "
-                f"image's lock, {LOCK}, does not hold it): {need.what} would fail after the "
-                f"start-up [source: {need.source}]",
+                f"needs the {need.package} package ({modules} cannot be imported here; {held}): "
+                f"{need.what} would fail after the start-up [source: {need.source}]",
                 _fix(need, value, r.trainer, facts, schema),
             )
         )

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from entrypoint.errors import LOCAL, Problem
+from entrypoint.errors import Problem
 from entrypoint.facts import vllm_bnb
 from entrypoint.facts.facts import resolved
 from entrypoint.plan import budget
@@ -341,27 +341,13 @@ def check_quantization(plan: Plan, facts: Facts, where) -> list[Problem]:
     checkpoint: vllm/model_executor/model_loader/loader.py:1038-1122) and given only the trained adapter each
     step (entrypoint/child/hooks/adapter_sync.py): ms-swift's own sync merges the adapter into the base
     weights and copies them (v3.6.4 grpo_trainer.py:491-552), and merged into bitsandbytes' packed 4-bit
-    weights those are not weights vLLM can load."""
+    weights those are not weights vLLM can load. A Python without bitsandbytes (in the lock) is
+    packages.check's."""
     r, a = plan.recipe, plan.recipe.trainer_args
     if a.quant_method != "bnb":
         return []
     problems: list[Problem] = []
     method = where("QUANT_METHOD")
-    if "bitsandbytes" not in facts.importable:
-        problems.append(
-            Problem(
-                f"QUANT_METHOD=bnb ({r.source('QUANT_METHOD')})",
-                "bitsandbytes cannot be imported by this Python: transformers and vLLM need it to "
-                "load the weights in 4 or 8 bits, which would fail after the start-up",
-                "the lock holds bitsandbytes 0.45.5 (requirements/runtime.lock): "
-                + (
-                    "rebuild the image (make build)"
-                    if facts.in_container
-                    else "re-sync the virtualenv from it (make venv)"
-                ),
-                kind=LOCAL,
-            )
-        )
     if a.quant_bits not in ("4", "8"):
         problems.append(
             Problem(

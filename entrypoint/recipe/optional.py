@@ -24,6 +24,7 @@ import ast
 import dataclasses
 import functools
 import json
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -344,6 +345,12 @@ def asked(trainer: Mapping[str, list[str]], defaults: Mapping[str, object]) -> l
         else:
             out += [(need, t) for t in tokens if t in need.values]
     return out
+
+
+def normalised(distribution: str) -> str:
+    """A distribution's name as PEP 503 compares them (lower case, runs of -_. as one -): `Flash_Attn` and
+    `flash-attn` are one package, as in requirements/runtime.lock."""
+    return re.sub(r"[-_.]+", "-", distribution).lower()
 
 
 def working(key: str, choices: list[str], importable: frozenset[str]) -> list[str]:

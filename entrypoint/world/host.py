@@ -17,6 +17,7 @@ import importlib.util
 import itertools
 import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -325,6 +326,18 @@ def importable(modules: list[str]) -> frozenset[str]:
     return frozenset(found)
 
 
+def locked_packages(lock: Path) -> frozenset[str] | None:
+    """The distributions `lock` pins (`name==version` lines, names normalised as PEP 503 does:
+    lower case, runs of -_. as one -), or None where the file cannot be read (an install without the
+    repository's requirements/)."""
+    try:
+        text = lock.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    names = re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", text, re.M)
+    return frozenset(optional.normalised(n) for n in names)
+
+
 def in_container(environ: Mapping[str, str]) -> bool:
     """Inside the grpo-rig image, not on a user's host: the image sets GRPO_RIG_VERSION (Dockerfile)."""
     return bool(environ.get("GRPO_RIG_VERSION"))
@@ -387,6 +400,7 @@ def gather(
         swift=swift_executable(environ),
         swift_worker=swift_worker(environ),
         importable=importable(optional.modules()),
+        locked=locked_packages(manifest.LOCK_FILE),
         secrets_set=frozenset(k for k, v in environ.items() if v and redact.is_secret(k)),
         paths=MappingProxyType(paths),
         datasets=MappingProxyType(datasets),
