@@ -250,20 +250,19 @@ def file_inputs(plan: Plan) -> dict[str, list[dict[str, Any]]]:
 def changed_inputs(attempts: list[dict[str, Any]]) -> list[str]:
     """What a resumed attempt reads otherwise than the attempt before it (a dataset, a plugin edited meanwhile):
     its steps train on other rows or rewards than the earlier steps. Said, not refused (the user may mean it);
-    the manifest keeps each attempt's inputs and `rerun` names it as drift."""
+    the manifest keeps each attempt's inputs and `rerun` names it as drift (both manifest.input_changes)."""
     if len(attempts) < 2:
         return []
-    before, now = attempts[-2].get("inputs") or {}, attempts[-1].get("inputs") or {}
+    since = attempts[-1].get("resume_from") or "the start"
     out = []
-    for kind, records in now.items():
-        old = {r.get("spec"): r.get("sha256") for r in before.get(kind) or []}
-        for r in records:
-            if r.get("spec") in old and old[r["spec"]] != r.get("sha256"):
-                out.append(
-                    f"{kind} {r['spec']} changed since the previous attempt (sha256 "
-                    f"{str(old[r['spec']])[:12]}... -> {str(r.get('sha256'))[:12]}...): the steps from "
-                    f"{attempts[-1].get('resume_from') or 'the start'} on read the new one"
-                )
+    for c in manifest.input_changes(attempts[-2].get("inputs") or {}, attempts[-1].get("inputs") or {}):
+        if c.before is None:
+            what = "is read since the previous attempt"
+        elif c.after is None:
+            what = "is no longer read since the previous attempt"
+        else:
+            what = f"changed since the previous attempt (sha256 {c.before[:12]}... -> {c.after[:12]}...)"
+        out.append(f"{c.kind} {c.spec} {what}: the steps from {since} on read what this attempt reads")
     return out
 
 

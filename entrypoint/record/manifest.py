@@ -12,7 +12,7 @@ import importlib.metadata
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
@@ -303,3 +303,33 @@ def find_run(run: str, output_dir: str) -> Path:
             ]
         )
     return path
+
+
+class InputChange(NamedTuple):
+    """One input file that one attempt of a run read otherwise than the attempt before it: `kind` ("dataset",
+    "val_dataset", "plugins", "system"), `spec` (as the recipe names it), the sha256 each attempt recorded,
+    None where that attempt did not read it."""
+
+    kind: str
+    spec: str
+    before: str | None
+    after: str | None
+
+
+def input_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[InputChange]:
+    """What changed between two attempts' records (`attempts[i]["inputs"]`: kind -> [{"spec", "sha256"}]):
+    files whose sha256 differs, files read by one attempt only. Malformed records read as absent."""
+
+    def digests(records: Mapping[str, Any], kind: str) -> dict[str, str | None]:
+        found = records.get(kind) if isinstance(records, Mapping) else None
+        rows = [r for r in found if isinstance(r, Mapping)] if isinstance(found, list) else []
+        return {str(r.get("spec")): r.get("sha256") for r in rows}
+
+    out = []
+    kinds = dict.fromkeys([*(before or {}), *(after or {})])
+    for kind in kinds:
+        old, new = digests(before, kind), digests(after, kind)
+        for spec in dict.fromkeys([*old, *new]):
+            if old.get(spec) != new.get(spec):
+                out.append(InputChange(kind, spec, old.get(spec), new.get(spec)))
+    return out

@@ -31,7 +31,7 @@ from entrypoint.errors import Problem
 from entrypoint.plan.build import Flag, Process
 from entrypoint.recipe import keys
 from entrypoint.recipe.load import DEFAULTS_FILE, Origin, Value
-from entrypoint.record.manifest import resolved_values, values_sha256
+from entrypoint.record.manifest import input_changes, resolved_values, values_sha256
 
 NOT_REPEATED = ("RUN_NAME", "OUTPUT_DIR")  # a rerun writes its own directory
 # the files beside the datasets a run records (plan.build.input_files), in the words a user reads
@@ -197,13 +197,10 @@ def _attempts(data: Mapping[str, Any]) -> list[Problem]:
             for k in ATTEMPT_VALUES
             if k in old.keys() | new.keys() and old.get(k) != new.get(k)
         ]
-        changed += [
-            f"{INPUT_KINDS.get(k, k)} changed"
-            for k in INPUT_KINDS
-            if k in (before.get("inputs") or {})
-            and k in (after.get("inputs") or {})
-            and _digests(before["inputs"][k]) != _digests(after["inputs"][k])
-        ]
+        kinds = dict.fromkeys(
+            c.kind for c in input_changes(before.get("inputs") or {}, after.get("inputs") or {})
+        )
+        changed += [f"{INPUT_KINDS.get(k, k)} changed" for k in kinds]
         if changed:
             since = after.get("resume_from") or "the start"
             out.append(
@@ -217,10 +214,6 @@ def _attempts(data: Mapping[str, Any]) -> list[Problem]:
                 )
             )
     return out
-
-
-def _digests(records: object) -> list[object]:
-    return [r.get("sha256") for r in records if isinstance(r, Mapping)] if isinstance(records, list) else []
 
 
 def _versions(data: Mapping[str, Any], now: Now) -> list[Problem]:
