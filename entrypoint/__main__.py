@@ -17,7 +17,12 @@ USE = ".venv/bin/python -m entrypoint ... (made by `make venv`), or the containe
 OLDEST = (3, 10)
 # The locked stack's packages that importing entrypoint.cli needs (import name: distribution name); the rest are
 # imported where they are used, and a command that needs one names it.
-NEEDED = {"dotenv": "python-dotenv", "pydantic": "pydantic"}
+NEEDED = {
+    "dotenv": "python-dotenv",
+    "pydantic": "pydantic",
+    "huggingface_hub": "huggingface-hub",
+    "psutil": "psutil",
+}
 
 
 def refusal(
@@ -43,9 +48,8 @@ if __name__ == "__main__":
             print(why, file=sys.stderr)
             sys.exit(WRONG_INTERPRETER)
         from entrypoint.cli import main  # after the check above
-    except (
-        KeyboardInterrupt
-    ):  # Ctrl-C while the check or the entrypoint's own imports run (pydantic, requests)
+    # Ctrl-C while the check or the entrypoint's own imports run (pydantic, requests)
+    except KeyboardInterrupt:
         print("grpo-rig: stopped by SIGINT before the command started: nothing written", file=sys.stderr)
         sys.exit(130)
 
