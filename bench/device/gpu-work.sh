@@ -39,7 +39,8 @@
 #   countdown-1x4090 on the Qwen3-4B as the planner shapes it (one weight copy: two fit, nothing trains beside).
 # GPU_WORK=qlora: steps 1-2, then a random-weight Qwen3-14B built and trained alone on a physical 24 GiB card with
 #   recipe countdown-14b-1x4090 (QLoRA: 4-bit base in the trainer and in vLLM, only the adapter synced), the sync
-#   probe on; QLORA_7B=1 adds the same recipe on a random-weight Qwen2.5-7B.
+#   probe on, after bench/qlora_offload_probe.py (where ms-swift's offload puts the 4-bit weights); QLORA_7B=1
+#   adds the same recipe on a random-weight Qwen2.5-7B.
 # GPU_WORK=sleep: steps 1-2, then alone on a physical 24 GiB card: countdown-1x4090 on the 0.5B at SLEEP_LEVEL=1
 #   and 0 (the planner's sleep-mode term, fitted under the emulated card's cap).
 # GPU_WORK=lora: steps 1-2 with the random-weight Qwen2.5-7B only, then bench/lora_probe.py (vLLM alone with
@@ -308,6 +309,9 @@ if [ "${GPU_WORK:-all}" = qlora ]; then
   step "Qwen3-14B built"
   test -d "$W/models/q14" || python3 bench/make_random_model.py Qwen/Qwen3-14B "$W/models/q14" --tokenizer "$W/qtok" > "$W/q14.log" 2>&1
   step "q14: $(tail -1 "$W/q14.log")"
+  # where the 4-bit weights go under ms-swift's own offload (the planner keeps them on the card: memory.py)
+  python3 bench/qlora_offload_probe.py --model "$W/models/q14" --out "$W/offload-probe-q14.json" > "$W/offload-probe.log" 2>&1
+  step "offload probe: exit $?; $(tail -c 700 "$W/offload-probe.log" | tr '\n' ' ')"
   runs="q14:countdown-14b-1x4090:${Q14_STEPS:-10}"
   if [ "${QLORA_7B:-0}" = 1 ]; then
     test -d "$W/models/q7" || python3 bench/make_random_model.py Qwen/Qwen2.5-7B-Instruct "$W/models/q7" --tokenizer "$W/qtok" > "$W/q7.log" 2>&1
