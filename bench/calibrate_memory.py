@@ -172,9 +172,9 @@ def main() -> None:
         print(json.dumps(results[-1]), flush=True)
     data = {
         "environment": environment(),
-        "workload": "recipes/countdown-1x4090.env with explicit shapes (bench/calibrate_memory.py), random-weight "
-        "Qwen2.5 architectures with the real Qwen2.5 tokenizer, generated countdown tasks, EMULATE_VRAM_GB=24, "
-        "runs sharing one GPU, each measured by NVML's per-process figures",
+        "workload": "recipes/countdown-1x4090.env with explicit shapes (bench/calibrate_memory.py), "
+        "random-weight Qwen2.5 architectures with the real Qwen2.5 tokenizer, generated countdown tasks, "
+        "EMULATE_VRAM_GB=24, runs sharing one GPU, each measured by NVML's per-process figures",
         "measurements": results,
     }
     (args.out / "colocate-measurements.json").write_text(json.dumps(data, indent=2) + "\n")

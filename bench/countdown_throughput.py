@@ -11,9 +11,9 @@ step spent generating (weight sync included), scoring and preparing (rewards, lo
 (forward + backward of the micro-batches) and the rest (optimizer step, logging), from the trainer's phase
 events (entrypoint/child/hooks/events.py); torch's peak reserved memory (ms-swift's memory(GiB)) and NVML's
 peak for the run's processes; and the start-up marks from the command to the first logged step
-(entrypoint/supervise/startup.py, from the trainer's events) with vLLM's own account of its engine. Configurations in
-COLD start with empty compile caches (VLLM_CACHE_ROOT, TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR under
---out), the others reuse what the runs before them compiled (warm).
+(entrypoint/supervise/startup.py, from the trainer's events) with vLLM's own account of its engine.
+Configurations in COLD start with empty compile caches (VLLM_CACHE_ROOT, TORCHINDUCTOR_CACHE_DIR,
+TRITON_CACHE_DIR under --out), the others reuse what the runs before them compiled (warm).
 Writes countdown-throughput.json, .md and .png under --out.
 """
 
@@ -31,8 +31,8 @@ from common import ROOT, environment, events, manifest, start_train, step_rows
 sys.path.insert(0, str(ROOT))
 from entrypoint.supervise import startup  # noqa: E402
 
-# Seed 001's single-card values (its command: tests/fixtures/seed-001-countdown.sh); it never set USE_VLLM=true,
-# so HF generation.
+# Seed 001's single-card values (its command: tests/fixtures/seed-001-countdown.sh); it never set
+# USE_VLLM=true, so HF generation.
 SEED = {
     "PER_DEVICE_TRAIN_BATCH_SIZE": "1", "GRADIENT_ACCUMULATION_STEPS": "8", "NUM_GENERATIONS": "2",
     "MAX_COMPLETION_LENGTH": "256", "MAX_LENGTH": "2048", "LEARNING_RATE": "5e-7", "BETA": "0.001",
@@ -43,12 +43,12 @@ BEFORE = {
     "PER_DEVICE_TRAIN_BATCH_SIZE": "1", "GRADIENT_ACCUMULATION_STEPS": "32", "GENERATION_BATCH_SIZE": "",
     "VLLM_GPU_MEMORY_UTILIZATION": "0.4", "SLEEP_LEVEL": "1",
 }  # fmt: skip
-# The levers' fixed baseline: the shape the planner chose for the shipped recipe on the emulated 24 GiB card on
-# 2026-12-02 (V1 engine, plan-shipped.txt of that day). The planner ships another shape since (vLLM's V0 engine,
-# 16 x 2, no checkpointing): `lever(...)` rows compare with each other, not with the shipped row.
+# The levers' fixed baseline: the shape the planner chose for the shipped recipe on the emulated 24 GiB card
+# on 2026-12-02 (V1 engine, plan-shipped.txt of that day). The planner ships another shape since (vLLM's V0
+# engine, 16 x 2, no checkpointing): `lever(...)` rows compare with each other, not with the shipped row.
 SHIPPED_SHAPE = {
-    "PER_DEVICE_TRAIN_BATCH_SIZE": "8", "GRADIENT_ACCUMULATION_STEPS": "4", "VLLM_GPU_MEMORY_UTILIZATION": "0.25",
-    "SLEEP_LEVEL": "0", "MEMORY_CHECK": "warn",
+    "PER_DEVICE_TRAIN_BATCH_SIZE": "8", "GRADIENT_ACCUMULATION_STEPS": "4",
+    "VLLM_GPU_MEMORY_UTILIZATION": "0.25", "SLEEP_LEVEL": "0", "MEMORY_CHECK": "warn",
 }  # fmt: skip
 # name: (recipe, overrides); the shipped recipe as it is has no overrides.
 CONFIGS = {
@@ -65,8 +65,9 @@ CONFIGS = {
 
 
 def lever(**values: str) -> tuple[str, dict[str, str]]:
-    """The throughput levers at the shipped card shape (vLLM 0.25, no sleep, 32 sequences per generation round),
-    each fixed so that only the named values change: the planner is told to warn, not to pick another shape."""
+    """The throughput levers at the shipped card shape (vLLM 0.25, no sleep, 32 sequences per generation
+    round), each fixed so that only the named values change: the planner is told to warn, not to pick another
+    shape."""
     return "countdown-1x4090", {**SHIPPED_SHAPE, **{k.upper(): v for k, v in values.items()}}
 
 
@@ -228,7 +229,8 @@ def main() -> None:
     p.add_argument(
         "--from-runs",
         action="store_true",
-        help="rebuild the report from the runs already under --out (their recorded environment), running nothing",
+        help="rebuild the report from the runs already under --out (their recorded environment), running "
+        "nothing",
     )
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -282,9 +284,11 @@ def write_report(results: dict, args, path: Path, env: dict | None = None) -> No
     report = {
         "environment": env or environment(),
         "emulate_vram_gib": 24,
-        "model": "Qwen2.5-0.5B architecture, random weights, real Qwen2.5 tokenizer (bench/qwen_tokenizer.py)",
+        "model": "Qwen2.5-0.5B architecture, random weights, real Qwen2.5 tokenizer "
+        "(bench/qwen_tokenizer.py)",
         "workload": "recipes/countdown-1x4090.env (seed: bench/recipes/random-qwen-hf.env) with MODEL, "
-        "DATASET_GENERATOR=countdown, EMULATE_VRAM_GB=24, MAX_STEPS, SEED=42; one configuration at a time on one GPU",
+        "DATASET_GENERATOR=countdown, EMULATE_VRAM_GB=24, MAX_STEPS, SEED=42; one configuration at a time on "
+        "one GPU",
         "steps": args.steps,
         "warmup_steps": args.warmup,
         "results": results,
@@ -311,15 +315,16 @@ def write_markdown(report: dict, path: Path) -> None:
     lines = [
         "# Countdown GRPO throughput on one emulated 24 GiB card",
         "",
-        f"{env['date']}, {', '.join(env['gpus']) or 'GPU unknown'} (name, driver, memory); Python {env['python']}, "
-        f"torch {env['torch']}, vLLM {env['vllm']}, transformers {env['transformers']}, ms-swift {env['ms-swift']}, "
-        f"trl {env['trl']}, peft {env['peft']}, liger-kernel {env['liger-kernel']}. {report['model']}; each run capped at "
-        f"{report['emulate_vram_gib']} GiB (EMULATE_VRAM_GB), alone on the GPU; {report['steps']} steps, the first "
-        f"{report['warmup_steps']} not measured. Workload: {report['workload']}.",
+        f"{env['date']}, {', '.join(env['gpus']) or 'GPU unknown'} (name, driver, memory); Python "
+        f"{env['python']}, torch {env['torch']}, vLLM {env['vllm']}, transformers {env['transformers']}, "
+        f"ms-swift {env['ms-swift']}, trl {env['trl']}, peft {env['peft']}, liger-kernel "
+        f"{env['liger-kernel']}. {report['model']}; each run capped at {report['emulate_vram_gib']} GiB "
+        f"(EMULATE_VRAM_GB), alone on the GPU; {report['steps']} steps, the first {report['warmup_steps']} "
+        f"not measured. Workload: {report['workload']}.",
         "",
-        "| configuration | shape (micro-batch x accumulation, vLLM share, sleep) | s/step | completion tokens/s | "
-        "completions/s | generating | scoring + log-probs | training | other | peak reserved GiB | peak NVML GiB | planned GiB | "
-        "planned vs NVML | exit |",
+        "| configuration | shape (micro-batch x accumulation, vLLM share, sleep) | s/step | completion "
+        "tokens/s | completions/s | generating | scoring + log-probs | training | other | peak reserved GiB "
+        "| peak NVML GiB | planned GiB | planned vs NVML | exit |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in report["results"].items():
@@ -346,20 +351,22 @@ def write_markdown(report: dict, path: Path) -> None:
         )
         if "s_per_step" not in r:
             lines.append(
-                f"| {name} | {shape} | failed: {r.get('error', r.get('returncode'))} | | | | | | | | | | | {exit_text} |"
+                f"| {name} | {shape} | failed: {r.get('error', r.get('returncode'))} | | | | | | | | | | | "
+                f"{exit_text} |"
             )
             continue
         sh = r["phase_shares"]
         lines.append(
-            f"| {name} | {shape} | {r['s_per_step']} | {r['completion_tokens_per_s']} | {r['completions_per_s']} | "
-            f"{sh['generating']:.0%} | {sh['scoring and log-probs']:.0%} | {sh['training']:.0%} | {sh['other']:.0%} | "
-            f"{r['peak_reserved_gib']} | {r['peak_nvml_gib']} | {r['predicted_gib']} | {_error(r)} | {exit_text} |"
+            f"| {name} | {shape} | {r['s_per_step']} | {r['completion_tokens_per_s']} | "
+            f"{r['completions_per_s']} | {sh['generating']:.0%} | {sh['scoring and log-probs']:.0%} | "
+            f"{sh['training']:.0%} | {sh['other']:.0%} | {r['peak_reserved_gib']} | {r['peak_nvml_gib']} | "
+            f"{r['predicted_gib']} | {_error(r)} | {exit_text} |"
         )
     if "speedup_vs_before" in report or "speedup_vs_seed" in report:
         lines += [
             "",
-            f"Shipped recipe: {report.get('speedup_vs_before')}x the completion tokens/s of the recipe as shipped "
-            f"before, {report.get('speedup_vs_seed')}x the seed's.",
+            f"Shipped recipe: {report.get('speedup_vs_before')}x the completion tokens/s of the recipe as "
+            f"shipped before, {report.get('speedup_vs_seed')}x the seed's.",
         ]
         shipped = report["results"].get(SHIPPED, {})
         errors = [
@@ -370,11 +377,11 @@ def write_markdown(report: dict, path: Path) -> None:
         lines += [
             "",
             "The targets, of the shipped recipe: >= 25x the seed (seed 001 settings: the countdown source "
-            "document's command line), >= 6x the old shape (countdown-1x4090 before) and an NVML peak <= 22 GiB, "
-            f"and of every configuration a prediction within 10 %: here {report.get('speedup_vs_seed')}x, "
-            f"{report.get('speedup_vs_before')}x, {shipped.get('peak_nvml_gib')} GiB "
-            f"({22 - (shipped.get('peak_nvml_gib') or 22):.2f} GiB left to 22), the largest error "
-            f"{max(errors, default=0):.1%}.",
+            "document's command line), >= 6x the old shape (countdown-1x4090 before) and an NVML peak <= 22 "
+            "GiB, and of every configuration a prediction within 10 %: here "
+            f"{report.get('speedup_vs_seed')}x, {report.get('speedup_vs_before')}x, "
+            f"{shipped.get('peak_nvml_gib')} GiB ({22 - (shipped.get('peak_nvml_gib') or 22):.2f} GiB left "
+            f"to 22), the largest error {max(errors, default=0):.1%}.",
         ]
     rounds = {n: r["generation_round_s"] for n, r in report["results"].items() if r.get("generation_round_s")}
     if rounds:

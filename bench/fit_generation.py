@@ -5,8 +5,8 @@
 Each RUN_DIR is a bench/countdown_throughput.py run (its manifest.json and events.jsonl, under logs/ or
 beside the manifest as bench/'s archives keep them) with vLLM colocated and without sleep mode. A point
 is one run: its engine (speed.engine: the trainer's VLLM_USE_V1 and GRPO_RIG_VLLM_SCHEDULER_STEPS), its
-measured rounds after the warm-up (countdown_throughput.phase_shares: the trainer's "generate" events, weight sync
-included), and their median
+measured rounds after the warm-up (countdown_throughput.phase_shares: the trainer's "generate" events, weight
+sync included), and their median
 over MAX_COMPLETION_LENGTH decode steps. An engine's coefficient is the median of its points' seconds per
 decode step. Writes bench/calibration/generation-calibration.json (the points) and
 entrypoint/data/generation_coefficients.json (the coefficients); tests/test_speed.py checks every point.
@@ -83,10 +83,12 @@ def main() -> None:
     CALIBRATION.write_text(
         json.dumps(
             {
-                "what": "Generation rounds (weight sync included) of colocated ms-swift 3.6.4 GRPO runs on the lent H200 "
-                "capped at 24 GiB, by vLLM engine, for entrypoint/plan/speed.py's generation_time",
-                "workload": "bench/countdown_throughput.py: recipes/countdown-1x4090.env, random-weight Qwen2.5-0.5B with "
-                "the real tokenizer, generated countdown tasks; every completion runs to MAX_COMPLETION_LENGTH",
+                "what": "Generation rounds (weight sync included) of colocated ms-swift 3.6.4 GRPO runs on "
+                "the lent H200 capped at 24 GiB, by vLLM engine, for entrypoint/plan/speed.py's "
+                "generation_time",
+                "workload": "bench/countdown_throughput.py: recipes/countdown-1x4090.env, random-weight "
+                "Qwen2.5-0.5B with the real tokenizer, generated countdown tasks; every completion runs to "
+                "MAX_COMPLETION_LENGTH",
                 "points": points,
             },
             indent=2,
@@ -99,7 +101,8 @@ def main() -> None:
     )
     for pt in points:
         print(
-            f"{pt['engine']:>14}  {pt['round_s']:.3f} s  {pt['per_decode_step_s'] * 1000:.2f} ms/step  {pt['run']}"
+            f"{pt['engine']:>14}  {pt['round_s']:.3f} s  {pt['per_decode_step_s'] * 1000:.2f} ms/step  "
+            f"{pt['run']}"
         )
     print("coefficients (s per decode step):", coefficients)
 

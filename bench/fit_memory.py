@@ -1,6 +1,7 @@
 """Fit the memory planner's coefficients to measured GRPO peaks.
 
-    python bench/fit_memory.py [--colocate colocate-measurements.json] [bench/calibration/memory-calibration.json]
+    python bench/fit_memory.py [--colocate colocate-measurements.json]
+        [bench/calibration/memory-calibration.json]
 
 Two fits, each minimising the largest relative error (the planner's promise is a bound on every
 configuration, and allocator caching makes single measurements noisy):
@@ -214,7 +215,8 @@ def main() -> None:
         type=Path,
         nargs="+",
         default=[],
-        help="bench run directories (bench/countdown_throughput.py) whose manifests replace the colocate measurements",
+        help="bench run directories (bench/countdown_throughput.py) whose manifests replace the colocate "
+        "measurements",
     )
     args = p.parse_args()
     data = json.loads(args.calibration.read_text())
@@ -222,9 +224,9 @@ def main() -> None:
         found = [run_measurement(d.resolve(), d.name) for d in args.runs if (d / "manifest.json").exists()]
         data["colocate_measurements"] = [m for m in found if m]
         data["colocate_workload"] = (
-            "bench/countdown_throughput.py lever runs (recipes/countdown-1x4090.env with the shape and levers named, "
-            "random-weight Qwen2.5-0.5B with the real tokenizer, generated countdown tasks, EMULATE_VRAM_GB=24, "
-            "5 steps alone on the GPU, NVML every 0.25 s)"
+            "bench/countdown_throughput.py lever runs (recipes/countdown-1x4090.env with the shape and "
+            "levers named, random-weight Qwen2.5-0.5B with the real tokenizer, generated countdown tasks, "
+            "EMULATE_VRAM_GB=24, 5 steps alone on the GPU, NVML every 0.25 s)"
         )
         args.calibration.write_text(json.dumps(data, indent=2) + "\n")
     if args.colocate:
@@ -285,7 +287,8 @@ def main() -> None:
         errors = colocate_residuals([coef[k] for k in names])
         for m, e in zip(runs, errors, strict=True):
             print(
-                f"{regime:20s} {m.get('source', m['name']).removeprefix('bench/'):72s} NVML {m['measured_nvml_gib']:6.2f} GiB  error {e:+.1%}"
+                f"{regime:20s} {m.get('source', m['name']).removeprefix('bench/'):72s} NVML "
+                f"{m['measured_nvml_gib']:6.2f} GiB  error {e:+.1%}"
             )
         out["colocate_max_abs_error"][regime] = round(float(np.max(np.abs(errors))), 4)
     out["coefficients"] = {k: coef[k] for k in (*FITTED, *EXPANDABLE_FITTED, *TORCH_FITTED)}

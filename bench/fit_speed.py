@@ -3,11 +3,12 @@
     python bench/fit_speed.py RUN_DIR [RUN_DIR ...]
 
 Each RUN_DIR is a bench/countdown_throughput.py run (manifest.json, events.jsonl; the raw copies under
-bench/'s archives, extracted, will do). From the trainer's phase events (entrypoint/child/hooks/events.py), after
-the first 2 rounds, for runs without sleep mode on one allocator (--allocator): every micro-batch's training seconds (a round's first micro-batch less the rollout it
-holds), their median per run. Per lever (speed.LEVERS) a base and a per-1000-token slope, least squares
-with the slope >= 0. Writes bench/calibration/speed-calibration.json (the points, each with the fitted
-prediction) and entrypoint/data/speed_coefficients.json; prints each point.
+bench/'s archives, extracted, will do). From the trainer's phase events (entrypoint/child/hooks/events.py),
+after the first 2 rounds, for runs without sleep mode on one allocator (--allocator): every micro-batch's
+training seconds (a round's first micro-batch less the rollout it holds), their median per run. Per lever
+(speed.LEVERS) a base and a per-1000-token slope, least squares with the slope >= 0. Writes
+bench/calibration/speed-calibration.json (the points, each with the fitted prediction) and
+entrypoint/data/speed_coefficients.json; prints each point.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ WARMUP_ROUNDS = 2
 
 
 def micro_batch_seconds(events: list[dict]) -> list[float]:
-    """Training seconds of each micro-batch after the warm-up rounds (the first of a round less its rollout)."""
+    """Training seconds of each micro-batch after the warm-up rounds (the first of a round less its
+    rollout)."""
     rounds: list[dict] = []
     for e in events:
         if e.get("phase") == "sync":

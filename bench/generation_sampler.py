@@ -11,11 +11,11 @@ reported per variant: seconds per round (median, all), per decode step, and the 
 per round (a decode step bound by the host's launches uses one core all through).
 
 --engine v1 (vLLM 0.8.5's default, what ms-swift colocates): the top-k/top-p step as vLLM does it (a sort
-over the vocabulary; FlashInfer is absent), as the top-k-first hook (entrypoint/child/hooks/top_k_first.py) did
-it at git 999dc10 (`top_k_first_with_read_backs` below, labelled "top-k first, with read-backs"; the archived
-results of bench/generation/2026-12-03-0828-engines name it by the last run that used it), as it does it now
-(k from the batch's host copy, fewer launches), and without top-k/top-p (what the sampler costs at all). Then
-the sampler's operations on a [32, vocabulary] logits tensor, GPU time by CUDA events.
+over the vocabulary; FlashInfer is absent), as the top-k-first hook (entrypoint/child/hooks/top_k_first.py)
+did it at git 999dc10 (`top_k_first_with_read_backs` below, labelled "top-k first, with read-backs"; the
+archived results of bench/generation/2026-12-03-0828-engines name it by the last run that used it), as it does
+it now (k from the batch's host copy, fewer launches), and without top-k/top-p (what the sampler costs at
+all). Then the sampler's operations on a [32, vocabulary] logits tensor, GPU time by CUDA events.
 --engine v0 (VLLM_USE_V1=0, vLLM's previous engine: whole-model CUDA graphs for decode) with
 --scheduler-steps N (its multi-step scheduling): vLLM's sort and no top-k/top-p.
 """
@@ -41,9 +41,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def top_k_first_with_read_backs(original):
-    """The top-k-first hook as the throughput runs of 2026-12-02 22:03 to 2026-12-03 07:11 ran it (git 999dc10,
-    then in sitecustomize.py): k's max and the ties' check read back from the GPU, 22 launches; kept here for
-    the comparison only."""
+    """The top-k-first hook as the throughput runs of 2026-12-02 22:03 to 2026-12-03 07:11 ran it (git
+    999dc10, then in sitecustomize.py): k's max and the ties' check read back from the GPU, 22 launches; kept
+    here for the comparison only."""
     import torch
 
     def apply_top_k_top_p(logits, k, p):

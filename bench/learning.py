@@ -109,18 +109,19 @@ def main() -> int:
     lines = [
         "# Does GRPO make the model better?",
         "",
-        f"`python bench/learning.py {' '.join(shown)}` on {machine()}: recipe `{args.recipe}` for {args.steps} GRPO "
-        f"steps (run `{m['status']}`, {m['steps']['completed']} of {m['steps']['planned']} steps), then `evaluate` "
-        f"({result['engine']}) on {result['prompts']['how']}, {args.generations} completions each from the base "
-        "model and from the adapter.",
+        f"`python bench/learning.py {' '.join(shown)}` on {machine()}: recipe `{args.recipe}` for "
+        f"{args.steps} GRPO steps (run `{m['status']}`, {m['steps']['completed']} of {m['steps']['planned']} "
+        f"steps), then `evaluate` ({result['engine']}) on {result['prompts']['how']}, {args.generations} "
+        "completions each from the base model and from the adapter.",
         "",
-        f"Wall time: training {train / 60:.1f} min, evaluation {evaluate / 60:.1f} min, total {(train + evaluate) / 60:.1f} min.",
+        f"Wall time: training {train / 60:.1f} min, evaluation {evaluate / 60:.1f} min, total "
+        f"{(train + evaluate) / 60:.1f} min.",
         "",
         f"Verdict: {result['verdict']}",
         "",
-        "The table (eval.md), the bars (eval.png), the training curves (training_curves.png), the per-step log "
-        "(logging.jsonl) and the run's manifest are beside this file as written; published, the last two are "
-        "archived under bench/learning/.",
+        "The table (eval.md), the bars (eval.png), the training curves (training_curves.png), the per-step "
+        "log (logging.jsonl) and the run's manifest are beside this file as written; published, the last two "
+        "are archived under bench/learning/.",
         "",
     ]
     lines += unlearned(result)
@@ -136,9 +137,9 @@ def unlearned(result: dict) -> list[str]:
         p1 = s.get("pass_at_1")
         if p1 and p1["base"] == 0 and p1["adapter"] == 0:
             out += [
-                f"`{name}` stayed at 0 for both models: in this budget the model does not solve a single held-out "
-                f"task ({result['prompts']['count']} x {result['settings']['generations']} completions, up to "
-                f"{result['sampling']['max_new_tokens']} tokens).",
+                f"`{name}` stayed at 0 for both models: in this budget the model does not solve a single "
+                f"held-out task ({result['prompts']['count']} x {result['settings']['generations']} "
+                f"completions, up to {result['sampling']['max_new_tokens']} tokens).",
                 "",
             ]
     return out

@@ -123,7 +123,8 @@ def main() -> None:
         torch.cuda.synchronize()
         return value, round(time.time() - t, 3)
 
-    def used_gib():  # this process's, under EMULATE_VRAM_GB's mem_get_info (entrypoint/child/hooks/emulate_vram.py)
+    # this process's, under EMULATE_VRAM_GB's mem_get_info (entrypoint/child/hooks/emulate_vram.py)
+    def used_gib():
         free, total = torch.cuda.mem_get_info()
         return round((total - free) / GIB, 2)
 

@@ -1,12 +1,12 @@
 """The README's "Which model fits?" table, generated from the planner so that it cannot drift from it.
 
-Each row plans the shipped countdown recipe (recipes/countdown-1x4090.env: 8 completions of up to 256 tokens per
-prompt, 32 per step, LoRA rank 8) with MODEL set to the row's model, on two example machines:
-examples/inventories/1x4090-driver535.json (colocated vLLM) and 2x4090-driver535.json (vLLM on the second card,
-TRAIN_GPUS=0 ROLLOUT_GPUS=1), and with QLoRA (QUANT_METHOD=bnb QUANT_BITS=4) on the first. A cell says "no" where
-the plan, its memory check or its QLoRA checks refuse it (bitsandbytes counted as installed: the image's lock
-holds it). The models are entrypoint/data/model_configs.json's (their dimensions and sources are there).
-`--write` rewrites the table between the README's markers; `--check` exits 1 when it differs
+Each row plans the shipped countdown recipe (recipes/countdown-1x4090.env: 8 completions of up to 256 tokens
+per prompt, 32 per step, LoRA rank 8) with MODEL set to the row's model, on two example machines:
+examples/inventories/1x4090-driver535.json (colocated vLLM) and 2x4090-driver535.json (vLLM on the second
+card, TRAIN_GPUS=0 ROLLOUT_GPUS=1), and with QLoRA (QUANT_METHOD=bnb QUANT_BITS=4) on the first. A cell says
+"no" where the plan, its memory check or its QLoRA checks refuse it (bitsandbytes counted as installed: the
+image's lock holds it). The models are entrypoint/data/model_configs.json's (their dimensions and sources are
+there). `--write` rewrites the table between the README's markers; `--check` exits 1 when it differs
 (tests/test_fits_table.py runs it).
 
     python scripts/fits_table.py [--write | --check]
@@ -107,7 +107,8 @@ def rows() -> list[str]:
         dims = memory.ModelDims.from_config(config)
         cells = [cell(model, *MACHINES[name]) for name in names]
         out.append(
-            f"| {model} | {dims.params / 1e9:.1f} B | {' | '.join(cells)} | {EVIDENCE.get(model, 'planned only')} |"
+            f"| {model} | {dims.params / 1e9:.1f} B | {' | '.join(cells)} | "
+            f"{EVIDENCE.get(model, 'planned only')} |"
         )
     return out
 
