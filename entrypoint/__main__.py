@@ -1,10 +1,10 @@
 """`python -m entrypoint`: an interpreter with the locked stack, or a plain answer instead of a traceback.
 
-The entrypoint needs the packages of requirements/runtime.lock, not one interpreter's minor version: the image's
-Python 3.10 (the container, or the host's `.venv` that `make venv` builds) and the same locked versions built
-for Python 3.11 or 3.12 (the lent GPU machine's kit, bench/device/gpu-work.sh) both run it. What fails far from
-here is checked first: a bare interpreter lacks python-dotenv (a new user's first copy of a README command), and
-a Python before 3.10 cannot read the entrypoint's syntax (`X | Y` types at run time).
+The entrypoint needs the packages of requirements/runtime.lock, not one interpreter's minor version: the
+image's Python 3.10 (the container, or the host's `.venv` that `make venv` builds) and the same locked
+versions built for Python 3.11 or 3.12 (the lent GPU machine's kit, bench/device/gpu-work.sh) both run it.
+What fails far from here is checked first: a bare interpreter lacks python-dotenv (a new user's first copy of
+a README command), and a Python before 3.10 cannot read the entrypoint's syntax (`X | Y` types at run time).
 """
 
 from __future__ import annotations  # the annotations below, read by a Python before 3.10 too
@@ -13,10 +13,13 @@ import importlib.util
 import sys
 
 WRONG_INTERPRETER = 2  # bad input, refused before any work (cli.py's exit statuses)
-USE = ".venv/bin/python -m entrypoint ... (made by `make venv`), or the container: docker compose run --rm train ..."
+USE = (
+    ".venv/bin/python -m entrypoint ... (made by `make venv`), or the container: docker compose run --rm "
+    "train ..."
+)
 OLDEST = (3, 10)
-# The locked stack's packages that importing entrypoint.cli needs (import name: distribution name); the rest are
-# imported where they are used, and a command that needs one names it.
+# The locked stack's packages that importing entrypoint.cli needs (import name: distribution name); the rest
+# are imported where they are used, and a command that needs one names it.
 NEEDED = {
     "dotenv": "python-dotenv",
     "pydantic": "pydantic",

@@ -1,4 +1,5 @@
-"""Command line: `python -m entrypoint [COMMAND] [KEY=VALUE ...]` (`validate smoke` is `validate recipe=smoke`).
+"""Command line: `python -m entrypoint [COMMAND] [KEY=VALUE ...]`
+(`validate smoke` is `validate recipe=smoke`).
 
     train     (default) run GRPO for a recipe: recipe=NAME [KEY=VALUE ...]
     rollout   serve only the vLLM rollout on this node's ROLLOUT_GPUS, for trainers on other nodes

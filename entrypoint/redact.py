@@ -42,7 +42,8 @@ def argv(words: list[str]) -> list[str]:
 
 
 def words(command: list[str]) -> list[str]:
-    """A command line as typed (KEY=VALUE words, `--flag value`, `--flag=value`) with secret values replaced."""
+    """A command line as typed (KEY=VALUE words, `--flag value`, `--flag=value`) with secret values
+    replaced."""
     out = []
     for word in argv(command):
         key, eq, value = word.partition("=")

@@ -67,8 +67,8 @@ def make_plan(
     as the recipe names it, before the slow checks: a second start of a running run is refused at once,
     naming the holder (runlock.py). `launches`: the plan is about to start processes here (train, rollout),
     so an INVENTORY file must describe GPUs this machine has (described_elsewhere). `base`: an earlier run's
-    values in place of the recipe files (recipe.load; `rerun`). `probe_plugins`: import the reward plugins in a
-    throwaway process to check them (world/plugin_probe.py); False where the command must start nothing."""
+    values in place of the recipe files (recipe.load; `rerun`). `probe_plugins`: import the reward plugins in
+    a throwaway process to check them (world/plugin_probe.py); False where the command must start nothing."""
     now = dt.datetime.now(dt.timezone.utc)
     r = recipe_mod.load(cli_pairs, environ, recipe_mod.recipes_dir(environ), strict=False, base=base)
     if lock is not None and not any(p.fatal for p in r.problems):  # a refused RUN_NAME names no directory
@@ -100,8 +100,8 @@ def described_elsewhere(r: recipe_mod.Recipe, described: Inventory, here: Invent
             f"INVENTORY ({r.source('INVENTORY')})",
             f"describes {len(described.gpus)} GPU(s) for planning, but this command starts the run on this "
             f"machine and {seen}",
-            "leave INVENTORY out where you train (the run reads the GPUs through NVML); use it with `plan` or "
-            "`validate` to check a recipe for another machine",
+            "leave INVENTORY out where you train (the run reads the GPUs through NVML); use it with `plan` "
+            "or `validate` to check a recipe for another machine",
         )
     ]
 

@@ -79,7 +79,8 @@ class Asked(NamedTuple):
 def parse_pairs(pairs: Sequence[str], environ: Mapping[str, str] | None = None) -> Asked:
     """The run and the settings from `run=NAME KEY=VALUE ...` over the same keys in `environ` (the image sets
     OUTPUT_DIR=/output; `make eval RUN=x EVAL_PROMPTS=4` passes them as environment), parsed and typed as
-    `train` parses its keys (recipe.parse_cli_pairs, settings.Settings). Raises BadInput with every problem."""
+    `train` parses its keys (recipe.parse_cli_pairs, settings.Settings). Raises BadInput with every
+    problem."""
     cli, problems = recipe_mod.parse_cli_pairs(list(pairs))
     run = cli.pop("RUN", None)
     env = {k: v for k, v in recipe_mod.environment_layer(environ or {}).items() if k in KEYS}
@@ -137,8 +138,8 @@ def _adapter_config(adapter: Path) -> dict[str, Any]:
                 Problem(
                     f"run {adapter.parent.name}",
                     f"{path} {why}",
-                    "restore it from a copy; adapter/ is the newest checkpoint's adapter (train/checkpoint-N/, "
-                    "base_model_name_or_path set to the run's MODEL)",
+                    "restore it from a copy; adapter/ is the newest checkpoint's adapter "
+                    "(train/checkpoint-N/, base_model_name_or_path set to the run's MODEL)",
                 )
             ]
         )
@@ -204,8 +205,8 @@ def _evaluate(run_dir: Path, settings: Settings, environ: Mapping[str, str], pri
     scoring.probe_rewards(rewards, rows, prompts, how)
     model_path = data.get("model", {}).get("path") or (args.get("model") or [""])[0]
     printer(
-        f"evaluating {run_dir.name}: {len(prompts)} held-out prompts x {settings.EVAL_GENERATIONS} completions, "
-        f"base then adapter ({'vLLM' if engine == 'vllm' else 'HF generate'})"
+        f"evaluating {run_dir.name}: {len(prompts)} held-out prompts x {settings.EVAL_GENERATIONS} "
+        f"completions, base then adapter ({'vLLM' if engine == 'vllm' else 'HF generate'})"
     )
     sample = heldout.sampling(args)
     progress = Progress(2 * len(prompts))  # both models answer every prompt
@@ -245,7 +246,8 @@ def _evaluate(run_dir: Path, settings: Settings, environ: Mapping[str, str], pri
     }
     if (run_dir / "eval.json").is_file():
         printer(
-            f"replacing the earlier evaluation in {run_dir} ({', '.join(report.EVAL_FILES)}, the manifest's summary)"
+            f"replacing the earlier evaluation in {run_dir} ({', '.join(report.EVAL_FILES)}, the manifest's "
+            "summary)"
         )
     report.write(run_dir, result)
     report.write_completions(

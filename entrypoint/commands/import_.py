@@ -145,7 +145,8 @@ def validate_imported(path: Path, pairs: list[str], environ: Mapping[str, str], 
     except BadInput as exc:
         save = "; save it with -o FILE" if shown_as else ""
         print(
-            f"the imported recipe is not valid yet ({tally(exc.problems)}); fix these in it{save}, then run validate:",
+            f"the imported recipe is not valid yet ({tally(exc.problems)}); fix these in it{save}, then run "
+            "validate:",
             file=sys.stderr,
         )
         for problem in exc.problems:

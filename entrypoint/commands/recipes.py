@@ -25,11 +25,12 @@ def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     width = max((len(n) for n in names), default=0)
     for name in names:
         print(
-            f"{name:<{width}}  {summary(recipe_mod.recipe_path(name, folder).read_text(encoding='utf-8'), name)}"
+            f"{name:<{width}}  "
+            f"{summary(recipe_mod.recipe_path(name, folder).read_text(encoding='utf-8'), name)}"
         )
     print(
-        f"\nrun one: python -m entrypoint train recipe=NAME (in the image: docker compose run --rm train recipe=NAME); "
-        f"plan recipe=NAME shows what it would run; {folder} holds them"
+        "\nrun one: python -m entrypoint train recipe=NAME (in the image: docker compose run --rm train "
+        f"recipe=NAME); plan recipe=NAME shows what it would run; {folder} holds them"
     )
     return EXIT_OK
 

@@ -40,8 +40,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     """`rerun [--plan] [--json] [--accept-drift] run=NAME|PATH [KEY=VALUE ...]`."""
     parser = subparsers.add_parser(
         NAME,
-        description="Repeat a run from its manifest: the same values, seed, dataset and model, into a new run "
-        "directory; any drift (dataset, lock, versions, model files) is named before anything starts.",
+        description="Repeat a run from its manifest: the same values, seed, dataset and model, into a new "
+        "run directory; any drift (dataset, lock, versions, model files) is named before anything starts.",
         allow_abbrev=False,
     )
     parser.add_argument("--plan", action="store_true", help="print what would run; start nothing")
@@ -213,8 +213,8 @@ class Checker:
         if not self.show:
             return
         print(
-            f"rerun of {self.record['run_name']} ({self.record['path']}); overrides: {_overrides(self.record)}; "
-            f"{'drift accepted' if drift else 'no drift'}",
+            f"rerun of {self.record['run_name']} ({self.record['path']}); overrides: "
+            f"{_overrides(self.record)}; {'drift accepted' if drift else 'no drift'}",
             file=sys.stderr,
         )
         for problem in rerun_mod.accepted(self.found):

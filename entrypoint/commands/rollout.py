@@ -61,10 +61,12 @@ def _serve(plan: Plan, process: Process, supervisor: Supervisor, printer: Printe
     child = supervisor.start(process)
     supervisor.wait_healthy(child, process.health_url, plan.recipe.settings.ROLLOUT_STARTUP_TIMEOUT)
     printer.say(
-        f"rollout server healthy; trainers on other nodes: ROLLOUT_HOST=<this node's address> ROLLOUT_PORT={process.port}"
+        "rollout server healthy; trainers on other nodes: ROLLOUT_HOST=<this node's address> "
+        f"ROLLOUT_PORT={process.port}"
     )
     printer.say(
-        f"open to the trainer nodes: TCP {process.port} (HTTP) and {WEIGHT_SYNC_PORT} (weight sync), plus NCCL's ports"
+        f"open to the trainer nodes: TCP {process.port} (HTTP) and {WEIGHT_SYNC_PORT} (weight sync), plus "
+        "NCCL's ports"
     )
     rc = supervisor.wait(child)
     printer.say(f"rollout server exited with status {rc}")

@@ -57,8 +57,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     """`train [recipe=NAME] [KEY=VALUE ...]`: the words go to the recipe parser (words.py)."""
     parser = subparsers.add_parser(
         NAME,
-        description="Run GRPO for a recipe: load, probe, plan, check, supervise, export. The default command: "
-        "`python -m entrypoint recipe=smoke` is `python -m entrypoint train recipe=smoke`.",
+        description="Run GRPO for a recipe: load, probe, plan, check, supervise, export. The default "
+        "command: `python -m entrypoint recipe=smoke` is `python -m entrypoint train recipe=smoke`.",
         allow_abbrev=False,  # `--he` is a word for the recipe parser, not --help
     )
     return words.take_recipe_words(parser, "[-h] [KEY=VALUE ...]")
@@ -120,7 +120,8 @@ def train(
                 f"run {plan.run_name} is already complete ({done} steps) in {plan.run_dir}; nothing changed."
             )
             printer.say(
-                "to train further, raise MAX_STEPS for this RUN_NAME, or start a new run with another RUN_NAME"
+                "to train further, raise MAX_STEPS for this RUN_NAME, or start a new run with another "
+                "RUN_NAME"
             )
             return EXIT_OK
         for line in plan.render().splitlines():
@@ -248,9 +249,10 @@ def file_inputs(plan: Plan) -> dict[str, list[dict[str, Any]]]:
 
 
 def changed_inputs(attempts: list[dict[str, Any]]) -> list[str]:
-    """What a resumed attempt reads otherwise than the attempt before it (a dataset, a plugin edited meanwhile):
-    its steps train on other rows or rewards than the earlier steps. Said, not refused (the user may mean it);
-    the manifest keeps each attempt's inputs and `rerun` names it as drift (both manifest.input_changes)."""
+    """What a resumed attempt reads otherwise than the attempt before it (a dataset, a plugin edited
+    meanwhile): its steps train on other rows or rewards than the earlier steps. Said, not refused (the user
+    may mean it); the manifest keeps each attempt's inputs and `rerun` names it as drift (both
+    manifest.input_changes)."""
     if len(attempts) < 2:
         return []
     since = attempts[-1].get("resume_from") or "the start"
@@ -267,7 +269,8 @@ def changed_inputs(attempts: list[dict[str, Any]]) -> list[str]:
 
 
 def model_inputs(plan: Plan, environ: Mapping[str, str]) -> dict[str, Any]:
-    """{"folder", "files"} of the model the trainer loads; files {} while a hub model is not downloaded yet."""
+    """{"folder", "files"} of the model the trainer loads; files {} while a hub model is not downloaded
+    yet."""
     a = plan.recipe.trainer_args
     folder = fingerprint.model_folder(plan.model_path, a.model or "", a.use_hf, environ)
     try:
@@ -323,14 +326,16 @@ def summary_lines(plan: Plan) -> list[str]:
     if rows:
         first, last = rows[0], rows[-1]
         lines.append(
-            f"reward: {first['reward']:.3f} at step {first.get('global_step/max_steps', '?')} -> {last['reward']:.3f} "
-            f"at step {last.get('global_step/max_steps', '?')} (training batches; held-out: evaluate)"
+            f"reward: {first['reward']:.3f} at step {first.get('global_step/max_steps', '?')} -> "
+            f"{last['reward']:.3f} at step {last.get('global_step/max_steps', '?')} (training batches; "
+            "held-out: evaluate)"
         )
     if plan.recipe.settings.NODE_RANK == 0:
         for name in ("adapter", "model", "merged", "training_curves.png", "README.md", "logs"):
             if (plan.run_dir / name).exists():
                 lines.append(f"{name}: {host_path(plan.run_dir / name, plan.facts)}")  # read on the host
-        # what the command costs, and that it replaces an evaluation `make smoke` already wrote (new-user walk)
+        # what the command costs, and that it replaces an evaluation `make smoke` already wrote (new-user
+        # walk)
         what = (
             "(the base model and the adapter on 32 held-out prompts, EVAL_PROMPTS; writes eval.* in the run)"
         )
@@ -392,7 +397,8 @@ def check_nodes(plan: Plan, printer: Printer) -> list[dict[str, Any]]:
             problems.append(
                 Problem(
                     f"node {s.NODE_RANK}",
-                    f"node 0 resumes from {node0.get('resume_from') or 'nothing'}, this node from {plan.resume_from or 'nothing'}",
+                    f"node 0 resumes from {node0.get('resume_from') or 'nothing'}, this node from "
+                    f"{plan.resume_from or 'nothing'}",
                     "resuming a run over several nodes needs OUTPUT_DIR on storage every node shares",
                 )
             )
@@ -438,7 +444,8 @@ class Supervised(NamedTuple):
 def supervise(
     plan: Plan, here: Path, printer: Printer, secrets: list[str], environ: Mapping[str, str]
 ) -> Supervised:
-    """Launch the planned children (supervise/supervisor.py owns the policy) with the GPU monitor beside them."""
+    """Launch the planned children (supervise/supervisor.py owns the policy) with the GPU monitor beside
+    them."""
     s = plan.recipe.settings
     if printer.shown is None:
         a = plan.recipe.trainer_args

@@ -23,8 +23,9 @@ WORDS = "words"  # the attribute a parser that takes free words sets, and cli.py
 
 RECIPE_WORDS = (
     "recipe=NAME [KEY=VALUE ...]: the recipe (a shipped name, or the path of an .env file) and the keys that "
-    "override it (`keys` lists them). A recipe's bare name first is recipe=NAME (`validate smoke`). ms-swift's "
-    "--flag VALUE spelling is refused, naming the KEY=VALUE to write (--num_generations 8: NUM_GENERATIONS=8)."
+    "override it (`keys` lists them). A recipe's bare name first is recipe=NAME (`validate smoke`). "
+    "ms-swift's --flag VALUE spelling is refused, naming the KEY=VALUE to write (--num_generations 8: "
+    "NUM_GENERATIONS=8)."
 )
 
 

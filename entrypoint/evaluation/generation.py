@@ -24,9 +24,9 @@ class Engines(NamedTuple):
 
 
 def gpu_and_vllm(environ: Mapping[str, str]) -> Engines:
-    """Whether a GPU is visible and vLLM is installed, a GPU asked of NVML: torch.cuda.is_available() would initialise CUDA
-    here, and vLLM's engine process, forked from this one, then fails ("Cannot re-initialize CUDA in
-    forked subprocess"; seen on the lent H200)."""
+    """Whether a GPU is visible and vLLM is installed, a GPU asked of NVML: torch.cuda.is_available() would
+    initialise CUDA here, and vLLM's engine process, forked from this one, then fails ("Cannot re-initialize
+    CUDA in forked subprocess"; seen on the lent H200)."""
     import importlib.util
 
     from entrypoint.world import hardware

@@ -1,6 +1,7 @@
-"""The held-out prompts `evaluate` asks, read from a run's manifest: the trainer's arguments as the run planned
-them, the rows the trainer never saw (fresh tasks from the run's generator with another seed, EVAL_DATASET,
-or the run's VAL_DATASET), each row's prompt as the trainer prompted it, and the run's sampling settings."""
+"""The held-out prompts `evaluate` asks, read from a run's manifest: the trainer's arguments as the run
+planned them, the rows the trainer never saw (fresh tasks from the run's generator with another seed,
+EVAL_DATASET, or the run's VAL_DATASET), each row's prompt as the trainer prompted it, and the run's sampling
+settings."""
 
 from __future__ import annotations
 

@@ -42,8 +42,8 @@ def write(run_dir: Path, result: dict) -> None:
         f"Prompts: {result['prompts']['how']}; "
         f"{result['settings']['generations']} completions each, sampled alike for both models "
         f"(temperature {result['sampling']['temperature']}, top_p {result['sampling']['top_p']}, top_k "
-        f"{result['sampling']['top_k']}, up to {result['sampling']['max_new_tokens']} tokens, seed {result['settings']['seed']}; "
-        f"{'vLLM' if result.get('engine') == 'vllm' else 'HF generate'}).",
+        f"{result['sampling']['top_k']}, up to {result['sampling']['max_new_tokens']} tokens, seed "
+        f"{result['settings']['seed']}; {'vLLM' if result.get('engine') == 'vllm' else 'HF generate'}).",
         "",
         "| reward | base | adapter | adapter - base (95% CI) | pass@1 base / adapter |",
         "|---|---|---|---|---|",

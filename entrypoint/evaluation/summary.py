@@ -1,6 +1,6 @@
-"""The statistics of `evaluate`: per reward, the mean over prompts of each prompt's mean with a 95 % confidence
-interval (Student's t over prompts), the paired difference adapter - base with its interval, pass@1 where the
-reward is a 0/1 correctness, and the one-line verdict."""
+"""The statistics of `evaluate`: per reward, the mean over prompts of each prompt's mean with a 95 %
+confidence interval (Student's t over prompts), the paired difference adapter - base with its interval, pass@1
+where the reward is a 0/1 correctness, and the one-line verdict."""
 
 from __future__ import annotations
 
