@@ -1,7 +1,8 @@
 """What a machine has, as data: GPUs, peer-to-peer links, InfiniBand/RoCE ports, /dev/shm, RAM.
 
-The types every decision takes (plan/layout.py, plan/nccl.py, plan/build.py); world/hardware.py fills them from NVML and sysfs, or
-from an inventory JSON file (`doctor --save-inventory FILE`). This module reads nothing.
+The types every decision takes (plan/layout.py, plan/nccl.py, plan/build.py); world/hardware.py fills them
+from NVML and sysfs, or from an inventory JSON file (`doctor --save-inventory FILE`). This module reads
+nothing.
 
 Ordinals are NVML indices as seen inside the container (Docker renumbers exposed GPUs from 0). Child
 processes get CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers GPUs the same way NVML does.
@@ -39,7 +40,10 @@ class GPU(BaseModel):
     compute_capability: tuple[int, int]
 
     def describe(self) -> str:
-        return f"GPU {self.index}: {self.name}, {self.uuid}, PCI {self.pci_bus_id}, {self.memory_total_gib:.1f} GiB"
+        return (
+            f"GPU {self.index}: {self.name}, {self.uuid}, PCI {self.pci_bus_id}, {self.memory_total_gib:.1f} "
+            "GiB"
+        )
 
 
 class P2PLink(BaseModel):

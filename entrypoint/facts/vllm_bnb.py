@@ -24,8 +24,14 @@ DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "vllm_bnb_lora.json"
 # the registries of vllm/model_executor/models/registry.py a GRPO run's model comes from
 REGISTRIES = ("_TEXT_GENERATION_MODELS", "_MULTIMODAL_MODELS")
 SUPPORTED = ""  # the table's value for an architecture vLLM loads in 4-bit with LoRA
-NO_PACKED = "no packed_modules_mapping: vLLM's bitsandbytes loader refuses the class (model_loader/loader.py:1151-1154)"
-NO_LORA = "no LoRA support (SupportsLoRA): vLLM cannot serve the adapter on it (v1/worker/lora_model_runner_mixin.py:33)"
+NO_PACKED = (
+    "no packed_modules_mapping: vLLM's bitsandbytes loader refuses the class "
+    "(model_loader/loader.py:1151-1154)"
+)
+NO_LORA = (
+    "no LoRA support (SupportsLoRA): vLLM cannot serve the adapter on it "
+    "(v1/worker/lora_model_runner_mixin.py:33)"
+)
 
 
 class _Models:
@@ -57,8 +63,8 @@ class _Models:
 
     @functools.cache  # noqa: B019
     def features(self, module: str, name: str) -> frozenset[str]:
-        """{"packed", "lora"} the class `name` of `module` has: its own `packed_modules_mapping` (class level or
-        set in a method on self), or inherited; SupportsLoRA gives both, SupportsQuant the mapping."""
+        """{"packed", "lora"} the class `name` of `module` has: its own `packed_modules_mapping` (class level
+        or set in a method on self), or inherited; SupportsLoRA gives both, SupportsQuant the mapping."""
         if name == "SupportsLoRA":
             return frozenset({"packed", "lora"})
         if name == "SupportsQuant":
@@ -156,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         DATA_FILE.write_text(text)
         print(
-            f"wrote {DATA_FILE} ({len(found)} architectures, {sum(v == SUPPORTED for v in found.values())} supported)"
+            f"wrote {DATA_FILE} ({len(found)} architectures, {sum(v == SUPPORTED for v in found.values())} "
+            "supported)"
         )
     else:
         sys.stdout.write(text)

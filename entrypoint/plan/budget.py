@@ -39,8 +39,8 @@ PROMPT_SAMPLE_ROWS = 2000  # rows of each dataset the prompt-length estimate rea
 HUB_PROMPT_TOKENS = {"zouxuhong/Countdown-Tasks-3to4": 160}
 # The keys the batch arithmetic reads: while one of them is refused, the arithmetic would judge a default.
 BATCH_KEYS = {
-    "PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "STEPS_PER_GENERATION", "GENERATION_BATCH_SIZE",
-    "NUM_GENERATIONS", "PER_DEVICE_EVAL_BATCH_SIZE", "TRAIN_GPUS", "NNODES",
+    "PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "STEPS_PER_GENERATION",
+    "GENERATION_BATCH_SIZE", "NUM_GENERATIONS", "PER_DEVICE_EVAL_BATCH_SIZE", "TRAIN_GPUS", "NNODES",
 }  # fmt: skip
 
 
@@ -63,9 +63,9 @@ class Batch:
 
     def describe(self) -> str:
         return (
-            f"{self.per_device} completions/device x {self.world} process(es) x {self.steps_per_generation} step(s) "
-            f"= {self.generation_batch} completions per generation = {self.prompts_per_generation} prompts x "
-            f"NUM_GENERATIONS {self.num_generations}"
+            f"{self.per_device} completions/device x {self.world} process(es) x {self.steps_per_generation} "
+            f"step(s) = {self.generation_batch} completions per generation = {self.prompts_per_generation} "
+            f"prompts x NUM_GENERATIONS {self.num_generations}"
         )
 
 
@@ -135,7 +135,8 @@ def workload(recipe: Recipe, b: Batch, dataset_paths: list[str], facts: Facts) -
         asked = f"; {source}" if source else ""
         return (
             None,
-            f"no config.json found for MODEL (local path, hub cache or entrypoint/data/model_configs.json{asked})",
+            "no config.json found for MODEL (local path, hub cache or "
+            f"entrypoint/data/model_configs.json{asked})",
         )
     try:
         dims = ModelDims.from_config(config)
@@ -258,8 +259,8 @@ def adapter_sync_blocked(recipe: Recipe, deepspeed_config: dict | None = None) -
         ),
         (
             v0,
-            "vLLM's V0 engine runs it (VLLM_SCHEDULER_STEPS > 1 or VLLM_USE_V1=0): its multi-step runner refuses "
-            "LoRA (vllm/worker/multi_step_model_runner.py:285-287), and only V1 was measured",
+            "vLLM's V0 engine runs it (VLLM_SCHEDULER_STEPS > 1 or VLLM_USE_V1=0): its multi-step runner "
+            "refuses LoRA (vllm/worker/multi_step_model_runner.py:285-287), and only V1 was measured",
             "VLLM_SCHEDULER_STEPS=1, without VLLM_USE_V1=0",
         ),
         (

@@ -165,7 +165,10 @@ class Plan:
         off = self.hooks_off
         if not off:
             return []
-        head = f"hooks off by DISABLE_HOOKS ({self.recipe.source('DISABLE_HOOKS')}): {', '.join(h.name for h in off)}"
+        head = (
+            f"hooks off by DISABLE_HOOKS ({self.recipe.source('DISABLE_HOOKS')}): "
+            f"{', '.join(h.name for h in off)}"
+        )
         return [head] + [f"  {h.name}: {h.gist}" for h in off]
 
     def process(self, role: Role) -> Process | None:
@@ -194,7 +197,8 @@ class Plan:
         dataset): preflight proves each is inside the run directory, so no run writes outside its own."""
         paths = [str(self.train_dir), *(self.dataset_paths if self.recipe.settings.DATASET_GENERATOR else [])]
         for p in self.processes:
-            # the words that run (a caller may rewrite them: train's export checkpoint), not the flags they came from
+            # the words that run (a caller may rewrite them: train's export checkpoint), not the flags they
+            # came from
             paths += [p.argv[i + 1] for i, a in enumerate(p.argv[:-1]) if a == "--output_dir"]
             paths += [p.env["GRPO_RIG_EVENTS"]] if "GRPO_RIG_EVENTS" in p.env else []
         return paths
@@ -239,7 +243,8 @@ class Plan:
         }
 
     def host_ram_line(self) -> str:
-        """What the run keeps in this node's RAM (the one-weight-copy path), against what the inventory says."""
+        """What the run keeps in this node's RAM (the one-weight-copy path), against what the inventory
+        says."""
         need = sum(v for _, v in self.host_ram)
         parts = ", ".join(f"{k} {v:.1f}" for k, v in self.host_ram)
         free = self.inventory.ram_free_gib
@@ -258,7 +263,8 @@ class Plan:
         lines.append(f"layout: {self.layout.describe()}")
         if self.shape:
             lines.append(
-                "batch shape, chosen by the planner where the recipe leaves it open (switch off: AUTO_SHAPE=false):"
+                "batch shape, chosen by the planner where the recipe leaves it open (switch off: "
+                "AUTO_SHAPE=false):"
             )
             lines += [f"  {c.key}={c.value}: {c.reason}" for c in self.shape]
         lines.append("nccl:")
@@ -287,11 +293,13 @@ def _render_nodes(plan: Plan) -> list[str]:
     for rank in range(s.NNODES):
         mark = "  (this node)" if rank == s.NODE_RANK else ""
         lines.append(
-            f"  node {rank}: docker compose run --rm train recipe={plan.recipe.name} RUN_NAME={plan.run_name} "
-            f"NNODES={s.NNODES} NODE_RANK={rank} MASTER_ADDR={s.MASTER_ADDR} MASTER_PORT={s.MASTER_PORT}{mark}"
+            f"  node {rank}: docker compose run --rm train recipe={plan.recipe.name} "
+            f"RUN_NAME={plan.run_name} NNODES={s.NNODES} NODE_RANK={rank} MASTER_ADDR={s.MASTER_ADDR} "
+            f"MASTER_PORT={s.MASTER_PORT}{mark}"
         )
     lines.append(
-        f"  open between nodes: TCP {s.MASTER_PORT} (torchrun), {s.MASTER_PORT + 1} (node check), NCCL's ports"
+        f"  open between nodes: TCP {s.MASTER_PORT} (torchrun), {s.MASTER_PORT + 1} (node check), NCCL's "
+        "ports"
     )
     return lines
 
@@ -435,8 +443,9 @@ def _run(d: Draft) -> None:
 
 def _resume_changes(d: Draft, before: Mapping[str, Any]) -> list[Problem]:
     """Values changed since the run's last attempt (its manifest's resolved recipe, which lists every key a
-    layer set: a key absent from it was unset): refused where the checkpoint restores the old one (keys.RESUME_RESTORED), a warning
-    where the steps from here on use the new one (keys.RESUME_CHANGES). Nothing to resume, nothing to say."""
+    layer set: a key absent from it was unset): refused where the checkpoint restores the old one
+    (keys.RESUME_RESTORED), a warning where the steps from here on use the new one (keys.RESUME_CHANGES).
+    Nothing to resume, nothing to say."""
     if not d.facts.previous.newest_checkpoint:
         return []
 
@@ -568,10 +577,10 @@ def _dataset(d: Draft) -> None:
             d.problems.append(
                 Problem(
                     f"DATASET ({r.source('DATASET')})",
-                    f"set together with DATASET_GENERATOR={s.DATASET_GENERATOR} ({r.source('DATASET_GENERATOR')}), "
-                    "in the same layer: which one to train on is unclear",
-                    "keep one: remove DATASET to train on generated tasks, or write DATASET_GENERATOR= (empty) "
-                    "to train on DATASET",
+                    f"set together with DATASET_GENERATOR={s.DATASET_GENERATOR} "
+                    f"({r.source('DATASET_GENERATOR')}), in the same layer: which one to train on is unclear",
+                    "keep one: remove DATASET to train on generated tasks, or write DATASET_GENERATOR= "
+                    "(empty) to train on DATASET",
                 )
             )
         generated = d.run_dir / "data" / f"{s.DATASET_GENERATOR}.jsonl"
@@ -642,8 +651,8 @@ def _over_card(d: Draft, choices: list[shape.Choice]) -> str:
     over = [e for e in b.estimates(d.layout) if e.peak_gib > e.card_gib]
     return (
         (
-            f"both copies of the weights fit, but even the smallest shape is predicted at {over[0].peak_gib:.1f} of "
-            f"{over[0].card_gib:.1f} GiB on GPU {over[0].gpu}"
+            "both copies of the weights fit, but even the smallest shape is predicted at "
+            f"{over[0].peak_gib:.1f} of {over[0].card_gib:.1f} GiB on GPU {over[0].gpu}"
         )
         if over
         else ""
@@ -740,11 +749,11 @@ def _rollout(d: Draft) -> None:
 
 
 def _rollout_context(d: Draft, assumed: bool = False) -> tuple[int, str] | None:
-    """(tokens, why) of the longest sequence a GRPO rollout of this run asks vLLM for: MAX_LENGTH (ms-swift cuts
-    prompts to it) + MAX_COMPLETION_LENGTH; without MAX_LENGTH, the longest prompt the planner reads (generated
-    tasks, the dataset's rows, a known hub dataset; an assumed 512 only where `assumed`) with a quarter more,
-    to a multiple of 256. None where that is not below the model's own context, which vLLM takes by default
-    (vllm 0.8.5 EngineArgs: max_model_len None)."""
+    """(tokens, why) of the longest sequence a GRPO rollout of this run asks vLLM for: MAX_LENGTH (ms-swift
+    cuts prompts to it) + MAX_COMPLETION_LENGTH; without MAX_LENGTH, the longest prompt the planner reads
+    (generated tasks, the dataset's rows, a known hub dataset; an assumed 512 only where `assumed`) with a
+    quarter more, to a multiple of 256. None where that is not below the model's own context, which vLLM takes
+    by default (vllm 0.8.5 EngineArgs: max_model_len None)."""
     r = d.recipe
     completion, max_length = r.trainer_args.max_completion_length, r.trainer_args.max_length
     if max_length:
@@ -764,9 +773,9 @@ def _rollout_context(d: Draft, assumed: bool = False) -> tuple[int, str] | None:
 
 
 def _context(d: Draft) -> None:
-    """VLLM_MAX_MODEL_LEN of a colocated engine, unless the recipe sets it: without it ms-swift passes none and
-    vLLM sizes its KV cache for the model's whole context (40,960 tokens for Qwen3), which alone puts a 4B-8B
-    model on the one-weight-copy path on a 24 GiB card; a GRPO rollout uses at most the prompt and the
+    """VLLM_MAX_MODEL_LEN of a colocated engine, unless the recipe sets it: without it ms-swift passes none
+    and vLLM sizes its KV cache for the model's whole context (40,960 tokens for Qwen3), which alone puts a
+    4B-8B model on the one-weight-copy path on a 24 GiB card; a GRPO rollout uses at most the prompt and the
     completion (_rollout_context). Without MAX_LENGTH the prompt is the planner's estimate, which bounds what
     vLLM accepts: a longer prompt would be refused by it (MAX_LENGTH bounds it)."""
     r = d.recipe
@@ -814,10 +823,11 @@ def _vllm_env(enforce_eager: bool) -> dict[str, str]:
 
 
 def _multi_step_env(steps: int) -> dict[str, str]:
-    """A colocated engine with `steps` > 1 decode steps per schedule (VLLM_SCHEDULER_STEPS, shape.engine_options
-    says when the planner chooses it): vLLM's V0 engine, the only one with multi-step scheduling in 0.8.5
-    (VLLM_USE_V1=1 with it raises: vllm/engine/arg_utils.py:1327-1330), given the steps through ms-swift's
-    engine_kwargs (entrypoint/child/hooks/scheduler_steps.py, GRPO_RIG_VLLM_SCHEDULER_STEPS)."""
+    """A colocated engine with `steps` > 1 decode steps per schedule (VLLM_SCHEDULER_STEPS,
+    shape.engine_options says when the planner chooses it): vLLM's V0 engine, the only one with multi-step
+    scheduling in 0.8.5 (VLLM_USE_V1=1 with it raises: vllm/engine/arg_utils.py:1327-1330), given the steps
+    through ms-swift's engine_kwargs (entrypoint/child/hooks/scheduler_steps.py,
+    GRPO_RIG_VLLM_SCHEDULER_STEPS)."""
     return {"VLLM_USE_V1": "0", "GRPO_RIG_VLLM_SCHEDULER_STEPS": str(steps)} if steps > 1 else {}
 
 
@@ -837,10 +847,10 @@ def _trainer_env(d: Draft) -> dict[str, str]:
         env["GRPO_RIG_VLLM_KEEP_POOLS"] = "1"
         if a.offload_model:  # else both weight copies meet on the GPU at each generation's start
             env["GRPO_RIG_OFFLOAD_BEFORE_WAKE"] = "1"
-    # vLLM serves the trained adapter on its base weights instead of ms-swift merging it (on the CPU, offloaded)
-    # each step (entrypoint/child/hooks/adapter_sync.py), on the one-copy path; and always for QLoRA, whose
-    # merged 4-bit weights vLLM cannot load (preflight/values.py _check_quantization); budget.adapter_sync_blocker
-    # says where not
+    # vLLM serves the trained adapter on its base weights instead of ms-swift merging it (on the CPU,
+    # offloaded) each step (entrypoint/child/hooks/adapter_sync.py), on the one-copy path; and always for
+    # QLoRA, whose merged 4-bit weights vLLM cannot load (preflight/values.py _check_quantization);
+    # budget.adapter_sync_blocker says where not
     one_copy = a.sleep_level >= 1 and a.offload_model
     blocked = budget_mod.adapter_sync_blocker(d.recipe, d.facts.deepspeed_config)
     if layout.mode == "colocate" and (one_copy or a.bnb_bits) and not blocked:
@@ -905,7 +915,8 @@ def _trainer(d: Draft) -> None:
             Problem(
                 f"port {WEIGHT_SYNC_PORT}",
                 "is in use; it is the weight-sync rendezvous (fixed in ms-swift 3.6.4)",
-                "stop the other GRPO run or rollout server on this machine (only one server-mode run fits per host)",
+                "stop the other GRPO run or rollout server on this machine (only one server-mode run fits "
+                "per host)",
             )
         )
 

@@ -37,9 +37,9 @@ NO_GPU_HELP = (
     "work first."
 )
 NO_GPU_HERE = (
-    "No GPU is visible on this machine ({error}), and this is not the grpo-rig image. To plan or validate for a "
-    "GPU machine from here, describe it: INVENTORY=examples/inventories/{example} ({others}; or `python -m "
-    "entrypoint doctor --save-inventory FILE` on that machine). To train, run inside "
+    "No GPU is visible on this machine ({error}), and this is not the grpo-rig image. To plan or validate "
+    "for a GPU machine from here, describe it: INVENTORY=examples/inventories/{example} ({others}; or "
+    "`python -m entrypoint doctor --save-inventory FILE` on that machine). To train, run inside "
     "the image on the GPU host (`docker compose run train recipe=...`)."
 )
 # The example machines, by the GPUs a recipe names (examples/inventories/)
@@ -81,7 +81,10 @@ class Layout:
             else f"{self.mode}: no training on this node"
         )
         if self.local_rollout:
-            text += f"; vLLM rollout server on GPU(s) {_fmt(self.rollout_gpus)} (tp={self.rollout_tp}, dp={self.rollout_dp})"
+            text += (
+                f"; vLLM rollout server on GPU(s) {_fmt(self.rollout_gpus)} (tp={self.rollout_tp}, "
+                f"dp={self.rollout_dp})"
+            )
         elif self.mode == "server":
             text += f"; remote vLLM rollout server at {self.rollout_host}"
         elif self.mode == "colocate":
@@ -116,7 +119,8 @@ def _ordinal(part: str) -> int:
         )
     if part.lstrip("-").isdigit():
         raise ValueError(
-            f"{part}: ordinals start at 0 (no GPU to train on: TRAIN_GPUS=none; no rollout GPU: leave ROLLOUT_GPUS empty)"
+            f"{part}: ordinals start at 0 (no GPU to train on: TRAIN_GPUS=none; no rollout GPU: leave "
+            "ROLLOUT_GPUS empty)"
         )
     raise ValueError(f"{part} is not a GPU ordinal")
 
@@ -208,7 +212,8 @@ def _warn_visible_devices(env: Mapping[str, str], problems: list[Problem]) -> No
             Problem(
                 "CUDA_VISIBLE_DEVICES (environment)",
                 f"is set to {env['CUDA_VISIBLE_DEVICES']!r}; the entrypoint replaces it for each process",
-                "select GPUs with TRAIN_GPUS / ROLLOUT_GPUS, or hide them from the container with compose device_ids",
+                "select GPUs with TRAIN_GPUS / ROLLOUT_GPUS, or hide them from the container with compose "
+                "device_ids",
                 fatal=False,
             )
         )
@@ -258,8 +263,8 @@ def _gpus_there(
         fix = (
             "fix the GPU exposure above"
             if in_container
-            else "to plan or validate for a GPU machine from here, add INVENTORY=examples/inventories/<machine>.json; "
-            "to train, run on that machine"
+            else "to plan or validate for a GPU machine from here, add "
+            "INVENTORY=examples/inventories/<machine>.json; to train, run on that machine"
         )
     problems.append(
         Problem(
@@ -319,7 +324,10 @@ def _ordinals_fix(key: str, visible: list[int]) -> str:
         )
     if key == "ROLLOUT_GPUS":
         train = f"{visible[0]}-{visible[-2]}" if len(visible) > 2 else str(visible[0])
-        return f"for example ROLLOUT_GPUS={visible[-1]} with TRAIN_GPUS={train} (the list above; each needs its own)"
+        return (
+            f"for example ROLLOUT_GPUS={visible[-1]} with TRAIN_GPUS={train} (the list above; each needs its "
+            "own)"
+        )
     return f"use ordinals from the list above ({visible[0]}..{visible[-1]})"
 
 
@@ -329,8 +337,8 @@ def _check_bind(recipe: Recipe, rollout: list[int] | None, problems: list[Proble
         problems.append(
             Problem(
                 f"ROLLOUT_BIND ({recipe.source('ROLLOUT_BIND')})",
-                f"{s.ROLLOUT_BIND!r} is not loopback: the rollout server accepts weight updates and prompts from "
-                "anyone who can reach it (no authentication in ms-swift 3.6.4)",
+                f"{s.ROLLOUT_BIND!r} is not loopback: the rollout server accepts weight updates and prompts "
+                "from anyone who can reach it (no authentication in ms-swift 3.6.4)",
                 "keep ROLLOUT_BIND=127.0.0.1, or set ROLLOUT_ALLOW_REMOTE=true on a trusted network",
             )
         )
@@ -398,8 +406,8 @@ def _mode(
         problems.append(
             Problem(
                 "ROLLOUT_GPUS",
-                f"GPU {_fmt(tuple(overlap))} is listed for both training and the rollout server; in server mode "
-                "each needs its own card",
+                f"GPU {_fmt(tuple(overlap))} is listed for both training and the rollout server; in server "
+                "mode each needs its own card",
                 "list disjoint GPUs, or empty ROLLOUT_GPUS to colocate vLLM on the training GPUs",
             )
         )
@@ -442,8 +450,8 @@ def _check_parallel_sizes(
                 f"ROLLOUT_DATA_PARALLEL_SIZE ({recipe.source('ROLLOUT_DATA_PARALLEL_SIZE')})",
                 f"{dp} engine(s) x tensor parallel {tp} is not the {len(rollout)} rollout GPU(s) "
                 f"({_fmt(tuple(rollout))}); the server runs one engine per {tp} GPU(s) it is given",
-                f"set ROLLOUT_DATA_PARALLEL_SIZE={len(rollout) // tp if len(rollout) >= tp else 1}, or leave it "
-                "unset (the entrypoint derives it from ROLLOUT_GPUS)",
+                f"set ROLLOUT_DATA_PARALLEL_SIZE={len(rollout) // tp if len(rollout) >= tp else 1}, or leave "
+                "it unset (the entrypoint derives it from ROLLOUT_GPUS)",
             )
         )
     colocate_tp = recipe.trainer_args.vllm_tensor_parallel_size
@@ -451,14 +459,16 @@ def _check_parallel_sizes(
         problems.append(
             Problem(
                 "VLLM_TENSOR_PARALLEL_SIZE",
-                f"{colocate_tp} does not divide the {len(train)} training processes (ms-swift groups consecutive ranks)",
+                f"{colocate_tp} does not divide the {len(train)} training processes (ms-swift groups "
+                "consecutive ranks)",
                 "choose a divisor of the number of TRAIN_GPUS",
             )
         )
 
 
 def _check_mode_keys(recipe: Recipe, mode: str, rollout_only: bool, problems: list[Problem]) -> None:
-    """Keys that do nothing in this mode: rollout-server keys without a server, colocate-only keys with one."""
+    """Keys that do nothing in this mode: rollout-server keys without a server, colocate-only keys with
+    one."""
     if mode != "server" and not rollout_only:
         server_keys = [
             k
@@ -476,8 +486,8 @@ def _check_mode_keys(recipe: Recipe, mode: str, rollout_only: bool, problems: li
             problems.append(
                 Problem(
                     ", ".join(sorted(server_keys)),
-                    f"rollout-server settings, but this run has no rollout server ({mode}: ROLLOUT_GPUS and ROLLOUT_HOST are empty), "
-                    "so they would do nothing",
+                    f"rollout-server settings, but this run has no rollout server ({mode}: ROLLOUT_GPUS and "
+                    "ROLLOUT_HOST are empty), so they would do nothing",
                     "set ROLLOUT_GPUS=<ordinal> (or ROLLOUT_HOST) for server mode, or remove them"
                     + (colocate_hint if mode == "colocate" else ""),
                 )
@@ -487,7 +497,8 @@ def _check_mode_keys(recipe: Recipe, mode: str, rollout_only: bool, problems: li
         problems.append(
             Problem(
                 f"VLLM_SCHEDULER_STEPS ({recipe.source('VLLM_SCHEDULER_STEPS')})",
-                "only acts on a colocated vLLM; the rollout server (`swift rollout`) runs vLLM as ms-swift starts it",
+                "only acts on a colocated vLLM; the rollout server (`swift rollout`) runs vLLM as ms-swift "
+                "starts it",
                 "remove VLLM_SCHEDULER_STEPS (server mode)",
                 fatal=False,
             )
@@ -496,8 +507,9 @@ def _check_mode_keys(recipe: Recipe, mode: str, rollout_only: bool, problems: li
         problems.append(
             Problem(
                 f"VLLM_SCHEDULER_STEPS={steps} with VLLM_USE_V1=1",
-                "multi-step scheduling exists only in vLLM's V0 engine; vLLM 0.8.5 raises NotImplementedError at "
-                "engine start with VLLM_USE_V1=1 (vllm/engine/arg_utils.py:1327-1330, 1649-1652)",
+                "multi-step scheduling exists only in vLLM's V0 engine; vLLM 0.8.5 raises "
+                "NotImplementedError at engine start with VLLM_USE_V1=1 (vllm/engine/arg_utils.py:1327-1330, "
+                "1649-1652)",
                 "set VLLM_SCHEDULER_STEPS=1 to keep the V1 engine, or remove VLLM_USE_V1 (plan sets it to 0)",
             )
         )
@@ -508,7 +520,8 @@ def _check_mode_keys(recipe: Recipe, mode: str, rollout_only: bool, problems: li
                 problems.append(
                     Problem(
                         f"{key} ({recipe.source(key)})",
-                        f"only acts in colocate mode; in server mode ms-swift ignores it{acts} [source: {COLOCATE_ONLY_SOURCE}]",
+                        f"only acts in colocate mode; in server mode ms-swift ignores it{acts} [source: "
+                        f"{COLOCATE_ONLY_SOURCE}]",
                         # the user's own text, moved to the server's key
                         f"set {replacement}={recipe.raw(key)} instead (the server's own key)"
                         if replacement

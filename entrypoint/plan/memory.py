@@ -35,8 +35,8 @@ with one set of coefficients per allocator (colocate_* with expandable segments,
   v1/worker/gpu_worker.py:170-215). Measured: share 0.25 -> 0.35 of a 24 GiB card moved the peak from 19.32
   to 21.80 GiB, 1.03 GiB per GiB of share (bench/calibration/2026-12-02-1424-levers/).
   The V0 engine (VLLM_USE_V1=0; multi-step scheduling runs only there) measures from a snapshot taken when
-  it starts, so its share holds only its own weights, profiling peak and KV cache (worker/worker.py:162-181, 225-264):
-  the CUDA context and the trainer's weights come on top ("context and weights before vLLM (V0)":
+  it starts, so its share holds only its own weights, profiling peak and KV cache (worker/worker.py:162-181,
+  225-264): the CUDA context and the trainer's weights come on top ("context and weights before vLLM (V0)":
   colocate_v0_before_gib + the weights). At share 0.25 its KV cache was 4.75 GiB against V1's 2.69, at 0.10
   1.15 GiB (bench/generation/2026-12-03-0828-engines/, bench/throughput/2026-12-03-1051-countdown-v0-engine/).
   Fitted with the other expandable-
@@ -71,8 +71,8 @@ vLLM refuses to start when its share leaves no room for one sequence of max_mode
 A dedicated rollout GPU holds ROLLOUT_GPU_MEMORY_UTILIZATION x the card (vLLM's own process there).
 Every GPU also carries the CUDA context (CUDA_CONTEXT_GIB).
 
-QLoRA (QUANT_METHOD=bnb QUANT_BITS=4, `Workload.quant_bits`): the decoder's linear weights are bitsandbytes NF4
-(QUANT_BYTES: half a byte per weight and double quantization's absmax codes) in both copies, the trainer's
+QLoRA (QUANT_METHOD=bnb QUANT_BITS=4, `Workload.quant_bits`): the decoder's linear weights are bitsandbytes
+NF4 (QUANT_BYTES: half a byte per weight and double quantization's absmax codes) in both copies, the trainer's
 (transformers' 4-bit loader) and vLLM's (its bitsandbytes loader quantizes the bf16 checkpoint while loading,
 vllm 0.8.5.post1 model_executor/model_loader/loader.py:1038-1122); the embeddings, the lm_head (tied or not,
 by config), the norms and biases stay bf16, and the LoRA adapter, its gradients and AdamW states are what they
@@ -129,8 +129,10 @@ DEFAULT_COEFFICIENTS = {
     "act_hidden": 18.0,  # bytes per token per hidden unit per layer (no gradient checkpointing), / dtype
     "act_inter": 5.0,  # same, per MLP intermediate unit
     "gc_layer_input": 1.0,  # with checkpointing: stored layer inputs, x hidden x dtype per token per layer
-    "logit_bytes": 10.0,  # bytes per completion token per vocabulary entry (bf16 logits, fp32 log-softmax, grad)
-    "liger_logit_bytes": 4.0,  # the same with liger's fused loss: the reference model's bf16 logits / temperature
+    # bytes per completion token per vocabulary entry (bf16 logits, fp32 log-softmax, grad)
+    "logit_bytes": 10.0,
+    # the same with liger's fused loss: the reference model's bf16 logits / temperature
+    "liger_logit_bytes": 4.0,
     "overhead": 1.10,  # allocator fragmentation / caching
     "constant_gib": 0.15,
     # vLLM colocate, card level (data/memory_coefficients.json holds the fitted values; "vLLM side" above),
@@ -215,8 +217,8 @@ class ModelDims:
         return self.layers * sum(a * b for a, b in self.linear_shapes())
 
     def weight_bytes(self, dtype_bytes: int, quant_bits: int = 0) -> tuple[float, float]:
-        """(all, quantized) bytes of one copy of the weights: everything in `dtype_bytes`, or with `quant_bits`
-        the linear layers in QUANT_BYTES and the rest in `dtype_bytes`."""
+        """(all, quantized) bytes of one copy of the weights: everything in `dtype_bytes`, or with
+        `quant_bits` the linear layers in QUANT_BYTES and the rest in `dtype_bytes`."""
         if not quant_bits:
             return float(self.params * dtype_bytes), 0.0
         quantized = self.linear_params * QUANT_BYTES[quant_bits]
@@ -281,10 +283,10 @@ def config_problem(config: Any) -> str:
 
 
 def shipped_config(model: str) -> dict | None:
-    """config.json fields of a known hub model (entrypoint/data/model_configs.json: the recipes' models and the
-    ones this audience trains with GRPO), for planning without the model on disk; found by the exact id, else
-    by ms-swift's model name (swift_schema.model_name: a ModelScope id finds its Hugging Face row). None for
-    other models."""
+    """config.json fields of a known hub model (entrypoint/data/model_configs.json: the recipes' models and
+    the ones this audience trains with GRPO), for planning without the model on disk; found by the exact id,
+    else by ms-swift's model name (swift_schema.model_name: a ModelScope id finds its Hugging Face row). None
+    for other models."""
     table = shipped_configs()
     if model in table:
         return table[model]
@@ -324,8 +326,8 @@ class Workload:
     quant_bits: int = 0  # QUANT_METHOD=bnb: 4 (QLoRA) or 8 bits for the linear weights; 0 not quantized
 
     def vllm_weights_gib(self, tensor_parallel: int = 1) -> float:
-        """vLLM's copy of the weights on one GPU (1/tensor_parallel of them): bitsandbytes 4-bit with QLoRA (the
-        plan refuses vLLM with 8 bits), else the model's dtype."""
+        """vLLM's copy of the weights on one GPU (1/tensor_parallel of them): bitsandbytes 4-bit with QLoRA
+        (the plan refuses vLLM with 8 bits), else the model's dtype."""
         return (
             self.dims.weight_bytes(self.dtype_bytes, 4 if self.quant_bits else 0)[0]
             / GIB
@@ -497,8 +499,8 @@ def largest_one_copy_params(w: Workload, card_gib: float, v: Colocate, coef=None
 
 
 # RAM the trainer's process holds beside what it offloads (the interpreter, torch's and CUDA's host libraries,
-# ms-swift, vLLM's engine, tokenizer and dataset): an estimate, not measured on a GPU run (on the CPU the smoke
-# run's trainer holds about 7 GB with its 135M model in it: README, "Try it")
+# ms-swift, vLLM's engine, tokenizer and dataset): an estimate, not measured on a GPU run (on the CPU the
+# smoke run's trainer holds about 7 GB with its 135M model in it: README, "Try it")
 HOST_PROCESS_GIB = 6.0
 
 
@@ -507,9 +509,10 @@ def host_ram(
 ) -> dict[str, float]:
     """GiB of RAM one colocated training process needs for what waits in CPU memory, by part ({} when nothing
     does): the trainer's weights while vLLM generates (OFFLOAD_MODEL; bitsandbytes' quantized ones stay on the
-    GPU), its optimizer states (OFFLOAD_OPTIMIZER), vLLM's weights while it sleeps at level 1 (level 2 discards
-    them), and the process around them. Both copies are counted: vLLM's CPU copy is freed only when it wakes,
-    after the trainer's left (hooks/offload_before_wake.py), and the trainer's comes back after vLLM sleeps."""
+    GPU), its optimizer states (OFFLOAD_OPTIMIZER), vLLM's weights while it sleeps at level 1 (level 2
+    discards them), and the process around them. Both copies are counted: vLLM's CPU copy is freed only when
+    it wakes, after the trainer's left (hooks/offload_before_wake.py), and the trainer's comes back after vLLM
+    sleeps."""
     parts = {}
     if offload_model:
         parts["trainer's weights (offloaded)"] = train.weights - train.pinned
@@ -613,4 +616,7 @@ class GpuEstimate:
 
     def render(self) -> str:
         parts = ", ".join(f"{k} {v:.1f}" for k, v in self.parts.items() if abs(v) >= 0.05)
-        return f"GPU {self.gpu} {self.role}: {self.peak_gib:.1f} of {self.card_gib:.1f} GiB ({self.headroom:+.0%} headroom) [{parts}]"
+        return (
+            f"GPU {self.gpu} {self.role}: {self.peak_gib:.1f} of {self.card_gib:.1f} GiB "
+            f"({self.headroom:+.0%} headroom) [{parts}]"
+        )

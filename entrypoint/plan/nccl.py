@@ -238,8 +238,10 @@ def _decide_p2p(
             problems.append(
                 Problem(
                     f"NCCL_P2P_DISABLE ({source})",
-                    f"set to {value!r}{'' if numeric else ', which NCCL reads as 0 (it reads integers: write 1)'}, but "
-                    f"{why}; NCCL would try P2P transfers these GPUs cannot do (hangs or corrupt results)",
+                    "set to "
+                    f"{value!r}{'' if numeric else ', which NCCL reads as 0 (it reads integers: write 1)'}, "
+                    f"but {why}; NCCL would try P2P transfers these GPUs cannot do (hangs or corrupt "
+                    "results)",
                     "remove it (the entrypoint sets NCCL_P2P_DISABLE=1), or, on a driver patched to enable "
                     "P2P, set ALLOW_P2P_WITHOUT_SUPPORT=true",
                 )
@@ -342,8 +344,8 @@ def decide(
     names = sorted({g.name for g in inventory.gpus})
     accelerate_reason = (
         f"{len(inventory.gpus)} GPUs visible ({', '.join(names)}) with driver {inventory.driver_version} "
-        f"< {ACCELERATE_RTX40_DRIVER_TEXT}: accelerate raises NotImplementedError unless NCCL_P2P_DISABLE and "
-        "NCCL_IB_DISABLE are both set, counting every GPU nvidia-smi lists even when the job uses one"
+        f"< {ACCELERATE_RTX40_DRIVER_TEXT}: accelerate raises NotImplementedError unless NCCL_P2P_DISABLE "
+        "and NCCL_IB_DISABLE are both set, counting every GPU nvidia-smi lists even when the job uses one"
     )
     missing = pairs_without_p2p(inventory, gpus)
     missing_reason = describe_missing(missing, len(set(gpus)))

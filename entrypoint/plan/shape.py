@@ -9,7 +9,8 @@ recipe does not set them, `choose` picks (AUTO_SHAPE=true, the default):
 - PER_DEVICE_TRAIN_BATCH_SIZE: the largest divisor of the per-process completions whose predicted peak
   leaves at least HEADROOM of every training card free. Larger micro-batches are faster: the GPU runs one
   forward/backward over 8 completions in about the time of two over one (countdown-1x4090 on a 24 GiB
-  card: micro-batch 8 x 4 ran 4.1x the completion tokens/s of 1 x 32, bench/startup/2026-12-02-1114-startup-levers/).
+  card: micro-batch 8 x 4 ran 4.1x the completion tokens/s of 1 x 32,
+  bench/startup/2026-12-02-1114-startup-levers/).
 - GRADIENT_ACCUMULATION_STEPS: what keeps the completions per optimizer step (one generation round per
   step, ms-swift's default steps_per_generation = gradient_accumulation_steps).
 - VLLM_GPU_MEMORY_UTILIZATION (colocate): the smallest share, in steps of 0.05, whose KV cache holds this
@@ -20,9 +21,9 @@ recipe does not set them, `choose` picks (AUTO_SHAPE=true, the default):
 - VLLM_SCHEDULER_STEPS (colocate, one training process): 8 or 1, whichever gives the least predicted step
   (speed.generation_time + speed.training_time) with a shape that fits: vLLM's V0 engine with 8 decode steps
   per schedule pays a decode step's host work once per 8 (a round of 32 x 256 tokens: 1.28 s against V1's
-  2.22 s in the trainer, bench/throughput/2026-12-03-1051-countdown-v0-engine/); V0 counts only its own memory against
-  its share, so its share is sized by its own rule (memory.kv_budget) and the process's earlier memory is
-  added to its peak (memory.colocate_peak). `engine_options` says where the choice is open.
+  2.22 s in the trainer, bench/throughput/2026-12-03-1051-countdown-v0-engine/); V0 counts only its own memory
+  against its share, so its share is sized by its own rule (memory.kv_budget) and the process's earlier memory
+  is added to its peak (memory.colocate_peak). `engine_options` says where the choice is open.
 - SLEEP_LEVEL (colocate): 0. In ms-swift 3.6.4 sleeping saves little peak memory unless the model or the
   optimizer is offloaded (memory.py, "vLLM side"): at micro-batch 8 on a 24 GiB card, torch's allocator,
   18.7 GiB asleep against 19.4 awake (bench/startup/2026-12-02-1114-startup-levers/); it rules out expandable
@@ -53,8 +54,8 @@ UTILIZATION_STEP = 0.05
 UTILIZATION_FLOOR = 0.10
 UTILIZATION_CEILING = memory.VLLM_UTILIZATION_CEILING
 KV_MARGIN = 1.25  # vLLM's block rounding and the prompts' spread around the planner's estimate
-# Decode steps per schedule when the planner turns multi-step scheduling on: vLLM alone ran a round of 32 x 256
-# tokens in 0.99 s at 8 against 1.66 s at 1 on its V0 engine (bench/generation/2026-12-03-0828-engines/).
+# Decode steps per schedule when the planner turns multi-step scheduling on: vLLM alone ran a round of 32 x
+# 256 tokens in 0.99 s at 8 against 1.66 s at 1 on its V0 engine (bench/generation/2026-12-03-0828-engines/).
 MULTI_STEP = 8
 
 
@@ -250,8 +251,8 @@ def _largest_that_fits(
         worst = min(trainers, key=lambda e: e.headroom)
         if worst.headroom >= HEADROOM:
             why = (
-                f"the largest micro-batch whose predicted peak, {worst.peak_gib:.1f} of {worst.card_gib:.1f} GiB on GPU "
-                f"{worst.gpu}, leaves at least {HEADROOM:.0%} free ({worst.headroom:.0%})"
+                f"the largest micro-batch whose predicted peak, {worst.peak_gib:.1f} of {worst.card_gib:.1f} "
+                f"GiB on GPU {worst.gpu}, leaves at least {HEADROOM:.0%} free ({worst.headroom:.0%})"
             )
             if bigger is not None:
                 why += f"; {bigger.per_device} would need {bigger.worst.peak_gib:.1f} GiB"
@@ -422,13 +423,14 @@ def _fastest(
     why = (
         f"the least predicted training time per step (forward and backward; the generation round, the same "
         f"for every shape, aside), {t.seconds:.1f} s ({t.render()}), of the shapes whose "
-        f"predicted peak leaves at least {HEADROOM:.0%} free: {best.worst.peak_gib:.1f} of {best.worst.card_gib:.1f} GiB"
+        f"predicted peak leaves at least {HEADROOM:.0%} free: {best.worst.peak_gib:.1f} of "
+        f"{best.worst.card_gib:.1f} GiB"
     )
     own = [f for f in fits if f.changed == 0]
     if own and own[0] is not best:
         why += (
-            f"; without turning a lever (checkpointing and liger as the recipe or ms-swift has them), micro-batch "
-            f"{own[0].per_device}: {own[0].time.seconds:.1f} s ({own[0].time.render()})"
+            "; without turning a lever (checkpointing and liger as the recipe or ms-swift has them), "
+            f"micro-batch {own[0].per_device}: {own[0].time.seconds:.1f} s ({own[0].time.render()})"
         )
     return Fastest(best.per_device, best.checkpointing, best.liger, t.seconds, best.worst, why)
 
@@ -446,8 +448,8 @@ def rollout_share(r: Recipe, layout: Layout, budget: Budget) -> list[Choice]:
         Choice(
             "ROLLOUT_GPU_MEMORY_UTILIZATION",
             round(share, 2),
-            f"the largest share that leaves {memory.HEADROOM_WARNING:.0%} of the {card:.1f} GiB card free beside "
-            f"the CUDA context ({memory.CUDA_CONTEXT_GIB} GiB); ms-swift's default is 0.9",
+            f"the largest share that leaves {memory.HEADROOM_WARNING:.0%} of the {card:.1f} GiB card free "
+            f"beside the CUDA context ({memory.CUDA_CONTEXT_GIB} GiB); ms-swift's default is 0.9",
         )
     ]
 
@@ -466,8 +468,8 @@ def smallest_share(budget: Budget, layout: Layout, per_process: int, v0: bool | 
     context and both copies of the weights on the smallest training card (`v0`: vLLM's V0 engine, which
     counts only its own; default the budget's engine); UTILIZATION_CEILING when none holds. With OFFLOAD_MODEL
     the trainer's weights are on the CPU while the engine starts (ms-swift builds it inside offload_context:
-    v3.6.4 grpo_trainer.py:274-280) and while it generates: only vLLM's copy counts, and the trainer's quantized
-    weights, which stay (TrainingEstimate.pinned). Needs budget.workload and budget.colocate."""
+    v3.6.4 grpo_trainer.py:274-280) and while it generates: only vLLM's copy counts, and the trainer's
+    quantized weights, which stay (TrainingEstimate.pinned). Needs budget.workload and budget.colocate."""
     w, current = budget.workload, budget.colocate
     v0 = current.engine_v0 if v0 is None else v0
     card = min(budget.card(g) for g in layout.train_gpus)
@@ -508,8 +510,8 @@ def one_copy_levers(r: Recipe, layout: Layout, budget: Budget, why: str = "") ->
     for the reason `why` the caller gives (build._shape: both copies fit, but no micro-batch trains beside
     them). Then one copy is on the GPU at a time, the trainer's in CPU memory while vLLM generates and vLLM's
     while the trainer trains (memory.offload_phases; the hooks offload_before_wake and adapter_sync; a 7B on a
-    physical 24 GiB card: docs/benchmarks/one-card-7b.md). [] otherwise: a run that fits both copies keeps them
-    (each step's offload costs time), and AUTO_SHAPE=false leaves ms-swift's."""
+    physical 24 GiB card: docs/benchmarks/one-card-7b.md). [] otherwise: a run that fits both copies keeps
+    them (each step's offload costs time), and AUTO_SHAPE=false leaves ms-swift's."""
     if not one_copy_open(r, layout, budget):
         return []
     w = budget.workload
@@ -613,8 +615,8 @@ def _vllm_share(
         card = min(budget.card(g) for g in layout.train_gpus)
         util, holds, need = smallest_share(budget, layout, per_process, v0)
         what = (
-            f"this process's generation round ({per_process} sequences of ~{tokens} tokens) and one sequence of "
-            f"{current.max_model_len} (with {KV_MARGIN}x margin: {need:.2f} GiB)"
+            f"this process's generation round ({per_process} sequences of ~{tokens} tokens) and one sequence "
+            f"of {current.max_model_len} (with {KV_MARGIN}x margin: {need:.2f} GiB)"
         )
         out.append(
             Choice(
@@ -624,8 +626,8 @@ def _vllm_share(
                 + (
                     "vLLM's own weights (its V0 engine counts only what it allocates)"
                     if v0
-                    else "the context, vLLM's weights and the trainer's quantized ones (bitsandbytes' stay on the GPU; "
-                    "the rest of the trainer's is on the CPU while vLLM generates)"
+                    else "the context, vLLM's weights and the trainer's quantized ones (bitsandbytes' stay "
+                    "on the GPU; the rest of the trainer's is on the CPU while vLLM generates)"
                     if current.offload_model and w.quant_bits
                     else "the context and vLLM's weights (the trainer's are on the CPU while vLLM generates)"
                     if current.offload_model
@@ -649,9 +651,10 @@ def _vllm_share(
                 "offload is on: vLLM sleeps while the model and optimizer are away"
                 if offload
                 else "sleeping saves little peak memory without offload in ms-swift 3.6.4 (torch's cache and "
-                "vLLM's pool meet at the next wake-up; measured at 8 x 4 on torch's allocator: 18.7 GiB asleep, "
-                "19.4 awake, bench/startup/2026-12-02-1114-startup-levers), rules out expandable segments (vLLM's "
-                "sleep-mode pool refuses them) and costs the offload and reload of vLLM every step",
+                "vLLM's pool meet at the next wake-up; measured at 8 x 4 on torch's allocator: 18.7 GiB "
+                "asleep, 19.4 awake, bench/startup/2026-12-02-1114-startup-levers), rules out expandable "
+                "segments (vLLM's sleep-mode pool refuses them) and costs the offload and reload of vLLM "
+                "every step",
             )
         )
     alloc = budget_allocator(r, layout, sleep)

@@ -15,8 +15,8 @@ micro-batch's time hardly
 depends on its size (the small model leaves the GPU waiting on kernel launches: 0.37 s at micro-batch 4,
 0.41 s at 16 with checkpointing), so fewer, larger micro-batches win; checkpointing recomputes each
 layer's forward (0.22 s without it at micro-batch 8, 0.23 s with liger at 16); liger's fused loss computes
-the loss a chunk at a time. On a slower card the per-token term grows; the ranking it gives (fewer micro-batches, no recompute
-when memory allows) is the same.
+the loss a chunk at a time. On a slower card the per-token term grows; the ranking it gives (fewer
+micro-batches, no recompute when memory allows) is the same.
 
 The generation round (a colocated vLLM engine, weight sync included) is the same for every micro-batch and
 differs by engine: vLLM 0.8.5's V1 engine, or its V0 engine with N decode steps per schedule (multi-step
@@ -50,10 +50,10 @@ DEFAULT_COEFFICIENTS = {
 }
 
 
-# Engines data/generation_coefficients.json lacks (bench/fit_generation.py fits the measured ones): the trainer's
-# rounds of 2026-12-03 07:11-09:10 over 256 decode steps (bench/throughput/, bench/generation/); "v0, 8 steps" from
-# vLLM alone (0.993 s a round, bench/generation/2026-12-03-0828-engines/) plus the trainer's weight sync (0.11 s),
-# until a trainer's rounds are measured.
+# Engines data/generation_coefficients.json lacks (bench/fit_generation.py fits the measured ones): the
+# trainer's rounds of 2026-12-03 07:11-09:10 over 256 decode steps (bench/throughput/, bench/generation/);
+# "v0, 8 steps" from vLLM alone (0.993 s a round, bench/generation/2026-12-03-0828-engines/) plus the
+# trainer's weight sync (0.11 s), until a trainer's rounds are measured.
 DEFAULT_GENERATION = {"v1": 0.0084, "v0": 0.0067, "v0, 8 steps": 0.0043}
 
 
