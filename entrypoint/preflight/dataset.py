@@ -1,10 +1,10 @@
 """Dataset checks before any download or model load (case C08, tests/cases.md).
 
-For a local file (JSONL, JSON, CSV or parquet): it exists and is readable; it parses (the failing line is named); each row has
-a `messages` conversation (or a query/prompt column ms-swift converts); every column a selected reward
-function reads is present in every row; each column keeps one JSON type across rows (pyarrow refuses
-mixed types deep inside `datasets`); and there are enough prompts for one generation batch (with fewer,
-ms-swift's dataloader is empty and accelerate crashes with `UnboundLocalError: current_batch`).
+For a local file (JSONL, JSON, CSV or parquet): it exists and is readable; it parses (the failing line is
+named); each row has a `messages` conversation (or a query/prompt column ms-swift converts); every column a
+selected reward function reads is present in every row; each column keeps one JSON type across rows (pyarrow
+refuses mixed types deep inside `datasets`); and there are enough prompts for one generation batch (with
+fewer, ms-swift's dataloader is empty and accelerate crashes with `UnboundLocalError: current_batch`).
 
 A hub dataset (`org/name[:subset][#rows]`) is checked for its form; with OFFLINE=true its local cache
 must exist. ms-swift's `#N` suffix samples N rows.
@@ -188,7 +188,8 @@ def check_columns(
             problems.append(
                 Problem(
                     f"dataset {path}",
-                    f"reward {who} reads the `{column}` column, which no row has (columns: {', '.join(sorted(present))})",
+                    f"reward {who} reads the `{column}` column, which no row has (columns: "
+                    f"{', '.join(sorted(present))})",
                     fix,
                 )
             )
@@ -196,7 +197,8 @@ def check_columns(
             problems.append(
                 Problem(
                     f"dataset {path} line {missing[0]}",
-                    f"has no `{source or column}` column, which reward {who} reads ({len(missing)} rows lack it)",
+                    f"has no `{source or column}` column, which reward {who} reads ({len(missing)} rows lack "
+                    "it)",
                     f"add `{source or column}` to those rows",
                 )
             )
@@ -209,8 +211,8 @@ def check_columns(
             problems.append(
                 Problem(
                     f"dataset {path} line {empty[0]}",
-                    f"`{source}` is empty ({len(empty)} of {len(rows)} rows read), so reward {', '.join(readers)} "
-                    "has nothing to compare with and scores every completion the same",
+                    f"`{source}` is empty ({len(empty)} of {len(rows)} rows read), so reward "
+                    f"{', '.join(readers)} has nothing to compare with and scores every completion the same",
                     f"fill `{source}` with the reference answer, or drop those rows",
                 )
             )
@@ -241,8 +243,8 @@ def check_types(path: Path, rows: list[tuple[int, dict]]) -> list[Problem]:
                 problems.append(
                     Problem(
                         f"dataset {path} line {number}",
-                        f"column `{column}` is a {kind} here but a {first[column].kind} on line {first[column].line} "
-                        "(a dataset column must keep one type)",
+                        f"column `{column}` is a {kind} here but a {first[column].kind} on line "
+                        f"{first[column].line} (a dataset column must keep one type)",
                         f"make `{column}` the same JSON type on every row",
                     )
                 )
@@ -289,8 +291,8 @@ def check(
             problems.append(
                 Problem(
                     "DATASET",
-                    f"{train_prompts} training prompts, fewer than one generation batch needs ({prompts_needed}); ms-swift's "
-                    "dataloader would be empty and crash inside accelerate",
+                    f"{train_prompts} training prompts, fewer than one generation batch needs "
+                    f"({prompts_needed}); ms-swift's dataloader would be empty and crash inside accelerate",
                     f"add prompts, or {batch_fix} so a generation batch needs <= {train_prompts} prompt(s)",
                 )
             )

@@ -45,17 +45,19 @@ def check_driver(plan: Plan) -> list[Problem]:
         return [
             Problem(
                 "NVIDIA driver",
-                f"{inv.driver_version} is too old for this image: torch 2.6.0 ships the CUDA 12.4 runtime, which needs a "
-                f"driver >= {MIN_DRIVER} (CUDA 12 minor-version compatibility)",
-                f"upgrade the host driver to >= {MIN_DRIVER}; for RTX 40 cards >= {RECOMMENDED_DRIVER_RTX40} is recommended",
+                f"{inv.driver_version} is too old for this image: torch 2.6.0 ships the CUDA 12.4 runtime, "
+                f"which needs a driver >= {MIN_DRIVER} (CUDA 12 minor-version compatibility)",
+                f"upgrade the host driver to >= {MIN_DRIVER}; for RTX 40 cards >= {RECOMMENDED_DRIVER_RTX40} "
+                "is recommended",
             )
         ]
     if rtx40 and driver < Version(RECOMMENDED_DRIVER_RTX40):
-        # accelerate's check needs more than one GPU visible, one an RTX 40 (plan/nccl.py): said only where it fires
+        # accelerate's check needs more than one GPU visible, one an RTX 40 (plan/nccl.py): said only where it
+        # fires
         check = (
             (
-                "; with more than one GPU visible, one of them an RTX 40, it also trips accelerate's RTX 40 check (handled by the "
-                "NCCL settings: NCCL_P2P_DISABLE and NCCL_IB_DISABLE above)"
+                "; with more than one GPU visible, one of them an RTX 40, it also trips accelerate's RTX 40 "
+                "check (handled by the NCCL settings: NCCL_P2P_DISABLE and NCCL_IB_DISABLE above)"
             )
             if nccl.accelerate_rtx40_check_fires(inv)
             else ""
@@ -63,8 +65,8 @@ def check_driver(plan: Plan) -> list[Problem]:
         return [
             Problem(
                 "NVIDIA driver",
-                f"{inv.driver_version} works, but for RTX 40 cards {RECOMMENDED_DRIVER_RTX40}+ (the CUDA 12.4 driver) is "
-                f"recommended{check}",
+                f"{inv.driver_version} works, but for RTX 40 cards {RECOMMENDED_DRIVER_RTX40}+ (the CUDA "
+                f"12.4 driver) is recommended{check}",
                 f"upgrade to >= {RECOMMENDED_DRIVER_RTX40} when you can",
                 fatal=False,
             )
@@ -80,7 +82,10 @@ def check_shm(plan: Plan, env: Mapping[str, str], dataloader_workers: int) -> li
         plan.layout.rollout_tp * plan.layout.rollout_dp if plan.layout.local_rollout else 0
     )
     p2p_off = nccl.nccl_true(plan.nccl.env.get("NCCL_P2P_DISABLE") or env.get("NCCL_P2P_DISABLE"))
-    fix = "give the container shared memory: compose `ipc: host` (the shipped compose.yaml) or `shm_size: 16gb`; `docker run --ipc=host` or `--shm-size=16g`"
+    fix = (
+        "give the container shared memory: compose `ipc: host` (the shipped compose.yaml) or "
+        "`shm_size: 16gb`; `docker run --ipc=host` or `--shm-size=16g`"
+    )
     have = f"/dev/shm is {shm / MIB:.0f} MiB"
     # NCCL_SHM_DISABLE=1: NCCL's intra-node traffic goes over sockets instead (slower, but no /dev/shm)
     shm_off = nccl.nccl_true(plan.nccl.env.get("NCCL_SHM_DISABLE") or env.get("NCCL_SHM_DISABLE"))
@@ -88,9 +93,9 @@ def check_shm(plan: Plan, env: Mapping[str, str], dataloader_workers: int) -> li
         return [
             Problem(
                 "/dev/shm",
-                f"{have}; NCCL_SHM_DISABLE=1 keeps NCCL off it (its traffic between the {processes} GPU processes "
-                "goes over sockets, slower), but dataloader workers pass batches through it and may die with a "
-                "bus error",
+                f"{have}; NCCL_SHM_DISABLE=1 keeps NCCL off it (its traffic between the {processes} GPU "
+                "processes goes over sockets, slower), but dataloader workers pass batches through it and "
+                "may die with a bus error",
                 fix,
                 fatal=False,
             )
@@ -105,8 +110,9 @@ def check_shm(plan: Plan, env: Mapping[str, str], dataloader_workers: int) -> li
         return [
             Problem(
                 "/dev/shm",
-                f"{have}; with NCCL_P2P_DISABLE=1 the {processes} GPU processes exchange data through /dev/shm and "
-                f"need >= {SHM_MIN_MULTI_GPU // GIB} GiB (NCCL fails with 'unhandled system error' or bus errors)",
+                f"{have}; with NCCL_P2P_DISABLE=1 the {processes} GPU processes exchange data through "
+                f"/dev/shm and need >= {SHM_MIN_MULTI_GPU // GIB} GiB (NCCL fails with 'unhandled system "
+                "error' or bus errors)",
                 fix,
             )
         ]
@@ -176,7 +182,8 @@ def check_multi_node(plan: Plan, facts: Facts) -> list[Problem]:
                     Problem(
                         f"MASTER_ADDR {s.MASTER_ADDR}:{port}",
                         "cannot be bound on node 0: the address is not this machine's, or the port is in use",
-                        "on node 0, MASTER_ADDR must be one of its own addresses and MASTER_PORT, MASTER_PORT+1 free",
+                        "on node 0, MASTER_ADDR must be one of its own addresses and MASTER_PORT, "
+                        "MASTER_PORT+1 free",
                     )
                 )
     return problems
@@ -202,8 +209,8 @@ def check(plan: Plan, facts: Facts, dataloader_workers: int) -> list[Problem]:
         problems.append(
             Problem(
                 f"ROLLOUT_HOST {s.ROLLOUT_HOST}",
-                f"does not resolve ({facts.ports.rollout_host_error}): the trainer would wait for a server it "
-                "cannot reach",
+                f"does not resolve ({facts.ports.rollout_host_error}): the trainer would wait for a server "
+                "it cannot reach",
                 "give the rollout node's IP address, or a name this machine resolves",
             )
         )
@@ -220,8 +227,8 @@ def check(plan: Plan, facts: Facts, dataloader_workers: int) -> list[Problem]:
         problems.append(
             Problem(
                 "proxy",
-                f"{', '.join(proxies)} set: hub downloads go through it; the trainer reaches the rollout server on "
-                "loopback directly (NO_PROXY includes 127.0.0.1,localhost)",
+                f"{', '.join(proxies)} set: hub downloads go through it; the trainer reaches the rollout "
+                "server on loopback directly (NO_PROXY includes 127.0.0.1,localhost)",
                 "",
                 fatal=False,
             )
@@ -353,7 +360,8 @@ def _check_writable(plan: Plan, facts: Facts) -> list[Problem]:
         problems.append(
             Problem(
                 "EXPORT_MERGED",
-                f"TRAIN_TYPE={plan.recipe.trainer_args.train_type} trains the whole model: there is no LoRA adapter to merge",
+                f"TRAIN_TYPE={plan.recipe.trainer_args.train_type} trains the whole model: there is no LoRA "
+                "adapter to merge",
                 "remove EXPORT_MERGED (the run's model/ directory is already the full model)",
                 fatal=False,
             )
@@ -460,8 +468,8 @@ def _check_disk(plan: Plan, facts: Facts, info) -> list[Problem]:
         Problem(
             where,
             f"{size_text(free)} free; {need.text}: the disk fills after about {fits} checkpoint(s)",
-            f"set SAVE_TOTAL_LIMIT={max(1, fits - 1)} (the newest checkpoints are kept), or free space; a full "
-            "disk stops the run cleanly and the same command resumes it",
+            f"set SAVE_TOTAL_LIMIT={max(1, fits - 1)} (the newest checkpoints are kept), or free space; a "
+            "full disk stops the run cleanly and the same command resumes it",
             fatal=False,
         )
     ]

@@ -1,5 +1,5 @@
-"""The refusal of a run whose predicted memory does not fit (case C09, tests/cases.md): reads the budget and the
-per-GPU peaks plan.build computed (budget.py)."""
+"""The refusal of a run whose predicted memory does not fit (case C09, tests/cases.md): reads the budget and
+the per-GPU peaks plan.build computed (budget.py)."""
 
 from __future__ import annotations
 
@@ -108,8 +108,8 @@ def _not_estimated(plan: Plan, note: str) -> list[Problem]:
     """A plan without a memory estimate (the model's config.json unknown here). Where vLLM is colocated at
     ms-swift's default share (0.9, no value from the recipe or the planner) and stays awake while training,
     that share is taken from every training GPU before the first step, leaving the trainer a tenth: the run
-    case C09 describes (tests/cases.md), refused whatever the model (MEMORY_CHECK=warn starts it anyway). Otherwise
-    a warning."""
+    case C09 describes (tests/cases.md), refused whatever the model (MEMORY_CHECK=warn starts it anyway).
+    Otherwise a warning."""
     r, s = plan.recipe, plan.recipe.settings
     a = r.trainer_args
     if plan.layout.mode != "colocate" or r.is_set("VLLM_GPU_MEMORY_UTILIZATION") or a.sleep_level >= 1:
@@ -125,12 +125,12 @@ def _not_estimated(plan: Plan, note: str) -> list[Problem]:
     return [
         Problem(
             "memory",
-            f"not estimated ({note}), and vLLM is colocated at ms-swift's default share {util:.2f} without sleep "
-            f"mode: it takes {util:.0%} of each training GPU before the first step, leaving the trainer "
-            f"{1 - util:.0%} for the model, its gradients and activations",
-            "set VLLM_GPU_MEMORY_UTILIZATION (0.3 to 0.5 is usual beside training), or SLEEP_LEVEL=1; or give "
-            "MODEL as a local directory with its config.json (or download the model once into the hub cache) "
-            "so the planner sizes the share; MEMORY_CHECK=warn starts it as it is",
+            f"not estimated ({note}), and vLLM is colocated at ms-swift's default share {util:.2f} without "
+            f"sleep mode: it takes {util:.0%} of each training GPU before the first step, leaving the "
+            f"trainer {1 - util:.0%} for the model, its gradients and activations",
+            "set VLLM_GPU_MEMORY_UTILIZATION (0.3 to 0.5 is usual beside training), or SLEEP_LEVEL=1; or "
+            "give MODEL as a local directory with its config.json (or download the model once into the hub "
+            "cache) so the planner sizes the share; MEMORY_CHECK=warn starts it as it is",
             fatal=s.MEMORY_CHECK == "error",
         )
     ]
@@ -150,12 +150,12 @@ def _share_knob(plan: Plan, colocate: memory.Colocate) -> str:
     smaller = shape.smallest_share(b, plan.layout, per_process) if per_process else None
     if smaller is not None and smaller.holds and smaller.utilization < colocate.utilization:
         return (
-            f"VLLM_GPU_MEMORY_UTILIZATION={smaller.utilization:.2f} (now {colocate.utilization:.2f}; the smallest share whose KV "
-            "cache holds a generation round)"
+            f"VLLM_GPU_MEMORY_UTILIZATION={smaller.utilization:.2f} (now {colocate.utilization:.2f}; the "
+            "smallest share whose KV cache holds a generation round)"
         )
     return (
-        f"fewer or shorter completions per generation round (a share below {colocate.utilization:.2f} would not "
-        "hold them)"
+        f"fewer or shorter completions per generation round (a share below {colocate.utilization:.2f} would "
+        "not hold them)"
     )
 
 
@@ -169,8 +169,8 @@ def _replanned(plan: Plan, changes: Mapping[str, Typed]) -> Plan:
 
 
 def fits(plan: Plan) -> GpuEstimate | None:
-    """The fullest training GPU of a plan that no check refuses for memory or quantization: every card holds its
-    predicted peak, vLLM's KV cache holds one sequence, the RAM the inventory records holds the offloaded
+    """The fullest training GPU of a plan that no check refuses for memory or quantization: every card holds
+    its predicted peak, vLLM's KV cache holds one sequence, the RAM the inventory records holds the offloaded
     copies, nothing fatal in the plan or its QLoRA values (a bitsandbytes missing from this Python aside: the
     image has it). None otherwise."""
     b = plan.budget
@@ -192,8 +192,9 @@ def fits(plan: Plan) -> GpuEstimate | None:
 def _verified(
     plan: Plan, changes: Mapping[str, Typed], why: str = "", say: str = "", headroom: bool = False
 ) -> str:
-    """`KEY=V ... fits: N GiB (why)` where planning the recipe with `changes` fits (with HEADROOM_WARNING free,
-    `headroom`), else "": a fix names only values that fit. `say` words the change instead of its keys."""
+    """`KEY=V ... fits: N GiB (why)` where planning the recipe with `changes` fits (with HEADROOM_WARNING
+    free, `headroom`), else "": a fix names only values that fit. `say` words the change instead of its
+    keys."""
     replanned = _replanned(plan, changes)
     e = fits(replanned)
     if e is None or (headroom and e.headroom < HEADROOM_WARNING):
@@ -206,8 +207,8 @@ def _verified(
 
 
 def _qlora(plan: Plan, headroom: bool = False, extra: Mapping[str, str] | None = None) -> str:
-    """QUANT_METHOD=bnb QUANT_BITS=4 (with the `extra` pieces the one-copy path misses) where a bf16 LoRA run's
-    weights are what does not fit and QLoRA fits."""
+    """QUANT_METHOD=bnb QUANT_BITS=4 (with the `extra` pieces the one-copy path misses) where a bf16 LoRA
+    run's weights are what does not fit and QLoRA fits."""
     a = plan.recipe.trainer_args
     if a.bnb_bits or a.train_type != "lora" or plan.recipe.is_set("QUANT_METHOD"):
         return ""
@@ -233,7 +234,8 @@ def _one_copy_levers(plan: Plan, headroom: bool = False) -> str:
 
 
 def _step_knobs(plan: Plan) -> str:
-    """What lowers the step's own memory, as far as the recipe has it to lower (no smaller micro-batch at 1)."""
+    """What lowers the step's own memory, as far as the recipe has it to lower (no smaller micro-batch at
+    1)."""
     smaller = plan.recipe.trainer_args.per_device_train_batch_size > 1
     return ", ".join(
         ["a shorter MAX_COMPLETION_LENGTH"]
@@ -252,9 +254,10 @@ def _step_knobs(plan: Plan) -> str:
 def _knobs(
     plan: Plan, colocate: memory.Colocate | None, fatal: bool = True, qlora: bool = False
 ) -> dict[str, str]:
-    """Per layout mode, the settings that lower a training GPU's peak, as a fix names them: the one-copy levers
-    only where planning them fits (`fatal`: the plan does not fit; else they must leave HEADROOM_WARNING free),
-    QLoRA (`qlora`: nothing lighter fits) where it fits, and a smaller micro-batch only above 1."""
+    """Per layout mode, the settings that lower a training GPU's peak, as a fix names them: the one-copy
+    levers only where planning them fits (`fatal`: the plan does not fit; else they must leave
+    HEADROOM_WARNING free), QLoRA (`qlora`: nothing lighter fits) where it fits, and a smaller micro-batch
+    only above 1."""
     levers = _one_copy_levers(plan, not fatal)
     verified = [f for f in (levers, _qlora(plan) if qlora and fatal and not levers else "") if f]
     share = [_share_knob(plan, colocate)] if colocate is not None else []
@@ -267,8 +270,8 @@ def _knobs(
     )
     return {
         "colocate": ", ".join([*verified, *share, step]),
-        "server": f"a shorter MAX_COMPLETION_LENGTH, {micro}GRADIENT_CHECKPOINTING=true, DEEPSPEED=zero2 or zero3 "
-        "for full fine-tuning",
+        "server": f"a shorter MAX_COMPLETION_LENGTH, {micro}GRADIENT_CHECKPOINTING=true, DEEPSPEED=zero2 or "
+        "zero3 for full fine-tuning",
         "hf": f"{step}, GRADIENT_CHECKPOINTING=true",
     }
 
@@ -295,10 +298,11 @@ def _largest_model_text(
     qlora = _qlora(plan, extra=missing)
     return (
         (f"{qlora}; or " if qlora else "")
-        + f"even with one weight copy on the card at a time (OFFLOAD_MODEL, OFFLOAD_OPTIMIZER, SLEEP_LEVEL=1) this "
-        f"{card_gib:.0f} GiB card trains at most about {largest:.1f}B parameters of this kind ({kind}micro-batch 1, "
-        f"{w.completion_tokens}-token completions; this model has {w.dims.params / 1e9:.1f}B){also}: a smaller "
-        "MODEL; or, on several cards, DEEPSPEED=zero3 with VLLM_TENSOR_PARALLEL_SIZE=<the cards> shards both copies"
+        + "even with one weight copy on the card at a time (OFFLOAD_MODEL, OFFLOAD_OPTIMIZER, SLEEP_LEVEL=1) "
+        f"this {card_gib:.0f} GiB card trains at most about {largest:.1f}B parameters of this kind "
+        f"({kind}micro-batch 1, {w.completion_tokens}-token completions; this model has "
+        f"{w.dims.params / 1e9:.1f}B){also}: a smaller MODEL; or, on several cards, DEEPSPEED=zero3 with "
+        "VLLM_TENSOR_PARALLEL_SIZE=<the cards> shards both copies"
     )
 
 
@@ -377,8 +381,9 @@ def _peak_problems(
     s, mode = plan.recipe.settings, plan.layout.mode
     train = memory.estimate_training(w)
     beyond = (
-        f" (extrapolated: a {w.dims.params / 1e9:.1f}B model, and the planner's measurements stop at 1.5B, so this "
-        f"warns instead of refusing up to {memory.EXTRAPOLATED_REFUSE_RATIO:.2f}x the card; MEMORY_CHECK=off silences it)"
+        f" (extrapolated: a {w.dims.params / 1e9:.1f}B model, and the planner's measurements stop at 1.5B, "
+        f"so this warns instead of refusing up to {memory.EXTRAPOLATED_REFUSE_RATIO:.2f}x the card; "
+        "MEMORY_CHECK=off silences it)"
     )
     problems: list[Problem] = []
     for e, gpus in _alike(estimates):  # one problem for GPUs that get the same prediction
@@ -406,8 +411,8 @@ def _peak_problems(
                 or e.peak_gib > memory.EXTRAPOLATED_REFUSE_RATIO * e.card_gib
             )
             past = (
-                f" (extrapolated beyond the measured models, but {e.peak_gib / e.card_gib:.1f}x the card is past "
-                f"the planner's uncertainty, {memory.EXTRAPOLATED_REFUSE_RATIO:.2f}x)"
+                f" (extrapolated beyond the measured models, but {e.peak_gib / e.card_gib:.1f}x the card is "
+                f"past the planner's uncertainty, {memory.EXTRAPOLATED_REFUSE_RATIO:.2f}x)"
             )
             if colocate is not None and colocate.offload_model:
                 turn = _one_copy_fix(plan, w, e.card_gib, colocate)
@@ -450,8 +455,9 @@ def _fit_text(plan: Plan) -> str:
         return ""
     e = fit.worst
     text = (
-        f"write {fit.line()}: the largest micro-batch that fits, predicted {e.peak_gib:.1f} of {e.card_gib:.1f} "
-        f"GiB on GPU {e.gpu} ({e.headroom:.0%} free), the same {fit.completions} completions per optimizer step"
+        f"write {fit.line()}: the largest micro-batch that fits, predicted {e.peak_gib:.1f} of "
+        f"{e.card_gib:.1f} GiB on GPU {e.gpu} ({e.headroom:.0%} free), the same {fit.completions} "
+        "completions per optimizer step"
     )
     closed = [
         k
@@ -496,7 +502,8 @@ def _vllm_fits(
     plan: Plan, w: Workload, card, colocate: memory.Colocate | None, offload: bool = False
 ) -> list[Problem]:
     """vLLM refuses to start unless one sequence of max_model_len fits in its KV cache budget: the colocated
-    engine on the training cards (_colocated_fits), else a local rollout server on its cards (_rollout_fits)."""
+    engine on the training cards (_colocated_fits), else a local rollout server on its cards
+    (_rollout_fits)."""
     if colocate is not None:
         return _colocated_fits(plan, w, card, colocate, offload)
     if not plan.layout.local_rollout:
@@ -564,23 +571,24 @@ def _colocated_fits(plan: Plan, w: Workload, card, colocate: memory.Colocate, of
             fix = (
                 f"no share of this {size:.0f} GiB card holds both copies of the weights and one sequence: "
                 + (f"{verified}; or " if verified else "")
-                + "a rollout server on its own GPU (ROLLOUT_GPUS), VLLM_TENSOR_PARALLEL_SIZE over several GPUs, "
-                "or a smaller MODEL"
+                + "a rollout server on its own GPU (ROLLOUT_GPUS), VLLM_TENSOR_PARALLEL_SIZE over several "
+                "GPUs, or a smaller MODEL"
             )
         kept = "; the trainer's quantized ones stay" if memory.estimate_training(w).pinned else ""
         counted = (
             f"vLLM's weights (1/{tp} per GPU; its V0 engine counts only its own) are"
             if v0
-            else f"the CUDA context and vLLM's weights (1/{tp} per GPU; the trainer's are in CPU memory{kept}) are"
+            else f"the CUDA context and vLLM's weights (1/{tp} per GPU; the trainer's are in CPU "
+            f"memory{kept}) are"
             if model_offloaded
             else f"the CUDA context, the trainer's and vLLM's weights (1/{tp} per GPU) are"
         )
         out.append(
             Problem(
                 "VLLM_GPU_MEMORY_UTILIZATION",
-                f"{colocate.utilization} x {size:.1f} GiB (GPU {','.join(map(str, gpus))}) leaves {budget:.1f} GiB "
-                f"for vLLM's KV cache once {counted} counted; one sequence of {colocate.max_model_len} tokens "
-                f"needs {need:.2f} GiB (vLLM would refuse to start)",
+                f"{colocate.utilization} x {size:.1f} GiB (GPU {','.join(map(str, gpus))}) leaves "
+                f"{budget:.1f} GiB for vLLM's KV cache once {counted} counted; one sequence of "
+                f"{colocate.max_model_len} tokens needs {need:.2f} GiB (vLLM would refuse to start)",
                 fix,
                 fatal=_refuses(plan, w, at_most, need),
             )
@@ -603,14 +611,16 @@ def _rollout_fits(plan: Plan, w: Workload, card) -> list[Problem]:
         at_most = memory.VLLM_UTILIZATION_CEILING * card(gpu) - weights - VLLM_NON_KV_GIB
         what = (
             f"{util} x {card(gpu):.1f} GiB leaves {kv_budget:.1f} GiB for vLLM's KV cache on GPU {gpu} after "
-            f"{weights:.1f} GiB of weights (1/{tp} of the model); one sequence of {length} tokens needs {need:.2f} GiB"
+            f"{weights:.1f} GiB of weights (1/{tp} of the model); one sequence of {length} tokens needs "
+            f"{need:.2f} GiB"
         )
         if kv_budget < need:
             out.append(
                 Problem(
                     "ROLLOUT_GPU_MEMORY_UTILIZATION",
                     f"{what} (vLLM would refuse to start)",
-                    "raise ROLLOUT_GPU_MEMORY_UTILIZATION, lower ROLLOUT_MAX_MODEL_LEN, or raise ROLLOUT_TENSOR_PARALLEL_SIZE",
+                    "raise ROLLOUT_GPU_MEMORY_UTILIZATION, lower ROLLOUT_MAX_MODEL_LEN, or raise "
+                    "ROLLOUT_TENSOR_PARALLEL_SIZE",
                     fatal=_refuses(plan, w, at_most, need),
                 )
             )
@@ -618,9 +628,10 @@ def _rollout_fits(plan: Plan, w: Workload, card) -> list[Problem]:
             out.append(
                 Problem(
                     "ROLLOUT_GPU_MEMORY_UTILIZATION",
-                    f"under {HEADROOM_WARNING:.0%} of vLLM's share is left for the KV cache: {what}; vLLM will run "
-                    "few sequences at once, or refuse to start if the estimate is off",
-                    "raise ROLLOUT_GPU_MEMORY_UTILIZATION or ROLLOUT_TENSOR_PARALLEL_SIZE, or use a smaller model",
+                    f"under {HEADROOM_WARNING:.0%} of vLLM's share is left for the KV cache: {what}; vLLM "
+                    "will run few sequences at once, or refuse to start if the estimate is off",
+                    "raise ROLLOUT_GPU_MEMORY_UTILIZATION or ROLLOUT_TENSOR_PARALLEL_SIZE, or use a smaller "
+                    "model",
                     fatal=False,
                 )
             )

@@ -34,8 +34,10 @@ def check(plan: Plan, facts: Facts) -> list[Problem]:
             return [
                 Problem(
                     "MODEL",
-                    f"embedded model {value} is not converted yet (or by an older version) at {plan.model_path}",
-                    "run `python -m entrypoint prepare-model` (`make model`; the image does this at build time)",
+                    f"embedded model {value} is not converted yet (or by an older version) at "
+                    f"{plan.model_path}",
+                    "run `python -m entrypoint prepare-model` (`make model`; the image does this at build "
+                    "time)",
                     kind=LOCAL,
                 )
             ]
@@ -56,10 +58,12 @@ def check(plan: Plan, facts: Facts) -> list[Problem]:
             return [
                 Problem(
                     where,
-                    f"{path} has a config.json but no weights ({', '.join(WEIGHT_SUFFIXES)}): a download that "
-                    "stopped early, or only the configuration copied; loading it would fail after the start-up",
-                    "download the model again into that directory (e.g. `huggingface-cli download <id> --local-dir "
-                    f"{path}`), or point MODEL at the directory that holds the weights",
+                    f"{path} has a config.json but no weights ({', '.join(WEIGHT_SUFFIXES)}): a download "
+                    "that stopped early, or only the configuration copied; loading it would fail after the "
+                    "start-up",
+                    "download the model again into that directory (e.g. "
+                    f"`huggingface-cli download <id> --local-dir {path}`), or point MODEL at the directory "
+                    "that holds the weights",
                     kind=LOCAL,  # `plan` needs only the config
                 )
             ]
@@ -86,9 +90,15 @@ def _damaged_config(plan: Plan, facts: Facts) -> list[Problem]:
     if r.settings.MODEL_SOURCE == "embedded":
         fix = "convert the embedded model again: `python -m entrypoint prepare-model` (`make model`)"
     elif str(folder) == str(Path(r.trainer_args.model or "").expanduser()):
-        fix = "restore the model's config.json (download the model again into that folder), or point MODEL elsewhere"
+        fix = (
+            "restore the model's config.json (download the model again into that folder), or point MODEL "
+            "elsewhere"
+        )
     else:  # a hub cache's snapshot
-        fix = f"remove the damaged snapshot {folder} from the hub cache: ms-swift then downloads the model again"
+        fix = (
+            f"remove the damaged snapshot {folder} from the hub cache: ms-swift then downloads the model "
+            "again"
+        )
     return [
         Problem(f"MODEL ({r.source('MODEL')})", f"{source} {why}: the model cannot be loaded from it", fix)
     ]

@@ -5,8 +5,8 @@ host.gather looked its modules up with importlib.util.find_spec in the launcher'
 image's (or the venv installed from the same lock). A value whose modules are missing would fail after the
 start-up, once the model has loaded: refused in seconds, naming the package and the values that work
 without it; a package the lock holds (host.locked_packages) is a venv or image not synced from it, which
-`make venv` or `make build` mends (a local problem: `plan` warns, `validate` refuses). And wandb without a key: a run with no terminal cannot log in, so wandb stops it at the first
-log line.
+`make venv` or `make build` mends (a local problem: `plan` warns, `validate` refuses). And wandb without a
+key: a run with no terminal cannot log in, so wandb stops it at the first log line.
 """
 
 from __future__ import annotations
@@ -107,8 +107,8 @@ def _wandb_login(trainer, env, defaults, facts: Facts) -> list[Problem]:
     if "WANDB_API_KEY" in facts.secrets_set or mode in WANDB_OFF or facts.env.get("WANDB_DISABLED"):
         return []
     fix = (
-        "export WANDB_API_KEY in the environment you start it from (never in a recipe), or WANDB_MODE=offline "
-        "to log to the run directory and `wandb sync` later, or REPORT_TO=tensorboard"
+        "export WANDB_API_KEY in the environment you start it from (never in a recipe), or "
+        "WANDB_MODE=offline to log to the run directory and `wandb sync` later, or REPORT_TO=tensorboard"
     )
     if facts.in_container:
         return [

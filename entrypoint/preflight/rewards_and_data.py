@@ -25,12 +25,13 @@ def _plugin_files(plan: Plan) -> list[str]:
 
 def batch_fix(plan: Plan) -> str:
     """The knobs that shrink one generation batch, as this recipe sets it: GENERATION_BATCH_SIZE or
-    STEPS_PER_GENERATION when a layer sets them (then the micro-batch does not change it), else the micro-batch
-    and accumulation (ms-swift: generation batch = per-device x processes x steps_per_generation, which
-    defaults to gradient_accumulation_steps; v3.6.4:swift/trainers/rlhf_arguments.py)."""
+    STEPS_PER_GENERATION when a layer sets them (then the micro-batch does not change it), else the
+    micro-batch and accumulation (ms-swift: generation batch = per-device x processes x steps_per_generation,
+    which defaults to gradient_accumulation_steps; v3.6.4:swift/trainers/rlhf_arguments.py)."""
     r, b = plan.recipe, plan.budget.batch if plan.budget else None
     g = (
-        f" (now {b.generation_batch} = {b.prompts_per_generation} prompts x NUM_GENERATIONS {b.num_generations})"
+        f" (now {b.generation_batch} = {b.prompts_per_generation} prompts x NUM_GENERATIONS "
+        f"{b.num_generations})"
         if b
         else ""
     )
@@ -86,7 +87,8 @@ def check(plan: Plan, facts: Facts) -> list[Problem]:
             problems.append(
                 Problem(
                     f"REWARD_FUNCS {', '.join(readers)}",
-                    f"reads `{column}`, which the {s.DATASET_GENERATOR} generator does not write (it writes {', '.join(sorted(generated))})",
+                    f"reads `{column}`, which the {s.DATASET_GENERATOR} generator does not write (it writes "
+                    f"{', '.join(sorted(generated))})",
                     "choose rewards that fit the generated tasks",
                 )
             )

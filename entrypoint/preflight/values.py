@@ -31,7 +31,8 @@ DEEPSPEED_NAMES = {
 
 
 def evaluates(plan: Plan) -> bool:
-    """ms-swift turns evaluation off when nothing is held out (v3.6.4:swift/llm/argument/train_args.py:185)."""
+    """ms-swift turns evaluation off when nothing is held out
+    (v3.6.4:swift/llm/argument/train_args.py:185)."""
     a = plan.recipe.trainer_args
     return (a.split_dataset_ratio > 0 or bool(a.val_dataset)) and a.eval_strategy != "no"
 
@@ -90,22 +91,25 @@ def _check_batch(plan: Plan, facts: Facts, where) -> list[Problem]:
         problems.append(
             Problem(
                 where("NUM_GENERATIONS"),
-                f"{b.num_generations} does not divide the generation batch ({b.per_device} completions/device x {b.world} "
-                f"process(es) x {b.steps_per_generation} steps = {b.generation_batch})",
-                f"choose NUM_GENERATIONS from {valid}, or change PER_DEVICE_TRAIN_BATCH_SIZE / GRADIENT_ACCUMULATION_STEPS"
+                f"{b.num_generations} does not divide the generation batch ({b.per_device} "
+                f"completions/device x {b.world} process(es) x {b.steps_per_generation} steps = "
+                f"{b.generation_batch})",
+                f"choose NUM_GENERATIONS from {valid}, or change PER_DEVICE_TRAIN_BATCH_SIZE / "
+                "GRADIENT_ACCUMULATION_STEPS"
                 if valid
-                else f"raise PER_DEVICE_TRAIN_BATCH_SIZE or GRADIENT_ACCUMULATION_STEPS so that the generation batch is a "
-                f"multiple of NUM_GENERATIONS {b.num_generations}",
+                else "raise PER_DEVICE_TRAIN_BATCH_SIZE or GRADIENT_ACCUMULATION_STEPS so that the "
+                f"generation batch is a multiple of NUM_GENERATIONS {b.num_generations}",
             )
         )
     if evaluates(plan) and b.num_generations >= 2 and (b.per_device_eval * b.world) % b.num_generations:
         problems.append(
             Problem(
                 where("PER_DEVICE_EVAL_BATCH_SIZE"),
-                f"the global eval batch {b.per_device_eval} x {b.world} is not a multiple of NUM_GENERATIONS {b.num_generations} "
-                "(ms-swift checks this when a validation split exists)",
-                f"set PER_DEVICE_EVAL_BATCH_SIZE={_eval_batch(b.per_device_eval, b.world, b.num_generations)} (the "
-                f"nearest value that makes the global eval batch a multiple of {b.num_generations})",
+                f"the global eval batch {b.per_device_eval} x {b.world} is not a multiple of NUM_GENERATIONS "
+                f"{b.num_generations} (ms-swift checks this when a validation split exists)",
+                "set "
+                f"PER_DEVICE_EVAL_BATCH_SIZE={_eval_batch(b.per_device_eval, b.world, b.num_generations)} "
+                f"(the nearest value that makes the global eval batch a multiple of {b.num_generations})",
             )
         )
     return problems
@@ -328,7 +332,8 @@ def _check_adapter_values(r, facts: Facts) -> list[Problem]:
     return problems
 
 
-# what a bf16 route says where QLoRA cannot run (the planner keeps one weight copy on a card where two do not fit)
+# what a bf16 route says where QLoRA cannot run (the planner keeps one weight copy on a card where two do not
+# fit)
 BF16_ROUTE = (
     "remove QUANT_METHOD and QUANT_BITS to train bf16 LoRA (where two weight copies do not fit a card, the "
     "planner keeps one on it at a time: recipe countdown-7b-1x4090)"
@@ -336,8 +341,8 @@ BF16_ROUTE = (
 
 
 def check_quantization(plan: Plan, facts: Facts, where) -> list[Problem]:
-    """QUANT_METHOD=bnb: what ms-swift, transformers and vLLM 0.8.5 accept of it, refused before the model loads.
-    QLoRA with vLLM runs colocated, vLLM holding its own 4-bit copy (quantized while it loads the bf16
+    """QUANT_METHOD=bnb: what ms-swift, transformers and vLLM 0.8.5 accept of it, refused before the model
+    loads. QLoRA with vLLM runs colocated, vLLM holding its own 4-bit copy (quantized while it loads the bf16
     checkpoint: vllm/model_executor/model_loader/loader.py:1038-1122) and given only the trained adapter each
     step (entrypoint/child/hooks/adapter_sync.py): ms-swift's own sync merges the adapter into the base
     weights and copies them (v3.6.4 grpo_trainer.py:491-552), and merged into bitsandbytes' packed 4-bit
@@ -428,7 +433,8 @@ def check_quantization(plan: Plan, facts: Facts, where) -> list[Problem]:
                 Problem(
                     f"{method} with vLLM",
                     "vLLM can be given QLoRA's weights only as the trained adapter (it holds its own "
-                    f"4-bit copy; ms-swift's merged copy cannot be loaded into it), and here it cannot: {why}",
+                    "4-bit copy; ms-swift's merged copy cannot be loaded into it), and here it cannot: "
+                    f"{why}",
                     f"{lift}; or {BF16_ROUTE}",
                 )
             )
@@ -437,8 +443,8 @@ def check_quantization(plan: Plan, facts: Facts, where) -> list[Problem]:
 
 
 def _check_bnb_architecture(r, facts: Facts, method: str) -> list[Problem]:
-    """The model's architecture against what vLLM 0.8.5 loads in bitsandbytes with LoRA (facts/vllm_bnb.py): by
-    its config.json, else by the architectures ms-swift registers its type for (all of them alike)."""
+    """The model's architecture against what vLLM 0.8.5 loads in bitsandbytes with LoRA (facts/vllm_bnb.py):
+    by its config.json, else by the architectures ms-swift registers its type for (all of them alike)."""
     config = facts.model_config.config or {}
     found = config.get("architectures") or []
     if not found:
@@ -562,7 +568,8 @@ def _check_model_type(plan: Plan, facts: Facts, where) -> list[Problem]:
                     f"MODEL_TYPE={found}, or remove MODEL_TYPE"
                     if found
                     else "remove MODEL_TYPE (ms-swift "
-                    "finds the type from MODEL), or one of the types in entrypoint/data/swift_model_types.json"
+                    "finds the type from MODEL), or one of the types in "
+                    "entrypoint/data/swift_model_types.json"
                 ),
             )
         ]
@@ -592,8 +599,8 @@ def _check_model_type(plan: Plan, facts: Facts, where) -> list[Problem]:
     return []
 
 
-# Values ms-swift 3.6.4 looks up by name: (recipe key, `swift rlhf` argument or rollout.<argument>, the registry
-# it is looked up in: swift_schema.registry(), plus what the plugins add where PLUGGABLE).
+# Values ms-swift 3.6.4 looks up by name: (recipe key, `swift rlhf` argument or rollout.<argument>, the
+# registry it is looked up in: swift_schema.registry(), plus what the plugins add where PLUGGABLE).
 REGISTERED = (
     ("TRAIN_TYPE", "train_type", "train_types"),
     ("LOSS_TYPE", "loss_type", "loss_types"),
@@ -629,7 +636,8 @@ def _check_registered(plan: Plan, facts: Facts, where) -> list[Problem]:
     added = (facts.plugins or {}).get("registries") or {}
     # what the plugins add is unknown where the probe stopped waiting or failed, or a plugin file is missing
     # (each of those has its own problem): the plugin registries' names are then not judged
-    # (a command that imports nothing, `rerun --plan`, knows what a recipe without plugins of its own adds: nothing)
+    # (a command that imports nothing, `rerun --plan`, knows what a recipe without plugins of its own adds:
+    # nothing)
     not_probed = facts.plugin_error == NOT_PROBED and not r.trainer_args.external_plugins
     unknown = bool((facts.plugins or {}).get("slow") or (facts.plugin_error and not not_probed)) or any(
         not facts.path(Path(resolved(f, facts.paths))).is_file for f in r.trainer_args.external_plugins
