@@ -87,7 +87,8 @@ class TrainerArgs:
     val_dataset: tuple[str, ...]  # ms-swift: [] (data_args.py:32)
     external_plugins: tuple[str, ...]  # ms-swift: [] (base_args.py:75); the image adds its own file first
     reward_funcs: tuple[str, ...]  # ms-swift: [] (rlhf_args.py:53)
-    # (): every reward weighs 1.0, set at run time (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:163-169)
+    # (): every reward weighs 1.0, set at run time
+    # (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:163-169)
     reward_weights: tuple[float, ...]
     reward_model: tuple[str, ...]  # ms-swift: None (rlhf_args.py:16)
     # (): "default" for each reward model, set at run time (grpo_trainer.py:141-143)

@@ -29,8 +29,8 @@ DROPPED = {
     "vllm_mode": "the mode follows the layout: ROLLOUT_GPUS / ROLLOUT_HOST set -> server, else colocate",
     "vllm_server_host": "composed from ROLLOUT_GPUS (local) or ROLLOUT_HOST",
     "vllm_server_port": "composed from ROLLOUT_PORT (a free port when unset)",
-    "vllm_server_base_url": "its port became ROLLOUT_PORT and its host ROLLOUT_HOST, or ROLLOUT_GPUS for a server "
-    "on this node (a base URL alone does not enable server mode in ms-swift 3.6.4)",
+    "vllm_server_base_url": "its port became ROLLOUT_PORT and its host ROLLOUT_HOST, or ROLLOUT_GPUS for a "
+    "server on this node (a base URL alone does not enable server mode in ms-swift 3.6.4)",
     "add_version": "the run directory is OUTPUT_DIR/RUN_NAME",
     "logging_dir": "logs go under the run directory",
 }
@@ -194,8 +194,8 @@ def to_recipe(
 ) -> str:
     """The recipe (an .env text) for the first `swift rlhf` command in `text`, in stages: the layout, the
     node and environment assignments, the trainer's flags, the rollout's flags; its header names `target`,
-    the file it is written to, and the command that checks it (with `check_with`: the INVENTORY= the import was
-    validated with). Raises ValueError when there is none."""
+    the file it is written to, and the command that checks it (with `check_with`: the INVENTORY= the import
+    was validated with). Raises ValueError when there is none."""
     commands = parse(text)
     rlhf = next((c for c in commands if c.sub == "rlhf" and not c.commented), None) or next(
         (c for c in commands if c.sub == "rlhf"), None
@@ -220,7 +220,8 @@ def to_recipe(
         _rollout_flags(d, rollout)
     lines = [
         f"# Imported from {source} by `python -m entrypoint import` (ms-swift 3.6.4 spelling).",
-        f"# Check it with: .venv/bin/python -m entrypoint validate recipe={target}{' ' + check_with if check_with else ''}",
+        "# Check it with: .venv/bin/python -m entrypoint validate "
+        f"recipe={target}{' ' + check_with if check_with else ''}",
     ]
     lines += [f"# {n}".replace("\n", "\\n") for n in d.notes]
     lines.append("")
@@ -261,13 +262,13 @@ def _layout(d: _Draft, rlhf: Command, rollout: Command | None, env: dict[str, st
         elif not rollout_gpus:
             rollout_gpus = _gpus(rollout.env.get("CUDA_VISIBLE_DEVICES", "")) if rollout is not None else []
             if not rollout_gpus:
-                # the GPU after the trainers; a script naming neither gets trainer 0 and rollout 1 (was 0 and 0:
-                # the overlap the layout then refused)
+                # the GPU after the trainers; a script naming neither gets trainer 0 and rollout 1 (was 0 and
+                # 0: the overlap the layout then refused)
                 train = train or [0]
                 rollout_gpus = [max(train) + 1]
                 d.notes.append(
-                    f"ROLLOUT_GPUS: the script names no GPU for `swift rollout`; guessed {rollout_gpus[0]}, the one "
-                    f"after the trainers' ({','.join(map(str, train))})"
+                    f"ROLLOUT_GPUS: the script names no GPU for `swift rollout`; guessed {rollout_gpus[0]}, "
+                    f"the one after the trainers' ({','.join(map(str, train))})"
                 )
         if port:
             d.put("ROLLOUT_PORT", port)
@@ -302,7 +303,8 @@ def _vllm_device(
     if rollout:
         d.notes.append(
             f"--vllm_device {device}: removed in 3.6; the rollout becomes a `swift rollout` server on "
-            f"GPU {','.join(map(str, rollout))}, beside the trainers on GPU {','.join(map(str, train)) or '-'}"
+            f"GPU {','.join(map(str, rollout))}, beside the trainers on GPU "
+            f"{','.join(map(str, train)) or '-'}"
         )
     else:
         why = (
@@ -394,8 +396,8 @@ def _trainer_flags(d: _Draft, rlhf: Command, rollout_gpus: list[int]) -> None:
             given["ckpt_dir"][0],
             f"translated from --ckpt_dir {given['ckpt_dir'][0]}: ms-swift 3.6.4 loads "
             "it as the model, over --model (CompatArguments._handle_ckpt_dir, swift/llm/argument/base_args/"
-            "base_args.py:33-43); a folder holding adapter_config.json is an adapter instead: then ADAPTERS=<it> "
-            "and MODEL=<its base model>",
+            "base_args.py:33-43); a folder holding adapter_config.json is an adapter instead: then "
+            "ADAPTERS=<it> and MODEL=<its base model>",
         )
     if first and first != "max_completion_length":
         d.put(

@@ -55,8 +55,8 @@ MANAGED: dict[str, str] = {
     "VLLM_SERVER_PORT": "the entrypoint picks a free port; set ROLLOUT_PORT to choose one",
     "VLLM_SERVER_BASE_URL": "in ms-swift 3.6.4 a base URL alone does not enable server mode (vLLM then "
     "silently colocates on the training GPU); set ROLLOUT_GPUS or ROLLOUT_HOST instead",
-    "VLLM_SERVER_TIMEOUT": "the entrypoint waits for the rollout server's health itself and gives the trainer "
-    "the same budget: set ROLLOUT_STARTUP_TIMEOUT (seconds)",
+    "VLLM_SERVER_TIMEOUT": "the entrypoint waits for the rollout server's health itself and gives the "
+    "trainer the same budget: set ROLLOUT_STARTUP_TIMEOUT (seconds)",
     "ADD_VERSION": "the run directory is OUTPUT_DIR/RUN_NAME, with no vN- folder",
     "LOGGING_DIR": "logs go under the run directory",
     "RESUME_FROM_CHECKPOINT": "resume is automatic: start the run again with the same RUN_NAME",
@@ -91,7 +91,8 @@ RENAMED: dict[str, Renamed] = {
         "a ms-swift 3.2 GRPO argument, not in 3.6.4 (it returns in 3.7+ as a rollout argument)",
         "server mode: ROLLOUT_MAX_NUM_SEQS=<n>; colocate mode sizes it from the batch "
         "(per_device_train_batch_size x tp x steps_per_generation)",
-        "v3.2.0:swift/trainers/arguments.py:73-100; v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:449-475",
+        "v3.2.0:swift/trainers/arguments.py:73-100; "
+        "v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:449-475",
     ),
     "TENSOR_PARALLEL_SIZE": Renamed(
         "the pre-3.6 GRPO spelling",
@@ -110,14 +111,14 @@ RENAMED: dict[str, Renamed] = {
     ),
     "LOAD_IN_4BIT": Renamed(
         "not an ms-swift argument in any version (a transformers/bitsandbytes kwarg)",
-        "QUANT_METHOD=bnb QUANT_BITS=4 (QLoRA, with TRAIN_TYPE=lora; bitsandbytes 0.45.5 is in the lock: a 14B model "
-        "on one 24 GB card, recipe countdown-14b-1x4090)",
+        "QUANT_METHOD=bnb QUANT_BITS=4 (QLoRA, with TRAIN_TYPE=lora; bitsandbytes 0.45.5 is in the lock: a "
+        "14B model on one 24 GB card, recipe countdown-14b-1x4090)",
         "v3.6.4:swift/llm/argument/base_args/quant_args.py:29-32",
     ),
     "LOAD_IN_8BIT": Renamed(
         "not an ms-swift argument in any version",
-        "QUANT_METHOD=bnb QUANT_BITS=4 (QLoRA; vLLM 0.8.5 loads a bf16 checkpoint in bitsandbytes 4-bit only), or "
-        "QUANT_METHOD=bnb QUANT_BITS=8 with USE_VLLM=false",
+        "QUANT_METHOD=bnb QUANT_BITS=4 (QLoRA; vLLM 0.8.5 loads a bf16 checkpoint in bitsandbytes 4-bit "
+        "only), or QUANT_METHOD=bnb QUANT_BITS=8 with USE_VLLM=false",
         "v3.6.4:swift/llm/argument/base_args/quant_args.py:29-32",
     ),
     "QUANTIZATION_BIT": Renamed(
@@ -146,8 +147,8 @@ RENAMED: dict[str, Renamed] = {
         "v3.6.4:swift/llm/argument/base_args/base_args.py:73 (train_type), tuner_args.py",
     ),
     "CKPT_DIR": Renamed(
-        "ms-swift's compatibility spelling: 3.6.4 loads the folder as MODEL (over a MODEL given beside it), or as "
-        "an adapter when it holds adapter_config.json, which the plan would not see",
+        "ms-swift's compatibility spelling: 3.6.4 loads the folder as MODEL (over a MODEL given beside it), "
+        "or as an adapter when it holds adapter_config.json, which the plan would not see",
         "MODEL=<the folder>, or for an adapter checkpoint ADAPTERS=<the folder> with MODEL=<its base model>",
         "v3.6.4:swift/llm/argument/base_args/base_args.py:28-43 (CompatArguments._handle_ckpt_dir)",
     ),
@@ -214,13 +215,15 @@ RANGES: dict[str, Range] = {
         0,
         1,
         exclusive_low=True,
-        meaning="a learning rate (AdamW refuses negative ones; 0 trains nothing; above 1 is an exponent slip)",
+        meaning="a learning rate (AdamW refuses negative ones; 0 trains nothing; above 1 is an exponent "
+        "slip)",
         source="torch 2.6.0:torch/optim/adamw.py:30 (lr >= 0)",
     ),
     "temperature": Range(
         0,
         exclusive_low=True,
-        meaning="sampling temperature; GRPO divides the logits by it, and 0 makes every generation of a prompt the same",
+        meaning="sampling temperature; GRPO divides the logits by it, and 0 makes every generation of a "
+        "prompt the same",
         source="v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:1315 (logits / self.temperature)",
     ),
     "top_p": Range(0, 1, exclusive_low=True, meaning="nucleus sampling mass", source=_VLLM),
@@ -310,11 +313,12 @@ for _flag in (
     )
 
 
-# Accepted by 3.6.4 with a deprecation warning and no effect: warned about, passed on as ms-swift would take them.
+# Accepted by 3.6.4 with a deprecation warning and no effect: warned about, passed on as ms-swift would take
+# them.
 DEPRECATED: dict[str, tuple[str, str]] = {
     "GC_COLLECT_AFTER_OFFLOAD": (
-        "deprecated in ms-swift 3.6.4 (removed in 3.7) and has no effect; OFFLOAD_MODEL / OFFLOAD_OPTIMIZER / "
-        "SLEEP_LEVEL control memory in colocate mode",
+        "deprecated in ms-swift 3.6.4 (removed in 3.7) and has no effect; OFFLOAD_MODEL / OFFLOAD_OPTIMIZER "
+        "/ SLEEP_LEVEL control memory in colocate mode",
         "v3.6.4:swift/llm/argument/rlhf_args.py:314-316",
     ),
 }
@@ -344,7 +348,8 @@ NCCL_VARIABLES = frozenset(
         "NCCL_DEBUG_FILE", "NCCL_DEBUG_SUBSYS", "NCCL_DMABUF_ENABLE", "NCCL_GRAPH_DUMP_FILE",
         "NCCL_GRAPH_FILE", "NCCL_GRAPH_MIXING_SUPPORT", "NCCL_HOSTID", "NCCL_IB_ADAPTIVE_ROUTING",
         "NCCL_IB_AR_THRESHOLD", "NCCL_IB_DISABLE", "NCCL_IB_GID_INDEX", "NCCL_IB_HCA", "NCCL_IB_MERGE_NICS",
-        "NCCL_IB_PCI_RELAXED_ORDERING", "NCCL_IB_QPS_PER_CONNECTION", "NCCL_IB_RETRY_CNT", "NCCL_IB_ROCE_VERSION_NUM",
+        "NCCL_IB_PCI_RELAXED_ORDERING", "NCCL_IB_QPS_PER_CONNECTION", "NCCL_IB_RETRY_CNT",
+        "NCCL_IB_ROCE_VERSION_NUM",
         "NCCL_IB_SL", "NCCL_IB_SPLIT_DATA_ON_QPS", "NCCL_IB_TC", "NCCL_IB_TIMEOUT", "NCCL_IB_USE_INLINE",
         "NCCL_IGNORE_CPU_AFFINITY", "NCCL_IGNORE_DISABLED_P2P", "NCCL_LAUNCH_MODE", "NCCL_LL128_BUFFSIZE",
         "NCCL_LL_BUFFSIZE", "NCCL_MAX_CTAS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MIN_NCHANNELS",
@@ -352,7 +357,8 @@ NCCL_VARIABLES = frozenset(
         "NCCL_NET_OVERHEAD", "NCCL_NET_PLUGIN", "NCCL_NSOCKS_PERTHREAD", "NCCL_NTHREADS", "NCCL_NVB_DISABLE",
         "NCCL_NVLS_ENABLE", "NCCL_P2P_DIRECT_DISABLE", "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL",
         "NCCL_P2P_NET_CHUNKSIZE", "NCCL_P2P_NVL_CHUNKSIZE", "NCCL_P2P_PCI_CHUNKSIZE", "NCCL_P2P_READ_ENABLE",
-        "NCCL_P2P_USE_CUDA_MEMCPY", "NCCL_PROTO", "NCCL_PXN_DISABLE", "NCCL_RAS_ENABLE", "NCCL_RUNTIME_CONNECT",
+        "NCCL_P2P_USE_CUDA_MEMCPY", "NCCL_PROTO", "NCCL_PXN_DISABLE", "NCCL_RAS_ENABLE",
+        "NCCL_RUNTIME_CONNECT",
         "NCCL_SET_STACK_SIZE", "NCCL_SET_THREAD_NAME", "NCCL_SHM_DISABLE", "NCCL_SHM_USE_CUDA_MEMCPY",
         "NCCL_SOCKET_FAMILY", "NCCL_SOCKET_IFNAME", "NCCL_SOCKET_NTHREADS", "NCCL_SOCKET_RETRY_CNT",
         "NCCL_SOCKET_RETRY_SLEEP_MSEC", "NCCL_TOPO_DUMP_FILE", "NCCL_TOPO_FILE", "NCCL_TUNER_PLUGIN",
@@ -378,9 +384,9 @@ ENV_PASSTHROUGH_PREFIXES = ("WANDB_", "HF_", "MODELSCOPE_", "TORCH_NCCL_")
 # does. Left out: what torchrun and the entrypoint set per process, and arguments ms-swift copies into
 # the environment itself, where the argument is the knob (USE_HF, PACKING_CACHE: base_args.py:144-149).
 SWIFT_ENV_NOT_KNOBS = {
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "LOCAL_SIZE", "_PATCH_WORLD_SIZE", "NPROC_PER_NODE",
-    "NNODES", "NODE_RANK", "MASTER_PORT", "MASTER_ADDR", "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP",
-    "USE_HF", "PACKING_CACHE",
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "LOCAL_SIZE", "_PATCH_WORLD_SIZE",
+    "NPROC_PER_NODE", "NNODES", "NODE_RANK", "MASTER_PORT", "MASTER_ADDR", "ACCELERATE_USE_DEEPSPEED",
+    "ACCELERATE_USE_FSDP", "USE_HF", "PACKING_CACHE",
 }  # fmt: skip
 
 

@@ -47,7 +47,8 @@ RECIPES_DIR = PROJECT_DIR / "recipes"
 
 
 def recipes_dir(environ: Mapping[str, str]) -> Path:
-    """Where recipe names are looked up: GRPO_RIG_RECIPES (the image's mounted recipes), else the checkout's."""
+    """Where recipe names are looked up: GRPO_RIG_RECIPES (the image's mounted recipes), else the
+    checkout's."""
     return Path(environ.get("GRPO_RIG_RECIPES") or RECIPES_DIR)
 
 
@@ -66,8 +67,8 @@ class Origin(enum.Enum):
 
     @property
     def layer(self) -> int:
-        """0 recipes/defaults.env, 1 the recipe file (or the edited manifest standing in for it), 2 the process
-        environment, 3 the command line, 4 the planner."""
+        """0 recipes/defaults.env, 1 the recipe file (or the edited manifest standing in for it), 2 the
+        process environment, 3 the command line, 4 the planner."""
         return _LAYERS[self]
 
 
@@ -92,8 +93,8 @@ class Value:
 
     @property
     def source(self) -> str:
-        """Where the value came from, in words (the manifest's "source", a problem's place): "recipes/smoke.env:7",
-        "environment", "command line", "planner: <reason>"."""
+        """Where the value came from, in words (the manifest's "source", a problem's place):
+        "recipes/smoke.env:7", "environment", "command line", "planner: <reason>"."""
         if self.origin is Origin.ENVIRONMENT:
             return "environment"
         if self.origin is Origin.COMMAND_LINE:
@@ -161,8 +162,8 @@ class Recipe:
         return None if value is None else bool(int(value))
 
     def raw(self, key: str) -> str | None:
-        """The text a layer gave `key`, as the user wrote it (None when no layer sets it): for what repeats the
-        user's own words (a fix that moves a value to another key, the identity record). A decision reads
+        """The text a layer gave `key`, as the user wrote it (None when no layer sets it): for what repeats
+        the user's own words (a fix that moves a value to another key, the identity record). A decision reads
         `settings`, `trainer_args`, `rollout_args` or `env`, typed."""
         v = self.values.get(key)
         return v.value if v is not None else None
@@ -190,9 +191,9 @@ class Recipe:
         return self.values[key].origin.layer if key in self.values else -1
 
     def with_values(self, chosen: Iterable[Choice]) -> Recipe:
-        """A copy with swift arguments (ROLLOUT_ ones for `swift rollout`), owned keys or environment variables
-        for the children set to the typed values `chosen`: the settings take the value itself, the argv and
-        the environment its text (text_of), written here once. Keys must be unset here."""
+        """A copy with swift arguments (ROLLOUT_ ones for `swift rollout`), owned keys or environment
+        variables for the children set to the typed values `chosen`: the settings take the value itself, the
+        argv and the environment its text (text_of), written here once. Keys must be unset here."""
         rlhf, rollout_schema = swift_schema.load("rlhf"), swift_schema.load("rollout")
         values = dict(self.values)
         trainer, rollout, env = dict(self.trainer), dict(self.rollout), dict(self.env)
@@ -220,7 +221,8 @@ class Recipe:
 
     def without_planner(self) -> Recipe:
         """A copy without the values the planner chose (with_values, Origin.PLANNER): the recipe as its
-        layers set it, which plan.build shapes again (a fix is checked by planning it: preflight/memory_check)."""
+        layers set it, which plan.build shapes again (a fix is checked by planning it:
+        preflight/memory_check)."""
         chosen = [k for k, v in self.values.items() if v.origin is Origin.PLANNER]
         if not chosen:
             return self
@@ -273,8 +275,8 @@ def explain_unknown(key: str, source: str) -> Problem:
         instead = f"; {hook.recipe_key} sets its value" if hook.recipe_key else ""
         return Problem(
             where,
-            f"turns the child hook {hook.name} on or off, which the entrypoint decides per child (`plan` shows "
-            "where; entrypoint/child/hooks/)",
+            f"turns the child hook {hook.name} on or off, which the entrypoint decides per child (`plan` "
+            "shows where; entrypoint/child/hooks/)",
             f"DISABLE_HOOKS={hook.name} turns it off in every child{instead}",
         )
     underscored = key.replace("-", "_")
@@ -697,8 +699,8 @@ def _env_value(key: str, item: Value, problems: list[Problem]) -> str | None:
         problems.append(
             Problem(
                 f"VLLM_USE_V1={item.value} ({item.source})",
-                "vLLM reads VLLM_USE_V1 as an integer (vllm/envs.py: bool(int(...))) and would stop the run at "
-                "its import",
+                "vLLM reads VLLM_USE_V1 as an integer (vllm/envs.py: bool(int(...))) and would stop the run "
+                "at its import",
                 "set VLLM_USE_V1=1 (ms-swift's V1 engine) or 0 (vLLM's V0 engine), or remove it",
             )
         )

@@ -63,17 +63,22 @@ HAND: tuple[Need, ...] = (
          "v3.6.4:swift/llm/argument/base_args/quant_args.py:66-68; transformers quantizers/quantizer_hqq.py"),
     Need("QUANT_METHOD", ("eetq",), ("eetq",), "eetq", "loading EETQ-quantized weights",
          "v3.6.4:swift/llm/argument/base_args/quant_args.py; transformers quantizers/quantizer_eetq.py"),
-    Need("QUANT_METHOD", ("quanto",), ("optimum.quanto",), "optimum-quanto", "loading quanto-quantized weights",
-         "v3.6.4:swift/llm/argument/base_args/quant_args.py:69-81; transformers quantizers/quantizer_quanto.py"),
-    Need("ATTN_IMPL", ("flash_attn",), ("flash_attn",), "flash-attn", "loading the model with FlashAttention 2",
+    Need("QUANT_METHOD", ("quanto",), ("optimum.quanto",), "optimum-quanto",
+         "loading quanto-quantized weights",
+         "v3.6.4:swift/llm/argument/base_args/quant_args.py:69-81; transformers "
+         "quantizers/quantizer_quanto.py"),
+    Need("ATTN_IMPL", ("flash_attn",), ("flash_attn",), "flash-attn",
+         "loading the model with FlashAttention 2",
          "v3.6.4:swift/llm/model/utils.py:24-45 (flash_attention_2); transformers 4.51.3 modeling_utils.py "
          "_check_and_enable_flash_attn_2"),
     Need("TUNER_BACKEND", ("unsloth",), ("unsloth",), "unsloth", "loading the model through unsloth",
          "v3.6.4:swift/llm/model/register.py (load_by_unsloth); swift/llm/train/tuner.py"),
-    Need("TRAIN_TYPE", ("reft",), ("pyreft",), "pyreft", "building the ReFT adapter", "v3.6.4:swift/tuners/reft.py"),
+    Need("TRAIN_TYPE", ("reft",), ("pyreft",), "pyreft", "building the ReFT adapter",
+         "v3.6.4:swift/tuners/reft.py"),
     Need("INIT_WEIGHTS", ("lora-ga",), ("lora_ga",), "lora-ga", "initialising LoRA-GA weights",
          "v3.6.4:swift/llm/train/tuner.py:178-188"),
-    Need("GALORE_QUANTIZATION", None, ("q_galore_torch",), "q-galore-torch", "building the Q-GaLore optimizer",
+    Need("GALORE_QUANTIZATION", None, ("q_galore_torch",), "q-galore-torch",
+         "building the Q-GaLore optimizer",
          "v3.6.4:swift/trainers/optimizers/galore/utils.py"),
     Need("DEEPSPEED", None, ("deepspeed",), "deepspeed", "starting DeepSpeed",
          "v3.6.4:swift/llm/argument/train_args.py:195-219"),
@@ -126,7 +131,8 @@ NOT_REACHED: dict[str, str] = {
     "opencompass": "swift eval",
     "sklearn": "an example plugin's metric (swift/plugin)",
     "toy_train": "an example plugin (swift/plugin)",
-    "lmdeploy": "swift infer/deploy --infer_backend lmdeploy; 3.6.4's GRPO generates with vLLM or transformers",
+    "lmdeploy": "swift infer/deploy --infer_backend lmdeploy; 3.6.4's GRPO generates with vLLM or "
+    "transformers",
     "sglang": "swift infer/deploy --infer_backend sglang",
     "megatron": "swift megatron commands",
     "transformer_engine": "swift megatron commands",
@@ -134,7 +140,8 @@ NOT_REACHED: dict[str, str] = {
     "torchacc": "Alibaba's TorchAcc (TORCHACC environment variable, not a recipe value)",
     "vllm_ascend": "Ascend NPUs (the image targets CUDA)",
     "xtuner": "SEQUENCE_PARALLEL_IMPL=xtuner (an environment variable; the default, ulysses, needs nothing)",
-    "ring_flash_attn": "SEQUENCE_PARALLEL_IMPL=ring_attention (an environment variable; the default needs nothing)",
+    "ring_flash_attn": "SEQUENCE_PARALLEL_IMPL=ring_attention (an environment variable; the default needs "
+    "nothing)",
 }
 
 

@@ -45,7 +45,8 @@ class Refused(ValueError):
 
 def split_address(text: str) -> tuple[str, int | None]:
     """(host, port) of 'http://10.0.0.5:8000/', '10.0.0.5:8000' or a bare host; ("", None) for no host, a
-    port None when absent or not a number. ROLLOUT_HOST's refusal and `import --vllm_server_base_url` use it."""
+    port None when absent or not a number. ROLLOUT_HOST's refusal and `import --vllm_server_base_url` use
+    it."""
     url = urlsplit(text if "://" in text else f"//{text}")
     try:
         return url.hostname or "", url.port
@@ -59,14 +60,18 @@ def run_name_problem(value: str) -> tuple[str, str] | None:
     if not value or RUN_NAME_RE.fullmatch(value):
         return None
     if value in (".", ".."):
-        why = f"{value!r} is {'OUTPUT_DIR itself' if value == '.' else 'the parent of OUTPUT_DIR'}, not a run directory in it"
+        why = (
+            f"{value!r} is {'OUTPUT_DIR itself' if value == '.' else 'the parent of OUTPUT_DIR'}, not a run "
+            "directory in it"
+        )
     elif "/" in value or "\\" in value:
         why = f"{value!r} is a path, not a name: the run must be one directory directly under OUTPUT_DIR"
     else:
         why = f"{value!r} is not a run name"
     suggestion = re.sub(r"[^A-Za-z0-9._-]+", "-", value).strip("-._")[:128] or "my-run"
     return (
-        f"{why}; RUN_NAME takes letters, digits, '.', '_' and '-' (up to 128, starting with a letter or digit)",
+        f"{why}; RUN_NAME takes letters, digits, '.', '_' and '-' (up to 128, starting with a letter or "
+        "digit)",
         f"set RUN_NAME={suggestion}, or choose where runs go with OUTPUT_DIR",
     )
 
@@ -125,8 +130,8 @@ class Settings(BaseModel):
     )
     ROLLOUT_STARTUP_TIMEOUT: float = Field(
         900.0,
-        description="seconds to wait for the rollout server's /health/ before giving up (vLLM loads the model "
-        "and captures its CUDA graphs first)",
+        description="seconds to wait for the rollout server's /health/ before giving up (vLLM loads the "
+        "model and captures its CUDA graphs first)",
         json_schema_extra=least(30, "vLLM loads the model and captures its CUDA graphs before it answers"),
     )
 
@@ -151,27 +156,29 @@ class Settings(BaseModel):
     # Memory and monitoring
     MEMORY_CHECK: Literal["error", "warn", "off"] = Field(
         "error",
-        description="what a predicted out-of-memory does: error refuses the run, warn prints it, off skips the check",
+        description="what a predicted out-of-memory does: error refuses the run, warn prints it, off skips "
+        "the check",
     )
     PROMPT_TOKENS: int = Field(
         0,
         ge=0,
-        description="longest prompt in tokens, for the memory plan; 0: estimate it from a local JSONL dataset "
-        "or generated tasks, take a known hub dataset's (budget.HUB_PROMPT_TOKENS), else assume 512",
+        description="longest prompt in tokens, for the memory plan; 0: estimate it from a local JSONL "
+        "dataset or generated tasks, take a known hub dataset's (budget.HUB_PROMPT_TOKENS), else assume 512",
     )
     AUTO_SHAPE: bool = Field(
         True,
         description="let the planner choose PER_DEVICE_TRAIN_BATCH_SIZE, GRADIENT_ACCUMULATION_STEPS, "
         "GRADIENT_CHECKPOINTING, USE_LIGER_KERNEL, VLLM_GPU_MEMORY_UTILIZATION, SLEEP_LEVEL, "
-        "VLLM_SCHEDULER_STEPS and PYTORCH_CUDA_ALLOC_CONF where the recipe leaves them unset (entrypoint/plan/shape.py)",
+        "VLLM_SCHEDULER_STEPS and PYTORCH_CUDA_ALLOC_CONF where the recipe leaves them unset "
+        "(entrypoint/plan/shape.py)",
     )
     VLLM_SCHEDULER_STEPS: int = Field(
         0,
         ge=0,
         le=64,
-        description="decode steps a colocated vLLM schedules at once: > 1 runs vLLM's V0 engine with multi-step "
-        "scheduling (VLLM_USE_V1=0; 0.8.5's V1 engine has none), 1 ms-swift's V1 engine; 0: the planner chooses "
-        "(entrypoint/plan/shape.py), else 1",
+        description="decode steps a colocated vLLM schedules at once: > 1 runs vLLM's V0 engine with "
+        "multi-step scheduling (VLLM_USE_V1=0; 0.8.5's V1 engine has none), 1 ms-swift's V1 engine; 0: the "
+        "planner chooses (entrypoint/plan/shape.py), else 1",
     )
     EMULATE_VRAM_GB: float = Field(0.0, ge=0, description="cap each process's CUDA memory (GiB); 0: off")
     GPU_MONITOR_INTERVAL: float = Field(
@@ -196,11 +203,12 @@ class Settings(BaseModel):
     # Lifecycle
     STALL_TIMEOUT: float = Field(
         0.0,
-        description="seconds without a sign of progress (a phase finished, a step line, a save, bytes written "
-        "under train/) after which the run is ended as stalled (a reward that never returns, a hung weight sync, "
-        "a hang at exit or in the merged export), watched from the trainer's start-up (supervise/stall.py); 0: 10 "
-        "x the longest wait this attempt has shown or the plan's predicted step (the first: 10 x the start-up), "
-        "at least 600; a value given is at least 60, as a GRPO step's rollout alone takes seconds to minutes",
+        description="seconds without a sign of progress (a phase finished, a step line, a save, bytes "
+        "written under train/) after which the run is ended as stalled (a reward that never returns, a hung "
+        "weight sync, a hang at exit or in the merged export), watched from the trainer's start-up "
+        "(supervise/stall.py); 0: 10 x the longest wait this attempt has shown or the plan's predicted step "
+        "(the first: 10 x the start-up), at least 600; a value given is at least 60, as a GRPO step's "
+        "rollout alone takes seconds to minutes",
         json_schema_extra=least(60, "a GRPO step's rollout alone takes seconds to minutes"),
     )
     STOP_GRACE_SECONDS: float = Field(
@@ -216,7 +224,8 @@ class Settings(BaseModel):
     EVAL_SEED: int = Field(1234, ge=0, description="seed of the held-out tasks and of the sampling")
     EVAL_DATASET: str = Field(
         "",
-        description="JSONL of held-out rows; default: fresh tasks from the run's generator, or its VAL_DATASET",
+        description="JSONL of held-out rows; default: fresh tasks from the run's generator, or its "
+        "VAL_DATASET",
     )
     EVAL_ENGINE: Literal["auto", "hf", "vllm"] = Field(
         "auto", description="auto: vLLM when a GPU is visible and vLLM is installed, else HF generate"
@@ -276,8 +285,9 @@ class Settings(BaseModel):
             close = difflib.get_close_matches(unknown[0], HOOK_NAMES, n=1)
             fix = f"did you mean DISABLE_HOOKS={close[0]}?" if close else "name hooks from the list above"
             raise Refused(
-                f"{', '.join(map(repr, unknown))} {'is not a hook' if len(unknown) == 1 else 'are not hooks'}; "
-                f"hooks: {', '.join(HOOK_NAMES)} (entrypoint/child/hooks/)",
+                f"{', '.join(map(repr, unknown))} "
+                f"{'is not a hook' if len(unknown) == 1 else 'are not hooks'}; hooks: "
+                f"{', '.join(HOOK_NAMES)} (entrypoint/child/hooks/)",
                 fix,
             )
         return ",".join(n for n in HOOK_NAMES if n in names)
@@ -311,7 +321,8 @@ class Settings(BaseModel):
             port_key = "MASTER_PORT" if info.field_name == "MASTER_ADDR" else "ROLLOUT_PORT"
             line = f"{info.field_name}={host}" + (f" {port_key}={port}" if port else "") if host else ""
             raise Refused(
-                f"{value!r} is not a bare address: write the host or IP only (the port has its own key, {port_key})",
+                f"{value!r} is not a bare address: write the host or IP only (the port has its own key, "
+                f"{port_key})",
                 f"write {line}" if line else f"set {info.field_name} to a host name or IP address",
             )
         return value

@@ -119,8 +119,8 @@ def generate(command: str) -> dict[str, dict]:
 # finds the ones ms-swift's own code reads.
 DOCUMENTED_ENV = (
     "IMAGE_FACTOR", "MIN_PIXELS", "MAX_PIXELS", "MAX_RATIO", "VIDEO_MIN_PIXELS", "VIDEO_MAX_PIXELS",
-    "VIDEO_TOTAL_PIXELS", "FRAME_FACTOR", "FPS", "FPS_MIN_FRAMES", "FPS_MAX_FRAMES", "LOG_LEVEL", "SWIFT_DEBUG",
-    "VLLM_USE_V1", "PYTORCH_CUDA_ALLOC_CONF",
+    "VIDEO_TOTAL_PIXELS", "FRAME_FACTOR", "FPS", "FPS_MIN_FRAMES", "FPS_MAX_FRAMES", "LOG_LEVEL",
+    "SWIFT_DEBUG", "VLLM_USE_V1", "PYTORCH_CUDA_ALLOC_CONF",
 )  # fmt: skip
 ENV_FILE = DATA_DIR / "swift_env_vars.json"
 
@@ -211,7 +211,8 @@ def registered_type(model: str) -> str | None:
 
 
 def types_for_architecture(architecture: str | None) -> list[str]:
-    """ms-swift's model types registered for a config.json architecture ("LlamaForCausalLM"), in name order."""
+    """ms-swift's model types registered for a config.json architecture ("LlamaForCausalLM"), in name
+    order."""
     return [t for t, v in model_types().items() if architecture in v["architectures"]] if architecture else []
 
 
@@ -220,7 +221,8 @@ REGISTRY_FILE = DATA_DIR / "swift_registry.json"
 REGISTRY_SOURCES = {
     "train_types": "v3.6.4:swift/llm/argument/base_args/base_args.py:23-25 (get_supported_tuners, with "
     "swift.plugin.extra_tuners)",
-    "loss_types": "v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:1179-1186 (GRPOTrainer's loss branches)",
+    "loss_types": "v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:1179-1186 (GRPOTrainer's loss "
+    "branches)",
     "multi_turn_schedulers": "v3.6.4:swift/plugin/multi_turn.py:99 (multi_turns)",
     "orms": "v3.6.4:swift/plugin/orm.py:398 (orms)",
     "rm_plugins": "v3.6.4:swift/plugin/rm_plugin.py:228 (rm_plugins)",
@@ -306,10 +308,11 @@ _PROMPTS = {
 
 
 def generate_preprocessors() -> dict[str, Any]:
-    """How ms-swift's AutoPreprocessor reads a dataset's columns (slow: imports ms-swift and runs it on one-row
-    datasets): for each of its preprocessors, the columns it renames (`columns`: name -> standard name), the
-    standard names its preprocess() consumes into `messages`, and the columns GRPO keeps beside them although
-    they are renamed (`kept`: the `__#solution` copy); and which columns choose which preprocessor."""
+    """How ms-swift's AutoPreprocessor reads a dataset's columns (slow: imports ms-swift and runs it on
+    one-row datasets): for each of its preprocessors, the columns it renames (`columns`: name -> standard
+    name), the standard names its preprocess() consumes into `messages`, and the columns GRPO keeps beside
+    them although they are renamed (`kept`: the `__#solution` copy); and which columns choose which
+    preprocessor."""
     from datasets import Dataset
     from swift.llm.dataset.preprocessor.core import (
         AlpacaPreprocessor,
@@ -353,7 +356,8 @@ def generate_preprocessors() -> dict[str, Any]:
 
 @functools.cache
 def preprocessors() -> dict[str, Any]:
-    """The committed reading of ms-swift's dataset preprocessors (PREPROCESSORS_FILE, generate_preprocessors)."""
+    """The committed reading of ms-swift's dataset preprocessors (PREPROCESSORS_FILE,
+    generate_preprocessors)."""
     return json.loads(PREPROCESSORS_FILE.read_text())
 
 

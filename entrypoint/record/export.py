@@ -134,7 +134,8 @@ def export_checkpoint(checkpoint: Path, run_dir: Path, base_model: str) -> dict[
 def atomic_path(dst: Path) -> Iterator[Path]:
     """A temporary path beside `dst` to write; on success it becomes `dst` (mode 0644, os.replace: atomic on
     one filesystem), on any failure it is removed: a full disk leaves the previous file or none, never a
-    truncated one or a temporary behind (a 0-byte file would pass for a result). Raises what the block raises."""
+    truncated one or a temporary behind (a 0-byte file would pass for a result). Raises what the block
+    raises."""
     fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", dir=dst.parent)
     os.close(fd)
     try:

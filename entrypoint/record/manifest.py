@@ -76,8 +76,8 @@ def secrets_of(plan: Plan) -> list[str]:
 def start(
     plan: Plan, previous: dict[str, Any] | None, rerun_of: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The manifest of a run that is starting (or resuming: earlier attempts are kept). `rerun_of`: the run this
-    one repeats (`rerun`, record/rerun.py), kept from the first attempt on."""
+    """The manifest of a run that is starting (or resuming: earlier attempts are kept). `rerun_of`: the run
+    this one repeats (`rerun`, record/rerun.py), kept from the first attempt on."""
     rerun_of = rerun_of or (previous or {}).get("rerun_of")
     secrets = secrets_of(plan)
     attempts = [dict(a) for a in previous.get("attempts", [])] if previous else []
@@ -192,9 +192,9 @@ class _Inputs(TypedDict, total=False):
 
 
 class Readable(TypedDict, total=False):
-    """The parts of a manifest `train` (resuming), `rerun` and `evaluate` read, with the types they read them as (a key may be
-    absent; one of another type is a manifest edited or cut by hand, refused naming it). A secret's value is
-    the string "<redacted>" in place of its {value, source} (redact.deep)."""
+    """The parts of a manifest `train` (resuming), `rerun` and `evaluate` read, with the types they read them
+    as (a key may be absent; one of another type is a manifest edited or cut by hand, refused naming it). A
+    secret's value is the string "<redacted>" in place of its {value, source} (redact.deep)."""
 
     status: str
     run_name: str | None
@@ -221,8 +221,8 @@ _READABLE = TypeAdapter(Readable)
 
 
 def unreadable(data: Any) -> str:
-    """Why a manifest's JSON cannot be read by `train`, `rerun` and `evaluate` ('' when it can), a phrase to follow the
-    file's name: the first value of another type than theirs, named by its path in the file ("has
+    """Why a manifest's JSON cannot be read by `train`, `rerun` and `evaluate` ('' when it can), a phrase to
+    follow the file's name: the first value of another type than theirs, named by its path in the file ("has
     resolved_recipe.SEED = 5 (input should be a valid dictionary)")."""
     try:
         _READABLE.validate_python(data)

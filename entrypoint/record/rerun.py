@@ -1,8 +1,8 @@
 """`rerun`: a run rebuilt from its manifest, and what differs from the run it repeats.
 
-The manifest keeps every resolved value with the layer that set it (`resolved_recipe`), the seed, the versions,
-the lock's sha256, the machine and the inputs' identities (`inputs`, world/fingerprint.py). A rerun takes the
-values back as they were, with their original sources (recipe.load's `base`), except:
+The manifest keeps every resolved value with the layer that set it (`resolved_recipe`), the seed, the
+versions, the lock's sha256, the machine and the inputs' identities (`inputs`, world/fingerprint.py). A rerun
+takes the values back as they were, with their original sources (recipe.load's `base`), except:
 
 - the values the planner chose (Origin.PLANNER): planned again for this machine, and any that come out
   different are reported;
@@ -10,11 +10,11 @@ values back as they were, with their original sources (recipe.load's `base`), ex
 - secrets, which the manifest keeps redacted: taken from this environment when it has them.
 
 Then the drift: what would make the rerun a different experiment. A file the trainer read whose sha256 differs
-(a dataset, a validation dataset, a reward plugin, a SYSTEM prompt file), another lock (image or venv), another
-version of a pinned package, model files that differ, values or inputs that changed between the run's attempts
-(a rerun trains every step with one set), a manifest whose values were edited after the run: each refused
-(exit 2) unless the user accepts it (`--accept-drift`), and then recorded. Another machine is not drift: its
-plan is made for this machine and the differences are reported.
+(a dataset, a validation dataset, a reward plugin, a SYSTEM prompt file), another lock (image or venv),
+another version of a pinned package, model files that differ, values or inputs that changed between the run's
+attempts (a rerun trains every step with one set), a manifest whose values were edited after the run: each
+refused (exit 2) unless the user accepts it (`--accept-drift`), and then recorded. Another machine is not
+drift: its plan is made for this machine and the differences are reported.
 
 Pure: the command (commands/rerun.py) reads the world and passes what it found.
 """
@@ -64,8 +64,9 @@ def edited(data: Mapping[str, Any]) -> bool:
 
 
 def recorded(data: Mapping[str, Any], where: str = "the run's manifest") -> Recorded:
-    """The values of the manifest `data` a rerun starts from (this module's docstring says which are left out).
-    A manifest edited after the run gives its values `where` as their source, not the layers it names."""
+    """The values of the manifest `data` a rerun starts from (this module's docstring says which are left
+    out). A manifest edited after the run gives its values `where` as their source, not the layers it
+    names."""
     values: dict[str, Value] = {}
     replanned: dict[str, str] = {}
     secrets: list[str] = []
@@ -347,8 +348,8 @@ def replanned_changes(replanned: Mapping[str, str], values: Mapping[str, Value])
 
 
 def argv_changes(old: list[str], new: Process, old_run: str, new_run: str) -> list[str]:
-    """The flags of the trainer's command line that differ between the run (`old`: its manifest's argv) and its
-    rerun (`new`: the planned process, its flags typed), "--max_steps 3 -> --max_steps 1", with each run
+    """The flags of the trainer's command line that differ between the run (`old`: its manifest's argv) and
+    its rerun (`new`: the planned process, its flags typed), "--max_steps 3 -> --max_steps 1", with each run
     directory and --run_name written `<run>` (the output paths and names differ by design) and the run's own
     resume flags left out (a rerun starts from step 0). [] when they are the same."""
     a, b = _lines(*recorded_flags(old), old_run), _lines(new.command, new.flags, new_run)

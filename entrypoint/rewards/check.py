@@ -116,8 +116,8 @@ def check(
         problems.append(
             Problem(
                 f"EXTERNAL_PLUGINS {s['file']}",
-                f"its file name makes ms-swift import it as module {s['module']!r}, which is already the installed "
-                f"{s['origin']}: the plugin would silently never load",
+                f"its file name makes ms-swift import it as module {s['module']!r}, which is already the "
+                f"installed {s['origin']}: the plugin would silently never load",
                 f"rename the file to something unique, e.g. my_{s['module']}_rewards.py",
             )
         )
@@ -143,8 +143,9 @@ def check(
             problems.append(
                 Problem(
                     f"REWARD_FUNCS {name}",
-                    f"returned {call['returned']} for {call.get('count', '?')} completions; ms-swift needs one number "
-                    "(or None where the reward does not apply) per completion and would fail after the first rollout",
+                    f"returned {call['returned']} for {call.get('count', '?')} completions; ms-swift needs "
+                    "one number (or None where the reward does not apply) per completion and would fail "
+                    "after the first rollout",
                     "return a list of floats, one per completion, in the order given (not inf, not a string)",
                 )
             )
@@ -162,7 +163,8 @@ def check(
                     f"REWARD_FUNCS {name}",
                     f"no reward function is registered under {name!r} (registered: {known})",
                     (f"did you mean {close[0]}? " if close else "")
-                    + "use a registered name, or add a plugin file that sets orms[name] = YourORM to EXTERNAL_PLUGINS (docs/rewards.md)",
+                    + "use a registered name, or add a plugin file that sets orms[name] = YourORM to "
+                    "EXTERNAL_PLUGINS (docs/rewards.md)",
                 )
             )
     return infos, problems

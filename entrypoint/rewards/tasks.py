@@ -65,7 +65,8 @@ def write_jsonl(task: Task, path: Path, rows: int, seed: int) -> Path:
 
 
 def held_out(task: Task, rows: int, seed: int, seen_rows: int, seen_seed: int) -> list[dict]:
-    """`rows` fresh tasks from `seed` that are none of the `seen_rows` training tasks drawn from `seen_seed`."""
+    """`rows` fresh tasks from `seed` that are none of the `seen_rows` training tasks drawn from
+    `seen_seed`."""
     seen = {task.key(r) for r in task.generate(seen_rows, seen_seed)}
     fresh: list[dict] = []
     for row in task.generate(rows * 20, seed):
