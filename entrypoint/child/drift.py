@@ -2,10 +2,10 @@
 
 For a Target (hooks/base.py) the installed module's file is found without importing it or its parent
 packages (importlib.util.find_spec of the top-level package only, then the dotted path walked to x.py or
-x/__init__.py), parsed with `ast`, and the node of its qualname hashed: sha256 of its canonical text (`canonical`: node types
-and fields, line numbers left out, so code moving within the file is no drift), first 16 hex digits. Not
-ast.dump: its text differs between Python versions (3.12 adds `type_params=[]` to every definition), and the
-same source must hash the same on the image's 3.10 and on a 3.11-3.13 stack.
+x/__init__.py), parsed with `ast`, and the node of its qualname hashed: sha256 of its canonical text
+(`canonical`: node types and fields, line numbers left out, so code moving within the file is no drift), first
+16 hex digits. Not ast.dump: its text differs between Python versions (3.12 adds `type_params=[]` to every
+definition), and the same source must hash the same on the image's 3.10 and on a 3.11-3.13 stack.
 
 tests/child/test_hooks.py compares every target with its declared hash, so a lock bump names every hook to
 re-check; `python -m entrypoint.child.drift` prints the installed hashes to pin once a hook is re-checked.

@@ -64,7 +64,10 @@ STARTUP_MARKS = (
 
 # The line a hook that cannot install prints, once per process; the console shows it once per hook name,
 # whichever process or rank printed it.
-NOTICE = "grpo-rig hook {name} not installed: {reason}; the run goes on without it (DISABLE_HOOKS={name} turns it off)"
+NOTICE = (
+    "grpo-rig hook {name} not installed: {reason}; the run goes on without it (DISABLE_HOOKS={name} turns it "
+    "off)"
+)
 NOT_INSTALLED = re.compile(r"grpo-rig hook (?P<hook>\w+) not installed: ")
 
 # the line the reward check prints before it ends a run (supervise/deaths.py names the failure by it)

@@ -50,9 +50,9 @@ FAILURE = re.compile(
 
 
 class Console:
-    """Decides which child lines are shown (`shown`), what the heartbeat says (`heartbeat`) and feeds the stall
-    watch (supervise/stall.py) with the signs of progress of this attempt: its phase events, its step lines,
-    its checkpoint saves and (`probe`) the bytes written under the run's training directory."""
+    """Decides which child lines are shown (`shown`), what the heartbeat says (`heartbeat`) and feeds the
+    stall watch (supervise/stall.py) with the signs of progress of this attempt: its phase events, its step
+    lines, its checkpoint saves and (`probe`) the bytes written under the run's training directory."""
 
     def __init__(
         self,
@@ -130,7 +130,10 @@ class Console:
         except (ValueError, SyntaxError):
             return line
         if "train_runtime" in row:  # HF's end-of-training summary
-            return f"training finished in {row['train_runtime'] / 60:.1f} min ({row.get('global_step/max_steps', '?')} steps)"
+            return (
+                f"training finished in {row['train_runtime'] / 60:.1f} min "
+                f"({row.get('global_step/max_steps', '?')} steps)"
+            )
         done, total = (int(x) for x in str(row["global_step/max_steps"]).split("/"))
         now = self.clock()
         # The time of the steps since the last line, from ms-swift's elapsed_time like the ETA beside it:
@@ -221,11 +224,11 @@ class Console:
         waited, rule = verdict
         doing = self.heartbeat().split(" (full output")[0]
         return (
-            f"stalled: {doing}, with no sign of progress for {waited:.0f} s ({rule}); the usual causes: a reward "
-            "function that never returns, a weight sync or NCCL collective that hangs, a hang at exit; where it "
-            "waits: the stacks of its threads at the stall are in logs/stacks/ (the training process's main "
-            "thread below: a reward function is named by its file and name); raise STALL_TIMEOUT if this can "
-            "truly take this long"
+            f"stalled: {doing}, with no sign of progress for {waited:.0f} s ({rule}); the usual causes: a "
+            "reward function that never returns, a weight sync or NCCL collective that hangs, a hang at "
+            "exit; where it waits: the stacks of its threads at the stall are in logs/stacks/ (the training "
+            "process's main thread below: a reward function is named by its file and name); raise "
+            "STALL_TIMEOUT if this can truly take this long"
         )
 
     def heartbeat(self) -> str:
@@ -257,7 +260,10 @@ class Console:
             doing = "generating completions"
         elif phase in GRPO_PHASES:
             if phase in (wire.GENERATE, wire.ROLLOUT):
-                doing = f"training on {last.get('completions', '?')} completions (generated in {last.get('seconds', 0):.0f} s)"
+                doing = (
+                    f"training on {last.get('completions', '?')} completions (generated in "
+                    f"{last.get('seconds', 0):.0f} s)"
+                )
             else:
                 doing = "generating completions"
         elif phase == wire.STARTUP:
@@ -288,7 +294,8 @@ class Progress:
         self.doing, self.since, self.timed = doing, self.clock(), timed
 
     def advance(self, units: int, what: str) -> str:
-        """The line for `units` more done, `what` saying which (e.g. "base model: 8 of 12 prompts answered")."""
+        """The line for `units` more done, `what` saying which
+        (e.g. "base model: 8 of 12 prompts answered")."""
         now = self.clock()
         if self.timed:
             self.busy += now - self.since
@@ -320,7 +327,8 @@ AFTER_MARK = {
     wire.VLLM_STARTING: "starting vLLM (weights, torch.compile, KV cache, CUDA graphs)",
     wire.VLLM_READY: "finishing the trainer's set-up",
     wire.TRAINER_READY: "generating the first completions",
-    wire.FIRST_STEP_LOGGED: "generating completions",  # written after step 1's line, before step 2's generation
+    # written after step 1's line, before step 2's generation
+    wire.FIRST_STEP_LOGGED: "generating completions",
 }
 # after these marks the trainer is inside step 1 (HF Trainer.train: the first batch's generation)
 FIRST_STEP_MARKS = (wire.TRAINER_READY,)

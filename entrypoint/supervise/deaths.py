@@ -1,7 +1,8 @@
-"""Why a child died, in a user's words. Pure: supervisor.py and commands/train.py read the world and pass it in.
+"""Why a child died, in a user's words. Pure: supervisor.py and commands/train.py read the world and pass it
+in.
 
-Before this module, a trainer killed by SIGKILL was reported as "trainer exited with status 247. Its last lines:"
-followed by the model's module tree from start-up; the signal, the step it died at and that re-running
+Before this module, a trainer killed by SIGKILL was reported as "trainer exited with status 247. Its last
+lines:" followed by the model's module tree from start-up; the signal, the step it died at and that re-running
 resumes were never said. Here:
 
 - `signal_of` decodes an exit status: negative (Popen: killed by -N), 128+N (a shell's convention, 137 is
@@ -130,14 +131,15 @@ def describe_exit(returncode: int | None, reported: str | None = None) -> str:
 
 
 def likely_cause(signame: str | None, oom_kills: tuple[int | None, int | None]) -> str:
-    """Who sends `signame`, given the kernel's OOM-kill count (monitor.oom_kills: before, after; None: not readable here)."""
+    """Who sends `signame`, given the kernel's OOM-kill count (monitor.oom_kills: before, after; None: not
+    readable here)."""
     before, after = oom_kills
     if signame == "SIGKILL":
         if before is not None and after is not None and after > before:
             return (
                 f"the kernel's out-of-memory killer (its kill count rose from {before} to {after} during the "
-                "run): the run needed more RAM than the machine or the container's memory limit gives; give it "
-                "more memory, shorten the prompts or MAX_LENGTH, or lower PER_DEVICE_TRAIN_BATCH_SIZE or "
+                "run): the run needed more RAM than the machine or the container's memory limit gives; give "
+                "it more memory, shorten the prompts or MAX_LENGTH, or lower PER_DEVICE_TRAIN_BATCH_SIZE or "
                 "DATALOADER_NUM_WORKERS"
             )
         if before is not None and after is not None:
@@ -146,8 +148,8 @@ def likely_cause(signame: str | None, oom_kills: tuple[int | None, int | None]) 
                 "scheduler's limit); not the kernel's out-of-memory killer: its kill count did not change"
             )
         return (
-            "the kernel's out-of-memory killer, or someone or something stopping it (kill -9, docker kill, a job "
-            "scheduler); this host does not let the run read the kernel's OOM-kill count (/proc/vmstat, "
+            "the kernel's out-of-memory killer, or someone or something stopping it (kill -9, docker kill, a "
+            "job scheduler); this host does not let the run read the kernel's OOM-kill count (/proc/vmstat, "
             "memory.events) to tell which"
         )
     if signame in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"):
@@ -253,12 +255,14 @@ def explain(
         )
     # the same command alone would fail the same way where the cause is in the input, not the machine
     fix = (
-        f"free space on that volume{f' (at least {ctx.disk_need} free: one checkpoint, the export and a margin)' if ctx.disk_need else ''}, then run"
+        "free space on that volume"
+        f"{f' (at least {ctx.disk_need} free: one checkpoint, the export and a margin)' if ctx.disk_need else ''}"  # noqa: E501
+        ", then run"
         if ctx.disk
         else "fix the reward function named above, then run"
         if reward_failure(tail)
-        else "raise ROLLOUT_STARTUP_TIMEOUT if the server is only slow to start (a first vLLM start compiles for "
-        "minutes), then run"
+        else "raise ROLLOUT_STARTUP_TIMEOUT if the server is only slow to start (a first vLLM start compiles "
+        "for minutes), then run"
         if "ROLLOUT_STARTUP_TIMEOUT" in reason
         else "raise STALL_TIMEOUT if a step can truly take this long, then run"
         if reason.startswith("stalled")

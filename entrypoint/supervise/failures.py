@@ -1,8 +1,8 @@
-"""What a failed run's manifest says, from its plan and what it left: the failure of the entrypoint's own writes
-(an OSError: where, and how much is free on a full disk), the failed merged export, and the explanation of any
-failure (`explained`: deaths.explain with the run's last step, checkpoint, export, the plan's predicted peak and
-the knobs that lower it, the disk). commands/train.py records them; deaths.py holds the pure reading of a
-death, this module the run's context around it.
+"""What a failed run's manifest says, from its plan and what it left: the failure of the entrypoint's own
+writes (an OSError: where, and how much is free on a full disk), the failed merged export, and the explanation
+of any failure (`explained`: deaths.explain with the run's last step, checkpoint, export, the plan's predicted
+peak and the knobs that lower it, the disk). commands/train.py records them; deaths.py holds the pure reading
+of a death, this module the run's context around it.
 """
 
 from __future__ import annotations
@@ -94,7 +94,8 @@ def _disk_need(plan: Plan) -> str:
 
 
 def _predicted(plan: Plan, role: str, oom: dict | None) -> str:
-    """The plan's predicted peak for the GPU a CUDA out-of-memory error names ('21.3 of 24.0 GiB on GPU 0')."""
+    """The plan's predicted peak for the GPU a CUDA out-of-memory error names
+    ('21.3 of 24.0 GiB on GPU 0')."""
     if oom is None or not plan.memory:
         return ""
     gpus = plan.layout.rollout_gpus if role == "rollout" else plan.layout.train_gpus
@@ -115,8 +116,8 @@ def _oom_knobs(plan: Plan, role: str) -> str:
             f"ROLLOUT_MAX_MODEL_LEN (now {r.rollout_args.max_model_len or 'the model context'})"
         )
     batch = (
-        f"lower PER_DEVICE_TRAIN_BATCH_SIZE (now {a.per_device_train_batch_size}; GRADIENT_ACCUMULATION_STEPS "
-        "keeps the step the same)"
+        f"lower PER_DEVICE_TRAIN_BATCH_SIZE (now {a.per_device_train_batch_size}; "
+        "GRADIENT_ACCUMULATION_STEPS keeps the step the same)"
     )
     if plan.layout.mode == "colocate":
         return f"{batch} or VLLM_GPU_MEMORY_UTILIZATION (now {a.vllm_gpu_memory_utilization})"

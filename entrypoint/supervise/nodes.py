@@ -7,8 +7,8 @@ what differs; node 0 records every node's identity in its manifest. torchrun's o
 (MASTER_PORT) starts only after this.
 
 Compared: the lock's sha256, the image version and revision, and every recipe value except the keys
-that may differ per node (node-local in entrypoint/recipe/keys.py). Each node also reports whether it has an active
-InfiniBand/RoCE port: NCCL uses IB only when every node has it.
+that may differ per node (node-local in entrypoint/recipe/keys.py). Each node also reports whether it has an
+active InfiniBand/RoCE port: NCCL uses IB only when every node has it.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ def differences(mine: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
     out = []
     if mine["lock_sha256"] != theirs["lock_sha256"]:
         out.append(
-            f"lock sha256 {theirs['lock_sha256']} != node 0's {mine['lock_sha256']} (different image or checkout)"
+            f"lock sha256 {theirs['lock_sha256']} != node 0's {mine['lock_sha256']} (different image or "
+            "checkout)"
         )
     for key in ("version", "revision"):
         if mine["image"].get(key) != theirs["image"].get(key):
@@ -67,7 +68,10 @@ def ib_problem(identities: list[dict[str, Any]], user_set_ib: bool) -> str | Non
     flags = {i["node_rank"]: i["active_ib"] for i in identities}
     if any(flags.values()) and not all(flags.values()) and not user_set_ib:
         without = ", ".join(str(k) for k, v in sorted(flags.items()) if not v)
-        return f"node(s) {without} have no active InfiniBand/RoCE port while others do; NCCL would try IB between them"
+        return (
+            f"node(s) {without} have no active InfiniBand/RoCE port while others do; NCCL would try IB "
+            "between them"
+        )
     return None
 
 
@@ -141,7 +145,8 @@ def serve(plan: Plan, timeout: float, say) -> tuple[list[dict[str, Any]], list[P
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     say(
-        f"node 0: waiting for {s.NNODES - 1} node(s) on {s.MASTER_ADDR}:{s.MASTER_PORT + 1} (NODE_CHECK_TIMEOUT {timeout:.0f} s)"
+        f"node 0: waiting for {s.NNODES - 1} node(s) on {s.MASTER_ADDR}:{s.MASTER_PORT + 1} "
+        f"(NODE_CHECK_TIMEOUT {timeout:.0f} s)"
     )
     deadline = time.monotonic() + timeout
     try:
@@ -203,8 +208,8 @@ def report(plan: Plan, timeout: float, say) -> tuple[dict[str, Any] | None, list
             Problem(
                 f"MASTER_ADDR {s.MASTER_ADDR}",
                 f"node 0 did not answer on TCP {s.MASTER_PORT + 1} within {timeout:.0f} s",
-                "check MASTER_ADDR (node 0's address on the network the nodes share), that node 0 is started, "
-                f"and that TCP {s.MASTER_PORT}-{s.MASTER_PORT + 1} are open between the nodes",
+                "check MASTER_ADDR (node 0's address on the network the nodes share), that node 0 is "
+                f"started, and that TCP {s.MASTER_PORT}-{s.MASTER_PORT + 1} are open between the nodes",
             )
         ]
     request = urllib.request.Request(

@@ -1,6 +1,6 @@
-"""The console of a command that runs children (honcho's Printer): the entrypoint's own lines as `grpo-rig | ...`,
-each child's as `<role> | ...` (those that console.Console lets through), one lock for both, and a heartbeat
-when it has been quiet."""
+"""The console of a command that runs children (honcho's Printer): the entrypoint's own lines as
+`grpo-rig | ...`, each child's as `<role> | ...` (those that console.Console lets through), one lock for both,
+and a heartbeat when it has been quiet."""
 
 from __future__ import annotations
 

@@ -231,7 +231,8 @@ class Supervisor:
                     child.role,
                     None,
                     list(child.tail),
-                    f"was not healthy after {timeout:.0f} s (ROLLOUT_STARTUP_TIMEOUT); {url} did not answer 200",
+                    f"was not healthy after {timeout:.0f} s (ROLLOUT_STARTUP_TIMEOUT); {url} did not answer "
+                    "200",
                 )
             if now >= next_progress:
                 self.printer.say(
@@ -417,8 +418,8 @@ def launch(
             own = deaths.signal_of(rc, signame)
             raise ChildFailed(first.role, rc, list(first.tail), deaths.describe_exit(rc, signame), own)
         say(
-            f"trainer exited with status {rc}{f' ({signame})' if signame else ''} after training had finished "
-            f"({why}); the run counts as completed"
+            f"trainer exited with status {rc}{f' ({signame})' if signame else ''} after training had "
+            f"finished ({why}); the run counts as completed"
         )
         return Outcome(
             Status.COMPLETED,
@@ -437,7 +438,8 @@ def launch(
         return Outcome(Status.FAILED, EXIT_RUNTIME_FAILURE, failure=failure)
     except Interrupted as exc:
         say(
-            f"{signal.Signals(exc.signum).name} received: stopping all processes (grace {supervisor.grace_seconds:.0f} s)"
+            f"{signal.Signals(exc.signum).name} received: stopping all processes (grace "
+            f"{supervisor.grace_seconds:.0f} s)"
         )
         return Outcome(Status.STOPPED, 128 + exc.signum)
 

@@ -1,5 +1,5 @@
-"""What a run's inputs were, byte for byte: the dataset files' sha256 and the model folder's files, recorded in
-the manifest (`inputs`) so that `rerun` can tell the same inputs from changed ones.
+"""What a run's inputs were, byte for byte: the dataset files' sha256 and the model folder's files, recorded
+in the manifest (`inputs`) so that `rerun` can tell the same inputs from changed ones.
 
 A model's weights can be tens of GiB: hashing them whole at every start would cost minutes. A file in the
 Hugging Face cache is named by its sha256 already (huggingface_hub keeps LFS files as `blobs/<sha256>`), so
@@ -28,7 +28,8 @@ MODEL_FILES = ("*.json", "*.safetensors", "*.bin", "*.model", "*.txt", "*.tiktok
 
 def file_identity(path: Path) -> str:
     """One file's identity: `sha256:<hex>` (hashed whole, or the name of the hub cache blob it links to) or
-    `sampled:<bytes>:<hex>` (a file over WHOLE_LIMIT: its size and the sha256 of its two ends). Raises OSError."""
+    `sampled:<bytes>:<hex>` (a file over WHOLE_LIMIT: its size and the sha256 of its two ends). Raises
+    OSError."""
     target = path.resolve()
     if path.is_symlink() and target.parent.name == "blobs" and HUB_BLOB.fullmatch(target.name):
         return f"sha256:{target.name}"
@@ -44,9 +45,9 @@ def file_identity(path: Path) -> str:
 
 
 def model_files(folder: Path) -> dict[str, str]:
-    """{file name: file_identity} of a model folder's weights, config and tokenizer files (MODEL_FILES, top level,
-    as ms-swift and transformers read them); {} when the folder does not exist. Raises OSError on a file that
-    cannot be read."""
+    """{file name: file_identity} of a model folder's weights, config and tokenizer files (MODEL_FILES, top
+    level, as ms-swift and transformers read them); {} when the folder does not exist. Raises OSError on a
+    file that cannot be read."""
     if not folder.is_dir():
         return {}
     names = sorted({p.name for pattern in MODEL_FILES for p in folder.glob(pattern) if p.is_file()})
@@ -61,7 +62,8 @@ def dataset_files(specs: list[str]) -> list[dict[str, object]]:
 
 
 def code_files(paths: list[str]) -> list[dict[str, object]]:
-    """dataset_files for files the trainer reads whole (reward plugins, a SYSTEM prompt file): no row suffix."""
+    """dataset_files for files the trainer reads whole (reward plugins, a SYSTEM prompt file): no row
+    suffix."""
     return _files(paths, rows=False)
 
 

@@ -56,8 +56,8 @@ def read_shm_bytes(path: Path = SHM_PATH) -> int | None:
 
 
 def read_ram() -> dict[str, int | None]:
-    """{"ram_total_bytes", "ram_available_bytes"} from psutil.virtual_memory() (Linux: /proc/meminfo's MemTotal
-    and MemAvailable); None each where it cannot be read."""
+    """{"ram_total_bytes", "ram_available_bytes"} from psutil.virtual_memory() (Linux: /proc/meminfo's
+    MemTotal and MemAvailable); None each where it cannot be read."""
     try:
         import psutil
 
@@ -148,7 +148,7 @@ def save(inventory: Inventory, path: str | Path) -> None:
 
 
 def gpu_visible(environ: Mapping[str, str]) -> bool:
-    """NVML lists a GPU and CUDA_VISIBLE_DEVICES does not hide them all ("" or -1): what a process started with
-    this environment could use. Asks NVML, never CUDA (a CUDA context here would break vLLM's forked
+    """NVML lists a GPU and CUDA_VISIBLE_DEVICES does not hide them all ("" or -1): what a process started
+    with this environment could use. Asks NVML, never CUDA (a CUDA context here would break vLLM's forked
     engine: "Cannot re-initialize CUDA in forked subprocess")."""
     return bool(probe().gpus) and environ.get("CUDA_VISIBLE_DEVICES") not in ("", "-1")

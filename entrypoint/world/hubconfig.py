@@ -2,8 +2,8 @@
 local folder, the hub caches) nor in the shipped table (entrypoint/data/model_configs.json): a few kilobytes
 that let the memory planner size the run before ms-swift downloads gigabytes.
 
-The Hugging Face Hub (USE_HF=true) serves it at `<HF_ENDPOINT>/<id>/resolve/main/config.json` (huggingface_hub's
-own URL, with HF_TOKEN for gated models); ModelScope, ms-swift's default hub, at
+The Hugging Face Hub (USE_HF=true) serves it at `<HF_ENDPOINT>/<id>/resolve/main/config.json`
+(huggingface_hub's own URL, with HF_TOKEN for gated models); ModelScope, ms-swift's default hub, at
 `https://<MODELSCOPE_DOMAIN>/api/v1/models/<id>/repo?Revision=master&FilePath=config.json` (the file endpoint
 modelscope's HubApi downloads through). One request, TIMEOUT seconds at most in all (a deadline, not a
 per-read timeout a trickling server could stretch); a failure leaves the model unestimated, as before, and

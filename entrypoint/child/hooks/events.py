@@ -4,9 +4,9 @@ where `rollout` is generation plus scoring and log-probs (ms-swift 3.6.4
 GRPOTrainer._generate_and_score_completions), `generate` the generation inside it
 (_generate_completions), `sync` the weight push to vLLM (_move_model_to_vllm) and `train` one
 micro-batch's training_step, which holds the round's rollout on the round's first micro-batch (HF
-Trainer.training_step -> ms-swift _prepare_inputs), `save` a checkpoint written (SwiftMixin._save_checkpoint). The console heartbeat and the throughput
-benchmark read them; ms-swift's own logs stay as they are. Each phase event records the garbage
-collector's seconds inside it (`gc_seconds`).
+Trainer.training_step -> ms-swift _prepare_inputs), `save` a checkpoint written (SwiftMixin._save_checkpoint).
+The console heartbeat and the throughput benchmark read them; ms-swift's own logs stay as they are. Each phase
+event records the garbage collector's seconds inside it (`gc_seconds`).
 
 Start-up is recorded in the same file, so a reader can name the cause of each second before the first
 step: {"phase": "start", "process": "swift" | "launcher" | "worker"} when each process of the trainer's
@@ -117,7 +117,8 @@ def _stacks_on_signal(events_path: str) -> None:
         folder = os.path.join(os.path.dirname(events_path), wire.STACKS_DIR)
         os.makedirs(folder, exist_ok=True)
         name = f"{label}-rank{os.environ.get('RANK', '0')}-{os.getpid()}.txt"
-        f = open(os.path.join(folder, name), "a", encoding="utf-8")  # noqa: SIM115 - open for the process's life
+        # open for the process's life
+        f = open(os.path.join(folder, name), "a", encoding="utf-8")  # noqa: SIM115
     except OSError:
         faulthandler.register(signal.SIGUSR1, all_threads=True)
         return

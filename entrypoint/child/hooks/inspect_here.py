@@ -1,4 +1,5 @@
-"""GRPO_RIG_VLLM_INSPECT_HERE=1: vLLM inspects the model's class in this process once CUDA is initialised here.
+"""GRPO_RIG_VLLM_INSPECT_HERE=1: vLLM inspects the model's class in this process once CUDA is initialised
+here.
 
 vLLM 0.8.5 imports a lazily registered model class in a fresh Python process to read its interfaces, "to
 avoid initializing CUDA" in a process that may fork workers later (vllm/model_executor/models/registry.py
@@ -56,7 +57,7 @@ HOOK = Hook(
     "imports of torch, transformers and vLLM (bench/startup/2026-12-02-0445-startup/)",
     delete_when="when the image's vLLM no longer starts a subprocess for a known model on a warm start: its "
     "model-info cache (vllm-project/vllm#23558: _ModelInfo kept under VLLM_CACHE_ROOT/modelinfos, keyed by "
-    "the model file's hash) filled in the image (vllm-project/vllm#51746 proposes `vllm prepare-model-info`), "
-    "or an option to inspect in-process (vllm-project/vllm#19317)",
+    "the model file's hash) filled in the image (vllm-project/vllm#51746 proposes "
+    "`vllm prepare-model-info`), or an option to inspect in-process (vllm-project/vllm#19317)",
     install=install,
 )

@@ -91,16 +91,16 @@ HOOK = Hook(
         Target(GRPO_TRAINER, "GRPOTrainer.offload_model", "655af9cc72699ca6"),
     ),
     upstream=("ms-swift==3.6.4", "vllm==0.8.5.post1"),
-    why="ms-swift wakes vLLM's weights and syncs the merged weights into them before it offloads the trainer, "
-    "so with sleep mode and OFFLOAD_MODEL both bf16 weight copies are on the GPU at once (28.4 GiB for a 7B "
-    "model): on a physical 24 GiB card the first wake-up of Qwen2.5-7B ran out of memory "
+    why="ms-swift wakes vLLM's weights and syncs the merged weights into them before it offloads the "
+    "trainer, so with sleep mode and OFFLOAD_MODEL both bf16 weight copies are on the GPU at once (28.4 GiB "
+    "for a 7B model): on a physical 24 GiB card the first wake-up of Qwen2.5-7B ran out of memory "
     "(cumem_allocator.cpp:62). The trainer now leaves the GPU first.",
     saves="one weight copy at the generation's start (14.2 GiB for Qwen2.5-7B): on a physical 24 GiB card "
     "of the lent H200 Qwen2.5-7B with sleep and both offloads completed 3 steps at a 23.8 GiB peak, where "
     "without the hook it ran out of memory at the first wake-up (docs/gpu-evidence.md, 2026-12-03 22:50; "
     "bench/one-card/). Its price there: the merge on the CPU, 24-26 s of a 30 s step",
     delete_when="when ms-swift's _fast_infer offloads the trainer before it wakes vLLM's weights (upstream "
-    "grpo_trainer.py still wakes first as of 3.6.4); with adapter_sync the order is still needed (vLLM's base "
-    "weights wake while the trainer's would still be on the GPU)",
+    "grpo_trainer.py still wakes first as of 3.6.4); with adapter_sync the order is still needed (vLLM's "
+    "base weights wake while the trainer's would still be on the GPU)",
     install=install,
 )

@@ -37,7 +37,10 @@ def _row(i, completions, kwargs):
         for k, v in kwargs.items()
         if k not in ("messages", "trainer_state") and isinstance(v, list) and len(v) == len(completions)
     ]
-    return f"row {i} of the batch (completion {_short(completions[i])}{'; ' if columns else ''}{', '.join(columns)})"
+    return (
+        f"row {i} of the batch (completion "
+        f"{_short(completions[i])}{'; ' if columns else ''}{', '.join(columns)})"
+    )
 
 
 def _fail(message):
@@ -102,7 +105,8 @@ def _guarded(func, name, index, answers):
             why = _bad_value(value)
             if why:
                 _fail(
-                    f"reward function {name} returned {_short(value)} for {_row(i, completions, kwargs)}: it {why}"
+                    f"reward function {name} returned {_short(value)} for {_row(i, completions, kwargs)}: it "
+                    f"{why}"
                 )
         if index is not None:
             answers[:] = [*(answers if index else []), (name, values)]
@@ -125,9 +129,9 @@ def _all_missing(answers, completions, kwargs):
         if all(_missing(values[i]) for _, values in answers):
             given = "; ".join(f"{name}: {_short(values[i])}" for name, values in answers)
             _fail(
-                f"every reward function returned None or NaN for {_row(i, completions, kwargs)} ({given}): ms-swift "
-                "3.6.4 cannot score such a row (its warning about it fails with \"'TrainerState' object is not "
-                'subscriptable"); return 0.0 where a reward does not apply'
+                f"every reward function returned None or NaN for {_row(i, completions, kwargs)} ({given}): "
+                "ms-swift 3.6.4 cannot score such a row (its warning about it fails with \"'TrainerState' "
+                'object is not subscriptable"); return 0.0 where a reward does not apply'
             )
 
 

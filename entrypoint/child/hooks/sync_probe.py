@@ -1,6 +1,6 @@
-"""GRPO_RIG_SYNC_PROBE=PATH: after the first optimizer step, rank 0 checks that vLLM generates from the weights
-the trainer trained (entrypoint/child/sync_probe.py says how; tests/gpu/test_weight_sync.py sets it in the
-entrypoint's own environment, the plan never does). With GRPO_RIG_SYNC_PROBE_BREAK=1 the weight push is
+"""GRPO_RIG_SYNC_PROBE=PATH: after the first optimizer step, rank 0 checks that vLLM generates from the
+weights the trainer trained (entrypoint/child/sync_probe.py says how; tests/gpu/test_weight_sync.py sets it in
+the entrypoint's own environment, the plan never does). With GRPO_RIG_SYNC_PROBE_BREAK=1 the weight push is
 skipped, the fault the check exists to see.
 """
 
@@ -45,8 +45,9 @@ HOOK = Hook(
     "nothing fails; the probe compares vLLM's greedy answers with the trainer's model, adapter on and off, "
     "after the first optimizer step.",
     saves="no time: it is the evidence that colocated training learns from its own samples (the synced run "
-    "against the run with GRPO_RIG_SYNC_PROBE_BREAK=1 in tests/gpu/test_weight_sync.py; docs/gpu-evidence.md)",
-    delete_when="when tests/gpu/test_weight_sync.py no longer needs it: it is a test instrument, to keep while "
-    "ms-swift's GRPOTrainer._move_model_to_vllm copies the merged weights into a colocated engine",
+    "against the run with GRPO_RIG_SYNC_PROBE_BREAK=1 in tests/gpu/test_weight_sync.py; "
+    "docs/gpu-evidence.md)",
+    delete_when="when tests/gpu/test_weight_sync.py no longer needs it: it is a test instrument, to keep "
+    "while ms-swift's GRPOTrainer._move_model_to_vllm copies the merged weights into a colocated engine",
     install=install,
 )

@@ -56,7 +56,8 @@ def top_k_first(original):
         if k_max is None:  # k not from vLLM's batch: read it back (waits for the GPU)
             k_max = int(k.max())
         # twice the top k: logits computed in bf16 often tie with the k-th, and vLLM keeps every tie (on the
-        # GPU, taking exactly k_max sent nearly every step back to the sort: py-spy of the 2026-12-02 lever runs)
+        # GPU, taking exactly k_max sent nearly every step back to the sort: py-spy of the 2026-12-02 lever
+        # runs)
         window = 2 * k_max
         if k_max > TOP_K_FIRST_LIMIT or window >= logits.shape[1]:
             return original(logits, k, p)
@@ -134,7 +135,8 @@ HOOK = Hook(
     "when a request sets top_p; with a top-k of at most 1024 (ms-swift's GRPO samples with top_k 50, top_p "
     "0.9) the same masked logits come from the top 2k, so the same tokens are sampled from the same draws.",
     saves="the sort was 0.95 ms of a 4.5 ms decode step (32 sequences over Qwen2.5's 151,936 tokens on the "
-    "lent H200) where a top-50 costs 0.13 ms (bench/generation/2026-12-02-1424-sampler/generation-sampler.json)",
+    "lent H200) where a top-50 costs 0.13 ms "
+    "(bench/generation/2026-12-02-1424-sampler/generation-sampler.json)",
     delete_when="when vLLM's sampler stops sorting the vocabulary for top-p with a top-k set: FlashInfer's "
     "sampler in the image (TopKTopPSampler picks forward_cuda), or a vLLM whose apply_top_k_top_p takes the "
     "top k before sorting (proposed upstream: vllm-project/vllm#32234, vllm-project/vllm#48913)",
