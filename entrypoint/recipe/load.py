@@ -30,6 +30,7 @@ import stat
 from collections import ChainMap
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Literal
 
 from dotenv.parser import parse_stream
 from pydantic import ValidationError
@@ -259,13 +260,56 @@ def classify(key: str) -> str | None:
     return found.kind if found is not None and found.kind not in ("managed", "renamed") else None
 
 
-def explain_unknown(key: str, source: str) -> Problem:
-    """The problem for a key `classify` refused: renamed, managed, or unknown with suggestions."""
+# What generates in a recipe, as its keys say before any placement (plan/layout decides the mode): a rollout
+# server (ROLLOUT_GPUS or ROLLOUT_HOST set), vLLM colocated on the trainers, or no vLLM (USE_VLLM false).
+Generation = Literal["server", "colocated", "no-vllm"]
+
+
+def generation_of(merged: Mapping[str, Value]) -> Generation:
+    """`Generation` from the merged layers' text (USE_VLLM as ms-swift's schema reads it; unreadable counts
+    as vLLM, its own problem says what is wrong with it)."""
+    if any(merged[k].value.strip() for k in ("ROLLOUT_GPUS", "ROLLOUT_HOST") if k in merged):
+        return "server"
+    text = merged["USE_VLLM"].value.strip() if "USE_VLLM" in merged else ""
+    try:
+        use_vllm = swift_schema.load("rlhf")["use_vllm"].coerce(text or "false")  # unset: ms-swift's False
+    except ValueError:
+        use_vllm = ["true"]
+    return "colocated" if use_vllm == ["true"] else "no-vllm"
+
+
+def in_mode(key: str, generation: Generation) -> str | None:
+    """`key` where the recipe's mode takes it, else the key that does its work there (a rollout server's key
+    in a recipe without a server: colocated vLLM's, keys.COLOCATED_KEY), None where there is none: a fix
+    names only keys the recipe's mode accepts (a server key in a colocate recipe is refused in turn)."""
+    if generation == "server" or not keys.server_only(key):
+        return key
+    return keys.COLOCATED_KEY.get(key) if generation == "colocated" else None
+
+
+def _renamed_fix(r: keys.Renamed, generation: Generation) -> str:
+    """The renamed key's fix in the recipe's mode (keys.Renamed.becomes)."""
+    if not r.becomes or in_mode(r.becomes, generation) == r.becomes:
+        return r.fix
+    why = (
+        "this recipe runs no rollout server (ROLLOUT_GPUS and ROLLOUT_HOST are empty"
+        if generation == "colocated"
+        else "this recipe runs no vLLM (USE_VLLM is false"
+    )
+    instead = in_mode(r.becomes, generation)
+    if instead:
+        return f"{instead}=<value>: colocated vLLM's key, as {why}; {r.becomes} is a rollout server's)"
+    return f"remove it: {why}; {r.becomes} is a rollout server's key, and nothing else takes it)"
+
+
+def explain_unknown(key: str, source: str, generation: Generation = "server") -> Problem:
+    """The problem for a key `classify` refused: renamed, managed, or unknown with suggestions, each a key
+    the recipe's `generation` accepts (in_mode)."""
     where = f"{key} ({source})"
     found = keys.lookup(key)
     if found is not None and found.renamed is not None:
         r = found.renamed
-        return Problem(where, f"{r.message} [source: {r.source}]", r.fix)
+        return Problem(where, f"{r.message} [source: {r.source}]", _renamed_fix(r, generation))
     if found is not None and found.managed:
         return Problem(where, "is set by the entrypoint, not by recipes", found.managed)
     hook = child_hooks.BY_VARIABLE.get(key)
@@ -283,12 +327,13 @@ def explain_unknown(key: str, source: str) -> Problem:
             return Problem(
                 where, "is spelled with dashes; recipe keys use underscores", f"write {underscored}"
             )
-        inner = explain_unknown(underscored, source)  # renamed or managed: say what became of it
+        inner = explain_unknown(underscored, source, generation)  # renamed or managed: what became of it
         return Problem(where, f"({underscored}) {inner.message}", inner.fix)
     candidates = keys.known() + list(MANAGED)  # never suggest a key that would be refused as renamed
     close = difflib.get_close_matches(key, candidates, n=3, cutoff=0.75)
     prefix = [k for k in candidates if k.startswith(key) and k != key][:3]
-    suggestions = list(dict.fromkeys(prefix + close))[:3]
+    meant = list(dict.fromkeys(prefix + close))[:3]
+    suggestions = [s for s in dict.fromkeys(in_mode(k, generation) for k in meant) if s]
     if key.startswith("NCCL_"):
         message = "is not an NCCL variable this image knows (NCCL ignores unknown names silently)"
     else:
@@ -298,6 +343,11 @@ def explain_unknown(key: str, source: str) -> Problem:
     fix = f"did you mean {' or '.join(suggestions)}?" if suggestions else "see `python -m entrypoint keys`"
     if suggestions and suggestions[0] in MANAGED:
         fix += f" ({suggestions[0]} itself is set by the entrypoint: {MANAGED[suggestions[0]]})"
+    moved = [k for k in meant if in_mode(k, generation) not in (k, None)]
+    if moved and suggestions:
+        fix += (
+            f" ({in_mode(moved[0], generation)}: colocated vLLM's key, as this recipe runs no rollout server)"
+        )
     return Problem(where, message, fix)
 
 
@@ -641,10 +691,11 @@ def _sort_by_kind(merged: dict[str, Value], problems: list[Problem]):
     nccl_values: dict[str, Value] = {}
     env: dict[str, str] = {}
     rlhf_schema, rollout_schema = swift_schema.load("rlhf"), swift_schema.load("rollout")
+    generation = generation_of(merged)
     for key, item in sorted(merged.items()):
         kind = classify(key)
         if kind is None:
-            problems.append(explain_unknown(key, item.source))
+            problems.append(explain_unknown(key, item.source, generation))
         elif kind == "owned":
             owned[key] = item.value
         elif kind == "nccl":
