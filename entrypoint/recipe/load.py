@@ -222,11 +222,17 @@ class Recipe:
     def without_planner(self) -> Recipe:
         """A copy without the values the planner chose (with_values, Origin.PLANNER): the recipe as its
         layers set it, which plan.build shapes again (a fix is checked by planning it: preflight/memory_check)."""
-        chosen = [k for k, v in self.values.items() if v.origin is Origin.PLANNER]
+        return self.without([k for k, v in self.values.items() if v.origin is Origin.PLANNER])
+
+    def without(self, chosen: Iterable[str]) -> Recipe:
+        """A copy with the keys `chosen` unset, as if no layer gave them: an owned key back at its default, a
+        swift argument left to ms-swift (what removing a key from the recipe would give)."""
+        chosen = [k for k in chosen if k in self.values]
         if not chosen:
             return self
         rlhf, rollout_schema = swift_schema.load("rlhf"), swift_schema.load("rollout")
         trainer, rollout, env = dict(self.trainer), dict(self.rollout), dict(self.env)
+        nccl = {k: v for k, v in self.nccl.items() if k not in chosen}
         owned: dict[str, object] = {}
         for key in chosen:
             kind = getattr(keys.lookup(key), "kind", None)
@@ -236,14 +242,14 @@ class Recipe:
                 owned[key] = Settings.model_fields[key].default
             elif key.startswith("ROLLOUT_") and key[len("ROLLOUT_") :].lower() in rollout_schema:
                 rollout.pop(rollout_schema[key[len("ROLLOUT_") :].lower()].name, None)
-            else:
+            elif key.lower() in rlhf:
                 trainer.pop(rlhf[key.lower()].name, None)
         settings = (
             Settings.model_validate({**self.settings.model_dump(), **owned}) if owned else self.settings
         )
         values = {k: v for k, v in self.values.items() if k not in chosen}
         return dataclasses.replace(
-            self, values=values, settings=settings, trainer=trainer, rollout=rollout, env=env
+            self, values=values, settings=settings, trainer=trainer, rollout=rollout, nccl=nccl, env=env
         )
 
     def resolved(self) -> dict[str, dict[str, str]]:
