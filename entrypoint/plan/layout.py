@@ -92,7 +92,7 @@ class Layout:
 
 
 def _fmt(gpus: tuple[int, ...]) -> str:
-    return ",".join(map(str, gpus)) if gpus else "-"
+    return ",".join(map(str, gpus)) if gpus else "none"  # a sentence never reads "on GPU(s) -"
 
 
 def is_loopback(address: str) -> bool:

@@ -297,18 +297,21 @@ def _vllm_device(
         trainers = nproc or len(visible) - 1
         train, rollout = visible[:trainers], visible[trainers:]
     elif device.startswith("cuda:") and device[5:].isdigit():
-        rollout = [int(device[5:])]
-        train = [g for g in train if g not in rollout]
+        # no CUDA_VISIBLE_DEVICES nor NPROC_PER_NODE: ms-swift trained on GPU 0 alone. vLLM on a training GPU
+        # shared it (colocated now): a server there left the trainers no GPU ("beside the trainers on GPU -")
+        trainers = [g for g in train or [0] if g != int(device[5:])]
+        if trainers:
+            train, rollout = trainers, [int(device[5:])]
     if rollout:
         d.notes.append(
             f"--vllm_device {device}: removed in 3.6; the rollout becomes a `swift rollout` server on "
-            f"GPU {','.join(map(str, rollout))}, beside the trainers on GPU {','.join(map(str, train)) or '-'}"
+            f"GPU {','.join(map(str, rollout))}, beside the trainers on GPU {','.join(map(str, train))}"
         )
     else:
         why = (
-            "no GPU is left beside the trainers"
-            if visible
-            else "the script lists no GPUs (CUDA_VISIBLE_DEVICES)"
+            "the script lists no GPUs (CUDA_VISIBLE_DEVICES)"
+            if device == "auto" and not visible
+            else "no GPU is left beside the trainers"
         )
         d.notes.append(
             f"--vllm_device {device}: removed in 3.6; {why}, so vLLM runs colocated on the training "
