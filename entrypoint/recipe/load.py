@@ -41,7 +41,7 @@ from entrypoint.errors import BadInput, Problem
 from entrypoint.recipe import keys, swift_schema
 from entrypoint.recipe.args import RolloutArgs, TrainerArgs
 from entrypoint.recipe.keys import MANAGED, NCCL_VARIABLES
-from entrypoint.recipe.settings import Settings
+from entrypoint.recipe.settings import Settings, default_run_name_problem
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 RECIPES_DIR = PROJECT_DIR / "recipes"
@@ -644,6 +644,10 @@ def load(
     _model_replaces_its_type(merged, problems)
     owned, trainer, rollout, nccl_values, env = _sort_by_kind(merged, problems)
     settings = settings_of(owned, merged, problems, simulated=bool(environ.get("GRPO_RIG_SWIFT")))
+    # unset, the run is named <recipe file>-<timestamp> (facts.run_dir_of): a name too long for a directory?
+    unnamed = None if settings.RUN_NAME else default_run_name_problem(name)
+    if unnamed:
+        problems.append(Problem("RUN_NAME (default)", *unnamed))
     if strict and any(p.fatal for p in problems):
         raise BadInput(problems)
     return Recipe(
