@@ -27,6 +27,11 @@ def is_secret(name: str) -> bool:
     return name.upper() in SECRET_NAMES or bool(SECRET_RE.search(name))
 
 
+def is_secret_flag(name: str) -> bool:
+    """A command-line flag whose value is a secret (SECRET_FLAG_RE), named with or without its dashes."""
+    return bool(SECRET_FLAG_RE.match(name if name.startswith("-") else f"--{name}"))
+
+
 def env(mapping: Mapping[str, str]) -> dict[str, str]:
     """A copy with secret values replaced."""
     return {k: (REDACTED if is_secret(k) and v else v) for k, v in mapping.items()}

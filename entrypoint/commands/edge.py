@@ -33,9 +33,7 @@ def inventory_for(r: recipe_mod.Recipe) -> Inventory:
             raise ValueError(f"{path} {why}")
         return hardware.load(path)
     except ValidationError as exc:  # pydantic's own text is a screen with a link: the fields, one line
-        fields = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'the file'}: {e['msg']}" for e in exc.errors()[:3]
-        )
+        fields = "; ".join(_field_error(e) for e in exc.errors()[:3])
         more = f" (and {exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
         why = f"{path} is not an inventory: {fields}{more}"
     except (OSError, ValueError) as exc:
@@ -50,6 +48,17 @@ def inventory_for(r: recipe_mod.Recipe) -> Inventory:
             )
         ]
     )
+
+
+def _field_error(e: dict) -> str:
+    """One of pydantic's errors as `field: value (expected form)`; a validator's own sentence names both."""
+    where = ".".join(map(str, e["loc"])) or "the file"
+    if e["type"] == "value_error":  # without pydantic's "Value error, " prefix; a check of the whole file
+        return f"{where}: {e['ctx']['error']}" if e["loc"] else str(e["ctx"]["error"])  # names its fields
+    value = e.get("input")
+    if e["msg"].startswith("Input should be ") and isinstance(value, str | int | float | bool):
+        return f"{where}: {value!r} (expected {e['msg'].removeprefix('Input should be ')})"
+    return f"{where}: {e['msg']}"
 
 
 def make_plan(

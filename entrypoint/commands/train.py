@@ -79,10 +79,10 @@ class Steps(NamedTuple):
 def completed_steps(plan: Plan) -> Steps:
     """The steps of the newest complete checkpoint in the run's train/ directory."""
     newest = export.newest_complete(plan.train_dir)
-    if newest is None:
+    state = export.trainer_state(newest) if newest is not None else None
+    if state is None:
         return Steps(0, None)
-    state = json.loads((newest / "trainer_state.json").read_text())
-    return Steps(int(state.get("global_step", 0)), state.get("max_steps"))
+    return Steps(state.get("global_step", 0), state.get("max_steps"))
 
 
 def _already_complete(plan: Plan) -> bool:
@@ -412,10 +412,8 @@ def prepare(plan: Plan, printer: Printer) -> Path:
     """Create the run directory, set incomplete checkpoints aside, generate the dataset; returns node_dir."""
     here = node_dir(plan)
     here.mkdir(parents=True, exist_ok=True)
-    for moved in quarantine_incomplete(plan.train_dir):
-        printer.say(
-            f"warning: {moved} was an incomplete checkpoint (interrupted save); moved aside, not resumed from"
-        )
+    for moved, why in quarantine_incomplete(plan.train_dir):
+        printer.say(f"warning: {moved} was an incomplete checkpoint ({why}); moved aside, not resumed from")
     s = plan.recipe.settings
     trainer = plan.process("trainer")
     if trainer is not None and trainer.env.get("GRPO_RIG_EVENTS"):
@@ -516,10 +514,10 @@ def training_finished(plan: Plan, trainer: Child) -> str | None:
     except OSError:
         return None
     newest = export.newest_complete(plan.train_dir)
-    if not ended or newest is None:
+    state = export.trainer_state(newest) if newest is not None else None
+    if not ended or newest is None or state is None:
         return None
-    state = json.loads((newest / "trainer_state.json").read_text())
-    step, planned = int(state.get("global_step", 0)), state.get("max_steps")
+    step, planned = state.get("global_step", 0), state.get("max_steps")
     if not planned or step < int(planned):
         return None
     return f"ms-swift logged '{END_OF_MAIN}' and {newest.name} holds step {step} of {planned}"
@@ -595,18 +593,20 @@ def _export_watch(plan: Plan, output: Path, log: Path) -> Callable[[], str]:
     return stalled
 
 
-def quarantine_incomplete(train_dir: Path) -> list[str]:
+def quarantine_incomplete(train_dir: Path) -> list[tuple[str, str]]:
     """Rename incomplete checkpoint-N dirs to incomplete-checkpoint-N so HF's rotation (save_total_limit)
-    never counts them as the newest and deletes the complete one a resume needs. Nothing is deleted."""
+    never counts them as the newest and deletes the complete one a resume needs. Nothing is deleted.
+    Returns (where each went, why it is incomplete: export.incomplete_why)."""
     moved = []
     for ckpt in export.incomplete(train_dir):
+        why = export.incomplete_why(ckpt)
         target = ckpt.with_name(f"incomplete-{ckpt.name}")
         n = 1
         while target.exists():
             target = ckpt.with_name(f"incomplete-{ckpt.name}.{n}")
             n += 1
         ckpt.rename(target)
-        moved.append(str(target))
+        moved.append((str(target), why))
     return moved
 
 

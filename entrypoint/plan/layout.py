@@ -17,13 +17,13 @@ disjoint CUDA_VISIBLE_DEVICES=<rollout GPUs> (case C05, tests/cases.md).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Literal
 
 from entrypoint.errors import Problem
 from entrypoint.facts.inventory import Inventory
-from entrypoint.recipe.keys import COLOCATE_ONLY, COLOCATE_ONLY_SOURCE
-from entrypoint.recipe.load import Origin, Recipe
+from entrypoint.recipe.keys import COLOCATE_ONLY, COLOCATE_ONLY_SOURCE, COLOCATED_KEY
+from entrypoint.recipe.load import Choice, Origin, Recipe
 
 DOCKER_RENUMBERING = (
     "Ordinals are the container's: Docker numbers the GPUs it exposes from 0, whatever their host "
@@ -95,7 +95,7 @@ class Layout:
 
 
 def _fmt(gpus: tuple[int, ...]) -> str:
-    return ",".join(map(str, gpus)) if gpus else "-"
+    return ",".join(map(str, gpus)) if gpus else "none"  # a sentence never reads "on GPU(s) -"
 
 
 def is_loopback(address: str) -> bool:
@@ -167,6 +167,10 @@ def decide(
     return layout
 
 
+# A fix for a GPU list: (the key, the ordinals the user meant where torch's names spell them) -> the fix
+Fixer = Callable[[str, list[int] | None], str]
+
+
 def _place(
     recipe: Recipe,
     inventory: Inventory,
@@ -174,21 +178,28 @@ def _place(
     rollout_only: bool,
     problems: list[Problem],
     in_container: bool = True,
+    fixes: bool = True,
 ) -> Layout | None:
+    """`fixes`: a refused GPU list gets a fix found by placing candidates (_placing_fix); False while placing
+    one, so that a candidate's own faults are not searched in turn."""
     _warn_visible_devices(env, problems)
     use_vllm = recipe.trainer_args.use_vllm
     if not _gpus_there(recipe, inventory, use_vllm, problems, in_container):
         return None
+
+    def fix(key: str, wanted: list[int] | None) -> str:
+        return _placing_fix(recipe, inventory, env, rollout_only, in_container, key, wanted) if fixes else ""
+
     s = recipe.settings
     rollout = (
-        _ordinals(recipe, inventory, "ROLLOUT_GPUS", s.ROLLOUT_GPUS.strip(), problems)
+        _ordinals(recipe, inventory, "ROLLOUT_GPUS", s.ROLLOUT_GPUS.strip(), problems, fix)
         if s.ROLLOUT_GPUS.strip()
         else []
     )
     _check_bind(recipe, rollout, problems)
     if rollout_only and rollout is not None:
-        return _rollout_only(recipe, rollout, problems)
-    train = _training_gpus(recipe, inventory, rollout, problems)
+        return _rollout_only(recipe, inventory, rollout, problems)
+    train = _training_gpus(recipe, inventory, rollout, problems, fix)
     if train is None or rollout is None:
         return None
     mode = _mode(recipe, len(inventory.gpus), train, rollout, use_vllm, problems)
@@ -277,22 +288,32 @@ def _gpus_there(
 
 
 def _ordinals(
-    recipe: Recipe, inventory: Inventory, key: str, text: str, problems: list[Problem]
+    recipe: Recipe, inventory: Inventory, key: str, text: str, problems: list[Problem], fix: Fixer
 ) -> list[int] | None:
     visible = [g.index for g in inventory.gpus]
+    where = f"{key} ({recipe.source(key)})"
+    listed = ". Visible:\n    " + inventory.table().replace("\n", "\n    ")
+    spelled = ""  # torch's names for GPUs that are not there: said before the list of those that are
     try:
         values = parse_ordinals(text)
     except ValueError as exc:
-        problems.append(
-            Problem(f"{key} ({recipe.source(key)})", f"{text!r}: {exc}", "write ordinals like 0,1 or 0-3")
-        )
-        return None
+        meant = torch_ordinals(text)
+        if meant is None:
+            problems.append(Problem(where, f"{text!r}: {exc}{listed}", fix(key, None)))
+            return None
+        # the ordinal torch's name holds is no fix by itself: it may not exist, or serve the other role
+        spelled = f"{text!r} uses torch's device names; GPU lists take the ordinals alone"
+        if set(meant) <= set(visible):
+            problems.append(Problem(where, spelled + listed, fix(key, meant)))
+            return None
+        values, spelled = meant, spelled + ", and "
     unknown = [v for v in values if v not in visible]
     if unknown:
         problems.append(
             Problem(
-                f"{key} ({recipe.source(key)})",
-                (
+                where,
+                spelled
+                + (
                     f"GPU {unknown[0]} does not exist"
                     if len(unknown) == 1
                     else f"GPUs {', '.join(map(str, unknown[:-1]))} and {unknown[-1]} do not exist"
@@ -302,33 +323,142 @@ def _ordinals(
                     if inventory.source.startswith("file:")
                     else " in this container"
                 )
-                + ". Visible:\n    "
-                + inventory.table().replace("\n", "\n    ")
+                + listed
                 + f"\n  {DOCKER_RENUMBERING}",
-                _ordinals_fix(key, visible),
+                fix(key, None),
             )
         )
         return None
     return values
 
 
-def _ordinals_fix(key: str, visible: list[int]) -> str:
-    """What to write instead of GPUs that are not there: a layout that fits the visible ones (a rollout
-    server needs a GPU of its own, so one GPU means vLLM colocated)."""
+def torch_ordinals(text: str) -> list[int] | None:
+    """The ordinals a GPU list means where torch's device names spell some of them ('cuda:1,2' -> [1, 2]);
+    None where something else is wrong with it (parse_ordinals says what)."""
+    parts = [p for p in text.replace(" ", "").split(",") if p]
+    plain = [p[len("cuda:") :] if p.lower().startswith("cuda:") else p for p in parts]
+    try:
+        return parse_ordinals(",".join(plain))
+    except ValueError:
+        return None
+
+
+def _spell(gpus: list[int]) -> str:
+    """Ordinals as a recipe writes them: runs as ranges ([0, 1, 2, 3] -> 0-3, [0, 2] -> 0,2)."""
+    runs: list[list[int]] = []
+    for g in sorted(gpus):
+        if runs and g == runs[-1][-1] + 1:
+            runs[-1].append(g)
+        else:
+            runs.append([g])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+
+
+def _placing_fix(
+    recipe: Recipe,
+    inventory: Inventory,
+    env: Mapping[str, str],
+    rollout_only: bool,
+    in_container: bool,
+    key: str,
+    wanted: list[int] | None,
+) -> str:
+    """What to write instead of a GPU list that is refused: the first candidate (the user's own GPUs in
+    ordinals, then layouts of the visible GPUs) whose placement is refused by nothing, as a fix of the memory
+    plan is checked by planning it (preflight/memory_check). Tried, not guessed: 'ROLLOUT_GPUS=cuda:2' on two
+    GPUs was told to write 2, which does not exist, and 'leave ROLLOUT_GPUS empty' led into the refusal of
+    the recipe's rollout-server keys."""
+    visible = [g.index for g in inventory.gpus]
     if not visible:
         return "expose GPUs first"
-    if key == "ROLLOUT_GPUS" and len(visible) == 1:
-        return (
-            f"leave ROLLOUT_GPUS empty: with one GPU vLLM runs colocated on it (TRAIN_GPUS={visible[0]}); a "
-            "rollout server needs a GPU of its own"
-        )
+    # the other placement key's torch names are read as meant: its own problem names that fix
+    other = "TRAIN_GPUS" if key == "ROLLOUT_GPUS" else "ROLLOUT_GPUS"
+    written = getattr(recipe.settings, other)
+    meant = torch_ordinals(written) if ":" in written else None
+    base = {other: _spell(meant)} if meant else {}
+    for changes, say in _candidates(recipe, key, wanted, visible, rollout_only):
+        tried, found = _following(recipe, {**base, **changes}), []
+        placed = _place(tried, inventory, env, rollout_only, found, in_container, fixes=False)
+        if placed is not None and not any(p.fatal for p in found):
+            return say
+    return f"use ordinals from the list above ({_spell(visible)}), each GPU for one role"
+
+
+def _candidates(
+    recipe: Recipe, key: str, wanted: list[int] | None, visible: list[int], rollout_only: bool
+) -> Iterator[tuple[dict[str, str], str]]:
+    """(values to write, the fix that says so) to try in order for a refused TRAIN_GPUS or ROLLOUT_GPUS: the
+    ordinals meant (cuda:1 -> 1), then a layout of the visible GPUs (a rollout server needs a GPU of its
+    own, so one GPU means vLLM colocated, its server keys moved to colocated vLLM's)."""
+    if wanted and set(wanted) <= set(visible):
+        yield {key: _spell(wanted)}, f"write {key}={_spell(wanted)}"
+    if key == "ROLLOUT_GPUS" and rollout_only:
+        yield {key: str(visible[0])}, f"for example ROLLOUT_GPUS={visible[0]} (the list above)"
+        return
+    rest, last = _spell(visible[:-1]), str(visible[-1])
     if key == "ROLLOUT_GPUS":
-        train = f"{visible[0]}-{visible[-2]}" if len(visible) > 2 else str(visible[0])
-        return (
-            f"for example ROLLOUT_GPUS={visible[-1]} with TRAIN_GPUS={train} (the list above; each needs its "
-            "own)"
+        if len(visible) > 1:
+            yield (
+                {"ROLLOUT_GPUS": last, "TRAIN_GPUS": rest},
+                f"for example ROLLOUT_GPUS={last} with TRAIN_GPUS={rest} (the list above; each needs its "
+                "own)",
+            )
+        yield _colocating(recipe, visible)
+        return
+    rollout = torch_ordinals(recipe.settings.ROLLOUT_GPUS) or []
+    free = [g for g in visible if g not in rollout]
+    if free:
+        less = ", less ROLLOUT_GPUS" if rollout else ""
+        yield {"TRAIN_GPUS": _spell(free)}, f"for example TRAIN_GPUS={_spell(free)} (the list above{less})"
+    if recipe.settings.ROLLOUT_GPUS.strip() and len(visible) > 1:
+        yield (
+            {"TRAIN_GPUS": rest, "ROLLOUT_GPUS": last},
+            f"for example TRAIN_GPUS={rest} with ROLLOUT_GPUS={last} (the list above; each needs its own)",
         )
-    return f"use ordinals from the list above ({visible[0]}..{visible[-1]})"
+    elif recipe.settings.ROLLOUT_GPUS.strip():  # one GPU: no room for a server (the fix says TRAIN_GPUS)
+        yield _colocating(recipe, visible)
+
+
+def _colocating(recipe: Recipe, visible: list[int]) -> tuple[dict[str, str], str]:
+    """The candidate without a rollout server: ROLLOUT_GPUS empty, the recipe's server keys moved to colocated
+    vLLM's (or removed), the one GPU training."""
+    moved, said = _moved_to_colocated(recipe)
+    if len(visible) > 1:
+        return {
+            "ROLLOUT_GPUS": "",
+            **moved,
+        }, "leave ROLLOUT_GPUS empty to colocate vLLM on the training GPUs" + said
+    lead = (
+        f"leave ROLLOUT_GPUS empty: with one GPU vLLM runs colocated on it (TRAIN_GPUS={visible[0]}); a "
+        "rollout server needs a GPU of its own"
+    )
+    return {"ROLLOUT_GPUS": "", "TRAIN_GPUS": str(visible[0]), **moved}, lead + said
+
+
+def _moved_to_colocated(recipe: Recipe) -> tuple[dict[str, str], str]:
+    """The changes that move the recipe's rollout-server keys to colocated vLLM's (ROLLOUT_MAX_MODEL_LEN ->
+    VLLM_MAX_MODEL_LEN; "" removes one that has none), and the words that say so after a fix."""
+    changes: dict[str, str] = {}
+    moved, removed = [], []
+    for k in _server_keys(recipe):
+        changes[k] = ""
+        if k in COLOCATED_KEY and recipe.trainer_args.use_vllm:
+            changes[COLOCATED_KEY[k]] = recipe.raw(k) or ""
+            moved.append(f"{k}={recipe.raw(k)} as {COLOCATED_KEY[k]}={recipe.raw(k)}")
+        else:
+            removed.append(k)
+    said = f"; write {', '.join(moved)} (colocated vLLM's keys)" if moved else ""
+    said += f"; remove {', '.join(removed)} (a rollout server's only)" if removed else ""
+    return changes, said
+
+
+def _following(recipe: Recipe, changes: Mapping[str, str]) -> Recipe:
+    """The recipe with `changes` written on the command line, "" unsetting a key: what following a fix
+    gives."""
+    unset = [k for k, v in changes.items() if v == "" and k not in ("TRAIN_GPUS", "ROLLOUT_GPUS")]
+    return recipe.without(unset).with_values(
+        Choice(k, v, "", Origin.COMMAND_LINE) for k, v in changes.items() if k not in unset
+    )
 
 
 def _check_bind(recipe: Recipe, rollout: list[int] | None, problems: list[Problem]) -> None:
@@ -344,14 +474,15 @@ def _check_bind(recipe: Recipe, rollout: list[int] | None, problems: list[Proble
         )
 
 
-def _rollout_only(recipe: Recipe, rollout: list[int], problems: list[Problem]) -> Layout:
+def _rollout_only(
+    recipe: Recipe, inventory: Inventory, rollout: list[int], problems: list[Problem]
+) -> Layout:
     if not rollout:
+        visible = [g.index for g in inventory.gpus]  # a fix names GPUs there are ("0-3" on one GPU did not)
+        fix = f"set ROLLOUT_GPUS={visible[0]}" if visible else "expose GPUs first"
+        fix += f" (or {_spell(visible)})" if len(visible) > 1 else ""
         problems.append(
-            Problem(
-                "ROLLOUT_GPUS",
-                "`rollout` serves on dedicated GPUs, and none are named",
-                "set ROLLOUT_GPUS=0 (or 0-3)",
-            )
+            Problem("ROLLOUT_GPUS", "`rollout` serves on dedicated GPUs, and none are named", fix)
         )
     tp = recipe.rollout_args.tensor_parallel_size
     return Layout(
@@ -365,14 +496,14 @@ def _rollout_only(recipe: Recipe, rollout: list[int], problems: list[Problem]) -
 
 
 def _training_gpus(
-    recipe: Recipe, inventory: Inventory, rollout: list[int] | None, problems: list[Problem]
+    recipe: Recipe, inventory: Inventory, rollout: list[int] | None, problems: list[Problem], fix: Fixer
 ) -> list[int] | None:
     text = recipe.settings.TRAIN_GPUS.strip().lower()
     if text in ("none", ""):
         return []
     if text == "all":
         return [g.index for g in inventory.gpus if g.index not in (rollout or [])]
-    return _ordinals(recipe, inventory, "TRAIN_GPUS", recipe.settings.TRAIN_GPUS, problems)
+    return _ordinals(recipe, inventory, "TRAIN_GPUS", recipe.settings.TRAIN_GPUS, problems, fix)
 
 
 def _mode(
@@ -466,21 +597,26 @@ def _check_parallel_sizes(
         )
 
 
+def _server_keys(recipe: Recipe) -> list[str]:
+    """The rollout-server keys the recipe sets (ROLLOUT_GPUS aside), which a run without a server refuses."""
+    return [
+        k
+        for k in recipe.values
+        if (
+            k.startswith("ROLLOUT_")
+            and k != "ROLLOUT_GPUS"
+            and k not in recipe.dropped  # its own refusal says what is wrong with it
+            and recipe.is_set(k)
+            and recipe.origin(k) not in (Origin.ENVIRONMENT, Origin.DEFAULTS_FILE)
+        )
+    ]
+
+
 def _check_mode_keys(recipe: Recipe, mode: str, rollout_only: bool, problems: list[Problem]) -> None:
     """Keys that do nothing in this mode: rollout-server keys without a server, colocate-only keys with
     one."""
     if mode != "server" and not rollout_only:
-        server_keys = [
-            k
-            for k in recipe.values
-            if (
-                k.startswith("ROLLOUT_")
-                and k != "ROLLOUT_GPUS"
-                and k not in recipe.dropped  # its own refusal says what is wrong with it
-                and recipe.is_set(k)
-                and recipe.origin(k) not in (Origin.ENVIRONMENT, Origin.DEFAULTS_FILE)
-            )
-        ]
+        server_keys = _server_keys(recipe)
         if server_keys:
             colocate_hint = "; colocated vLLM takes VLLM_GPU_MEMORY_UTILIZATION, VLLM_MAX_MODEL_LEN, ..."
             problems.append(

@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from entrypoint import redact
 from entrypoint.recipe import keys, shell, swift_schema
 from entrypoint.recipe.load import DEFAULTS_FILE, RECIPES_DIR, read_env_file
 from entrypoint.recipe.settings import split_address
@@ -50,6 +51,18 @@ TRANSLATED = {
     "ckpt_dir": lambda v: {},
 }
 SECRET_RE = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
+# Where ms-swift and its loggers read a secret flag's value when the flag is absent: a secret goes there,
+# never into a recipe file. Hubs: ms-swift logs in with MODELSCOPE_API_TOKEN when --hub_token is None
+# (v3.6.4:swift/hub/hub.py:189-192; base_args.py:171), huggingface_hub reads HF_TOKEN itself.
+_HUB_TOKEN = (
+    "HF_TOKEN (the Hugging Face hub, USE_HF=true) or MODELSCOPE_API_TOKEN (ModelScope, ms-swift's default)"
+)
+SECRET_VARIABLES = {
+    "hub_token": _HUB_TOKEN,
+    "push_to_hub_token": _HUB_TOKEN,
+    # swanlab.login() only with a token (v3.6.4:swift/llm/argument/train_args.py:83-84); swanlab reads this
+    "swanlab_token": "SWANLAB_API_KEY",
+}
 
 
 def all_linear(value: str) -> str:
@@ -298,19 +311,21 @@ def _vllm_device(
         trainers = nproc or len(visible) - 1
         train, rollout = visible[:trainers], visible[trainers:]
     elif device.startswith("cuda:") and device[5:].isdigit():
-        rollout = [int(device[5:])]
-        train = [g for g in train if g not in rollout]
+        # no CUDA_VISIBLE_DEVICES nor NPROC_PER_NODE: ms-swift trained on GPU 0 alone. vLLM on a training GPU
+        # shared it (colocated now): a server there left the trainers no GPU ("beside the trainers on GPU -")
+        trainers = [g for g in train or [0] if g != int(device[5:])]
+        if trainers:
+            train, rollout = trainers, [int(device[5:])]
     if rollout:
         d.notes.append(
             f"--vllm_device {device}: removed in 3.6; the rollout becomes a `swift rollout` server on "
-            f"GPU {','.join(map(str, rollout))}, beside the trainers on GPU "
-            f"{','.join(map(str, train)) or '-'}"
+            f"GPU {','.join(map(str, rollout))}, beside the trainers on GPU {','.join(map(str, train))}"
         )
     else:
         why = (
-            "no GPU is left beside the trainers"
-            if visible
-            else "the script lists no GPUs (CUDA_VISIBLE_DEVICES)"
+            "the script lists no GPUs (CUDA_VISIBLE_DEVICES)"
+            if device == "auto" and not visible
+            else "no GPU is left beside the trainers"
         )
         d.notes.append(
             f"--vllm_device {device}: removed in 3.6; {why}, so vLLM runs colocated on the training "
@@ -354,11 +369,27 @@ def _multi_node_run_name(d: _Draft, target: str) -> None:
     )
 
 
+def _secret_flag(d: _Draft, command: str, name: str) -> bool:
+    """A flag whose value is a secret (redact.is_secret_flag, the registry that keeps it off the console) is
+    left out, with a note naming the environment variable to set instead: a recipe is a file on disk, shared
+    and committed (`import --hub_token XYZ` wrote HUB_TOKEN=XYZ into it). True when `name` is one."""
+    if not redact.is_secret_flag(name):
+        return False
+    where = SECRET_VARIABLES.get(name, "the environment variable its service reads")
+    d.notes.append(
+        f"{command}--{name}: a secret, left out of this file (never written to a recipe); set {where} in "
+        "the environment instead"
+    )
+    return True
+
+
 def _trainer_flags(d: _Draft, rlhf: Command, rollout_gpus: list[int]) -> None:
     """Each `swift rlhf` flag as a key: dropped when composed, translated when renamed, moved to the rollout
     server when colocate-only in server mode."""
     schema = swift_schema.load("rlhf")
     for name, vals in rlhf.flags:
+        if _secret_flag(d, "", name):
+            continue
         if name in DROPPED or name in ("vllm_device", "vllm_server_timeout"):  # _layout read the last two
             if name in DROPPED:
                 d.notes.append(f"--{name}: dropped, {DROPPED[name]}")
@@ -412,6 +443,8 @@ def _rollout_flags(d: _Draft, rollout: Command) -> None:
     """The `swift rollout` line's own flags as ROLLOUT_* keys (those shared with the trainer come from it)."""
     rlhf_schema, rollout_schema = swift_schema.load("rlhf"), swift_schema.load("rollout")
     for name, vals in rollout.flags:
+        if _secret_flag(d, "swift rollout ", name):
+            continue
         if name == "external_plugins":
             _rollout_plugins(d, vals)
             continue

@@ -30,6 +30,7 @@ class Renamed:
     message: str  # what the key was / why it does not apply
     fix: str  # the 3.6.4 way
     source: str  # where the fact comes from
+    becomes: str = ""  # the 3.6.4 key it is, where it is one: a fix follows the recipe's mode (server_only)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -310,6 +311,7 @@ for _flag in (
         "the ms-swift 3.7+ spelling of a `swift rollout` flag; 3.6.4 has no `vllm_` prefix there",
         f"ROLLOUT_{_flag}=<value>",
         "v3.6.4:swift/llm/argument/infer_args.py:67-82; prefix added in v3.7.0",
+        becomes=f"ROLLOUT_{_flag}",
     )
 
 
@@ -338,6 +340,16 @@ COLOCATE_ONLY: dict[str, str] = {
     "OFFLOAD_OPTIMIZER": "",
 }
 COLOCATE_ONLY_SOURCE = "v3.6.4:swift/llm/argument/rlhf_args.py:294-302; swift/trainers/arguments.py:163-201"
+# COLOCATE_ONLY read backwards: what a rollout server's key is called on the colocated engine, for a fix
+# in a recipe that runs no server (where every ROLLOUT_ key is refused: plan/layout._check_mode_keys).
+COLOCATED_KEY: dict[str, str] = {server: colocated for colocated, server in COLOCATE_ONLY.items() if server}
+
+
+def server_only(key: str) -> bool:
+    """A key that only a rollout server takes: refused in a recipe that runs none (ROLLOUT_GPUS and
+    ROLLOUT_HOST empty; plan/layout._check_mode_keys), so never a fix to offer there."""
+    return key.startswith("ROLLOUT_") and key not in ("ROLLOUT_GPUS", "ROLLOUT_HOST")
+
 
 # NCCL's documented environment variables (NCCL user guide, "Environment Variables"), used to catch
 # typos: NCCL ignores names it does not know, so NCCL_P2P_DISSABLE=1 silently does nothing.

@@ -30,6 +30,7 @@ import stat
 from collections import ChainMap
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Literal
 
 from dotenv.parser import parse_stream
 from pydantic import ValidationError
@@ -40,7 +41,7 @@ from entrypoint.errors import BadInput, Problem
 from entrypoint.recipe import keys, swift_schema
 from entrypoint.recipe.args import RolloutArgs, TrainerArgs
 from entrypoint.recipe.keys import MANAGED, NCCL_VARIABLES
-from entrypoint.recipe.settings import Settings
+from entrypoint.recipe.settings import Settings, default_run_name_problem
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 RECIPES_DIR = PROJECT_DIR / "recipes"
@@ -223,11 +224,17 @@ class Recipe:
         """A copy without the values the planner chose (with_values, Origin.PLANNER): the recipe as its
         layers set it, which plan.build shapes again (a fix is checked by planning it:
         preflight/memory_check)."""
-        chosen = [k for k, v in self.values.items() if v.origin is Origin.PLANNER]
+        return self.without([k for k, v in self.values.items() if v.origin is Origin.PLANNER])
+
+    def without(self, chosen: Iterable[str]) -> Recipe:
+        """A copy with the keys `chosen` unset, as if no layer gave them: an owned key back at its default, a
+        swift argument left to ms-swift (what removing a key from the recipe would give)."""
+        chosen = [k for k in chosen if k in self.values]
         if not chosen:
             return self
         rlhf, rollout_schema = swift_schema.load("rlhf"), swift_schema.load("rollout")
         trainer, rollout, env = dict(self.trainer), dict(self.rollout), dict(self.env)
+        nccl = {k: v for k, v in self.nccl.items() if k not in chosen}
         owned: dict[str, object] = {}
         for key in chosen:
             kind = getattr(keys.lookup(key), "kind", None)
@@ -237,14 +244,14 @@ class Recipe:
                 owned[key] = Settings.model_fields[key].default
             elif key.startswith("ROLLOUT_") and key[len("ROLLOUT_") :].lower() in rollout_schema:
                 rollout.pop(rollout_schema[key[len("ROLLOUT_") :].lower()].name, None)
-            else:
+            elif key.lower() in rlhf:
                 trainer.pop(rlhf[key.lower()].name, None)
         settings = (
             Settings.model_validate({**self.settings.model_dump(), **owned}) if owned else self.settings
         )
         values = {k: v for k, v in self.values.items() if k not in chosen}
         return dataclasses.replace(
-            self, values=values, settings=settings, trainer=trainer, rollout=rollout, env=env
+            self, values=values, settings=settings, trainer=trainer, rollout=rollout, nccl=nccl, env=env
         )
 
     def resolved(self) -> dict[str, dict[str, str]]:
@@ -261,13 +268,56 @@ def classify(key: str) -> str | None:
     return found.kind if found is not None and found.kind not in ("managed", "renamed") else None
 
 
-def explain_unknown(key: str, source: str) -> Problem:
-    """The problem for a key `classify` refused: renamed, managed, or unknown with suggestions."""
+# What generates in a recipe, as its keys say before any placement (plan/layout decides the mode): a rollout
+# server (ROLLOUT_GPUS or ROLLOUT_HOST set), vLLM colocated on the trainers, or no vLLM (USE_VLLM false).
+Generation = Literal["server", "colocated", "no-vllm"]
+
+
+def generation_of(merged: Mapping[str, Value]) -> Generation:
+    """`Generation` from the merged layers' text (USE_VLLM as ms-swift's schema reads it; unreadable counts
+    as vLLM, its own problem says what is wrong with it)."""
+    if any(merged[k].value.strip() for k in ("ROLLOUT_GPUS", "ROLLOUT_HOST") if k in merged):
+        return "server"
+    text = merged["USE_VLLM"].value.strip() if "USE_VLLM" in merged else ""
+    try:
+        use_vllm = swift_schema.load("rlhf")["use_vllm"].coerce(text or "false")  # unset: ms-swift's False
+    except ValueError:
+        use_vllm = ["true"]
+    return "colocated" if use_vllm == ["true"] else "no-vllm"
+
+
+def in_mode(key: str, generation: Generation) -> str | None:
+    """`key` where the recipe's mode takes it, else the key that does its work there (a rollout server's key
+    in a recipe without a server: colocated vLLM's, keys.COLOCATED_KEY), None where there is none: a fix
+    names only keys the recipe's mode accepts (a server key in a colocate recipe is refused in turn)."""
+    if generation == "server" or not keys.server_only(key):
+        return key
+    return keys.COLOCATED_KEY.get(key) if generation == "colocated" else None
+
+
+def _renamed_fix(r: keys.Renamed, generation: Generation) -> str:
+    """The renamed key's fix in the recipe's mode (keys.Renamed.becomes)."""
+    if not r.becomes or in_mode(r.becomes, generation) == r.becomes:
+        return r.fix
+    why = (
+        "this recipe runs no rollout server (ROLLOUT_GPUS and ROLLOUT_HOST are empty"
+        if generation == "colocated"
+        else "this recipe runs no vLLM (USE_VLLM is false"
+    )
+    instead = in_mode(r.becomes, generation)
+    if instead:
+        return f"{instead}=<value>: colocated vLLM's key, as {why}; {r.becomes} is a rollout server's)"
+    return f"remove it: {why}; {r.becomes} is a rollout server's key, and nothing else takes it)"
+
+
+def explain_unknown(key: str, source: str, generation: Generation = "server") -> Problem:
+    """The problem for a key `classify` refused: renamed, managed, or unknown with suggestions, each a key
+    the recipe's `generation` accepts (in_mode)."""
     where = f"{key} ({source})"
     found = keys.lookup(key)
     if found is not None and found.renamed is not None:
         r = found.renamed
-        return Problem(where, f"{r.message} [source: {r.source}]", r.fix)
+        return Problem(where, f"{r.message} [source: {r.source}]", _renamed_fix(r, generation))
     if found is not None and found.managed:
         return Problem(where, "is set by the entrypoint, not by recipes", found.managed)
     hook = child_hooks.BY_VARIABLE.get(key)
@@ -285,12 +335,13 @@ def explain_unknown(key: str, source: str) -> Problem:
             return Problem(
                 where, "is spelled with dashes; recipe keys use underscores", f"write {underscored}"
             )
-        inner = explain_unknown(underscored, source)  # renamed or managed: say what became of it
+        inner = explain_unknown(underscored, source, generation)  # renamed or managed: what became of it
         return Problem(where, f"({underscored}) {inner.message}", inner.fix)
     candidates = keys.known() + list(MANAGED)  # never suggest a key that would be refused as renamed
     close = difflib.get_close_matches(key, candidates, n=3, cutoff=0.75)
     prefix = [k for k in candidates if k.startswith(key) and k != key][:3]
-    suggestions = list(dict.fromkeys(prefix + close))[:3]
+    meant = list(dict.fromkeys(prefix + close))[:3]
+    suggestions = [s for s in dict.fromkeys(in_mode(k, generation) for k in meant) if s]
     if key.startswith("NCCL_"):
         message = "is not an NCCL variable this image knows (NCCL ignores unknown names silently)"
     else:
@@ -300,6 +351,11 @@ def explain_unknown(key: str, source: str) -> Problem:
     fix = f"did you mean {' or '.join(suggestions)}?" if suggestions else "see `python -m entrypoint keys`"
     if suggestions and suggestions[0] in MANAGED:
         fix += f" ({suggestions[0]} itself is set by the entrypoint: {MANAGED[suggestions[0]]})"
+    moved = [k for k in meant if in_mode(k, generation) not in (k, None)]
+    if moved and suggestions:
+        fix += (
+            f" ({in_mode(moved[0], generation)}: colocated vLLM's key, as this recipe runs no rollout server)"
+        )
     return Problem(where, message, fix)
 
 
@@ -590,6 +646,10 @@ def load(
     _model_replaces_its_type(merged, problems)
     owned, trainer, rollout, nccl_values, env = _sort_by_kind(merged, problems)
     settings = settings_of(owned, merged, problems, simulated=bool(environ.get("GRPO_RIG_SWIFT")))
+    # unset, the run is named <recipe file>-<timestamp> (facts.run_dir_of): a name too long for a directory?
+    unnamed = None if settings.RUN_NAME else default_run_name_problem(name)
+    if unnamed:
+        problems.append(Problem("RUN_NAME (default)", *unnamed))
     if strict and any(p.fatal for p in problems):
         raise BadInput(problems)
     return Recipe(
@@ -643,10 +703,11 @@ def _sort_by_kind(merged: dict[str, Value], problems: list[Problem]):
     nccl_values: dict[str, Value] = {}
     env: dict[str, str] = {}
     rlhf_schema, rollout_schema = swift_schema.load("rlhf"), swift_schema.load("rollout")
+    generation = generation_of(merged)
     for key, item in sorted(merged.items()):
         kind = classify(key)
         if kind is None:
-            problems.append(explain_unknown(key, item.source))
+            problems.append(explain_unknown(key, item.source, generation))
         elif kind == "owned":
             owned[key] = item.value
         elif kind == "nccl":

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
+from pathlib import PurePath
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -54,6 +56,54 @@ def split_address(text: str) -> tuple[str, int | None]:
         return url.hostname or "", None
 
 
+# Linux's limits on a path (linux/limits.h): NAME_MAX bytes in one name between slashes (ext4, xfs, btrfs,
+# overlayfs, tmpfs), PATH_MAX bytes in the whole, its terminating NUL included. Past them every mkdir and
+# open fails with ENAMETOOLONG, which surfaced as "manifest.json exists but cannot be read" and "is not
+# writable by this process".
+NAME_MAX = 255
+PATH_MAX = 4096
+
+
+def _shown(text: str) -> str:
+    """A long name as a line can hold it: its start and end."""
+    return text if len(text) <= 40 else f"{text[:24]}...{text[-12:]}"
+
+
+def too_long(path: str) -> str:
+    """Why `path` cannot exist on Linux, whatever the disk: a name or the whole over the limits; "" when it
+    can. Text only, no file system asked (this layer reads nothing)."""
+    size = len(os.fsencode(path))
+    if size >= PATH_MAX:
+        return f"it is {size} bytes; a path takes at most {PATH_MAX - 1} bytes (PATH_MAX)"
+    for name in path.split("/"):
+        size = len(os.fsencode(name))
+        if size > NAME_MAX:
+            return (
+                f"its name {_shown(name)!r} is {size} bytes; a file system takes names of at most {NAME_MAX} "
+                "bytes (NAME_MAX)"
+            )
+    return ""
+
+
+def _run_name_like(value: str) -> str:
+    """A RUN_NAME that RUN_NAME_RE takes, made from `value`."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", value).strip("-._")[:128] or "my-run"
+
+
+def default_run_name_problem(recipe: str) -> tuple[str, str] | None:
+    """(what is wrong, the fix) where RUN_NAME is unset and the default name, <recipe>-<UTC timestamp>
+    (facts.run_dir_of), cannot be a directory's name; None when it can."""
+    stem = PurePath(recipe).stem
+    size = len(os.fsencode(f"{stem}-YYYYmmdd-HHMMSS"))
+    if size <= NAME_MAX:
+        return None
+    return (
+        f"unset, so the run is named after the recipe file, {_shown(stem)!r} and a timestamp: {size} bytes; "
+        f"a file system takes names of at most {NAME_MAX} bytes (NAME_MAX)",
+        f"set RUN_NAME={_run_name_like(stem)}",
+    )
+
+
 def run_name_problem(value: str) -> tuple[str, str] | None:
     """(what is wrong, the fix) for a RUN_NAME that is not one plain path component, None when it is.
     The rule: a name stays inside OUTPUT_DIR (RUN_NAME_RE)."""
@@ -68,7 +118,7 @@ def run_name_problem(value: str) -> tuple[str, str] | None:
         why = f"{value!r} is a path, not a name: the run must be one directory directly under OUTPUT_DIR"
     else:
         why = f"{value!r} is not a run name"
-    suggestion = re.sub(r"[^A-Za-z0-9._-]+", "-", value).strip("-._")[:128] or "my-run"
+    suggestion = _run_name_like(value)
     return (
         f"{why}; RUN_NAME takes letters, digits, '.', '_' and '-' (up to 128, starting with a letter or "
         "digit)",
@@ -303,6 +353,18 @@ class Settings(BaseModel):
         problem = run_name_problem(value)
         if problem:
             raise Refused(*problem)
+        return value
+
+    @field_validator("OUTPUT_DIR")
+    @classmethod
+    def _output_dir(cls, value: str) -> str:
+        why = too_long(value)
+        if why:
+            raise Refused(
+                f"{_shown(value)!r} cannot be a directory: {why}",
+                f"choose a shorter OUTPUT_DIR: names of at most {NAME_MAX} bytes, {PATH_MAX - 1} bytes in "
+                "all",
+            )
         return value
 
     @field_validator("EVAL_ENGINE", mode="before")

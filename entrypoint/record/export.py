@@ -20,6 +20,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
@@ -48,15 +49,41 @@ def checkpoint_step(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def is_complete(checkpoint: Path) -> bool:
-    """Weights present and trainer_state.json parseable (it is written last)."""
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def trainer_state(checkpoint: Path) -> dict[str, Any] | None:
+    """The checkpoint's trainer_state.json as HF's Trainer writes it (TrainerState.save_to_json): an object
+    whose global_step and max_steps are whole numbers. None where it is missing, unreadable, or JSON of
+    another shape (`[]`, `3`): such a file is as good as none, and every reader of a checkpoint's steps
+    (train.completed_steps) reads it through here (a `[]` crashed them with AttributeError)."""
     try:
-        json.loads((checkpoint / "trainer_state.json").read_text())
+        state = json.loads((checkpoint / "trainer_state.json").read_text())
     except (OSError, ValueError):
-        return False
+        return None
+    if not isinstance(state, dict) or not _whole(state.get("global_step", 0)):
+        return None
+    return state if state.get("max_steps") is None or _whole(state["max_steps"]) else None
+
+
+def incomplete_why(checkpoint: Path) -> str:
+    """Why a checkpoint is not one to resume from or export ("" when it is): its trainer_state.json, written
+    last, missing or not the trainer's state, or its weights missing."""
+    if trainer_state(checkpoint) is None:
+        return (
+            "its trainer_state.json is not the trainer's state: a JSON object with a whole global_step"
+            if (checkpoint / "trainer_state.json").is_file()
+            else "no trainer_state.json: an interrupted save"
+        )
     has_adapter = all((checkpoint / f).is_file() for f in ADAPTER_FILES)
     has_full = (checkpoint / "config.json").is_file() and any(checkpoint.glob("*.safetensors"))
-    return has_adapter or has_full
+    return "" if has_adapter or has_full else "no weights: an interrupted save"
+
+
+def is_complete(checkpoint: Path) -> bool:
+    """Weights present and trainer_state.json the trainer's state (it is written last)."""
+    return not incomplete_why(checkpoint)
 
 
 def checkpoints(train_dir: Path) -> list[Path]:
