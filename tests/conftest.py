@@ -257,7 +257,7 @@ def inventory_file(tmp_path: Path, name: str, **changes) -> Path:
     return path
 
 
-# The corpus of maintainer-written configurations (tests/test_corpus.py, tests/test_import.py)
+# The corpus of maintainer-written configurations (tests/recipe/test_corpus.py, tests/recipe/test_import.py)
 CORPUS = ROOT / "tests" / "corpus"
 RECIPES = sorted((CORPUS / "recipes").glob("*.env"))
 

@@ -48,7 +48,7 @@ def test_countdown_1x4090_plan_colocates_vllm_on_gpu0():
     assert flag(argv, "model") == ["Qwen/Qwen2.5-0.5B-Instruct"]
     assert flag(argv, "use_vllm") == ["true"] and flag(argv, "vllm_mode") == ["colocate"]
     assert flag(argv, "num_generations") == ["8"] and flag(argv, "max_completion_length") == ["256"]
-    # 32 completions per step, cut by the planner (tests/test_shape.py) into micro-batches that fit 24 GB
+    # 32 completions per step, cut by the planner (tests/plan/test_shape.py) into micro-batches that fit 24 GB
     pd, ga = (
         int(flag(argv, "per_device_train_batch_size")[0]),
         int(flag(argv, "gradient_accumulation_steps")[0]),

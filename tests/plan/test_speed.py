@@ -7,8 +7,8 @@ import tarfile
 from pathlib import Path
 
 from entrypoint.plan import memory, speed
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 CALIBRATION = ROOT / "bench" / "calibration" / "speed-calibration.json"
 
 

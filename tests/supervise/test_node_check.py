@@ -1,6 +1,6 @@
 """The node check's network waits (supervise/nodes.py) against loopback stand-ins for node 0 and for another
 service on its port: an answer that is no node's is one problem, not a traceback, and a peer that trickles
-its answer is given up at the stated bound (in process; the two-node run itself is tests/test_multinode.py)."""
+its answer is given up at the stated bound (in process; the two-node run itself is tests/supervise/test_multinode.py)."""
 
 from __future__ import annotations
 

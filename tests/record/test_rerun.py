@@ -1,5 +1,5 @@
 """`rerun`: a run repeated from its manifest, with the fake `swift` (tests/fakes/swift); drift named before
-anything starts. The real CPU rerun of the smoke run is in test_smoke_run.py."""
+anything starts. The real CPU rerun of the smoke run is in tests/commands/test_smoke_run.py."""
 
 from __future__ import annotations
 

@@ -11,8 +11,9 @@ from entrypoint.errors import BadInput
 from entrypoint.recipe import load as recipe
 from entrypoint.recipe import swift_schema
 from entrypoint.recipe.args import RolloutArgs, TrainerArgs
+from tests.conftest import ROOT
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+RECIPES = ROOT / "recipes"
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:

@@ -3,7 +3,7 @@
 The source documents' commands (tests/fixtures/seed-*.sh, copied from the two seed write-ups) import into
 recipes that, once the problems `import` prints are fixed as their fixes say, validate and plan the same
 swift arguments as the shipped recipes made from those seeds, except where the shipped recipe's comments
-say why not. Every corpus recipe (ms-swift's own examples, tests/test_corpus.py) survives the round trip:
+say why not. Every corpus recipe (ms-swift's own examples, tests/recipe/test_corpus.py) survives the round trip:
 its planned commands, imported again, plan the same commands.
 """
 
@@ -489,7 +489,7 @@ def test_a_system_prompt_longer_than_a_file_name_imports_and_validates(tmp_path,
     import argparse
 
     from entrypoint.commands import import_
-    from tests.test_plan import R1_SYSTEM
+    from tests.plan.test_plan import R1_SYSTEM
 
     script = tmp_path / "run.sh"
     script.write_text(

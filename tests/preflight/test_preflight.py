@@ -2,7 +2,7 @@
 
 Each test runs `python -m entrypoint train ...` with a fake `swift` that records every start
 (tests/fakes/swift) and asserts exit status 2, the message, and that the fake never ran.
-Cases C02, C03, C07, C08 of tests/cases.md (C09: tests/test_memory.py).
+Cases C02, C03, C07, C08 of tests/cases.md (C09: tests/plan/test_memory.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from entrypoint.commands.train import changed_inputs
 from entrypoint.record import rerun
-from tests.test_rerun import DATA, SAME
+from tests.record.test_rerun import DATA, SAME
 
 VAL = {"spec": "/data/val.jsonl", "sha256": "a" * 64}
 
