@@ -10,7 +10,17 @@ from entrypoint.errors import BadInput
 from entrypoint.facts.inventory import IBPort, Inventory
 from entrypoint.plan import nccl
 from entrypoint.recipe.load import Origin, Value
-from tests.conftest import FAKE_SWIFT, ROOT, build_plan, clean_env, load_inventory, load_recipe, run_cli
+from tests.conftest import (
+    FAKE_SWIFT,
+    INVENTORIES,
+    ROOT,
+    build_plan,
+    clean_env,
+    load_inventory,
+    load_recipe,
+    refused,
+    run_cli,
+)
 
 build = build_plan
 
@@ -176,3 +186,15 @@ def test_unset_socket_ifname_warns_unless_the_choice_is_wrong_or_ambiguous(inter
     assert text in problems[0].message
     if not fatal and interfaces:
         assert problems[0].fix.startswith("set NCCL_SOCKET_IFNAME=")
+
+
+@pytest.mark.cli
+@pytest.mark.parametrize("value", ["true", "yes", ""])
+def test_p2p_disable_values_nccl_reads_as_zero_are_refused_on_cards_without_p2p(tmp_path, value):
+    err = refused(
+        tmp_path,
+        "recipe=countdown-1x4090",
+        f"INVENTORY={INVENTORIES / '2x4090-driver535.json'}",
+        f"NCCL_P2P_DISABLE={value}",
+    )
+    assert "it reads integers: write 1" in err
