@@ -1,4 +1,4 @@
-"""The planner's batch shape (entrypoint/shape.py): rules as tables on the pure chooser, with a stand-in
+"""The planner's batch shape (entrypoint/plan/shape.py): rules as tables on the pure chooser, with a stand-in
 memory model, plus what `plan` prints."""
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def step_times(monkeypatch):
 )
 def test_the_planner_turns_the_lever_with_the_least_predicted_time_that_fits(pairs, memory_model, expected):
     """Micro-batch, gradient checkpointing and liger's fused loss, chosen together by predicted
-    training time per step (entrypoint/speed.py) among the shapes that leave 10 % of the card free."""
+    training time per step (entrypoint/plan/speed.py) among the shapes that leave 10 % of the card free."""
     assert levers_chosen(*pairs, estimate=memory_model) == expected
 
 
