@@ -203,7 +203,8 @@ def _child(code: str, **env: str) -> subprocess.CompletedProcess:
 def test_emulation_patches_torch_only_once_torch_is_imported():
     code = (
         "import sys; assert 'torch' not in sys.modules; import torch; "
-        "print(torch.cuda.mem_get_info.__name__, hasattr(torch.cuda.mem_get_info, '__wrapped__'), len(torch.cuda._queued_calls))"
+        "print(torch.cuda.mem_get_info.__name__, hasattr(torch.cuda.mem_get_info, '__wrapped__'), "
+        "len(torch.cuda._queued_calls))"
     )
     with_cap = _child(code, GRPO_RIG_EMULATE_VRAM_GB="24")
     without = _child(code)
@@ -338,19 +339,20 @@ def test_rewards_that_answer_numbers_none_or_a_nan_beside_a_number_pass_unchange
     [
         (
             lambda c, solution, **k: [1 / int(x) if x.isdigit() else int(x) for x in c],
-            "reward function answer raised ValueError: invalid literal for int() with base 10: 'six' on row 2 of "
-            "the batch (completion 'six'; solution='6')",
+            "reward function answer raised ValueError: invalid literal for int() with base 10: 'six' on row "
+            "2 of the batch (completion 'six'; solution='6')",
         ),
         (lambda c, **k: [0.0] * 3, "reward function answer returned [0.0, 0.0, 0.0] for 4 completions"),
         (
             lambda c, **k: [0.0, "1.0", 0.0, 0.0],
-            "reward function answer returned '1.0' for row 1 of the batch (completion '5'; solution='5'): it is not a number",
+            "reward function answer returned '1.0' for row 1 of the batch (completion '5'; solution='5'): "
+            "it is not a number",
         ),
         (lambda c, **k: [0.0, 0.0, float("inf"), 0.0], "returned inf for row 2 of the batch"),
         (
             lambda c, **k: [0.0, float("nan"), 0.0, 0.0],
-            "every reward function returned None or NaN for row 1 of the batch (completion '5'; solution='5') "
-            "(answer: nan)",
+            "every reward function returned None or NaN for row 1 of the batch (completion '5'; "
+            "solution='5') (answer: nan)",
         ),
     ],
 )
@@ -397,10 +399,12 @@ def accuracy(completions, solution, **kwargs):
     return [1.0 if c == s else (math.nan if c == "?" else 0.0) for c, s in zip(completions, solution)]
 
 trainer = GRPOTrainer.__new__(GRPOTrainer)  # what _score_completions reads of a trainer, without a model
-trainer.reward_funcs, trainer.reward_func_names, trainer.reward_model_plugins = [accuracy], ["accuracy"], [None]
+trainer.reward_funcs, trainer.reward_func_names, trainer.reward_model_plugins = \
+[accuracy], ["accuracy"], [None]
 trainer.accelerator, trainer.reward_weights = types.SimpleNamespace(device="cpu"), torch.ones(1)
 trainer.state, trainer.args = TrainerState(), types.SimpleNamespace(report_to=[])
-rows = [{"messages": [{"role": "user", "content": "1+0?"}, {"role": "assistant", "content": c}], "solution": "1"}
+rows = [{"messages": [{"role": "user", "content": "1+0?"}, {"role": "assistant", "content": c}], \
+"solution": "1"}
         for c in ("1", "?", "0")]
 try:  # ms-swift alone
     print("plain:", trainer._score_completions(rows))
@@ -805,7 +809,7 @@ def test_a_trainer_without_the_methods_the_new_order_calls_is_a_notice(monkeypat
         offload_before_wake._offload_first(grpo)
 
 
-# vLLM gets only the trained LoRA adapter (GRPO_RIG_ADAPTER_SYNC) -----------------------------------------------
+# vLLM gets only the trained LoRA adapter (GRPO_RIG_ADAPTER_SYNC) --------------------------------------------
 def _tiny_peft_model():
     """A two-layer Qwen2 architecture with a rank-8 LoRA on every linear layer, as ms-swift trains it."""
     import torch
@@ -966,7 +970,8 @@ def test_the_engine_is_built_with_vllm_s_lora_support_at_the_run_s_rank():
 
 def test_a_4_bit_base_is_loaded_4_bit_by_vllm_too_and_the_value_is_read_strictly():
     """QLoRA (QUANT_METHOD=bnb QUANT_BITS=4): vLLM quantizes the same checkpoint with bitsandbytes as it loads
-    (quantization and load_format "bitsandbytes"), so the adapter is served on a 4-bit base like the trainer's."""
+    (quantization and load_format "bitsandbytes"), so the adapter is served on a 4-bit base like the
+    trainer's."""
     seen = {}
 
     class GRPOVllmEngine:

@@ -1,5 +1,6 @@
 """Run lifecycle: stop, resume, complete, refuse, redact (issue: nothing lost), on the suite's one real CPU
-training (tests/conftest.py `lifecycle`: the smoke recipe stopped after its first checkpoint, then resumed)."""
+training (tests/conftest.py `lifecycle`: the smoke recipe stopped after its first checkpoint, then
+resumed)."""
 
 from __future__ import annotations
 

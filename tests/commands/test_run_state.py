@@ -351,7 +351,10 @@ def test_a_volume_gone_read_only_while_preparing_ends_the_run_failed_saying_so(t
     code = train_here(tmp_path, console)
     assert code == 1 and pids(tmp_path, "trainer") == []
     data = manifest(tmp_path / "out" / "r")
-    summary = f"the entrypoint could not write {tmp_path / 'out' / 'r' / 'data'} while preparing the run: Read-only file system"
+    summary = (
+        f"the entrypoint could not write {tmp_path / 'out' / 'r' / 'data'} while preparing the run: "
+        "Read-only file system"
+    )
     assert data["status"] == "failed" and data["failure"]["summary"].startswith(summary)
     assert summary in console.getvalue()
 

@@ -123,7 +123,8 @@ def test_intervals_and_pass_at_1():
 
 def test_settings_come_from_the_environment_too(tmp_path):
     """`make eval RUN=x EVAL_PROMPTS=4` passes them as environment, and the image sets OUTPUT_DIR=/output:
-    both are read (a new user's EVAL_PROMPTS=4 used to be ignored for the default 32); the command line wins."""
+    both are read (a new user's EVAL_PROMPTS=4 used to be ignored for the default 32); the command line
+    wins."""
     proc = run_cli("evaluate", "run=x", env=clean_env(EVAL_PROMPTS="1"), timeout=60)
     assert proc.returncode == 2 and "EVAL_PROMPTS (environment): 1 is below 2" in proc.stderr
     wins = run_cli("evaluate", "run=x", "EVAL_PROMPTS=4", env=clean_env(EVAL_PROMPTS="1"), timeout=60)
@@ -343,7 +344,8 @@ def test_ctrl_c_while_the_entrypoint_imports_its_libraries_is_one_line_and_130(t
         "    def find_spec(self, name, path=None, target=None):\n"
         f"        if name == {module!r}: raise KeyboardInterrupt\n"
         "sys.meta_path.insert(0, CtrlC())\n"
-        f"sys.argv = ['entrypoint', 'evaluate', 'run=r', 'OUTPUT_DIR={tmp_path}', 'EVAL_DATASET={tmp_path}/x.jsonl']\n"
+        f"sys.argv = ['entrypoint', 'evaluate', 'run=r', 'OUTPUT_DIR={tmp_path}', "
+        f"'EVAL_DATASET={tmp_path}/x.jsonl']\n"
         "runpy.run_module('entrypoint', run_name='__main__')\n"
     )
     (tmp_path / "x.jsonl").write_text('{"messages": [{"role": "user", "content": "1+1"}]}\n' * 4)

@@ -1,5 +1,5 @@
-"""The README's "Which model fits?" table is the planner's (scripts/fits_table.py), and the models it lists are
-planned before any download."""
+"""The README's "Which model fits?" table is the planner's (scripts/fits_table.py), and the models it lists
+are planned before any download."""
 
 from __future__ import annotations
 

@@ -207,7 +207,8 @@ def test_gpu_lists_other_tools_write_are_refused_naming_the_ordinal_spelling(tex
 
 @pytest.mark.cli
 def test_an_inventory_without_gpus_is_named_not_answered_with_add_inventory(tmp_path):
-    """Cases re-run: INVENTORY= a file with no GPU got 'No GPU is visible on this machine ... add INVENTORY='."""
+    """Cases re-run: INVENTORY= a file with no GPU got 'No GPU is visible on this machine ... add
+    INVENTORY='."""
     data = json.loads((INVENTORIES / "1x4090-driver535.json").read_text())
     (tmp_path / "none.json").write_text(json.dumps({**data, "gpus": []}))
     proc = run_cli("validate", "recipe=smoke-gpu", f"INVENTORY={tmp_path / 'none.json'}", env=clean_env())

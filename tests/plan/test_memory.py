@@ -233,11 +233,11 @@ def test_calibration_measurements_are_committed_and_the_planner_is_within_15_per
 @pytest.mark.cli
 def test_vllm_colocate_lever_calibration_card_peaks_within_10_percent_where_the_planner_chooses():
     """Real vLLM 0.8.5.post1 colocate runs on a 24 GiB-capped H200 (NVML every 0.25 s, the run's own
-    processes), the throughput levers: micro-batch 4 to 32, gradient checkpointing on and off, liger's fused loss,
-    vLLM's share, sleep mode. The requirement is 10 %: every run on what the planner itself chooses (expandable
-    segments without sleep mode; torch's allocator, which sleep mode requires) is within it. On torch's
-    allocator without sleep mode, a recipe's own opt-out, the peak grows by whole working sets at steps
-    that vary from run to run (memory.py, "vLLM side"): 16 %."""
+    processes), the throughput levers: micro-batch 4 to 32, gradient checkpointing on and off, liger's fused
+    loss, vLLM's share, sleep mode. The requirement is 10 %: every run on what the planner itself chooses
+    (expandable segments without sleep mode; torch's allocator, which sleep mode requires) is within it. On
+    torch's allocator without sleep mode, a recipe's own opt-out, the peak grows by whole working sets at
+    steps that vary from run to run (memory.py, "vLLM side"): 16 %."""
     sys.path.insert(0, str(ROOT))
     from bench.fit_memory import colocate_prediction, expandable
 
@@ -295,11 +295,12 @@ def test_emulate_vram_hook_caps_torch_when_cuda_initialises():
 
 QWEN72B = json.loads((ROOT / "tests/corpus/models/Qwen--Qwen2.5-72B-Instruct/config.json").read_text())
 QWEN7B = json.loads((ROOT / "tests/corpus/models/Qwen--Qwen2.5-7B-Instruct/config.json").read_text())
-LORA_72B = ("recipe=smoke", "TRAIN_GPUS=0-3", "USE_VLLM=true", "MODEL_SOURCE=hub", "MODEL=Qwen/Qwen2.5-72B-Instruct",
-            "MODEL_TYPE=", "TEMPLATE=", "DATASET_GENERATOR=countdown", "VLLM_GPU_MEMORY_UTILIZATION=0.55",
-            "VLLM_MAX_MODEL_LEN=2048", "MAX_COMPLETION_LENGTH=1024", "PER_DEVICE_TRAIN_BATCH_SIZE=1",
-            "GRADIENT_ACCUMULATION_STEPS=1", "NUM_GENERATIONS=4", "GENERATION_BATCH_SIZE=", "AUTO_SHAPE=false",
-            "OFFLOAD_MODEL=true", "OFFLOAD_OPTIMIZER=true", "SLEEP_LEVEL=1")  # fmt: skip
+LORA_72B = ("recipe=smoke", "TRAIN_GPUS=0-3", "USE_VLLM=true", "MODEL_SOURCE=hub",
+            "MODEL=Qwen/Qwen2.5-72B-Instruct", "MODEL_TYPE=", "TEMPLATE=", "DATASET_GENERATOR=countdown",
+            "VLLM_GPU_MEMORY_UTILIZATION=0.55", "VLLM_MAX_MODEL_LEN=2048", "MAX_COMPLETION_LENGTH=1024",
+            "PER_DEVICE_TRAIN_BATCH_SIZE=1", "GRADIENT_ACCUMULATION_STEPS=1", "NUM_GENERATIONS=4",
+            "GENERATION_BATCH_SIZE=", "AUTO_SHAPE=false", "OFFLOAD_MODEL=true", "OFFLOAD_OPTIMIZER=true",
+            "SLEEP_LEVEL=1")  # fmt: skip
 
 
 def memory_problems(plan, fatal=True):
@@ -389,7 +390,8 @@ def test_rollout_server_is_sized_from_the_run_unless_the_recipe_sizes_it():
 
 
 def test_rollout_gpu_with_little_headroom_warns():
-    """The seed's ROLLOUT_GPU_MEMORY_UTILIZATION=0.9 on a 24 GB card leaves 2 % once the CUDA context counts."""
+    """The seed's ROLLOUT_GPU_MEMORY_UTILIZATION=0.9 on a 24 GB card leaves 2 % once the CUDA context
+    counts."""
     plan = build_plan("recipe=tcm-4x4090", "ROLLOUT_GPU_MEMORY_UTILIZATION=0.9", inventory="5x4090-driver535")
     warned = [p for p in memory_problems(plan, fatal=False) if "rollout (vLLM)" in p.message]
     assert warned and not warned[0].fatal and "under 10% headroom" in warned[0].message
@@ -604,7 +606,7 @@ def test_the_shipped_hub_dataset_plans_with_its_known_prompt_and_an_unknown_one_
     assert local.budget.workload.prompt_tokens > 512
 
 
-# One weight copy on the card at a time (OFFLOAD_MODEL, SLEEP_LEVEL=1) ----------------------------------------
+# One weight copy on the card at a time (OFFLOAD_MODEL, SLEEP_LEVEL=1) ---------------------------------------
 ONE_CARD_7B = ROOT / "docs" / "benchmarks" / "one-card-7b.json"
 
 
@@ -643,7 +645,8 @@ def test_an_offloaded_card_peaks_at_its_larger_phase_not_at_both_together():
 
 
 def _planned_on_a_4090(recipe: str, tmp_path) -> tuple[list[str], dict]:
-    """(the words, `plan --json`'s answer) for a shipped recipe on the 1 x 4090 inventory; asserts it planned."""
+    """(the words, `plan --json`'s answer) for a shipped recipe on the 1 x 4090 inventory; asserts it
+    planned."""
     args = [
         f"recipe={recipe}",
         f"INVENTORY={INVENTORIES / '1x4090-driver535.json'}",
@@ -741,8 +744,8 @@ def test_the_levers_are_chosen_for_a_7b_whatever_engine_counts_the_card():
 
 # QLoRA: bitsandbytes 4-bit weights in both copies ----------------------------------------------------------
 # Measured on a lent H200 (2026-12-04; random weights with Qwen3-14B's dimensions, the locked stack and
-# bitsandbytes 0.45.5): transformers' 4-bit model with PEFT LoRA loaded in 9.85 GiB, of which 6.46 stayed on the
-# GPU after model.to("cpu"); vLLM 0.8.5 loaded it in bitsandbytes with LoRA on in 9.39 GiB ("Model loading
+# bitsandbytes 0.45.5): transformers' 4-bit model with PEFT LoRA loaded in 9.85 GiB, of which 6.46 stayed on
+# the GPU after model.to("cpu"); vLLM 0.8.5 loaded it in bitsandbytes with LoRA on in 9.39 GiB ("Model loading
 # took"); a forward and backward of 2 x 240 tokens without gradient checkpointing peaked at 19.68 GiB.
 QWEN3_14B = memory.ModelDims.from_config(memory.shipped_config("Qwen/Qwen3-14B"))
 
@@ -828,8 +831,8 @@ def test_a_bf16_model_too_large_for_the_card_is_told_that_qlora_fits_and_followi
 
 
 def test_a_fix_names_no_smaller_micro_batch_at_1_and_no_lever_that_does_not_fit():
-    """Cases re-run: 'a smaller PER_DEVICE_TRAIN_BATCH_SIZE' at 1, and SLEEP_LEVEL=1 for a plan it does not make
-    fit. Qwen3-14B in bf16 on a 24 GiB card at micro-batch 1, awake: sleeping does not fit it either."""
+    """Cases re-run: 'a smaller PER_DEVICE_TRAIN_BATCH_SIZE' at 1, and SLEEP_LEVEL=1 for a plan it does not
+    make fit. Qwen3-14B in bf16 on a 24 GiB card at micro-batch 1, awake: sleeping does not fit it either."""
     plan = build_plan(
         *QWEN3_14B_ON_A_4090,
         "SLEEP_LEVEL=0",
@@ -848,7 +851,7 @@ def test_a_fix_names_no_smaller_micro_batch_at_1_and_no_lever_that_does_not_fit(
     assert "at most about 8.9B parameters" in fixes[0], fixes[0]
 
 
-# Host RAM on the one-weight-copy path ------------------------------------------------------------------------
+# Host RAM on the one-weight-copy path -----------------------------------------------------------------------
 
 
 def _on_a_pc(ram_gib: float | None, *pairs: str):
@@ -888,8 +891,8 @@ def test_the_one_copy_path_is_refused_on_a_pc_whose_ram_cannot_hold_the_offloade
 
 
 def test_qlora_keeps_only_the_bf16_part_of_the_trainer_in_ram():
-    """Qwen3-14B QLoRA: the trainer's quantized weights stay on the GPU, so RAM holds its embeddings and lm_head,
-    vLLM's 4-bit copy and the process: it fits a 32 GB PC."""
+    """Qwen3-14B QLoRA: the trainer's quantized weights stay on the GPU, so RAM holds its embeddings and
+    lm_head, vLLM's 4-bit copy and the process: it fits a 32 GB PC."""
     plan = _on_a_pc(
         29.0,
         "recipe=countdown-7b-1x4090",

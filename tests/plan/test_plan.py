@@ -106,8 +106,8 @@ def test_the_worker_file_is_ms_swift_s_only(tmp_path, monkeypatch):
 
 
 def test_every_vllm_engine_captures_cuda_graphs_only_up_to_its_batch():
-    """The start-up cut of the inspect_here hook (entrypoint/child/hooks/inspect_here.py): the hook is on wherever vLLM starts
-    with CUDA graphs, and off where it does not (eager mode, HF generation, the CPU)."""
+    """The start-up cut of the inspect_here hook (entrypoint/child/hooks/inspect_here.py): the hook is on
+    wherever vLLM starts with CUDA graphs, and off where it does not (eager mode, HF generation, the CPU)."""
     hook = "GRPO_RIG_VLLM_GRAPHS_UP_TO_MAX_SEQS"
     (trainer,) = build("recipe=countdown-1x4090", "RUN_NAME=c", inventory="1x4090-driver535").processes
     assert trainer.env[hook] == "1" and trainer.env["PYTHONPATH"].split(":")[0].endswith(
@@ -365,8 +365,8 @@ def test_a_container_runs_closing_lines_are_for_the_host(tmp_path, monkeypatch):
 
 
 def test_a_short_embedded_model_name_gets_the_full_one_as_its_fix():
-    """New-user trial: MODEL=SmolLM2-135M-Instruct with MODEL_SOURCE=embedded was told to set MODEL_SOURCE=hub,
-    which sends the run to the network; the fix names the embedded model first."""
+    """New-user trial: MODEL=SmolLM2-135M-Instruct with MODEL_SOURCE=embedded was told to set
+    MODEL_SOURCE=hub, which sends the run to the network; the fix names the embedded model first."""
     p = build("recipe=smoke", "MODEL_SOURCE=embedded", "MODEL=SmolLM2-135M-Instruct")
     (problem,) = [x for x in p.problems if x.where.startswith("MODEL")]
     assert problem.fix.startswith("set MODEL=HuggingFaceTB/SmolLM2-135M-Instruct, or MODEL_SOURCE=hub")
@@ -582,9 +582,9 @@ def test_a_manifest_without_a_resolved_recipe_is_not_compared():
 # DeepSeek-R1's system prompt: 399 characters, longer than a file name may be (255 bytes on ext4, xfs, tmpfs)
 R1_SYSTEM = (
     "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. The "
-    "assistant first thinks about the reasoning process in the mind and then provides the user with the answer. "
-    "The reasoning process and answer are enclosed within <think> </think> and <answer> </answer> tags, "
-    "respectively, i.e., <think> reasoning process here </think> <answer> answer here </answer>."
+    "assistant first thinks about the reasoning process in the mind and then provides the user with the "
+    "answer. The reasoning process and answer are enclosed within <think> </think> and <answer> </answer> "
+    "tags, respectively, i.e., <think> reasoning process here </think> <answer> answer here </answer>."
 )
 
 

@@ -93,7 +93,8 @@ def levers_chosen(*pairs: str, estimate) -> dict[str, str]:
 
 
 # The step-time model these cases are written against (the fit to the lever runs of 2026-12-02 14:24 UTC, in
-# speed.py's form), so that a refit of data/speed_coefficients.json moves the planner's choices, not these cases.
+# speed.py's form), so that a refit of data/speed_coefficients.json moves the planner's choices, not these
+# cases.
 STEP_TIMES = {
     "plain": (0.2695, 0.0),
     "plain, checkpointing": (0.4864, 0.0026),
@@ -163,13 +164,13 @@ def test_a_lever_s_reason_names_the_predicted_time_against_the_levers_left_alone
     }
     why = reasons["PER_DEVICE_TRAIN_BATCH_SIZE"]
     assert why.startswith(
-        "the least predicted training time per step (forward and backward; the generation round, the same for "
-        "every shape, aside), 1.1 s (4 x 0.27 s (plain))"
+        "the least predicted training time per step (forward and backward; the generation round, the same "
+        "for every shape, aside), 1.1 s (4 x 0.27 s (plain))"
     )
     assert "20.0 of 24.0 GiB" in why
     assert why.endswith(
-        "without turning a lever (checkpointing and liger as the recipe or ms-swift has them), micro-batch 8: "
-        "2.0 s (4 x 0.50 s (plain, checkpointing))"
+        "without turning a lever (checkpointing and liger as the recipe or ms-swift has them), micro-batch "
+        "8: 2.0 s (4 x 0.50 s (plain, checkpointing))"
     )
     assert reasons["GRADIENT_CHECKPOINTING"].startswith("the fastest shape that fits")
     # the lever it keeps is written and explained too
@@ -202,8 +203,8 @@ def test_sleep_level(pairs, sleep):
     ("pairs", "v0"), [(("VLLM_SCHEDULER_STEPS=1",), False), (("VLLM_SCHEDULER_STEPS=8",), True)]
 )
 def test_vllm_share_is_the_smallest_whose_kv_cache_holds_the_round(pairs, v0):
-    """V1 counts the CUDA context and the trainer's weights against its share, V0 only its own (memory.kv_budget):
-    0.25 and 0.10 of a 24 GiB card for countdown-1x4090's round."""
+    """V1 counts the CUDA context and the trainer's weights against its share, V0 only its own
+    (memory.kv_budget): 0.25 and 0.10 of a 24 GiB card for countdown-1x4090's round."""
     d, _ = draft_plan(*COUNTDOWN, *pairs, inventory="1x4090-driver535")
     w = budget_of(d).workload
     util = float(chosen(*pairs)["VLLM_GPU_MEMORY_UTILIZATION"])

@@ -53,8 +53,8 @@ GENERATION = ROOT / "bench" / "calibration" / "generation-calibration.json"
 
 
 def archived_manifest(run: str) -> bool:
-    """Whether a run named as its archive extracted in place (bench/QUESTION/ARCHIVE/RUN) has its manifest.json
-    in bench/QUESTION/ARCHIVE.tar.gz."""
+    """Whether a run named as its archive extracted in place (bench/QUESTION/ARCHIVE/RUN) has its
+    manifest.json in bench/QUESTION/ARCHIVE.tar.gz."""
     question, archive, *member = Path(run).relative_to("bench").parts
     with tarfile.open(ROOT / "bench" / question / f"{archive}.tar.gz") as tar:
         return "/".join([archive, *member, "manifest.json"]) in tar.getnames()

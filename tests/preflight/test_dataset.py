@@ -145,8 +145,8 @@ def test_c08_csv_and_parquet_datasets_are_checked_as_json_lines_are(tmp_path):
 
 def test_c08_messages_are_read_as_ms_swift_reads_them(tmp_path):
     """ms-swift's MessagesPreprocessor reads text with ast.literal_eval (a CSV's `messages` column) and takes
-    `from`/`value` and human/gpt for role/content and user/assistant: such rows pass; text it cannot read, or a
-    conversation without a user turn however spelled, is refused."""
+    `from`/`value` and human/gpt for role/content and user/assistant: such rows pass; text it cannot read, or
+    a conversation without a user turn however spelled, is refused."""
     literal = "[{'role': 'user', 'content': 'What is 2+2?'}]"
     as_text = write_dataset(tmp_path, [json.dumps({"messages": literal, "solution": "4"})] * 20)
     assert _validate_dataset(tmp_path, as_text, "accuracy").returncode == 0
@@ -221,7 +221,8 @@ def test_latin1_dataset_is_a_problem_not_a_traceback(tmp_path):
 
 def test_byte_order_mark_and_json_array_in_a_jsonl_file_are_accepted_as_ms_swift_reads_them(tmp_path):
     """ms-swift 3.6.4 loads .jsonl with datasets' json builder, which reads a file behind a UTF-8 byte-order
-    mark and one JSON array of objects: refusing them was a false refusal (case C08's variants, tests/cases.md)."""
+    mark and one JSON array of objects: refusing them was a false refusal (case C08's variants,
+    tests/cases.md)."""
     import datasets
 
     row = '{"messages": [{"role": "user", "content": "q"}], "solution": "1"}'
@@ -251,7 +252,7 @@ def test_a_broken_line_names_its_line_and_column(tmp_path):
     assert f"line 11: is not JSON (Expecting ',' delimiter; column {len(row)})" in err
 
 
-# Datasets and plugins that validated but could not train -----------------------------------------------------
+# Datasets and plugins that validated but could not train ----------------------------------------------------
 
 USER = {"role": "user", "content": "What is 6 x 7?"}
 
@@ -376,7 +377,8 @@ def test_too_few_prompts_names_the_knob_that_sets_this_recipes_generation_batch(
 
 @pytest.mark.cli
 def test_an_empty_dataset_is_one_error_not_a_batch_fix_no_one_can_follow(tmp_path):
-    """The cases re-run: a 0-byte dataset got 'has no rows' and then 'a generation batch needs <= 0 prompt(s)'."""
+    """The cases re-run: a 0-byte dataset got 'has no rows' and then 'a generation batch needs <= 0
+    prompt(s)'."""
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     proc = run_cli(

@@ -136,13 +136,14 @@ def test_a_read_only_output_volume_is_called_read_only_not_given_a_chown(tmp_pat
         ),
         (
             {"owner": "4242:4242", "write_error": "Permission denied"},
-            "is not writable by this process, though it belongs to its user (uid:gid 4242:4242, owner 4242:4242; "
-            "Permission denied)",
+            "is not writable by this process, though it belongs to its user (uid:gid 4242:4242, "
+            "owner 4242:4242; Permission denied)",
             "give the owner write permission to",
         ),
         (
             {"owner": "0:0", "write_error": "Permission denied"},
-            "is not writable by this process (uid:gid 4242:4242; the directory belongs to 0:0; Permission denied)",
+            "is not writable by this process (uid:gid 4242:4242; the directory belongs to 0:0; "
+            "Permission denied)",
             "on the host: `sudo chown -R 4242:4242 ./output`",
         ),
     ],
@@ -197,8 +198,8 @@ def test_a_folder_of_the_user_s_is_not_taken_for_a_run_directory(tmp_path):
     (folder / "results.csv").write_text("a,b\n")
     err = refused(tmp_path, "recipe=smoke")
     assert (
-        f"error: RUN_NAME r: {folder} already holds files that are not a grpo-rig run (README.md, results.csv) "
-        "and no manifest.json"
+        f"error: RUN_NAME r: {folder} already holds files that are not a grpo-rig run "
+        "(README.md, results.csv) and no manifest.json"
     ) in err
     assert "fix: choose another RUN_NAME" in err
     assert sorted(p.name for p in folder.iterdir()) == ["README.md", "results.csv"]

@@ -234,8 +234,8 @@ def _corpus_recipe_of(script: Path) -> Path | None:
     return next((r for r in RECIPES if f"examples/train/grpo/{rel} " in r.read_text().splitlines()[0]), None)
 
 
-# What the corpus recipes changed in the scripts' import: paths into ms-swift's checkout, pointed at the copies
-# in tests/corpus/data.
+# What the corpus recipes changed in the scripts' import: paths into ms-swift's checkout, pointed at the
+# copies in tests/corpus/data.
 REPOINTED = {
     "SYSTEM": "examples/train/grpo/prompt.txt",
     "EXTERNAL_PLUGINS": "examples/train/grpo/plugin/plugin.py",

@@ -3,8 +3,8 @@
 The source documents' commands (tests/fixtures/seed-*.sh, copied from the two seed write-ups) import into
 recipes that, once the problems `import` prints are fixed as their fixes say, validate and plan the same
 swift arguments as the shipped recipes made from those seeds, except where the shipped recipe's comments
-say why not. Every corpus recipe (ms-swift's own examples, tests/recipe/test_corpus.py) survives the round trip:
-its planned commands, imported again, plan the same commands.
+say why not. Every corpus recipe (ms-swift's own examples, tests/recipe/test_corpus.py) survives the round
+trip: its planned commands, imported again, plan the same commands.
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ def edit(recipe: Path, **values: str) -> None:
 
 
 def justified(recipe: Path, key: str) -> bool:
-    """The shipped recipe says why it differs from the seed: a comment names the key, or the planner set it."""
+    """The shipped recipe says why it differs from the seed: a comment names the key, or the planner set
+    it."""
     text = recipe.read_text()
     comments = " ".join(line for line in text.splitlines() if line.lstrip().startswith("#"))
     return key in comments
@@ -191,7 +192,8 @@ def test_shell_variables_exports_and_comments_are_read_as_a_shell_would(tmp_path
     script = tmp_path / "run.sh"
     script.write_text(
         "#!/bin/bash\n# a comment\nMODEL=Qwen/Qwen2.5-0.5B-Instruct\nexport NPROC_PER_NODE=2\n"
-        "export CUDA_VISIBLE_DEVICES=0,1\nswift rlhf \\\n  --model $MODEL \\\n  --system 'You are \"kind\".' \\\n"
+        "export CUDA_VISIBLE_DEVICES=0,1\nswift rlhf \\\n  --model $MODEL \\\n"
+        "  --system 'You are \"kind\".' \\\n"
         "  --reward_funcs ${REWARD:-accuracy}\n"
     )
     proc = run_cli("import", str(script), env=clean_env())
@@ -302,7 +304,8 @@ def test_max_new_tokens_becomes_the_completion_length_the_plan_reads():
     recipe = importer.to_recipe(f"{base} --max_new_tokens 512")
     assert read(recipe)["MAX_COMPLETION_LENGTH"] == "512" and "MAX_NEW_TOKENS" not in read(recipe)
     assert "translated from --max_new_tokens 512" in recipe
-    # ms-swift's order, not the line's: --max_new_tokens wins over --max_completion_length, --response_length first
+    # ms-swift's order, not the line's: --max_new_tokens wins over --max_completion_length,
+    # --response_length first
     both = read(importer.to_recipe(f"{base} --max_new_tokens 512 --max_completion_length 1024"))
     assert both["MAX_COMPLETION_LENGTH"] == "512"
     assert (
@@ -516,7 +519,8 @@ def test_a_comment_line_inside_a_continued_command_ends_it_as_bash_does():
     QLoRA stays off; the lines after it are other commands, and the recipe says so. A `#` inside a word is
     not a comment (`#1000` samples the dataset)."""
     script = (
-        "CUDA_VISIBLE_DEVICES=0 \\\nswift rlhf \\\n    --rlhf_type grpo \\\n    --model Qwen/Qwen2.5-0.5B-Instruct \\\n"
+        "CUDA_VISIBLE_DEVICES=0 \\\nswift rlhf \\\n    --rlhf_type grpo \\\n"
+        "    --model Qwen/Qwen2.5-0.5B-Instruct \\\n"
         "    --dataset AI-MO/NuminaMath-TIR#1000 \\\n    # --quant_method bnb \\\n    --quant_bits 4 \\\n"
         "    --lora_rank 32\n"
     )
@@ -586,7 +590,8 @@ def test_the_rollout_s_own_plugins_are_kept_when_the_trainer_loads_none():
         "# CUDA_VISIBLE_DEVICES=0 \\\n# swift rollout \\\n#     --model Qwen/Qwen2.5-7B-Instruct \\\n"
         "#     --external_plugins examples/train/grpo/plugin/plugin.py \\\n"
         "#     --multi_turn_scheduler tool_call_scheduler \\\n#     --vllm_max_model_len 8192\n\n"
-        "CUDA_VISIBLE_DEVICES=1,2 NPROC_PER_NODE=2 swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-7B-Instruct "
+        "CUDA_VISIBLE_DEVICES=1,2 NPROC_PER_NODE=2 swift rlhf --rlhf_type grpo "
+        "--model Qwen/Qwen2.5-7B-Instruct "
         "--reward_funcs accuracy --use_vllm true --vllm_mode server --vllm_server_host 127.0.0.1\n"
     )
     values = read(importer.to_recipe(script, defaults={}))

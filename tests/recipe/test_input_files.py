@@ -104,6 +104,7 @@ def test_text_files_are_read_whole_with_a_byte_order_mark_dropped(tmp_path):
 
 
 def test_a_missing_inventory_names_the_shipped_examples(tmp_path):
-    """New-user trial: the fix named only `doctor --save-inventory`, run on a machine one does not have here."""
+    """New-user trial: the fix named only `doctor --save-inventory`, run on a machine one does not have
+    here."""
     err = refused(tmp_path, "recipe=smoke", f"INVENTORY={tmp_path / 'nope.json'}")
     assert "does not exist" in err and "examples/inventories/*.json" in err

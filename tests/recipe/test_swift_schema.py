@@ -120,7 +120,8 @@ SHAPES = [
 @pytest.mark.parametrize(("row", "mapping"), SHAPES)
 def test_the_columns_the_rewards_receive_are_those_ms_swift_passes(row, mapping):
     """facts.datasets.as_swift_reads against ms-swift itself: a local file's columns renamed by --columns
-    (DatasetLoader._load_dataset_path), then AutoPreprocessor, as GRPO loads it (remove_unused_columns off)."""
+    (DatasetLoader._load_dataset_path), then AutoPreprocessor, as GRPO loads it (remove_unused_columns
+    off)."""
     from datasets import Dataset
     from swift.llm.dataset.preprocessor.core import AutoPreprocessor, RowPreprocessor
 

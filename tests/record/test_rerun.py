@@ -143,7 +143,8 @@ def test_a_rerun_named_as_the_run_itself_is_refused_not_resumed(tmp_path, finish
 
 @pytest.mark.cli
 def test_a_rerun_named_as_another_existing_run_is_refused_and_touches_it(tmp_path, finished):
-    """`rerun run=A RUN_NAME=B` resumed B with A's values, replaced its adapter and wrote `rerun_of: A` into it."""
+    """`rerun run=A RUN_NAME=B` resumed B with A's values, replaced its adapter and wrote `rerun_of: A` into
+    it."""
     other = finished.parent / "b"
     shutil.copytree(finished, other)
     before = (other / "manifest.json").read_text()
@@ -201,7 +202,8 @@ def test_secrets_given_to_a_rerun_reach_no_printed_surface(tmp_path, finished):
 
 @pytest.mark.cli
 def test_a_run_still_training_is_refused_at_once_and_its_plan_says_so(tmp_path, finished):
-    """A rerun of a run whose lock a live training holds read a manifest saying `running`, changing under it."""
+    """A rerun of a run whose lock a live training holds read a manifest saying `running`, changing under
+    it."""
     with runlock.RunLock() as lock:  # this process holds the run as its training would
         assert lock.take(finished)
         started = time.monotonic()
@@ -266,7 +268,8 @@ def test_a_secret_as_the_manifest_keeps_it_is_taken_from_the_environment_not_a_c
             "its manifest.json has resolved_recipe.SEED = 5 (input should be",
         ),
         (
-            '{"resolved_recipe": {"SEED": {"value": "1", "source": "x"}}, "processes": [{"role": "trainer", "argv": "x"}]}',
+            '{"resolved_recipe": {"SEED": {"value": "1", "source": "x"}}, '
+            '"processes": [{"role": "trainer", "argv": "x"}]}',
             'its manifest.json has processes.0.argv = "x" (input should be a valid list)',
         ),
         (
@@ -431,8 +434,8 @@ def test_a_manifest_edited_after_the_run_is_drift_and_its_values_name_the_manife
     ],
 )
 def test_a_manifests_source_text_is_read_back_as_its_origin(source, origin, detail):
-    """The manifest keeps each value's source as text (recipe.load's Value.source): read back, it gives the same
-    origin and detail, and writing it again gives the same text."""
+    """The manifest keeps each value's source as text (recipe.load's Value.source): read back, it gives the
+    same origin and detail, and writing it again gives the same text."""
     value = rerun.recorded_value("4", source)
     assert (value.origin.name, value.detail) == (origin, detail) and value.source == source
 

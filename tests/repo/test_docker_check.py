@@ -16,7 +16,8 @@ from tests.conftest import ROOT
 SCRIPT = ROOT / "scripts" / "docker-check.sh"
 FAKE = """#!/bin/sh
 case "$1 $2" in
-  "info ") [ "{daemon}" = up ] || {{ echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock." >&2; exit 1; }};;
+  "info ") [ "{daemon}" = up ] || \
+{{ echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock." >&2; exit 1; }};;
   "info --format") [ "$3" = "{{{{json .Runtimes}}}}" ] && echo '{runtimes}' || echo null;;
   "compose version") [ "{compose}" = yes ] || exit 1;;
 esac

@@ -69,8 +69,8 @@ def test_a_lower_package_importing_a_higher_one_breaks_the_layers(tmp_path):
 
 
 def test_a_child_hook_importing_the_hooks_package_breaks_the_contract(tmp_path):
-    """A hook module takes Hook and Target from hooks/base.py: the package's __init__ imports every hook module
-    for its registry, so a hook importing the package would close a cycle."""
+    """A hook module takes Hook and Target from hooks/base.py: the package's __init__ imports every hook
+    module for its registry, so a hook importing the package would close a cycle."""
     proc = planted(tmp_path, "child/hooks/lean.py", "from entrypoint.child.hooks import Hook")
     assert proc.returncode != 0, proc.stdout
     assert "entrypoint.child.hooks.lean -> entrypoint.child.hooks (l." in proc.stdout, proc.stdout

@@ -3,8 +3,8 @@ entrypoint's docstrings, comments and messages (`keys` prints some), the recipes
 Dockerfile and bench/. A file that moves leaves its old path behind in these; this test names each one.
 
 What counts as a path: a word that starts with one of the repository's top-level folders (`entrypoint/`,
-`docs/`, `recipes/`, ...), and a markdown link's target. What is left alone: ms-swift's own paths (UPSTREAM), a
-user's file in an example (MADE_UP), git-ignored output (GENERATED), placeholders written in capitals
+`docs/`, `recipes/`, ...), and a markdown link's target. What is left alone: ms-swift's own paths (UPSTREAM),
+a user's file in an example (MADE_UP), git-ignored output (GENERATED), placeholders written in capitals
 (`bench/QUESTION/NAME.tar.gz`), and a benchmark run's folder or file, which lives in its archive
 (`bench/generation/RUN/x.json` is `x.json` in `bench/generation/RUN.tar.gz`)."""
 
@@ -122,11 +122,15 @@ def test_every_path_the_prose_names_exists():
 
 def test_the_check_finds_a_moved_file_and_leaves_the_rest_alone():
     text = (
-        "`keys` is in entrypoint/recipe/keys.py, not entrypoint/keys.py; [the tiers](architecture.md#tests),\n"
-        "[gone](nowhere.md); entrypoint/data/swift_{rlhf,rollout}_args.json, entrypoint/data/swift_{rlhf,x}_args.json\n"
+        "`keys` is in entrypoint/recipe/keys.py, not entrypoint/keys.py; "
+        "[the tiers](architecture.md#tests),\n"
+        "[gone](nowhere.md); entrypoint/data/swift_{rlhf,rollout}_args.json, "
+        "entrypoint/data/swift_{rlhf,x}_args.json\n"
         "entrypoint/child/hooks/{hook.name}.py\n"
-        "tests/gpu/test_$t.py, recipes/mine.env, examples/train/grpo/plugin/plugin.py, bench/QUESTION/NAME.tar.gz,\n"
-        "bench/throughput/latest, bench/generation/2026-12-02-1424-sampler/generation-sampler.json and its .log\n"
+        "tests/gpu/test_$t.py, recipes/mine.env, examples/train/grpo/plugin/plugin.py, "
+        "bench/QUESTION/NAME.tar.gz,\n"
+        "bench/throughput/latest, bench/generation/2026-12-02-1424-sampler/generation-sampler.json "
+        "and its .log\n"
         "bench/generation/2026-12-02-1424-sampler/nothing.json\n"
     )
     assert stale_paths("docs/note.md", text) == [

@@ -1,4 +1,5 @@
-"""docs/rewards.md's worked example stays valid: `validate` accepts it, and the reward scores as documented."""
+"""docs/rewards.md's worked example stays valid: `validate` accepts it, and the reward scores as
+documented."""
 
 from __future__ import annotations
 

@@ -101,8 +101,8 @@ def test_workflows_match_the_github_workflow_schema():
     hint = ""
     if "'type' object is not subscriptable" in proc.stderr:
         hint = (
-            "\ncheck-jsonschema itself fails to import: 0.38 needs click >= 8.3, runtime.lock pins click 8.2.1; "
-            "constrain check-jsonschema<0.38 in requirements/dev.in and `make lock`"
+            "\ncheck-jsonschema itself fails to import: 0.38 needs click >= 8.3, runtime.lock pins click "
+            "8.2.1; constrain check-jsonschema<0.38 in requirements/dev.in and `make lock`"
         )
     assert proc.returncode == 0, proc.stdout + proc.stderr + hint
 

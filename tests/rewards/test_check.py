@@ -22,7 +22,8 @@ def test_unregistered_reward_name(tmp_path):
 def test_plugin_stem_that_shadows_an_installed_module_is_refused(tmp_path):
     plugin = tmp_path / "datasets.py"
     plugin.write_text(
-        "from swift.plugin import ORM, orms\nclass R(ORM):\n    def __call__(self, completions, **kw):\n        return [1.0] * len(completions)\norms['mine'] = R\n"
+        "from swift.plugin import ORM, orms\nclass R(ORM):\n    def __call__(self, completions, **kw):\n"
+        "        return [1.0] * len(completions)\norms['mine'] = R\n"
     )
     err = refused(tmp_path, "recipe=smoke", f"EXTERNAL_PLUGINS={plugin}", "REWARD_FUNCS=mine")
     assert "as module 'datasets', which is already the installed" in err and "rename the file" in err
@@ -95,7 +96,8 @@ def test_nan_is_none_to_ms_swift_and_a_completion_no_reward_scores_is_refused(
 def test_a_reward_returning_numbers_and_none_is_accepted(tmp_path):
     plugin = tmp_path / "my_fine_rewards.py"
     plugin.write_text(
-        "from swift.plugin import ORM, orms\nclass R(ORM):\n    def __call__(self, completions, target, **kw):\n"
+        "from swift.plugin import ORM, orms\nclass R(ORM):\n"
+        "    def __call__(self, completions, target, **kw):\n"
         "        return [None if i == 0 else 1.0 for i, _ in enumerate(completions)]\norms['fine'] = R\n"
     )
     # beside a reward that scores every completion: alone, its None row is one ms-swift cannot score (below)
@@ -152,7 +154,8 @@ def test_a_plugin_slower_to_import_than_the_bound_is_a_warning_not_a_refusal(tmp
     plugin = tmp_path / "my_slow_rewards.py"
     plugin.write_text(
         "import time\ntime.sleep(5)\nfrom swift.plugin import ORM, orms\n"
-        "class Slow(ORM):\n    def __call__(self, completions, **kw):\n        return [1.0] * len(completions)\n"
+        "class Slow(ORM):\n    def __call__(self, completions, **kw):\n"
+        "        return [1.0] * len(completions)\n"
         "orms['slow_reward'] = Slow\n"
     )
     result, error = plugin_probe.run([str(plugin)], bound=(1.0, "1 s (a test's bound)"))

@@ -109,7 +109,8 @@ def test_before_the_first_step_the_heartbeat_follows_the_start_up_marks(tmp_path
     for row in (
         '{"t": 1, "phase": "start", "process": "worker"}',
         '{"t": 2, "phase": "startup", "mark": "model loaded", "seconds": 3.0}',
-        '{"t": 3, "phase": "startup", "mark": "vLLM engine starting"}\n{"t": 3.5, "phase": "import", "module": "vllm"}',
+        '{"t": 3, "phase": "startup", "mark": "vLLM engine starting"}\n'
+        '{"t": 3.5, "phase": "import", "module": "vllm"}',
         '{"t": 4, "phase": "startup", "mark": "trainer ready", "seconds": 9.0}',
     ):
         with events.open("a") as f:

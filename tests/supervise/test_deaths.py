@@ -1,4 +1,5 @@
-"""deaths.py: exit statuses decoded, causes named, start-up dumps folded, the end of a failed run explained."""
+"""deaths.py: exit statuses decoded, causes named, start-up dumps folded, the end of a failed run
+explained."""
 
 from __future__ import annotations
 
@@ -68,7 +69,8 @@ def test_a_dump_cut_short_by_the_death_does_not_hide_what_followed():
     for line in ["[INFO:swift] model: PeftModelForCausalLM(", "  (base_model): LoraModel(", "Killed"]:
         tail.append(line)
     assert list(tail) == [
-        "[INFO:swift] model: PeftModelForCausalLM( ... (2 lines of start-up output, left out here; the log has them)",
+        "[INFO:swift] model: PeftModelForCausalLM( ... (2 lines of start-up output, left out here; "
+        "the log has them)",
         "Killed",
     ]
 
@@ -105,7 +107,10 @@ def test_a_traceback_in_the_last_lines_keeps_its_exception_only():
 
 
 def test_the_line_that_says_what_happened():
-    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 23.5 GiB"
+    oom = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+        "GPU 1 has a total capacity of 23.5 GiB"
+    )
     assert deaths.cuda_oom(["x", oom]) == {"gpu": 1, "tried": "2.00 GiB"}
     assert deaths.disk_full(["OSError: [Errno 28] No space left on device"]) is not None
     mark = f"{deaths.REWARD_MARK} reward function countdown returned nan for row 3"
@@ -141,8 +146,8 @@ def test_the_oom_kill_count_is_the_machine_s_first_as_a_global_oom_kill_leaves_t
 
 
 def test_a_rollout_that_never_became_healthy_or_a_stall_is_told_which_bound_to_raise():
-    """The cases re-run: "run the same command again to start over" after ROLLOUT_STARTUP_TIMEOUT ran out would
-    time out the same way; the fix names the bound where only slowness is the cause."""
+    """The cases re-run: "run the same command again to start over" after ROLLOUT_STARTUP_TIMEOUT ran out
+    would time out the same way; the fix names the bound where only slowness is the cause."""
     slow = deaths.explain(
         "rollout", None, "was not healthy after 8 s (ROLLOUT_STARTUP_TIMEOUT); ...", [], deaths.Context()
     )

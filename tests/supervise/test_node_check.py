@@ -1,6 +1,7 @@
 """The node check's network waits (supervise/nodes.py) against loopback stand-ins for node 0 and for another
 service on its port: an answer that is no node's is one problem, not a traceback, and a peer that trickles
-its answer is given up at the stated bound (in process; the two-node run itself is tests/supervise/test_multinode.py)."""
+its answer is given up at the stated bound (in process; the two-node run itself is
+tests/supervise/test_multinode.py)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def server(handler: type[http.server.BaseHTTPRequestHandler]):
 
 
 def rank(n: int, port: int):
-    """The plan of node `n` of two whose node 0 answers the node check on loopback `port` (MASTER_PORT + 1)."""
+    """The plan of node `n` of two whose node 0 answers the node check on loopback `port`
+    (MASTER_PORT + 1)."""
     return build_plan(
         "recipe=smoke",
         "NNODES=2",

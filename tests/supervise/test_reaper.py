@@ -30,7 +30,11 @@ def test_the_session_is_read_after_the_command_name(stat, session):
 def _session_tree():
     """A process in a new session with a child of its own in the same session (as torchrun's workers are);
     returns (leader Popen, grandchild pid)."""
-    code = "import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); print(p.pid, flush=True); time.sleep(600)"
+    code = (
+        "import subprocess, sys, time; "
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+        "print(p.pid, flush=True); time.sleep(600)"
+    )
     leader = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True
     )

@@ -1,4 +1,5 @@
-"""The start-up table (entrypoint/supervise/startup.py): from the trainer's events and vLLM's own log lines."""
+"""The start-up table (entrypoint/supervise/startup.py): from the trainer's events and vLLM's own log
+lines."""
 
 from __future__ import annotations
 

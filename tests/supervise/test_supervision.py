@@ -1,5 +1,6 @@
 """The supervision policy (supervisor.launch) replayed against scripted histories: fake processes, a fake
-clock, a scripted health endpoint. Milliseconds each; tests/supervise/test_supervisor.py keeps the real-process ones."""
+clock, a scripted health endpoint. Milliseconds each; tests/supervise/test_supervisor.py keeps the
+real-process ones."""
 
 from __future__ import annotations
 
