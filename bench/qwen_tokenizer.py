@@ -26,7 +26,7 @@ from pathlib import Path
 
 WHEEL = "dashscope-2.0.2-py3-none-any.whl"
 # PyPI's content-addressed path (from https://pypi.org/simple/dashscope/): the short
-# packages/py3/d/dashscope/... form answers 404, which made tests/test_prompts.py skip
+# packages/py3/d/dashscope/... form answers 404, which made tests/world/test_prompts.py skip
 WHEEL_URL = (
     "https://files.pythonhosted.org/packages/cc/19/"
     "3f729e67baa11da71b426eb83a2f591966042294337f8326aa4841071126/"

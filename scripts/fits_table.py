@@ -7,7 +7,7 @@ card, TRAIN_GPUS=0 ROLLOUT_GPUS=1), and with QLoRA (QUANT_METHOD=bnb QUANT_BITS=
 "no" where the plan, its memory check or its QLoRA checks refuse it (bitsandbytes counted as installed: the
 image's lock holds it). The models are entrypoint/data/model_configs.json's (their dimensions and sources are
 there). `--write` rewrites the table between the README's markers; `--check` exits 1 when it differs
-(tests/test_fits_table.py runs it).
+(tests/plan/test_fits_table.py runs it).
 
     python scripts/fits_table.py [--write | --check]
 """

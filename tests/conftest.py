@@ -257,7 +257,22 @@ def inventory_file(tmp_path: Path, name: str, **changes) -> Path:
     return path
 
 
-# The corpus of maintainer-written configurations (tests/test_corpus.py, tests/test_import.py)
+# Qwen/Qwen2.5-0.5B-Instruct's config.json as far as the planner reads it: a model directory or hub snapshot
+# a test makes (tests/preflight/test_model_check.py, tests/world/test_hubcache.py)
+QWEN_CONFIG = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": True,
+}
+
+
+# The corpus of maintainer-written configurations (tests/recipe/test_corpus.py, tests/recipe/test_import.py)
 CORPUS = ROOT / "tests" / "corpus"
 RECIPES = sorted((CORPUS / "recipes").glob("*.env"))
 

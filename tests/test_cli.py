@@ -179,7 +179,8 @@ from tqdm import tqdm
 for _ in tqdm(range(3), desc="Converting and de-quantizing GGUF tensors..."):
     pass
 from transformers.utils import logging as transformers_logging
-transformers_logging.get_logger("transformers.tokenization").warning_once("You are using the default legacy behaviour")
+transformers_logging.get_logger("transformers.tokenization").warning_once(\
+"You are using the default legacy behaviour")
 ds.error("an error still shows")
 """
 

@@ -1,6 +1,6 @@
-"""Which interpreters run the entrypoint: any Python from 3.10 with the locked stack's packages (the image's 3.10,
-the lent GPU machine's 3.12 builds of the same lock), checked in process, on whichever interpreter runs the
-tests."""
+"""Which interpreters run the entrypoint: any Python from 3.10 with the locked stack's packages (the image's
+3.10, the lent GPU machine's 3.12 builds of the same lock), checked in process, on whichever interpreter runs
+the tests."""
 
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ EVAL_DATASET, or the run's VAL_DATASET. A run trained on a file with no held-out
 rows were all seen in training. Each prompt gets EVAL_GENERATIONS completions from each model (HF
 `generate`, the run's TEMPERATURE / TOP_P / TOP_K / MAX_COMPLETION_LENGTH, the same torch seed for both),
 rendered with the tokenizer's chat template (for the embedded and Qwen models, the same text ms-swift's
-template renders: tests/test_prompts.py). Per reward: the mean over prompts of each prompt's mean, with a
-95 % confidence interval (Student's t over prompts), the paired difference adapter - base with its
+template renders: tests/world/test_prompts.py). Per reward: the mean over prompts of each prompt's mean, with
+a 95 % confidence interval (Student's t over prompts), the paired difference adapter - base with its
 interval, and pass@1 where the reward is a 0/1 correctness. Written to eval.json, eval.md, eval.png in
 the run directory and summarised in manifest.json under "evaluation".
 

@@ -19,7 +19,7 @@ fine-tuning with BETA > 0 loads a second copy.
 
 The coefficients of activations, logits, OVERHEAD and CONSTANT are fitted to measurements of real
 ms-swift 3.6.4 GRPO runs on an H200 (bench/calibration/memory-calibration.json, fitted by
-bench/fit_memory.py); tests/test_memory.py checks every measurement is within 15 %.
+bench/fit_memory.py); tests/plan/test_memory.py checks every measurement is within 15 %.
 
 vLLM side, colocated (what NVML sees on the card, sleep level 0 unless said), three parts with a meaning,
 with one set of coefficients per allocator (colocate_* with expandable segments, colocate_torch_* without):
@@ -63,7 +63,7 @@ with one set of coefficients per allocator (colocate_* with expandable segments,
   expandable segments (vllm 0.8.5.post1 device_allocator/cumem.py:146).
 Fitted by bench/fit_memory.py (data/memory_coefficients.json) to bench/calibration/memory-calibration.json:
 the runs the planner's own choices make (expandable segments; sleep mode) within 7 %, torch's allocator
-without sleep mode (a recipe's opt-out) within 16 % (tests/test_memory.py); the runs are
+without sleep mode (a recipe's opt-out) within 16 % (tests/plan/test_memory.py); the runs are
 listed in bench/calibration/README.md.
 vLLM refuses to start when its share leaves no room for one sequence of max_model_len in the KV cache
 (`kv_budget`).

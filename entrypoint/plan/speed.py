@@ -8,10 +8,10 @@ was measured on,
 
 with `lever` one of "plain", "plain, checkpointing", "liger", "liger, checkpointing" (liger's fused loss,
 gradient checkpointing). The coefficients are fitted by bench/fit_speed.py to the phase events of the
-throughput benchmark's lever runs (bench/calibration/speed-calibration.json; tests/test_speed.py checks every
-point): Qwen2.5-0.5B, countdown-1x4090's 32 completions per step, on the lent H200 capped at 24 GiB, with
-the planner's expandable segments (bench/calibration/2026-12-02-1733-levers-expandable-segments/). There a
-micro-batch's time hardly
+throughput benchmark's lever runs (bench/calibration/speed-calibration.json; tests/plan/test_speed.py checks
+every point): Qwen2.5-0.5B, countdown-1x4090's 32 completions per step, on the lent H200 capped at 24 GiB,
+with the planner's expandable segments (bench/calibration/2026-12-02-1733-levers-expandable-segments/). There
+a micro-batch's time hardly
 depends on its size (the small model leaves the GPU waiting on kernel launches: 0.37 s at micro-batch 4,
 0.41 s at 16 with checkpointing), so fewer, larger micro-batches win; checkpointing recomputes each
 layer's forward (0.22 s without it at micro-batch 8, 0.23 s with liger at 16); liger's fused loss computes
@@ -26,8 +26,8 @@ host core's work (bench/generation/2026-12-03-0828-engines/: CPU seconds = wall 
     round = MAX_COMPLETION_LENGTH decode steps x seconds per decode step[engine]
 
 with the seconds per step fitted to the trainer's measured rounds (bench/fit_generation.py,
-bench/calibration/generation-calibration.json, data/generation_coefficients.json; tests/test_speed.py checks
-every point). Multi-step scheduling pays the host's scheduling and output handling once per N steps.
+bench/calibration/generation-calibration.json, data/generation_coefficients.json; tests/plan/test_speed.py
+checks every point). Multi-step scheduling pays the host's scheduling and output handling once per N steps.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Importing ms-swift takes about 25 s (it imports torch, transformers and deepspeed), far too slow for a
 preflight that must answer in seconds. So the schema is generated once from the installed package and
-committed as `entrypoint/data/swift_{rlhf,rollout}_args.json`; `tests/test_swift_schema.py` regenerates
+committed as `entrypoint/data/swift_{rlhf,rollout}_args.json`; `tests/recipe/test_swift_schema.py` regenerates
 it and fails on any difference, so it cannot drift from the lock.
 
 Source of the lists: `dataclasses.fields(RLHFArguments | RolloutArguments)` (all init fields) and the

@@ -23,8 +23,9 @@ class RewardInfo:
 
 def _unscored(calls: dict, reward_funcs: list[str]) -> list[Problem]:
     """A probe completion that every reward left at None/NaN: ms-swift 3.6.4 cannot score it (its warning
-    about such a row fails with "'TrainerState' object is not subscriptable"; tests/test_site_hooks.py).
-    Only when every reward was called (a built-in's answer is not probed)."""
+    about such a row fails with "'TrainerState' object is not subscriptable";
+    tests/child/test_hook_patches.py). Only when every reward was called (a built-in's answer is not
+    probed)."""
     answered = [calls[n] for n in reward_funcs if n in calls and calls[n].get("scored")]
     if not reward_funcs or len(answered) != len(reward_funcs):
         return []

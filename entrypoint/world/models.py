@@ -62,7 +62,7 @@ def is_prepared(model: EmbeddedModel, root: Path) -> bool:
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     # record/export.py has the same function; this module runs in the image's model step with the standard
-    # library alone (tests/test_dockerfile.py), before the package's other modules are there
+    # library alone (tests/repo/test_dockerfile.py), before the package's other modules are there
     h = hashlib.sha256()
     with Path(path).open("rb") as f:
         while block := f.read(chunk):

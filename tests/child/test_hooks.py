@@ -114,7 +114,10 @@ def test_the_registry_keeps_the_variables_the_plans_set():
 
 def _installed(environ: dict[str, str]) -> list[str]:
     """loader.install's answer in a fresh interpreter (it puts a finder on sys.meta_path)."""
-    code = "import json, os, sys; from entrypoint.child import loader; print(json.dumps(loader.install(os.environ)))"
+    code = (
+        "import json, os, sys; from entrypoint.child import loader; "
+        "print(json.dumps(loader.install(os.environ)))"
+    )
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=clean_env(**environ)
     )

@@ -1,5 +1,5 @@
-"""The trainer's inputs check (entrypoint/child/hooks/inputs_check.py): the rows ms-swift loaded are the ones the
-run recorded, or the run ends before step 1 naming the file."""
+"""The trainer's inputs check (entrypoint/child/hooks/inputs_check.py): the rows ms-swift loaded are the ones
+the run recorded, or the run ends before step 1 naming the file."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from entrypoint.child.hooks import inputs_check
 
 
 def loaded(tmp_path, recorded_text: str, text_at_load: str):
-    """A stand-in for ms-swift's SwiftSft whose _get_dataset 'loads' a file that holds `text_at_load` while the
-    run recorded `recorded_text`; returns the patched class."""
+    """A stand-in for ms-swift's SwiftSft whose _get_dataset 'loads' a file that holds `text_at_load` while
+    the run recorded `recorded_text`; returns the patched class."""
     data = tmp_path / "train.jsonl"
     record = tmp_path / "inputs.json"
     digest = hashlib.sha256(recorded_text.encode()).hexdigest()

@@ -289,7 +289,10 @@ def test_build_ca_bundle_is_not_in_the_image(image):
     ).stdout
     foreign = [c for c in _pem_blocks(Path(CA_BUNDLE).read_text()) if c not in _pem_blocks(image_store)]
     history = docker("history", "--no-trunc", image).stdout
-    places = "/etc /usr/local/share /usr/share/ca-certificates /opt/venv/lib/python3.10/site-packages/certifi /root /cache /tmp"
+    places = (
+        "/etc /usr/local/share /usr/share/ca-certificates /opt/venv/lib/python3.10/site-packages/certifi "
+        "/root /cache /tmp"
+    )
     for cert in foreign:
         marker = cert.splitlines()[3]  # a base64 line from inside the certificate
         found = docker(

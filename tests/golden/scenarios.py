@@ -1,5 +1,6 @@
 """Golden outputs: `plan --json` of every shipped recipe on every example inventory, and `validate` of the
-failure cases' inputs (tests/cases.md), recorded before the redesign ("One clear house") and compared after it.
+failure cases' inputs (tests/cases.md), recorded before the redesign ("One clear house") and compared after
+it.
 
     python -m tests.golden.scenarios --write     # record (only when a change of output is intended)
 

@@ -17,9 +17,10 @@ STEPS = int(os.environ.get("GRPO_RIG_LEVER_STEPS", "20"))
 
 @pytest.fixture(scope="module")
 def liger_run(gpu_env, tmp_path_factory):
-    """arithmetic-gpu with liger's loss and gradient checkpointing, 48 completions of up to 512 tokens per step
-    in micro-batches of 6 (eight loss calls a step, each on its own padded length): the shape where liger's
-    compiled loss failed 3 of 3 runs before step 1 on the lent H200 (docs/gpu-evidence.md, 2026-12-04)."""
+    """arithmetic-gpu with liger's loss and gradient checkpointing, 48 completions of up to 512 tokens per
+    step in micro-batches of 6 (eight loss calls a step, each on its own padded length): the shape where
+    liger's compiled loss failed 3 of 3 runs before step 1 on the lent H200 (docs/gpu-evidence.md,
+    2026-12-04)."""
     out = tmp_path_factory.mktemp("levers")
     proc = run_cli(
         "train",

@@ -179,7 +179,7 @@ HOOK = Hook(
     "function, the row and the value, where ms-swift fails later with an unrelated traceback (torch.tensor, "
     "or \"'TrainerState' object is not subscriptable\" from its own all-None warning).",
     saves="no time: a user's broken reward is named in the run's failure line instead of a torch traceback "
-    "(ms-swift's own failure reproduced on its real _score_completions in tests/test_site_hooks.py)",
+    "(ms-swift's own failure reproduced on its real _score_completions in tests/child/test_hook_patches.py)",
     delete_when="when ms-swift's _score_completions checks each reward function's answer itself, naming the "
     "function and row, and its all-None warning no longer indexes trainer_state as a column (reported as "
     "modelscope/ms-swift#6702; TRL fixed its copy in huggingface/trl#3936)",

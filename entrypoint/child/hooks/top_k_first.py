@@ -16,7 +16,7 @@ batch): a step reads the GPU back once, for the ties' check, after all but its l
 
 Rows whose ties run past that window, rows without top-k and larger k take vLLM's own path. Equal
 logits at the top-p boundary are dropped in a stable sort's order (ascending token id), where vLLM
-leaves the order to torch.sort (tests/test_site_hooks.py).
+leaves the order to torch.sort (tests/child/test_hook_patches.py).
 """
 
 from __future__ import annotations
