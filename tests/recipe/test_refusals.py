@@ -29,7 +29,10 @@ def test_ms_swift_style_flags_and_unquoted_lists_get_the_right_fix(tmp_path):
 
 @pytest.mark.parametrize("key", sorted(keys.RENAMED))
 def test_c07_every_row_of_the_renamed_table_is_refused_with_its_replacement(tmp_path, key):
-    err = refused(tmp_path, "recipe=smoke", f"{key}=1")
+    """In a recipe with a rollout server, where every row's replacement is a key it takes (a colocated or
+    vLLM-less recipe is told its own mode's key: test_key_fixes_by_mode.py)."""
+    server = ("recipe=smoke-server", f"INVENTORY={INVENTORIES / '2x4090-driver535.json'}")
+    err = refused(tmp_path, *server, f"{key}=1")
     row = keys.RENAMED[key]
     assert key in err and row.fix in err and row.source in err
 
@@ -40,7 +43,11 @@ def test_c07_every_row_of_the_renamed_table_is_refused_with_its_replacement(tmp_
         ("vllm_device=cuda:1", "ROLLOUT_GPUS=<ordinal>"),
         ("num_infer_workers=1", "ROLLOUT_GPUS=<ordinal>"),
         ("vllm_max_num_seqs=64", "ROLLOUT_MAX_NUM_SEQS"),
-        ("ROLLOUT_VLLM_GPU_MEMORY_UTILIZATION=0.5", "ROLLOUT_GPU_MEMORY_UTILIZATION=<value>"),
+        # a colocated recipe: its own key, not the rollout server's that it would refuse in turn
+        (
+            "ROLLOUT_VLLM_GPU_MEMORY_UTILIZATION=0.5",
+            "VLLM_GPU_MEMORY_UTILIZATION=<value>: colocated vLLM's key",
+        ),
         ("tuner_type=lora", "TRAIN_TYPE=lora"),
         ("load_in_4bit=true", "QUANT_METHOD=bnb QUANT_BITS=4"),
         ("sft_type=lora", "TRAIN_TYPE"),

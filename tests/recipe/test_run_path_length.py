@@ -59,8 +59,8 @@ def test_the_default_run_name_made_from_a_long_recipe_file_name_is_refused_with_
     assert status == 2, text
     assert (
         "error: RUN_NAME (default): unset, so the run is named after the recipe file, "
-        "'rrrrrrrrrrrrrrrrrrrrrrrr...rrrrrrrrrrrr' and a timestamp: 261 bytes; a file system takes names of at "
-        f"most {NAME_MAX} bytes (NAME_MAX)"
+        "'rrrrrrrrrrrrrrrrrrrrrrrr...rrrrrrrrrrrr' and a timestamp: 261 bytes; a file system takes names of "
+        f"at most {NAME_MAX} bytes (NAME_MAX)"
     ) in text
     fix = next(line for line in text.splitlines() if line.startswith("  fix: set RUN_NAME="))
     capsys.readouterr()

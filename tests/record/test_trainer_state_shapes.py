@@ -54,7 +54,8 @@ def test_train_sets_such_a_checkpoint_aside_in_one_line_and_resumes_from_the_one
     assert second.returncode == 0, second.stdout + second.stderr
     assert "Traceback" not in second.stdout + second.stderr
     assert (
-        f"warning: {train_dir / 'incomplete-checkpoint-2'} was an incomplete checkpoint (its trainer_state.json "
-        "is not the trainer's state: a JSON object with a whole global_step); moved aside, not resumed from"
+        f"warning: {train_dir / 'incomplete-checkpoint-2'} was an incomplete checkpoint (its "
+        "trainer_state.json is not the trainer's state: a JSON object with a whole global_step); "
+        "moved aside, not resumed from"
     ) in second.stdout
     assert f"--resume_from_checkpoint {train_dir / 'checkpoint-1'}" in second.stdout
