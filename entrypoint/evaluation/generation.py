@@ -53,6 +53,66 @@ def choose_engine(requested: str, gpu: bool, vllm_installed: bool) -> str:
     return "vllm" if gpu and vllm_installed else "hf"
 
 
+class Quantized(NamedTuple):
+    """How the run's trainer loaded the base (QUANT_METHOD=bnb): the adapter was trained on those weights, so
+    both models are evaluated on them too. ms-swift's bitsandbytes config: `bits` 4 or 8, `quant_type` nf4 or
+    fp4, double quantization on, bf16 compute (v3.6.4:swift/llm/argument/base_args/quant_args.py:42-62)."""
+
+    bits: int
+    quant_type: str = "nf4"
+
+    @classmethod
+    def of(cls, bnb_bits: int, quant_type: str) -> Quantized | None:
+        """From TrainerArgs.bnb_bits (0: not quantized) and bnb_4bit_quant_type."""
+        return cls(bnb_bits, quant_type) if bnb_bits else None
+
+
+def engine_for(engine: str, quantized: Quantized | None, gpu: bool) -> str:
+    """The engine a quantized run is evaluated with, or BadInput before any model loads: bitsandbytes'
+    kernels need a GPU, and vLLM 0.8.5 quantizes a checkpoint in flight to 4 bits only
+    (model_loader/loader.py BitsAndBytesModelLoader), so an 8-bit run is evaluated with HF generate."""
+    if quantized is None:
+        return engine
+    if not gpu:
+        raise BadInput(
+            [
+                Problem(
+                    "evaluate",
+                    f"the run trained its adapter on a {quantized.bits}-bit base (QUANT_METHOD=bnb), which "
+                    "bitsandbytes computes on a GPU only; on this machine there is none",
+                    "evaluate on the GPU machine the run trained on (docker compose run --rm train evaluate "
+                    "run=<name>)",
+                )
+            ]
+        )
+    return "hf" if quantized.bits != 4 else engine
+
+
+def vllm_quantization(quantized: Quantized | None) -> dict[str, Any]:
+    """vLLM's LLM(...) arguments that load the base as the trainer did: its bitsandbytes loader quantizes the
+    bf16 checkpoint to 4 bits as it loads (the rollout's own way: child/hooks/adapter_sync.py)."""
+    if quantized is None:
+        return {}
+    return {"quantization": "bitsandbytes", "load_format": "bitsandbytes"}
+
+
+def hf_quantization(quantized: Quantized | None, torch) -> dict[str, Any]:
+    """from_pretrained's arguments that load the base as ms-swift's trainer did (Quantized says which), on GPU
+    0: a bitsandbytes model is placed while it loads and cannot be moved after."""
+    if quantized is None:
+        return {}
+    from transformers import BitsAndBytesConfig
+
+    config = BitsAndBytesConfig(
+        load_in_4bit=quantized.bits == 4,
+        load_in_8bit=quantized.bits == 8,
+        bnb_4bit_quant_type=quantized.quant_type,
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=torch.bfloat16,
+    )
+    return {"quantization_config": config, "device_map": {"": 0}}
+
+
 def _render(tokenizer, prompts: list[list[dict]]) -> list[str]:
     # the chat template's text, tokenized without extra special tokens: what ms-swift's template feeds
     return [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in prompts]
@@ -73,6 +133,7 @@ def generate_vllm(
     settings: Settings,
     progress: Progress | None = None,
     say: Callable[[str], None] = lambda line: None,
+    quantized: Quantized | None = None,
 ) -> Answers:
     """Base and adapter completions, `settings.EVAL_GENERATIONS` per prompt from one vLLM engine, the
     adapter served as a LoRA request; the same per-request seeds for both. `say` gets a line per model."""
@@ -95,6 +156,7 @@ def generate_vllm(
         gpu_memory_utilization=settings.EVAL_GPU_MEMORY_UTILIZATION,
         max_model_len=max(len(i) for i in ids) + max_new,
         enforce_eager=True,  # a one-off job: CUDA graph capture costs more than it saves
+        **vllm_quantization(quantized),
     )
     params = [
         SamplingParams(
@@ -143,6 +205,7 @@ def generate(
     settings: Settings,
     say: Callable[[str], None] = lambda line: None,
     progress: Progress | None = None,
+    quantized: Quantized | None = None,
 ) -> list[list[str]]:
     """`settings.EVAL_GENERATIONS` sampled completions per prompt from the base model (adapter None) or base +
     adapter. Same seed, so both models draw the same random numbers. `say` gets a progress line per batch,
@@ -158,13 +221,17 @@ def generate(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(
-        model_path, torch_dtype=torch.float32 if device == "cpu" else torch.bfloat16
+        model_path,
+        torch_dtype=torch.float32 if device == "cpu" else torch.bfloat16,
+        **hf_quantization(quantized, torch),
     )
     if adapter is not None:
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, str(adapter))
-    model.to(device).eval()
+    if quantized is None:
+        model.to(device)
+    model.eval()
     torch.manual_seed(settings.EVAL_SEED)
     out: list[list[str]] = []
     texts = _render(tokenizer, prompts)

@@ -409,3 +409,31 @@ def test_held_out_rows_missing_columns_the_others_have_are_refused():
     message = exc.value.problems[0].message
     assert "2 of the 4 rows of EVAL_DATASET /x.jsonl lack columns the others have" in message
     assert "row 3 lacks nums, target" in message
+
+
+def test_a_qlora_run_on_a_machine_without_a_gpu_is_refused_before_a_model_loads(tmp_path):
+    """The adapter was trained on a 4-bit base: evaluating it on bf16 weights measures another model, and
+    bitsandbytes computes on a GPU only; refused in seconds, naming where to evaluate."""
+    run = fake_run(tmp_path, "q", adapter=True)
+    data = json.loads((run / "manifest.json").read_text())
+    argv = ["python", "rlhf.py", "--model", "some/model", "--quant_method", "bnb", "--quant_bits", "4"]
+    data["processes"] = [{"role": "trainer", "argv": argv}]
+    (run / "manifest.json").write_text(json.dumps(data))
+    err = refused("run=q", f"OUTPUT_DIR={tmp_path}")
+    assert "trained its adapter on a 4-bit base (QUANT_METHOD=bnb)" in err and "on the GPU machine" in err
+
+
+@pytest.mark.parametrize(
+    ("bits", "asked", "engine", "vllm_kwargs"),
+    [
+        (0, "vllm", "vllm", {}),
+        (4, "vllm", "vllm", {"quantization": "bitsandbytes", "load_format": "bitsandbytes"}),
+        (8, "vllm", "hf", None),  # vLLM 0.8.5 quantizes in flight to 4 bits only
+        (4, "hf", "hf", None),
+    ],
+)
+def test_a_quantized_run_is_evaluated_on_the_base_as_its_trainer_loaded_it(bits, asked, engine, vllm_kwargs):
+    quantized = generation.Quantized.of(bits, "nf4")
+    assert generation.engine_for(asked, quantized, gpu=True) == engine
+    if vllm_kwargs is not None:
+        assert generation.vllm_quantization(quantized) == vllm_kwargs

@@ -31,22 +31,35 @@ pytestmark = pytest.mark.gpu
 # the weights, copied into vLLM each step; arithmetic-gpu as planned) and the one-weight-copy path's (the
 # trainer offloaded around generation, vLLM asleep around training and given only the trained adapter:
 # entrypoint/child/hooks/adapter_sync.py, the path recipes/countdown-7b-1x4090.env takes).
+# QLoRA: a 4-bit base in the trainer and in vLLM (its bitsandbytes loader), only the adapter synced (the plan
+# sets the adapter path for every colocated QLoRA run); the two 4-bit copies are quantized apart, so this is
+# also how close they are.
 PATHS = {
     "merged weights": (),
     "adapter only": ("SLEEP_LEVEL=1", "OFFLOAD_MODEL=true", "OFFLOAD_OPTIMIZER=true"),
+    "QLoRA adapter only": ("QUANT_METHOD=bnb", "QUANT_BITS=4"),
 }
+ADAPTER_PATHS = ("adapter only", "QLoRA adapter only")
 RUNS = {"synced": False, "sync skipped": True}
 
 
 @pytest.fixture(scope="module")
-def probe_records(gpu_env, tmp_path_factory) -> dict[tuple[str, str], dict]:
-    """{(path, "synced" | "sync skipped"): the probe's record}, from four runs started together."""
+def probe_records(gpu_env, tmp_path_factory, request) -> dict[tuple[str, str], dict]:
+    """{(path, "synced" | "sync skipped"): the probe's record}, from two runs a path started together, for
+    the paths the session's selected tests ask for (`-k QLoRA` starts only that path's runs)."""
+    wanted = {
+        item.callspec.params["path"]
+        for item in request.session.items
+        if item.module is request.module and hasattr(item, "callspec")
+    }
     embedded = Path(gpu_env.get("EMBEDDED_MODEL_DIR", "~/.cache/grpo-rig/models")).expanduser()
     if not models.is_prepared(models.lookup(models.DEFAULT_MODEL), embedded):
         pytest.skip(f"the embedded model is not prepared in {embedded}: run `make model`")
     out = tmp_path_factory.mktemp("weight-sync")
     procs = {}
     for path, pairs in PATHS.items():
+        if path not in wanted:
+            continue
         for name, broken in RUNS.items():
             slug = f"{path}-{name}".replace(" ", "-")
             # each run its own compile cache: two engines compiling the same graph at once share no files
@@ -83,7 +96,7 @@ def probe_records(gpu_env, tmp_path_factory) -> dict[tuple[str, str], dict]:
         code = proc.wait(timeout=1500)
         console = (out / f"{slug}.console.log").read_text()
         assert code == 0, console[-4000:]
-        if key[0] == "adapter only":  # the plan put this run on the adapter path
+        if key[0] in ADAPTER_PATHS:  # the plan put this run on the adapter path
             assert "GRPO_RIG_ADAPTER_SYNC=" in console, console[:4000]
         lines = (out / f"{slug}.jsonl").read_text().splitlines() if (out / f"{slug}.jsonl").exists() else []
         assert lines, f"the probe wrote nothing for the {key} run: {console[-3000:]}"
