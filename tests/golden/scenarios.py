@@ -168,7 +168,9 @@ def run(name: str, tmp: Path) -> str:
         timeout=120,
     )
     text = f"exit {proc.returncode}\n--- stdout\n{proc.stdout}--- stderr\n{proc.stderr}"
-    for path, mark in ((str(tmp), "<TMP>"), (str(ROOT), "<ROOT>"), (str(Path.home()), "<HOME>")):
+    # a checkout whose .venv links to another's (a git worktree) shows the venv's real path in the plan
+    venv = (str((ROOT / ".venv").resolve()), "<ROOT>/.venv")
+    for path, mark in (venv, (str(tmp), "<TMP>"), (str(ROOT), "<ROOT>"), (str(Path.home()), "<HOME>")):
         text = text.replace(path, mark)
     return text
 
