@@ -20,11 +20,17 @@ SECRET_NAMES = {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "MODELSCOPE_API_TOKEN", "W
 SECRET_RE = re.compile(r"(_TOKEN$|_KEY$|SECRET|PASSWORD|^TOKEN$|^API_KEY$)", re.IGNORECASE)
 # argv flags whose next token is a secret (swift rlhf: --hub_token, --swanlab_token, --api_key ...)
 SECRET_FLAG_RE = re.compile(r"^--?[\w-]*(token|secret|password|api[_-]?key)$", re.IGNORECASE)
+# ms-swift 3.6.4 arguments whose names end in _key but hold no secret (a ReFT layer's key, VeRA's PRNG seed:
+# swift/llm/argument/tuner_args.py); hidden, a rerun could not repeat them
+NOT_SECRET = {"REFT_LAYER_KEY", "VERA_PROJECTION_PRNG_KEY"}
 MIN_SCRUBBED = 6  # characters: a shorter value is replaced in listings by its key, never in free text
 
 
 def is_secret(name: str) -> bool:
-    return name.upper() in SECRET_NAMES or bool(SECRET_RE.search(name))
+    """A recipe or environment name whose value is a secret: the hubs' tokens, anything named like one
+    (SECRET_RE), less NOT_SECRET."""
+    upper = name.upper()
+    return upper in SECRET_NAMES or (upper not in NOT_SECRET and bool(SECRET_RE.search(name)))
 
 
 def is_secret_flag(name: str) -> bool:
