@@ -100,7 +100,7 @@ recipes: venv  ## The shipped recipes, each with what it is for
 	$(PY) -m entrypoint recipes
 
 .PHONY: import
-import: venv  ## An ms-swift command line or script as a recipe: make import FILE=my_run.sh ARGS="-o recipes/mine.env"
+import: venv  ## An ms-swift command line or script as a recipe: make import FILE=my_run.sh ARGS="-o recipes/mine.env INVENTORY=..."
 	@test -n "$(FILE)" || { echo "make import FILE=<script or file with a swift rlhf command line> [ARGS=\"-o recipes/mine.env\"]"; exit 2; }
 	$(PY) -m entrypoint import "$(FILE)" $(ARGS)
 
@@ -148,7 +148,7 @@ build:  ## Build the image (docker compose build); behind a TLS proxy set CA_BUN
 		echo "make build failed (see above). If the base image could not be pulled (Docker Hub unreachable or rate-limited),"; \
 		echo "  build from a mirror: BASE_IMAGE=<your mirror of nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04> make build"; \
 		echo "If a download failed on a certificate (a proxy that re-signs TLS), pass its CA bundle:"; \
-		echo "  CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt make build   (README: Build the image)"; exit $$status; }
+		echo "  CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt make build   (README: Train on your GPUs)"; exit $$status; }
 
 # Created by you before compose mounts them; otherwise the daemon creates them owned by root.
 output data:

@@ -130,6 +130,9 @@ class Facts:
     secret_values: tuple[str, ...] = ()  # values of the environment's secret variables (redact.py)
     swift_worker: tuple[str, ...] = ()  # (python, swift/cli/rlhf.py) when the worker can start directly
     model_config_error: str = ""  # why the config.json at model_config's source cannot be read (its phrase)
+    swift_missing: str = (
+        ""  # why the trainer's command cannot start here (host.swift_missing); "" when it can
+    )
     # the modules of recipe/optional.py's table that this interpreter can import (QUANT_METHOD=bnb needs
     # bitsandbytes, REPORT_TO=swanlab swanlab, ...): the launcher's interpreter is the image's, or the venv
     # installed from the same lock

@@ -196,6 +196,15 @@ def check(plan: Plan, facts: Facts, dataloader_workers: int) -> list[Problem]:
         check_driver(plan) + check_shm(plan, facts.env, dataloader_workers) + check_multi_node(plan, facts)
     )
     problems += check_run_paths(plan) + _check_writable(plan, facts)
+    if facts.swift_missing:
+        problems.append(
+            Problem(
+                "ms-swift",
+                f"{facts.swift_missing}: the trainer could not start",
+                "run the entrypoint with the locked stack: .venv/bin/python -m entrypoint ... (made by "
+                "`make venv`), or inside the image (docker compose run --rm train ...)",
+            )
+        )
     s = plan.recipe.settings
     if plan.layout.local_rollout and s.ROLLOUT_PORT and not facts.ports.rollout_port_free:
         problems.append(

@@ -93,6 +93,17 @@ def swift_worker(env: Mapping[str, str]) -> tuple[str, ...]:
     return ()
 
 
+def swift_missing(env: Mapping[str, str], swift: str, worker: tuple[str, ...]) -> str:
+    """Why neither ms-swift's worker (swift_worker) nor its CLI (swift_executable) can start the trainer from
+    here, or "": a Python with torch but no ms-swift otherwise ran `train` as far as the trainer's start-up
+    (`swift: No such file or directory`), after the run directory was written."""
+    if worker or shutil.which(swift) is not None:
+        return ""
+    if env.get("GRPO_RIG_SWIFT"):
+        return f"GRPO_RIG_SWIFT={swift} is not an executable file"
+    return f"{sys.executable} has no ms-swift (the swift package) and no `swift` command is on the PATH"
+
+
 def _nearest_existing(path: Path) -> Path:
     path = path.absolute()
     while not recipe_mod.exists(path) and path != path.parent:
@@ -399,6 +410,7 @@ def gather(
         gid=os.getgid(),
         swift=swift_executable(environ),
         swift_worker=swift_worker(environ),
+        swift_missing=swift_missing(environ, swift_executable(environ), swift_worker(environ)),
         importable=importable(optional.modules()),
         locked=locked_packages(manifest.LOCK_FILE),
         secrets_set=frozenset(k for k, v in environ.items() if v and redact.is_secret(k)),

@@ -176,6 +176,14 @@ def run(name: str, tmp: Path) -> str:
 
 
 def main() -> None:
+    # the goldens are what the locked stack prints: another interpreter (no ms-swift, no vLLM) rewrote them
+    # with its own refusals, silently
+    from entrypoint.world import host
+
+    if not host.swift_worker({}):
+        sys.exit(
+            f"{sys.executable} is not the locked stack (no ms-swift): run .venv/bin/python -m {__spec__.name}"
+        )
     GOLDEN.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
