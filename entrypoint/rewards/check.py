@@ -8,6 +8,7 @@ import dataclasses
 import difflib
 
 from entrypoint.errors import Problem
+from entrypoint.rewards import PLUGIN_FILE
 
 NOT_PROBED = (
     "not imported: this command starts nothing"  # host.gather(probe_plugins=False): the probe's error
@@ -82,7 +83,10 @@ def check(
         if why:
             problems.append(_unusable_plugin(f, why, in_container))
     if result is None and error == NOT_PROBED:  # `rerun --plan`: the files are compared by their sha256
-        return {}, problems + [Problem("EXTERNAL_PLUGINS", f"reward plugins {error}", fatal=False)]
+        # the image's own rewards are the image's code, not the user's: nothing to say of them
+        theirs = [f for f in plugin_files if f != str(PLUGIN_FILE)]
+        said = f"reward plugins {error} ({', '.join(theirs)}: compared with the run's by sha256)"
+        return {}, problems + ([Problem("EXTERNAL_PLUGINS", said, fatal=False)] if theirs else [])
     if result is None:
         return {}, problems + [
             Problem(

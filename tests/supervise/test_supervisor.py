@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -33,6 +34,13 @@ def env_for(tmp_path: Path, **fake: str) -> dict[str, str]:
     return clean_env(GRPO_RIG_SWIFT=str(FAKE_SWIFT), FAKE_PID_DIR=str(pid_dir), **fake)
 
 
+def free_port(base: int) -> int:
+    """A free port from `base`, in a range of this xdist worker's own: two workers' tests looked up the same
+    free port at once and the second run was refused before it started ("ROLLOUT_PORT ... is in use")."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return ports.first_free(base + 1000 * int(worker.removeprefix("gw") or 0))
+
+
 def train_argv(tmp_path: Path, port: int, *pairs: str) -> list[str]:
     """`train` of the fake-server recipe into tmp_path/out, rollout on `port`."""
     return [
@@ -49,7 +57,7 @@ def train_argv(tmp_path: Path, port: int, *pairs: str) -> list[str]:
 
 
 def train(tmp_path: Path, *pairs: str, timeout: float = 120, **fake: str) -> subprocess.CompletedProcess:
-    argv = train_argv(tmp_path, ports.first_free(18000), *pairs)
+    argv = train_argv(tmp_path, free_port(18000), *pairs)
     return subprocess.run(
         argv, cwd=ROOT, env=env_for(tmp_path, **fake), capture_output=True, text=True, timeout=timeout
     )  # noqa: S603
@@ -167,7 +175,7 @@ def test_a_crash_before_the_last_step_stays_failed(tmp_path):
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_signal_stops_every_process_tree(tmp_path, sig, code):
-    port = ports.first_free(18200)
+    port = free_port(18200)
     proc = start(tmp_path, port, FAKE_ROLLOUT="healthy", FAKE_TRAINER="spawn")
     wait_for(tmp_path / "pids" / "grandchild.pids", proc)
     proc.send_signal(sig)
@@ -179,7 +187,7 @@ def test_signal_stops_every_process_tree(tmp_path, sig, code):
 
 
 def test_child_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
-    port = ports.first_free(18300)
+    port = free_port(18300)
     proc = start(tmp_path, port, FAKE_ROLLOUT="healthy", FAKE_TRAINER="hang")
     wait_for(tmp_path / "pids" / "trainer.pids", proc)
     time.sleep(1)
@@ -197,7 +205,7 @@ def test_rollout_port_already_taken_by_another_server_is_detected(tmp_path):
     import http.server
     import threading
 
-    port = ports.first_free(18400)
+    port = free_port(18400)
 
     class Ok(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -227,7 +235,7 @@ def test_listening_ports_are_read_from_the_child_process_tree(tmp_path):
     from entrypoint.plan.build import Process
     from entrypoint.supervise import printer, probes, supervisor
 
-    port = ports.first_free(18500)
+    port = free_port(18500)
     sup = supervisor.Supervisor(
         tmp_path / "logs", 1, printer.Printer(io.StringIO()), base_env=env_for(tmp_path)
     )
@@ -264,7 +272,7 @@ def test_a_failed_merged_export_is_not_completed_and_a_rerun_exports_only(tmp_pa
 def test_rollout_command_serves_until_stopped(tmp_path):
     """`rollout` (a node that only serves, for trainers elsewhere): health-gated, says how to reach it,
     sized by the planner, and SIGTERM stops the server's tree."""
-    port = ports.first_free(18400)
+    port = free_port(18400)
     # a model whose size the planner knows, and no batch values: the trainers' shape is not this node's
     model = tmp_path / "Qwen2.5-3B-Instruct"
     model.mkdir()
