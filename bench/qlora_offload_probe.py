@@ -74,6 +74,19 @@ def main(argv: list[str] | None = None) -> int:
     stages["offloaded (ms-swift)"] = measure(torch, pynvml, handle)
     on_gpu = [(n, p.numel()) for n, p in model.named_parameters() if p.data.is_cuda]
     report["parameters_left_on_gpu"] = len(on_gpu)
+    # what ms-swift leaves behind: bitsandbytes' quantization states (absmax, codes: not parameters) and the
+    # buffers, scattered over the segments the load filled, keep those segments reserved
+    states = [p.quant_state for p in model.parameters() if getattr(p, "quant_state", None) is not None]
+    for state in states:
+        state.to(torch.device("cpu"))
+    for buffer in model.buffers():
+        buffer.data = buffer.data.to(torch.device("cpu"))
+    torch.cuda.empty_cache()
+    stages["offloaded with quantization states and buffers"] = measure(torch, pynvml, handle)
+    for state in states:
+        state.to(torch.device("cuda"))
+    for buffer in model.buffers():
+        buffer.data = buffer.data.to(torch.device("cuda"))
     with torch.no_grad():
         for param in model.parameters():
             param.data = param.data.to(torch.device("cuda"), non_blocking=True)

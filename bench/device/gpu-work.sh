@@ -352,8 +352,11 @@ if [ "${GPU_WORK:-all}" = qlora ]; then
   for run in $runs; do
     IFS=: read -r m recipe steps <<< "$run"
     card_up "$m" "$m"
-    set -- "recipe=$recipe" "MODEL=$W/models/$m" EMULATE_VRAM_GB=${CARD_GIB:-24} MAX_STEPS=$steps \
-      GPU_MONITOR_INTERVAL=0.1 OFFLINE=true RUN_NAME=$m-qlora OUTPUT_DIR=$W/runs
+    # a random-weight model folder is no hub name (its type said), and the hub's dataset is not here offline
+    mtype=qwen3; [ "$m" = q7 ] && mtype=qwen2_5
+    set -- "recipe=$recipe" "MODEL=$W/models/$m" MODEL_TYPE=$mtype DATASET_GENERATOR=countdown \
+      EMULATE_VRAM_GB=${CARD_GIB:-24} MAX_STEPS=$steps GPU_MONITOR_INTERVAL=0.1 OFFLINE=true RUN_NAME=$m-qlora \
+      OUTPUT_DIR=$W/runs
     python3 -m entrypoint plan "$@" > "$W/plan-$m.txt" 2>&1
     GRPO_RIG_SYNC_PROBE=$W/sync-probe-$m.jsonl timeout "${QLORA_SECONDS:-1500}" python3 -m entrypoint train "$@" > "$W/$m.console" 2>&1
     step "$m: exit $? after $(grep -c '' "$W/$m.console") console lines; $(grep -h 'GPU 0 trainer' "$W/plan-$m.txt" | head -1); $(tail -3 "$W/$m.console" | tr '\n' ' ' | cut -c1-300)"
