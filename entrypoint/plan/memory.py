@@ -81,7 +81,8 @@ the model to the CPU left 6.46 of its 9.85 GiB on the card (Qwen3-14B's dimensio
 bitsandbytes 0.45.5; ms-swift's own offload, each parameter's .data (grpo_trainer.py:1457-1459), moved them:
 9.39 -> 0.21 GiB allocated, but torch kept 13.8 GiB reserved and the 14B recipe's vLLM found no room for its
 KV cache at start-up, bench/gpu-tests/2026-12-05-0150-qlora-14b-first-attempt.tar.gz: the model keeps its
-figure until that is mended), so they sit beside vLLM while it generates; vLLM's sleep level 1 frees its own copy and KV cache (measured there too). The same measurements:
+figure until that is mended), so they sit beside vLLM while it generates; vLLM's sleep level 1 frees its own
+copy and KV cache (measured there too). The same measurements:
 vLLM loaded the 4-bit model with LoRA on in 9.39 GiB ("Model loading took"), the trainer's loaded in 9.85;
 the model predicts 9.25 GiB of weights for each.
 """
