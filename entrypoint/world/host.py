@@ -402,15 +402,16 @@ def gather(
             deepspeed_config = None
     system = resolved(a.system, paths) if a.system else ""
     system_text, system_error = read_user_file(Path(system)) if system.endswith(".txt") else (None, "")
+    swift, worker = swift_executable(environ), swift_worker(environ)
     return Facts(
         env=env,
         now=now,
         cwd=Path.cwd(),
         uid=os.getuid(),
         gid=os.getgid(),
-        swift=swift_executable(environ),
-        swift_worker=swift_worker(environ),
-        swift_missing=swift_missing(environ, swift_executable(environ), swift_worker(environ)),
+        swift=swift,
+        swift_worker=worker,
+        swift_missing=swift_missing(environ, swift, worker),
         importable=importable(optional.modules()),
         locked=locked_packages(manifest.LOCK_FILE),
         secrets_set=frozenset(k for k, v in environ.items() if v and redact.is_secret(k)),
