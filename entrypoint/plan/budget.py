@@ -167,6 +167,7 @@ def workload(recipe: Recipe, b: Batch, dataset_paths: list[str], facts: Facts) -
         vllm_tp=a.vllm_tensor_parallel_size,
         liger=a.use_liger_kernel,
         quant_bits=a.bnb_bits,
+        quantized_stay="offload_quant_states" in recipe.settings.disabled_hooks,
     )
     return w, f"model dimensions from {source}; prompt {prompt} tokens, {why}"
 

@@ -847,6 +847,9 @@ def _trainer_env(d: Draft) -> dict[str, str]:
         env["GRPO_RIG_VLLM_KEEP_POOLS"] = "1"
         if a.offload_model:  # else both weight copies meet on the GPU at each generation's start
             env["GRPO_RIG_OFFLOAD_BEFORE_WAKE"] = "1"
+    if layout.mode == "colocate" and a.offload_model and a.bnb_bits:
+        # else the 4-bit weights' quantization states keep torch's segments reserved for vLLM to find
+        env["GRPO_RIG_OFFLOAD_QUANT_STATES"] = "1"
     # vLLM serves the trained adapter on its base weights instead of ms-swift merging it (on the CPU,
     # offloaded) each step (entrypoint/child/hooks/adapter_sync.py), on the one-copy path; and always for
     # QLoRA, whose merged 4-bit weights vLLM cannot load (preflight/values.py _check_quantization);

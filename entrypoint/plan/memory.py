@@ -76,15 +76,15 @@ NF4 (QUANT_BYTES: half a byte per weight and double quantization's absmax codes)
 (transformers' 4-bit loader) and vLLM's (its bitsandbytes loader quantizes the bf16 checkpoint while loading,
 vllm 0.8.5.post1 model_executor/model_loader/loader.py:1038-1122); the embeddings, the lm_head (tied or not,
 by config), the norms and biases stay bf16, and the LoRA adapter, its gradients and AdamW states are what they
-are for bf16 LoRA. OFFLOAD_MODEL leaves the quantized weights on the GPU (`TrainingEstimate.pinned`): moving
-the model to the CPU left 6.46 of its 9.85 GiB on the card (Qwen3-14B's dimensions, random weights, an H200,
-bitsandbytes 0.45.5; ms-swift's own offload, each parameter's .data (grpo_trainer.py:1457-1459), moved them:
-9.39 -> 0.21 GiB allocated, but torch kept 13.8 GiB reserved and the 14B recipe's vLLM found no room for its
-KV cache at start-up, bench/gpu-tests/2026-12-05-0150-qlora-14b-first-attempt.tar.gz: the model keeps its
-figure until that is mended), so they sit beside vLLM while it generates; vLLM's sleep level 1 frees its own
-copy and KV cache (measured there too). The same measurements:
-vLLM loaded the 4-bit model with LoRA on in 9.39 GiB ("Model loading took"), the trainer's loaded in 9.85;
-the model predicts 9.25 GiB of weights for each.
+are for bf16 LoRA. OFFLOAD_MODEL takes the whole 4-bit copy off the card with the hook offload_quant_states
+(`TrainingEstimate.pinned` is 0): ms-swift's own offload moves each parameter's .data
+(grpo_trainer.py:1457-1459), the packed 4-bit weights included (9.39 -> 0.21 GiB allocated, Qwen3-14B's
+dimensions, random weights, an H200, bitsandbytes 0.45.5), but bitsandbytes' quantization states stayed in the
+segments the load filled and torch kept 13.8 GiB reserved, which the 14B recipe's vLLM counted as used and
+found no room for its KV cache (bench/gpu-tests/2026-12-05-0150-qlora-14b-first-attempt.tar.gz). Without the
+hook (DISABLE_HOOKS) the whole copy is counted as staying. vLLM's sleep level 1 frees its own copy and KV
+cache (measured there too). The same measurements: vLLM loaded the 4-bit model with LoRA on in 9.39 GiB
+("Model loading took"), the trainer's loaded in 9.85; the model predicts 9.25 GiB of weights for each.
 """
 
 from __future__ import annotations
@@ -326,6 +326,8 @@ class Workload:
     vllm_tp: int = 1  # colocated vLLM's tensor parallel size (VLLM_TENSOR_PARALLEL_SIZE)
     liger: bool = False  # USE_LIGER_KERNEL: ms-swift's GRPO loss through liger's fused linear + loss
     quant_bits: int = 0  # QUANT_METHOD=bnb: 4 (QLoRA) or 8 bits for the linear weights; 0 not quantized
+    # OFFLOAD_MODEL leaves the whole quantized copy on the GPU: DISABLE_HOOKS=offload_quant_states
+    quantized_stay: bool = False
 
     def vllm_weights_gib(self, tensor_parallel: int = 1) -> float:
         """vLLM's copy of the weights on one GPU (1/tensor_parallel of them): bitsandbytes 4-bit with QLoRA
@@ -348,7 +350,7 @@ class TrainingEstimate:
     peak: float  # torch max reserved, GiB
     logit_entries: float = 0.0  # completion tokens x vocabulary of one micro-batch, in units of 2**30
     checkpointed: bool = True  # gradient checkpointing: `activations` are the stored layer inputs
-    pinned: float = 0.0  # of `weights`, what OFFLOAD_MODEL leaves on the GPU: bitsandbytes' quantized weights
+    pinned: float = 0.0  # of `weights`, what OFFLOAD_MODEL leaves on the GPU (Workload.quantized_stay)
 
     def components(self) -> dict[str, float]:
         return {k: round(v, 2) for k, v in dataclasses.asdict(self).items()}
@@ -360,7 +362,7 @@ def estimate_training(w: Workload, coef: Mapping[str, float] | None = None) -> T
     d = w.dtype_bytes
     p = w.dims.params
     world = max(1, w.world)
-    one, quantized = w.dims.weight_bytes(d, w.quant_bits)
+    one, _quantized = w.dims.weight_bytes(d, w.quant_bits)
     weights = one * (2 if w.reference_copy else 1)
     if w.zero_stage >= 3:
         # ZeRO-3 keeps 1/world of the parameters on each GPU and gathers a layer at a time for compute
@@ -411,7 +413,7 @@ def estimate_training(w: Workload, coef: Mapping[str, float] | None = None) -> T
         peak=peak,
         logit_entries=w.per_device * w.completion_tokens * w.dims.vocab / GIB,
         checkpointed=w.gradient_checkpointing,
-        pinned=quantized / GIB,
+        pinned=one / GIB if w.quant_bits and w.quantized_stay else 0.0,
     )
 
 
@@ -456,7 +458,7 @@ def offload_phases(
         generation["weights (not offloaded)"] = train.weights
     else:
         if v.engine_v0 and train.pinned:  # V1 counts them inside its share (they were there when it started)
-            generation["trainer's quantized weights (stay on the GPU)"] = train.pinned
+            generation["trainer's 4-bit weights (stay on the GPU)"] = train.pinned
         if not v.trainer_leaves_first:
             generation["trainer's weights (vLLM wakes before they leave)"] = train.weights - train.pinned
     logits = (
@@ -482,9 +484,10 @@ def largest_one_copy_params(w: Workload, card_gib: float, v: Colocate, coef=None
     """Parameters (billions) of the largest model of this workload's kind whose offloaded phases both leave
     HEADROOM_WARNING of a `card_gib` card free at micro-batch 1 (offload_phases; the rest of the workload,
     vocabulary, lengths and QUANT_BITS included, as given): what a card can train with one weight copy at a
-    time. Training bounds it by the trainer's weights beside its step; generation by vLLM's weights (and the
-    trainer's quantized ones, which stay) beside its context, non-KV memory and one max_model_len sequence at
-    the planner's largest share. A model "of this kind" has this one's bytes per parameter in each copy."""
+    time. Training bounds it by the trainer's weights beside its step; generation by vLLM's weights (and what
+    the trainer's offload leaves, TrainingEstimate.pinned) beside its context, non-KV memory and one
+    max_model_len sequence at the planner's largest share. A model "of this kind" has this one's bytes per
+    parameter in each copy."""
     one = dataclasses.replace(w, per_device=1)
     train = estimate_training(one, coef)
     training = offload_phases(train, card_gib, v, coef)["training"]
@@ -510,11 +513,11 @@ def host_ram(
     train: TrainingEstimate, w: Workload, offload_model: bool, offload_optimizer: bool, sleep_level: int
 ) -> dict[str, float]:
     """GiB of RAM one colocated training process needs for what waits in CPU memory, by part ({} when nothing
-    does): the trainer's weights while vLLM generates (OFFLOAD_MODEL; bitsandbytes' quantized ones stay on the
-    GPU), its optimizer states (OFFLOAD_OPTIMIZER), vLLM's weights while it sleeps at level 1 (level 2
-    discards them), and the process around them. Both copies are counted: vLLM's CPU copy is freed only when
-    it wakes, after the trainer's left (hooks/offload_before_wake.py), and the trainer's comes back after vLLM
-    sleeps."""
+    does): the trainer's weights while vLLM generates (OFFLOAD_MODEL, less what stays on the GPU:
+    TrainingEstimate.pinned), its optimizer states (OFFLOAD_OPTIMIZER), vLLM's weights while it sleeps at
+    level 1 (level 2 discards them), and the process around them. Both copies are counted: vLLM's CPU copy is
+    freed only when it wakes, after the trainer's left (hooks/offload_before_wake.py), and the trainer's comes
+    back after vLLM sleeps."""
     parts = {}
     if offload_model:
         parts["trainer's weights (offloaded)"] = train.weights - train.pinned

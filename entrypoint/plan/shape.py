@@ -468,8 +468,8 @@ def smallest_share(budget: Budget, layout: Layout, per_process: int, v0: bool | 
     context and both copies of the weights on the smallest training card (`v0`: vLLM's V0 engine, which
     counts only its own; default the budget's engine); UTILIZATION_CEILING when none holds. With OFFLOAD_MODEL
     the trainer's weights are on the CPU while the engine starts (ms-swift builds it inside offload_context:
-    v3.6.4 grpo_trainer.py:274-280) and while it generates: only vLLM's copy counts, and the trainer's
-    quantized weights, which stay (TrainingEstimate.pinned). Needs budget.workload and budget.colocate."""
+    v3.6.4 grpo_trainer.py:274-280) and while it generates: only vLLM's copy counts, and what the offload
+    leaves (TrainingEstimate.pinned). Needs budget.workload and budget.colocate."""
     w, current = budget.workload, budget.colocate
     v0 = current.engine_v0 if v0 is None else v0
     card = min(budget.card(g) for g in layout.train_gpus)
@@ -626,9 +626,9 @@ def _vllm_share(
                 + (
                     "vLLM's own weights (its V0 engine counts only what it allocates)"
                     if v0
-                    else "the context, vLLM's weights and the trainer's quantized ones (bitsandbytes' stay "
-                    "on the GPU; the rest of the trainer's is on the CPU while vLLM generates)"
-                    if current.offload_model and w.quant_bits
+                    else "the context, vLLM's weights and the trainer's 4-bit ones (without the hook "
+                    "offload_quant_states they stay on the GPU while vLLM generates)"
+                    if current.offload_model and w.quantized_stay
                     else "the context and vLLM's weights (the trainer's are on the CPU while vLLM generates)"
                     if current.offload_model
                     else "the context and both copies of the weights"

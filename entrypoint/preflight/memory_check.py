@@ -528,7 +528,8 @@ def _kv_shortfalls(
     tp, v0 = w.vllm_tp, colocate.engine_v0
     need = memory.kv_gib(w.dims, w.dtype_bytes, colocate.max_model_len, tp)
     # OFFLOAD_MODEL: ms-swift builds the engine with the trainer's weights in CPU memory
-    # (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:274-280, offload_context), but bitsandbytes' stay
+    # (v3.6.4:swift/trainers/rlhf_trainer/grpo_trainer.py:274-280, offload_context); 4-bit ones stay
+    # without the hook offload_quant_states (TrainingEstimate.pinned)
     model_offloaded = offload and plan.recipe.trainer_args.offload_model
     train = memory.estimate_training(w)
     resident = train.pinned if model_offloaded else train.weights
@@ -574,7 +575,11 @@ def _colocated_fits(plan: Plan, w: Workload, card, colocate: memory.Colocate, of
                 + "a rollout server on its own GPU (ROLLOUT_GPUS), VLLM_TENSOR_PARALLEL_SIZE over several "
                 "GPUs, or a smaller MODEL"
             )
-        kept = "; the trainer's quantized ones stay" if memory.estimate_training(w).pinned else ""
+        kept = (
+            "; the trainer's 4-bit ones stay, DISABLE_HOOKS has offload_quant_states"
+            if memory.estimate_training(w).pinned
+            else ""
+        )
         counted = (
             f"vLLM's weights (1/{tp} per GPU; its V0 engine counts only its own) are"
             if v0

@@ -24,6 +24,7 @@ from entrypoint.child.hooks import (
     keep_pools,
     liger_eager,
     offload_before_wake,
+    offload_quant_states,
     reward_check,
     scheduler_steps,
     top_k_first,
@@ -807,6 +808,81 @@ def test_a_trainer_without_the_methods_the_new_order_calls_is_a_notice(monkeypat
     grpo = types.SimpleNamespace(GRPOTrainer=type("GRPOTrainer", (), {"_fast_infer": lambda self, i: i}))
     with pytest.raises(runtime.MissingTarget, match="has no _move_model_to_vllm"):
         offload_before_wake._offload_first(grpo)
+
+
+# The 4-bit weights' quantization states leave with them (GRPO_RIG_OFFLOAD_QUANT_STATES) ---------------------
+def _quantized_model():
+    """A linear layer whose weight carries a bitsandbytes QuantState (nested, as double quantization makes
+    it), beside a buffer: what a 4-bit Linear4bit and a rotary embedding hold besides their parameters."""
+    import torch
+    from bitsandbytes.functional import QuantState
+
+    model = torch.nn.Linear(4, 4)
+    nested = QuantState(absmax=torch.ones(2), code=torch.zeros(256), blocksize=256, dtype=torch.float32)
+    state = QuantState(
+        absmax=torch.zeros(2, dtype=torch.uint8),
+        shape=torch.Size([4, 4]),
+        code=torch.zeros(16),
+        blocksize=64,
+        quant_type="nf4",
+        dtype=torch.bfloat16,
+        offset=torch.tensor(0.0),
+        state2=nested,
+    )
+    model.weight.quant_state = state
+    model.register_buffer("inv_freq", torch.ones(2), persistent=False)
+    return model, state
+
+
+def _state_devices(state) -> set[str]:
+    tensors = (state.absmax, state.code, state.offset, state.state2.absmax, state.state2.code)
+    return {t.device.type for t in tensors}
+
+
+@pytest.mark.torch
+def test_the_quantization_states_and_buffers_move_and_the_parameters_stay_ms_swift_s():
+    """Every tensor of a (nested) QuantState and every buffer goes where it is told; the parameters are left
+    to ms-swift's own offload_model and load_model."""
+    model, state = _quantized_model()
+    assert offload_quant_states.move_quant_states(model, "meta") == 2
+    assert _state_devices(state) == {"meta"}
+    assert model.inv_freq.device.type == "meta"
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
+
+
+@pytest.mark.torch
+def test_ms_swift_s_offload_and_load_carry_the_quantization_states_with_the_weights():
+    """Around ms-swift 3.6.4's offload_model / load_model (grpo_trainer.py:1457-1466, parameters only): the
+    offload moves the states to the CPU after the weights, the load brings them to the trainer's device
+    before the weights; both still run ms-swift's own method."""
+    import torch
+
+    model, state = _quantized_model()
+    calls = []
+
+    class GRPOTrainer:
+        def offload_model(self, model):
+            calls.append(("offload", _state_devices(state)))
+
+        def load_model(self, model):
+            calls.append(("load", _state_devices(state)))
+
+    grpo = types.SimpleNamespace(
+        GRPOTrainer=GRPOTrainer, torch=torch, get_current_device=lambda: torch.device("meta")
+    )
+    offload_quant_states._with_states(grpo)
+    trainer = GRPOTrainer()
+    trainer.offload_model(model)
+    assert _state_devices(state) == {"cpu"}
+    trainer.load_model(model)
+    assert calls == [("offload", {"cpu"}), ("load", {"meta"})]
+    assert model.inv_freq.device.type == "meta"
+
+
+def test_a_trainer_without_load_model_is_a_notice():
+    grpo = types.SimpleNamespace(GRPOTrainer=type("GRPOTrainer", (), {"offload_model": lambda self, m: m}))
+    with pytest.raises(runtime.MissingTarget, match="has no load_model"):
+        offload_quant_states._with_states(grpo)
 
 
 # vLLM gets only the trained LoRA adapter (GRPO_RIG_ADAPTER_SYNC) --------------------------------------------

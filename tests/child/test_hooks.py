@@ -63,7 +63,13 @@ def test_the_check_reads_sources_without_importing_them():
 
 
 # the package each target's top-level module comes from
-DISTRIBUTIONS = {"torch": "torch", "vllm": "vllm", "swift": "ms-swift", "liger_kernel": "liger-kernel"}
+DISTRIBUTIONS = {
+    "torch": "torch",
+    "vllm": "vllm",
+    "swift": "ms-swift",
+    "liger_kernel": "liger-kernel",
+    "bitsandbytes": "bitsandbytes",
+}
 
 
 @pytest.mark.parametrize("hook", hooks.ALL, ids=hooks.NAMES)
@@ -87,6 +93,7 @@ def test_the_registry_keeps_the_variables_the_plans_set():
         "scheduler_steps",
         "adapter_sync",
         "offload_before_wake",
+        "offload_quant_states",
         "lean",
         "sync_probe",
         "reward_check",
@@ -103,6 +110,7 @@ def test_the_registry_keeps_the_variables_the_plans_set():
         "GRPO_RIG_VLLM_SCHEDULER_STEPS",
         "GRPO_RIG_ADAPTER_SYNC",
         "GRPO_RIG_OFFLOAD_BEFORE_WAKE",
+        "GRPO_RIG_OFFLOAD_QUANT_STATES",
         "GRPO_RIG_VLLM_LEAN",
         "GRPO_RIG_SYNC_PROBE",
         "GRPO_RIG_REWARD_CHECK",
@@ -136,6 +144,7 @@ def test_each_hook_installs_when_its_variable_turns_it_on_and_only_then(tmp_path
         "GRPO_RIG_VLLM_SCHEDULER_STEPS": "8",
         "GRPO_RIG_VLLM_LEAN": "1",
         "GRPO_RIG_OFFLOAD_BEFORE_WAKE": "1",
+        "GRPO_RIG_OFFLOAD_QUANT_STATES": "1",
         "GRPO_RIG_ADAPTER_SYNC": "8",
         "GRPO_RIG_SYNC_PROBE": str(tmp_path / "p"),
         "GRPO_RIG_REWARD_CHECK": "1",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -685,7 +686,7 @@ def test_the_14b_qlora_recipe_plans_one_weight_copy_under_22_gib_on_a_4090_witho
     assert (
         trainer["env"]["GRPO_RIG_ADAPTER_SYNC"].split(":")[0] == "8" and "VLLM_USE_V1" not in trainer["env"]
     )
-    assert 18.0 < sum(plan["host_ram_gib"].values()) < 20.0
+    assert 24.0 < sum(plan["host_ram_gib"].values()) < 26.0  # both 4-bit copies wait there in turn
     assert not [w for w in plan["warnings"] if w.startswith("error")]
 
 
@@ -771,10 +772,8 @@ def test_nf4_weights_are_half_a_byte_and_the_absmax_codes_and_embeddings_stay_bf
     train = memory.estimate_training(_qlora())
     quantized = QWEN3_14B.linear_params * (0.5 + 0.127 / 8) / memory.GIB
     embeddings = 2 * QWEN3_14B.vocab * QWEN3_14B.hidden * 2 / memory.GIB  # untied: embed_tokens and lm_head
-    assert train.pinned == pytest.approx(quantized) and train.weights == pytest.approx(
-        quantized + embeddings, rel=0.01
-    )
-    assert abs(train.pinned - 6.46) <= 0.10 * 6.46  # what stays on the GPU when the model leaves it
+    assert QWEN3_14B.weight_bytes(2, 4)[1] / memory.GIB == pytest.approx(quantized)
+    assert train.weights == pytest.approx(quantized + embeddings, rel=0.01)
     assert abs(_qlora().vllm_weights_gib() - 9.39) <= 0.10 * 9.39  # vLLM's 4-bit copy
     assert abs(train.weights + train.optimizer * 4 / 14 - 9.85) <= 0.10 * 9.85  # with the fp32 adapter
     bf16 = memory.estimate_training(_qlora(quant_bits=0))
@@ -792,21 +791,41 @@ def test_the_one_copy_training_phase_of_qlora_is_within_10_percent_of_the_measur
     assert abs(sum(training.values()) - 19.68) <= 0.10 * 19.68, training
 
 
-def test_offloading_a_qlora_trainer_leaves_its_quantized_weights_beside_vllm():
-    """V1 counts them inside its share (they are on the card when it starts, in ms-swift's offload_context),
-    so they shrink its KV cache; V0 adds them on top of its share."""
-    train = memory.estimate_training(_qlora())
+def test_offloading_a_qlora_trainer_takes_its_4bit_copy_off_the_card_unless_the_hook_is_off():
+    """With the hook offload_quant_states the offload leaves nothing of the trainer's weights beside vLLM: its
+    share and KV cache are what they are for bf16 LoRA. Without it torch keeps the load's segments reserved
+    (13.8 GiB for 9.39 allocated, measured): the whole copy is counted inside V1's share (it is on the card when
+    the engine starts, in ms-swift's offload_context) and on top of V0's."""
     v = memory.Colocate(
         utilization=0.9, sleep_level=1, max_model_len=2304, round_tokens=0, offload_model=True
     )
-    assert memory.offload_phases(train, 24.0, v)["generation"] == {"vLLM": 21.6}
-    v0 = memory.offload_phases(train, 24.0, memory.Colocate(**{**v.__dict__, "engine_v0": True}))[
-        "generation"
-    ]
-    assert v0["trainer's quantized weights (stay on the GPU)"] == train.pinned
     w = _qlora()
-    kv = memory.kv_budget(w, 24.0, 0.9, train.pinned)
-    assert kv == pytest.approx(0.9 * 24 - memory.CUDA_CONTEXT_GIB - train.pinned - w.vllm_weights_gib() - 1.0)
+    train = memory.estimate_training(w)
+    assert train.pinned == 0
+    assert memory.offload_phases(train, 24.0, v)["generation"] == {"vLLM": 21.6}
+    assert memory.kv_budget(w, 24.0, 0.9, train.pinned) == pytest.approx(
+        0.9 * 24 - memory.CUDA_CONTEXT_GIB - w.vllm_weights_gib() - 1.0
+    )
+    stay = dataclasses.replace(w, quantized_stay=True)
+    kept = memory.estimate_training(stay)
+    assert kept.pinned == pytest.approx(kept.weights)
+    assert memory.offload_phases(kept, 24.0, v)["generation"] == {"vLLM": 21.6}
+    v0 = memory.offload_phases(kept, 24.0, memory.Colocate(**{**v.__dict__, "engine_v0": True}))["generation"]
+    assert v0["trainer's 4-bit weights (stay on the GPU)"] == kept.pinned
+    assert memory.kv_budget(stay, 24.0, 0.9, kept.pinned) == pytest.approx(
+        0.9 * 24 - memory.CUDA_CONTEXT_GIB - kept.pinned - w.vllm_weights_gib() - 1.0
+    )
+
+
+def test_the_14b_recipe_runs_the_hook_that_takes_the_4bit_copy_off_and_without_it_plans_a_larger_share():
+    plan = build_plan("recipe=countdown-14b-1x4090", inventory="1x4090-driver535")
+    assert plan.processes[0].env["GRPO_RIG_OFFLOAD_QUANT_STATES"] == "1"
+    off = build_plan(
+        "recipe=countdown-14b-1x4090", "DISABLE_HOOKS=offload_quant_states", inventory="1x4090-driver535"
+    )
+    assert "GRPO_RIG_OFFLOAD_QUANT_STATES" not in off.processes[0].env
+    share = plan.recipe.trainer_args.vllm_gpu_memory_utilization
+    assert off.recipe.trainer_args.vllm_gpu_memory_utilization > share
 
 
 QWEN3_14B_ON_A_4090 = ("recipe=countdown-1x4090", "MODEL=Qwen/Qwen3-14B")
@@ -891,8 +910,8 @@ def test_the_one_copy_path_is_refused_on_a_pc_whose_ram_cannot_hold_the_offloade
 
 
 def test_qlora_keeps_only_the_bf16_part_of_the_trainer_in_ram():
-    """Qwen3-14B QLoRA: the trainer's quantized weights stay on the GPU, so RAM holds its embeddings and
-    lm_head, vLLM's 4-bit copy and the process: it fits a 32 GB PC."""
+    """Qwen3-14B QLoRA: RAM holds the trainer's 4-bit copy while vLLM generates, vLLM's while it sleeps and
+    the process: it fits a 32 GB PC."""
     plan = _on_a_pc(
         29.0,
         "recipe=countdown-7b-1x4090",
@@ -902,7 +921,7 @@ def test_qlora_keeps_only_the_bf16_part_of_the_trainer_in_ram():
         "QUANT_BITS=4",
     )
     ram = dict(plan.host_ram)
-    assert ram["trainer's weights (offloaded)"] == pytest.approx(2.9, abs=0.1)
+    assert ram["trainer's weights (offloaded)"] == pytest.approx(9.25, abs=0.1)
     assert ram["vLLM's weights (asleep)"] == pytest.approx(9.25, abs=0.1)
     assert not memory_problems(plan), [p.render() for p in memory_problems(plan)]
 
