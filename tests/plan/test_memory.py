@@ -794,8 +794,8 @@ def test_the_one_copy_training_phase_of_qlora_is_within_10_percent_of_the_measur
 def test_offloading_a_qlora_trainer_takes_its_4bit_copy_off_the_card_unless_the_hook_is_off():
     """With the hook offload_quant_states the offload leaves nothing of the trainer's weights beside vLLM: its
     share and KV cache are what they are for bf16 LoRA. Without it torch keeps the load's segments reserved
-    (13.8 GiB for 9.39 allocated, measured): the whole copy is counted inside V1's share (it is on the card when
-    the engine starts, in ms-swift's offload_context) and on top of V0's."""
+    (13.8 GiB for 9.39 allocated, measured): the whole copy is counted inside V1's share (it is on the card
+    when the engine starts, in ms-swift's offload_context) and on top of V0's."""
     v = memory.Colocate(
         utilization=0.9, sleep_level=1, max_model_len=2304, round_tokens=0, offload_model=True
     )
