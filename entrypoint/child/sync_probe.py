@@ -105,8 +105,9 @@ def teacher_forced(model, prompt: list[int], tokens: list[int]) -> tuple[list[fl
     return logp.gather(1, target[:, None])[:, 0].tolist(), logp.argmax(dim=-1).tolist()
 
 
-def measure(trainer) -> dict:
-    """The probe's record for the trainer's current weights (module docstring)."""
+def vllm_answers(trainer) -> tuple[list[list[int]], list[tuple[list[int], list[float]]]]:
+    """(the probe's prompts as token ids, vLLM's greedy answer to each with its log-probabilities): step 1 of
+    the module docstring, from the trainer's engine (awake) and tokenizer."""
     tokenizer = trainer.processing_class
     prompts = [
         tokenizer(
@@ -118,6 +119,12 @@ def measure(trainer) -> dict:
         for p in PROMPTS
     ]
     answers = _vllm_greedy(trainer.engine.engine, prompts, getattr(trainer, "_grpo_rig_lora_request", None))
+    return prompts, answers
+
+
+def scored(trainer, prompts: list[list[int]], answers: list[tuple[list[int], list[float]]]) -> dict:
+    """The probe's record: vLLM's `answers` scored, teacher-forced, by the trainer's model with its adapter on
+    and off (steps 2-3 of the module docstring), wherever the model is."""
     model = trainer.accelerator.unwrap_model(trainer.model)
     training = model.training
     model.eval()
@@ -146,6 +153,23 @@ def measure(trainer) -> dict:
     return record
 
 
+def measure(trainer) -> dict:
+    """The probe's record for the trainer's current weights (module docstring)."""
+    return scored(trainer, *vllm_answers(trainer))
+
+
+def offloaded_4bit(model) -> bool:
+    """Whether `model` holds bitsandbytes 4-bit weights (a parameter with a quant_state) and is in CPU memory
+    (OFFLOAD_MODEL): bitsandbytes 0.45.5 multiplies 4-bit weights on the GPU only, so it cannot score
+    there."""
+    params = list(model.parameters())
+    return (
+        bool(params)
+        and params[0].device.type == "cpu"
+        and any(getattr(p, "quant_state", None) is not None for p in params)
+    )
+
+
 def agreement(
     scored: list[tuple[list[float], list[int]]], answers: list[tuple[list[int], list[float]]]
 ) -> float:
@@ -158,10 +182,11 @@ def agreement(
     return statistics.fmean(a == t for a, t in pairs) if pairs else 0.0
 
 
-def _record(trainer, break_sync: bool) -> dict:
-    """The probe's record now, or why it could not be taken (the probe never ends the run it observes)."""
+def _record(trainer, break_sync: bool, step=measure, *args) -> dict:
+    """The probe's record now (`step(trainer, *args)`), or why it could not be taken (the probe never ends
+    the run it observes)."""
     try:
-        record = measure(trainer)
+        record = step(trainer, *args)
     except Exception as exc:
         record = {"step": trainer.state.global_step, "error": repr(exc)}
     record["sync_skipped"] = break_sync
@@ -171,11 +196,14 @@ def _record(trainer, break_sync: bool) -> dict:
 def install(trainer_cls, path: str, break_sync: bool) -> None:
     """Wrap trainer_cls._move_model_to_vllm: the probe after the first push that follows an optimizer step;
     with `break_sync`, no push at all (vLLM keeps the weights it had). With sleep mode, vLLM's KV cache is
-    still asleep at the push, so the probe waits for the generation that follows (trainer_cls._engine_infer),
-    where the whole engine is awake; the trainer's model may then be offloaded to the CPU, where it scores
-    the probe's tokens."""
+    still asleep at the push, so the probe asks vLLM at the generation that follows
+    (trainer_cls._engine_infer), where the whole engine is awake; the trainer's model may then be offloaded to
+    the CPU, where it scores the probe's tokens, except 4-bit weights (offloaded_4bit), which score them at
+    the step's next compute_loss, back on the GPU, before the step's optimizer update (the weights vLLM was
+    given)."""
     push = trainer_cls._move_model_to_vllm
     engine_infer = trainer_cls._engine_infer
+    compute_loss = trainer_cls.compute_loss
 
     def write(record: dict) -> None:
         with open(path, "a", encoding="utf-8") as f:
@@ -203,8 +231,22 @@ def install(trainer_cls, path: str, break_sync: bool) -> None:
     def _engine_infer(self, *args, **kwargs):
         if getattr(self, "_grpo_rig_probe_pending", False):
             self._grpo_rig_probe_pending = False
-            write(_record(self, break_sync))
+            if offloaded_4bit(self.accelerator.unwrap_model(self.model)):
+                try:
+                    self._grpo_rig_probe_answers = vllm_answers(self)
+                except Exception as exc:
+                    write({"step": self.state.global_step, "error": repr(exc), "sync_skipped": break_sync})
+            else:
+                write(_record(self, break_sync))
         return engine_infer(self, *args, **kwargs)
+
+    def _compute_loss(self, *args, **kwargs):
+        answers = getattr(self, "_grpo_rig_probe_answers", None)
+        if answers is not None:
+            self._grpo_rig_probe_answers = None
+            write(_record(self, break_sync, scored, *answers))
+        return compute_loss(self, *args, **kwargs)
 
     trainer_cls._move_model_to_vllm = _move_model_to_vllm
     trainer_cls._engine_infer = _engine_infer
+    trainer_cls.compute_loss = _compute_loss

@@ -134,3 +134,53 @@ def test_an_engine_left_on_the_base_weights_is_seen_as_stale(probe, trained):
     tokenizer, model = trained
     record = probe.measure(_trainer(tokenizer, model, FakeEngine(model, model.disable_adapter)))
     assert not record["synced"] and "closer to the base model" in record["why"], record["why"]
+
+
+@pytest.mark.torch
+def test_an_offloaded_4bit_trainer_scores_vllm_s_answers_at_the_next_loss_back_on_the_gpu(
+    probe, trained, tmp_path
+):
+    """bitsandbytes multiplies 4-bit weights on the GPU only (the 14B QLoRA run's probe failed on the CPU):
+    with sleep mode the probe asks vLLM at the generation, while the trainer's 4-bit model is offloaded, and
+    scores the answers at the step's next compute_loss, when the model is back; a bf16 model scores at
+    once."""
+    import json
+
+    import torch
+
+    tokenizer, model = trained
+    merged = copy.deepcopy(model).merge_and_unload().eval()
+    calls = []
+
+    class GRPOTrainer:
+        vllm_mode = "colocate"
+
+        def __init__(self):
+            self.__dict__.update(vars(_trainer(tokenizer, model, FakeEngine(merged))))
+            self.args = types.SimpleNamespace(sleep_level=1)
+
+        def _move_model_to_vllm(self):
+            calls.append("push")
+
+        def _engine_infer(self):
+            calls.append("generate")
+
+        def compute_loss(self):
+            calls.append("loss")
+
+    path = tmp_path / "probe.jsonl"
+    probe.install(GRPOTrainer, str(path), break_sync=False)
+    trainer = GRPOTrainer()
+    weight = next(p for n, p in model.named_parameters() if "q_proj.base_layer" in n)
+    weight.quant_state = object()  # what a bitsandbytes Params4bit carries
+    try:
+        trainer._move_model_to_vllm()
+        trainer._engine_infer()
+        assert not path.exists(), "a 4-bit model on the CPU must not be scored there"
+        trainer.compute_loss()
+    finally:
+        del weight.quant_state
+    (record,) = [json.loads(line) for line in path.read_text().splitlines()]
+    assert record["synced"], record
+    assert calls == ["push", "generate", "loss"]
+    assert probe.offloaded_4bit(model) is False and torch.is_grad_enabled()

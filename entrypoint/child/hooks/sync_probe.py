@@ -37,6 +37,8 @@ HOOK = Hook(
         Target(GRPO_TRAINER, "GRPOTrainer._move_model_to_vllm", "dce3819a920054cb"),
         # with sleep mode the probe runs at the next generation, where vLLM is awake
         Target(GRPO_TRAINER, "GRPOTrainer._engine_infer", "d60da8d8272500c1"),
+        # an offloaded 4-bit model scores vLLM's answers at the step's next loss, back on the GPU
+        Target(GRPO_TRAINER, "GRPOTrainer.compute_loss", "eddd820e349cd5f8"),
         # what the probe reads of the trainer and its engine
         Target(GRPO_TRAINER, "GRPOTrainer.prepare_vllm", "62ee11a2af9769af"),
     ),
