@@ -82,9 +82,11 @@ are for bf16 LoRA. OFFLOAD_MODEL takes the whole 4-bit copy off the card with th
 dimensions, random weights, an H200, bitsandbytes 0.45.5), but bitsandbytes' quantization states stayed in the
 segments the load filled and torch kept 13.8 GiB reserved, which the 14B recipe's vLLM counted as used and
 found no room for its KV cache (bench/gpu-tests/2026-12-05-0150-qlora-14b-first-attempt.tar.gz). Without the
-hook (DISABLE_HOOKS) the whole copy is counted as staying. vLLM's sleep level 1 frees its own copy and KV
-cache (measured there too). The same measurements: vLLM loaded the 4-bit model with LoRA on in 9.39 GiB
-("Model loading took"), the trainer's loaded in 9.85; the model predicts 9.25 GiB of weights for each.
+hook (DISABLE_HOOKS) the whole copy is counted as staying. With the hook, countdown-14b-1x4090 on a physical
+24 GiB card: 18.87 GiB against 18.38 planned (docs/benchmarks/one-card-14b.md). vLLM's sleep level 1 frees its
+own copy and KV cache (measured there too). The same measurements: vLLM loaded the 4-bit model with LoRA on in
+9.39 GiB ("Model loading took"), the trainer's loaded in 9.85; the model predicts 9.25 GiB of weights for
+each.
 """
 
 from __future__ import annotations

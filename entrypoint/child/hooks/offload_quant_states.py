@@ -88,8 +88,10 @@ HOOK = Hook(
     "which pin the segments the 4-bit load filled: after the offload of a 4-bit Qwen3-14B torch kept "
     "13.8 GiB reserved for 0.21 GiB allocated, and the colocated vLLM, counting that as used, found no room "
     "for its KV cache (bench/gpu-tests/2026-12-05-0150-qlora-14b-first-attempt.tar.gz)",
-    saves="the trainer's whole 4-bit copy while vLLM starts and generates (13.8 GiB reserved for Qwen3-14B "
-    "under ms-swift's own offload; bench/qlora_offload_probe.py measures both)",
+    saves="the trainer's whole 4-bit copy while vLLM starts and generates: for Qwen3-14B 13.80 GiB reserved "
+    "after ms-swift's offload, 0.002 with the hook (bench/qlora_offload_probe.py); with it "
+    "countdown-14b-1x4090 completed 10 steps on a physical 24 GiB card at 18.87 GiB "
+    "(docs/benchmarks/one-card-14b.md)",
     delete_when="when ms-swift's offload_model moves bitsandbytes' quantization states with the weights "
     "(3.6.4 moves parameters only; its QLoRA GRPO support arrived in 4.1)",
     install=install,
