@@ -35,6 +35,7 @@ import psutil
 from entrypoint.child import wire
 from entrypoint.commands import edge, words
 from entrypoint.errors import EXIT_OK, EXIT_RUNTIME_FAILURE, BadInput, Problem, raise_if_fatal
+from entrypoint.evaluation import report as eval_report
 from entrypoint.facts.facts import MANIFEST, host_path
 from entrypoint.plan import build as plan_mod
 from entrypoint.plan.build import EVENTS_FILE, Plan
@@ -153,6 +154,12 @@ def _run(
         **manifest.start(plan, plan.facts.previous.manifest, rerun_of),
         **({"nodes": records} if records else {}),
     }
+    if plan.facts.previous.manifest and (plan.run_dir / "eval.json").is_file():
+        where, moved = eval_report.set_aside(plan.run_dir, len(data["attempts"]))
+        printer.say(
+            f"the evaluation of the adapter before this attempt ({', '.join(moved)}) is kept in "
+            f"{host_path(where, plan.facts)}: evaluate again once this attempt ends"
+        )
     if (plan.facts.previous.manifest or {}).get("status") == Status.RUNNING:
         printer.say(
             "its previous attempt ended without recording how (its process was killed, or the machine "

@@ -16,6 +16,20 @@ COMPLETIONS_FILE = "eval_completions.jsonl"
 EVAL_FILES = ("eval.json", "eval.md", "eval.png", COMPLETIONS_FILE)
 
 
+def set_aside(run_dir: Path, attempt: int) -> tuple[Path, list[str]]:
+    """Move an earlier evaluation's files (EVAL_FILES present in `run_dir`) into
+    logs/evaluation-before-attempt-`attempt`/ of the run: a new training attempt changes the adapter they
+    judged, and a stale eval.md beside the new adapter would read as its verdict. Returns (that folder, the
+    names moved); nothing is deleted."""
+    dest = run_dir / "logs" / f"evaluation-before-attempt-{attempt}"
+    present = [name for name in EVAL_FILES if (run_dir / name).is_file()]
+    if present:
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in present:
+            (run_dir / name).replace(dest / name)
+    return dest, present
+
+
 def unfinished(data: Mapping[str, Any]) -> str:
     """'' for a completed run, else what a reader of its evaluation must know: the run did not finish, and
     which checkpoint (the newest complete one, exported to adapter/ when it ended) is evaluated."""

@@ -83,6 +83,8 @@ def start(
     attempts = [dict(a) for a in previous.get("attempts", [])] if previous else []
     for attempt in attempts:  # an attempt that never recorded its end: its process was killed
         attempt.setdefault("status", Status.UNRECORDED)
+    if attempts and previous and previous.get("evaluation"):  # it judged the adapter that attempt left
+        attempts[-1].setdefault("evaluation", previous["evaluation"])
     # each attempt keeps every value it ran with (a resume may change keys.RESUME_CHANGES, and RESUME_RESTORED
     # with RESUME_ONLY_MODEL); resolved_recipe below is the last attempt's, with the layer of each value
     attempts.append(

@@ -64,3 +64,28 @@ def test_completeness_needs_weights_and_trainer_state(tmp_path):
     (tmp_path / "checkpoint-3").mkdir()
     (tmp_path / "checkpoint-3" / "trainer_state.json").write_text("{not json")
     assert export.newest_complete(tmp_path).name == "checkpoint-1"
+
+
+@pytest.mark.cli
+def test_a_new_attempt_sets_the_earlier_evaluation_aside_and_keeps_its_summary(tmp_path):
+    """Train longer after `evaluate`: eval.md judged the adapter before this attempt; beside the new adapter
+    it would read as its verdict. It moves under logs/, whole, and the manifest keeps its summary with the
+    attempt it judged."""
+    first = run_cli("train", RECIPE, f"OUTPUT_DIR={tmp_path}", "RUN_NAME=r", env=clean_env(**FAKE))
+    assert first.returncode == 0, first.stdout + first.stderr
+    run = tmp_path / "r"
+    (run / "eval.json").write_text('{"verdict": "better"}\n')
+    (run / "eval.md").write_text("Verdict: better\n")
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest.update(status="stopped", evaluation={"verdict": "better"})
+    (run / "manifest.json").write_text(json.dumps(manifest))
+
+    second = run_cli("train", RECIPE, f"OUTPUT_DIR={tmp_path}", "RUN_NAME=r", env=clean_env(**FAKE))
+    assert second.returncode == 0, second.stdout + second.stderr
+    kept = run / "logs" / "evaluation-before-attempt-2"
+    said = "the evaluation of the adapter before this attempt (eval.json, eval.md) is kept in"
+    assert said in second.stdout
+    assert not (run / "eval.md").exists() and not (run / "eval.json").exists()
+    assert (kept / "eval.md").read_text() == "Verdict: better\n"
+    attempts = json.loads((run / "manifest.json").read_text())["attempts"]
+    assert attempts[0]["evaluation"] == {"verdict": "better"} and "evaluation" not in attempts[1]
