@@ -57,7 +57,7 @@ def check_driver(plan: Plan) -> list[Problem]:
         check = (
             (
                 "; with more than one GPU visible, one of them an RTX 40, it also trips accelerate's RTX 40 "
-                "check (handled by the NCCL settings: NCCL_P2P_DISABLE and NCCL_IB_DISABLE above)"
+                "check (handled by NCCL_P2P_DISABLE and NCCL_IB_DISABLE, which `plan` lists under nccl)"
             )
             if nccl.accelerate_rtx40_check_fires(inv)
             else ""
