@@ -82,11 +82,11 @@ are for bf16 LoRA. OFFLOAD_MODEL takes the whole 4-bit copy off the card with th
 dimensions, random weights, an H200, bitsandbytes 0.45.5), but bitsandbytes' quantization states stayed in the
 segments the load filled and torch kept 13.8 GiB reserved, which the 14B recipe's vLLM counted as used and
 found no room for its KV cache (bench/gpu-tests/2026-12-05-0150-qlora-14b-first-attempt.tar.gz). Without the
-hook (DISABLE_HOOKS) the whole copy is counted as staying. With the hook, countdown-14b-1x4090 on a physical
-24 GiB card: 18.87 GiB against 18.38 planned (docs/benchmarks/one-card-14b.md). vLLM's sleep level 1 frees its
-own copy and KV cache (measured there too). The same measurements: vLLM loaded the 4-bit model with LoRA on in
-9.39 GiB ("Model loading took"), the trainer's loaded in 9.85; the model predicts 9.25 GiB of weights for
-each.
+hook (DISABLE_HOOKS) the load's reservation is counted as staying (QUANT_LOAD_RESERVED). With the hook,
+countdown-14b-1x4090 on a physical 24 GiB card: 18.87 GiB against 18.38 planned
+(docs/benchmarks/one-card-14b.md). vLLM's sleep level 1 frees its own copy and KV cache (measured there too).
+The same measurements: vLLM loaded the 4-bit model with LoRA on in 9.39 GiB ("Model loading took"), the
+trainer's loaded in 9.85; the model predicts 9.25 GiB of weights for each.
 """
 
 from __future__ import annotations
@@ -127,6 +127,11 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 # about 0.127 bits per weight (bitsandbytes 0.45.5 quantize_4bit, blocksize 64, compress_statistics; vLLM's
 # loader the same: loader.py:1113-1117); LLM.int8 a byte per weight (its fp32 row scales are negligible).
 QUANT_BYTES = {4: 0.5 + 0.127 / 8, 8: 1.0}
+# torch's reserved over allocated after transformers' 4-bit load (layer by layer, the quantization states
+# between the weights): 13.918 / 9.391 GiB, Qwen3-14B's dimensions, bitsandbytes 0.45.5 on an H200
+# (bench/one-card/2026-12-05-0316-qlora-14b-7b.tar.gz, offload-probe-q14.json). ms-swift's offload leaves all
+# of it reserved (13.797 GiB) unless the hook offload_quant_states moves the states too.
+QUANT_LOAD_RESERVED = 13.918 / 9.391
 
 # Fitted coefficients (bench/fit_memory.py writes them to data/memory_coefficients.json).
 DEFAULT_COEFFICIENTS = {
@@ -328,7 +333,7 @@ class Workload:
     vllm_tp: int = 1  # colocated vLLM's tensor parallel size (VLLM_TENSOR_PARALLEL_SIZE)
     liger: bool = False  # USE_LIGER_KERNEL: ms-swift's GRPO loss through liger's fused linear + loss
     quant_bits: int = 0  # QUANT_METHOD=bnb: 4 (QLoRA) or 8 bits for the linear weights; 0 not quantized
-    # OFFLOAD_MODEL leaves the whole quantized copy on the GPU: DISABLE_HOOKS=offload_quant_states
+    # OFFLOAD_MODEL leaves the 4-bit load's segments reserved on the GPU: DISABLE_HOOKS=offload_quant_states
     quantized_stay: bool = False
 
     def vllm_weights_gib(self, tensor_parallel: int = 1) -> float:
@@ -415,7 +420,7 @@ def estimate_training(w: Workload, coef: Mapping[str, float] | None = None) -> T
         peak=peak,
         logit_entries=w.per_device * w.completion_tokens * w.dims.vocab / GIB,
         checkpointed=w.gradient_checkpointing,
-        pinned=one / GIB if w.quant_bits and w.quantized_stay else 0.0,
+        pinned=one * QUANT_LOAD_RESERVED / GIB if w.quant_bits and w.quantized_stay else 0.0,
     )
 
 
@@ -521,8 +526,8 @@ def host_ram(
     freed only when it wakes, after the trainer's left (hooks/offload_before_wake.py), and the trainer's comes
     back after vLLM sleeps."""
     parts = {}
-    if offload_model:
-        parts["trainer's weights (offloaded)"] = train.weights - train.pinned
+    if offload_model:  # the data moves even where torch keeps its segments reserved (pinned)
+        parts["trainer's weights (offloaded)"] = train.weights
     if offload_optimizer:
         parts["optimizer states (offloaded)"] = train.resident - train.weights
     if sleep_level == 1:

@@ -626,8 +626,8 @@ def _vllm_share(
                 + (
                     "vLLM's own weights (its V0 engine counts only what it allocates)"
                     if v0
-                    else "the context, vLLM's weights and the trainer's 4-bit ones (without the hook "
-                    "offload_quant_states they stay on the GPU while vLLM generates)"
+                    else "the context, vLLM's weights and the trainer's reserved 4-bit segments (without the "
+                    "hook offload_quant_states they stay on the GPU while vLLM generates)"
                     if current.offload_model and w.quantized_stay
                     else "the context and vLLM's weights (the trainer's are on the CPU while vLLM generates)"
                     if current.offload_model
@@ -636,7 +636,14 @@ def _vllm_share(
                 + f"; the rest of the {card:.1f} GiB card trains"
                 if holds
                 else f"the most the planner gives vLLM: no share holds {what} beside "
-                + ("vLLM's own weights" if current.offload_model else "both copies of the weights")
+                + (
+                    "vLLM's own weights and the trainer's reserved 4-bit segments (DISABLE_HOOKS has "
+                    "offload_quant_states)"
+                    if current.offload_model and w.quantized_stay
+                    else "vLLM's own weights"
+                    if current.offload_model
+                    else "both copies of the weights"
+                )
                 + f" on this {card:.1f} GiB card (the memory check says what to change)",
             )
         )

@@ -567,6 +567,15 @@ def _colocated_fits(plan: Plan, w: Workload, card, colocate: memory.Colocate, of
             )
         elif model_offloaded:
             fix = _largest_model_text(plan, w, size, colocate, _missing_pieces(plan, colocate))
+            if w.quantized_stay:
+                rest = ",".join(sorted(plan.recipe.settings.disabled_hooks - {"offload_quant_states"}))
+                hook = _verified(
+                    plan,
+                    {"DISABLE_HOOKS": rest},
+                    "without it torch keeps the trainer's 4-bit segments reserved while vLLM starts",
+                    say="take offload_quant_states out of DISABLE_HOOKS",
+                )
+                fix = f"{hook}; or {fix}" if hook else fix
         else:
             verified = "; or ".join(f for f in (_one_copy_levers(plan), _qlora(plan)) if f)
             fix = (
@@ -576,7 +585,7 @@ def _colocated_fits(plan: Plan, w: Workload, card, colocate: memory.Colocate, of
                 "GPUs, or a smaller MODEL"
             )
         kept = (
-            "; the trainer's 4-bit ones stay, DISABLE_HOOKS has offload_quant_states"
+            "; the 4-bit load's segments stay reserved, DISABLE_HOOKS has offload_quant_states"
             if memory.estimate_training(w).pinned
             else ""
         )

@@ -808,7 +808,7 @@ def test_offloading_a_qlora_trainer_takes_its_4bit_copy_off_the_card_unless_the_
     )
     stay = dataclasses.replace(w, quantized_stay=True)
     kept = memory.estimate_training(stay)
-    assert kept.pinned == pytest.approx(kept.weights)
+    assert kept.pinned == pytest.approx(kept.weights * 13.918 / 9.391)  # the load's reservation, measured
     assert memory.offload_phases(kept, 24.0, v)["generation"] == {"vLLM": 21.6}
     v0 = memory.offload_phases(kept, 24.0, memory.Colocate(**{**v.__dict__, "engine_v0": True}))["generation"]
     assert v0["trainer's 4-bit weights (stay on the GPU)"] == kept.pinned
@@ -935,3 +935,17 @@ def test_the_inventory_records_this_machines_ram():
     inv = Inventory.model_validate_json(Inventory(source="nvml", **ram).model_dump_json())
     assert inv.ram_free_gib == pytest.approx(ram["ram_available_bytes"] / 2**30)
     assert Inventory(source="nvml").ram_free_gib is None  # an older inventory file: unknown
+
+
+def test_a_qlora_plan_without_the_quant_states_hook_is_refused_naming_it():
+    """New-user trial: DISABLE_HOOKS=offload_quant_states planned 'valid' with a headroom warning, the setup
+    that failed on the card before the hook (no room for vLLM's KV cache). The load's reserved segments
+    now count, and the fix names the hook, checked by planning without it."""
+    plan = build_plan(
+        "recipe=countdown-14b-1x4090", "DISABLE_HOOKS=offload_quant_states", inventory="1x4090-driver535"
+    )
+    errors = memory_problems(plan)
+    assert errors and errors[0].fix.startswith("take offload_quant_states out of DISABLE_HOOKS fits: 18."), [
+        p.render() for p in errors
+    ]
+    assert dict(plan.host_ram)["trainer's weights (offloaded)"] == pytest.approx(9.25, abs=0.1)
