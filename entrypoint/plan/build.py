@@ -37,7 +37,7 @@ from entrypoint.facts.facts import MANIFEST, ROLLOUT_PORT_START, WEIGHT_SYNC_POR
 from entrypoint.facts.inventory import Inventory
 from entrypoint.plan import budget as budget_mod
 from entrypoint.plan import layout as layout_mod
-from entrypoint.plan import memory, nccl, shape, speed
+from entrypoint.plan import memory, nccl, schedule, shape, speed
 from entrypoint.plan.budget import Budget
 from entrypoint.plan.layout import Layout
 from entrypoint.plan.memory import GpuEstimate
@@ -471,6 +471,7 @@ def _resume_changes(d: Draft, before: Mapping[str, Any]) -> list[Problem]:
                 "with a new optimizer and schedule at the new values; or a new RUN_NAME",
             )
         )
+    problems += _resumed_schedule(d, before)
     changes = changed(keys.RESUME_CHANGES)
     if changes:
         problems.append(
@@ -485,6 +486,58 @@ def _resume_changes(d: Draft, before: Mapping[str, Any]) -> list[Problem]:
             )
         )
     return problems
+
+
+def _resumed_schedule(d: Draft, before: Mapping[str, Any]) -> list[Problem]:
+    """A warning where a resume with another MAX_STEPS trains its new steps at under half of LEARNING_RATE:
+    transformers lays the schedule over the new total (plan/schedule.py), so a short extension of a
+    finished cosine or linear run trains at that schedule's tail ("train longer" that barely moves)."""
+    a = d.recipe.trainer_args
+    old_text = str((before.get("MAX_STEPS") or {}).get("value", ""))
+    checkpoint = Path(d.facts.previous.newest_checkpoint).name.rpartition("-")[2]
+    if (
+        a.resume_only_model
+        or a.max_steps <= 0
+        or not old_text.isdigit()
+        or int(old_text) == a.max_steps
+        or not checkpoint.isdigit()
+        or a.lr_scheduler_type not in schedule.KNOWN
+    ):
+        return []
+    done, total = int(checkpoint), a.max_steps
+    if done >= total:
+        return []
+    warmup = schedule.warmup_steps(total, a.warmup_ratio, a.warmup_steps)
+    first = schedule.step_rate(a.lr_scheduler_type, done + 1, total, warmup)
+    if first >= 0.5:
+        return []
+    last = schedule.step_rate(a.lr_scheduler_type, total, total, warmup)
+    span = f"step {total}" if done + 1 == total else f"steps {done + 1}-{total}"
+    enough = next(
+        (
+            n
+            for n in range(total + 1, 100 * total + 1)
+            if schedule.step_rate(
+                a.lr_scheduler_type, done + 1, n, schedule.warmup_steps(n, a.warmup_ratio, a.warmup_steps)
+            )
+            >= 0.5
+        ),
+        None,
+    )
+    fix = "a larger MAX_STEPS spreads the schedule over more steps" + (
+        f": from MAX_STEPS={enough} step {done + 1} trains at half of LEARNING_RATE or more" if enough else ""
+    )
+    return [
+        Problem(
+            "MAX_STEPS",
+            f"{old_text} -> {total}: the {a.lr_scheduler_type} learning-rate schedule is laid over the new "
+            f"{total} steps (transformers rebuilds it for the new total), so {span} train at "
+            f"{first:.0%} to {last:.0%} of LEARNING_RATE"
+            + (f" {a.learning_rate:g}" if a.learning_rate else ""),
+            fix,
+            fatal=False,
+        )
+    ]
 
 
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "MODELSCOPE_OFFLINE", "TRANSFORMERS_OFFLINE")

@@ -103,6 +103,10 @@ class TrainerArgs:
     num_generations: int
     per_device_eval_batch_size: int
     max_steps: int  # -1: from the dataset and the epochs
+    learning_rate: float | None  # None: 1e-4 LoRA, 1e-5 full (v3.6.4 swift/llm/argument/train_args.py:56-60)
+    lr_scheduler_type: str  # transformers' SchedulerType name; ms-swift: cosine
+    warmup_ratio: float
+    warmup_steps: int  # > 0 wins over warmup_ratio (transformers TrainingArguments.get_warmup_steps)
     max_completion_length: int
     max_length: int | None
     torch_dtype: str

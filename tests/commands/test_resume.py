@@ -89,3 +89,24 @@ def test_a_new_attempt_sets_the_earlier_evaluation_aside_and_keeps_its_summary(t
     assert (kept / "eval.md").read_text() == "Verdict: better\n"
     attempts = json.loads((run / "manifest.json").read_text())["attempts"]
     assert attempts[0]["evaluation"] == {"verdict": "better"} and "evaluation" not in attempts[1]
+
+
+@pytest.mark.cli
+def test_training_longer_by_a_little_warns_that_the_new_steps_get_the_schedule_s_tail(tmp_path):
+    """New-user trial: 4 smoke steps, then MAX_STEPS=6 trained steps 5-6 at the cosine tail (the learning
+    rate logged 6.7e-06 then 0 of 1e-4): transformers lays the schedule over the new total. The plan says
+    so, with the MAX_STEPS from which the first new step trains at half the rate; a long extension is
+    quiet."""
+    first = run_cli(
+        "train", RECIPE, f"OUTPUT_DIR={tmp_path}", "RUN_NAME=r", "MAX_STEPS=4", env=clean_env(**FAKE)
+    )
+    assert first.returncode == 0, first.stdout + first.stderr
+    checkpoint(tmp_path / "r" / "train" / "checkpoint-4", 4, complete=True)
+    args = (RECIPE, f"OUTPUT_DIR={tmp_path}", "RUN_NAME=r")
+    short = run_cli("plan", *args, "MAX_STEPS=6", env=clean_env(**FAKE))
+    assert short.returncode == 0, short.stdout + short.stderr
+    said = short.stdout + short.stderr
+    assert "MAX_STEPS: 4 -> 6: the cosine learning-rate schedule is laid over the new 6 steps" in said, said
+    assert "steps 5-6 train at 25% to 7% of LEARNING_RATE" in said and "from MAX_STEPS=8 step 5" in said, said
+    long = run_cli("plan", *args, "MAX_STEPS=40", env=clean_env(**FAKE))
+    assert long.returncode == 0 and "learning-rate schedule is laid over" not in long.stdout + long.stderr
