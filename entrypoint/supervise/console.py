@@ -140,7 +140,8 @@ class Console:
         # its train_speed(iter/s) counts from the trainer's set-up (vLLM's engine start included), so step 1
         # read 103 s/step after 5 s of training; and an average hides the slow step a user asks about.
         elapsed = _seconds(row.get("elapsed_time"))
-        before, before_elapsed = (self.step[0], self.step_elapsed) if self.step else (0, 0.0)
+        # a resumed attempt's elapsed_time counts from its own start, after the checkpoint's steps
+        before, before_elapsed = (self.step[0], self.step_elapsed) if self.step else (self.resumed_at, 0.0)
         speed = row.get("train_speed(iter/s)")
         if elapsed is not None and done > before:
             per_step = (elapsed - before_elapsed) / (done - before)
@@ -167,15 +168,18 @@ class Console:
         return " | ".join(parts)
 
     def _eta(self, done: int, total: int, elapsed: float | None, remaining: object) -> str:
-        """The time left at the pace of the steps after the first step line. Step 1 holds the warm-up (the
-        first generation, allocator and kernel caches): ms-swift's remaining_time extrapolates from it (a new
-        user read "13 min" after step 1). After step 1 the line says when an ETA comes."""
+        """The time left at the pace of the steps after the first step line. Step 1 (of a resumed attempt:
+        the step after its checkpoint) holds the warm-up (the first generation, allocator and kernel caches):
+        ms-swift's remaining_time extrapolates from it (a new user read "13 min" after step 1). After it the
+        line says when an ETA comes."""
         if elapsed is None:
             return f"ETA {remaining or '?'}"
         if self.first is None or done <= self.first[0]:
             self.first = (done, elapsed)
             # a first line after several steps (LOGGING_STEPS > 1) averages step 1 in: ms-swift's figure
-            return f"ETA after step {done + 1}" if done == 1 and total > 1 else f"ETA {remaining or '?'}"
+            if done == self.resumed_at + 1 and total > done:
+                return f"ETA after step {done + 1}"
+            return f"ETA {remaining or '?'}"
         pace = (elapsed - self.first[1]) / (done - self.first[0])
         return f"ETA {format_seconds(pace * max(0, total - done))}"
 

@@ -382,3 +382,14 @@ def test_the_step_line_shows_kl_and_completion_length_beside_the_reward():
     assert line.startswith(
         "step 1/3 | reward 0.500 (std 0.100) | kl 0.0012 | completion 269 tokens | 5.0 s/step"
     )
+
+
+def test_a_resumed_attempt_s_first_step_is_timed_from_its_own_start():
+    """New-user trial: train longer from checkpoint-4; the first line of the new attempt read '4.0 s/step |
+    elapsed 20s | ETA 4s' (20 s over all five steps, ms-swift's ETA from it) where step 5 took 20 s."""
+    row = (
+        "{'loss': 0.0, 'reward': 0.5, 'reward_std': 0.1, 'global_step/max_steps': '5/6', "
+        "'elapsed_time': '20s', 'remaining_time': '4s', 'train_speed(iter/s)': 0.25}"
+    )
+    (line,) = shown(Console(resumed_at=4), [row])
+    assert line.endswith("| 20.0 s/step | elapsed 20s | ETA after step 6"), line
