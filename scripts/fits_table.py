@@ -42,8 +42,7 @@ MACHINES = {
 EVIDENCE = {
     "Qwen/Qwen2.5-0.5B-Instruct": "[measured](docs/benchmarks/countdown-throughput.md)",
     "Qwen/Qwen2.5-3B-Instruct": "[measured](docs/benchmarks/one-card-7b.md)",
-    "Qwen/Qwen2.5-7B-Instruct": "[measured, one weight copy](docs/benchmarks/one-card-7b.md); "
-    "[QLoRA](docs/benchmarks/one-card-14b.md)",
+    "Qwen/Qwen2.5-7B-Instruct": "[measured, one weight copy](docs/benchmarks/one-card-7b.md)",
     "Qwen/Qwen3-4B": "[measured, one weight copy](docs/gpu-evidence.md)",
     "Qwen/Qwen3-14B": "[measured, QLoRA](docs/benchmarks/one-card-14b.md)",
 }

@@ -332,8 +332,10 @@ def summary_lines(plan: Plan) -> list[str]:
             rows.append(row)
     if rows:
         first, last = rows[0], rows[-1]
+        # the first row may be an earlier attempt's, with its own MAX_STEPS: its step alone
+        first_step = str(first.get("global_step/max_steps", "?")).split("/")[0]
         lines.append(
-            f"reward: {first['reward']:.3f} at step {first.get('global_step/max_steps', '?')} -> "
+            f"reward: {first['reward']:.3f} at step {first_step} -> "
             f"{last['reward']:.3f} at step {last.get('global_step/max_steps', '?')} (training batches; "
             "held-out: evaluate)"
         )

@@ -81,6 +81,7 @@ def write(run_dir: Path, result: dict) -> None:
         "verdict": result["verdict"],
         "prompts": result["prompts"],
         "settings": result["settings"],
+        "checkpoint": result.get("checkpoint"),  # the adapter judged (a later attempt moves these files)
         "files": list(EVAL_FILES),
     }
     manifest_mod.write(run_dir, data)

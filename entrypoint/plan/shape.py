@@ -525,7 +525,8 @@ def one_copy_levers(r: Recipe, layout: Layout, budget: Budget, why: str = "") ->
     )
     why += (
         ": one copy on the GPU at a time (the trainer in CPU memory while vLLM generates, vLLM asleep while "
-        "the trainer trains; docs/benchmarks/one-card-7b.md)"
+        "the trainer trains; "
+        + ("docs/benchmarks/one-card-14b.md)" if w.quant_bits else "docs/benchmarks/one-card-7b.md)")
     )
     return [
         Choice("OFFLOAD_MODEL", True, why),

@@ -112,6 +112,7 @@ def test_a_real_evaluation_of_the_smoke_runs_adapter(smoke_run):
     ).read_text()
     manifest = json.loads((smoke_run / "manifest.json").read_text())
     assert manifest["evaluation"]["verdict"] == result["verdict"]
+    assert manifest["evaluation"]["checkpoint"] == result["checkpoint"]  # the adapter it judged
 
 
 def test_a_rerun_of_the_smoke_run_repeats_its_first_step(smoke_run):
