@@ -45,9 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     import pynvml
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+    from transformers import AutoModelForCausalLM
 
     from entrypoint.child.hooks.offload_quant_states import move_quant_states
+    from entrypoint.evaluation import generation
 
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
@@ -55,15 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     stages = report["stages"]
     stages["empty"] = measure(torch, pynvml, handle)
     start = time.monotonic()
-    quant = BitsAndBytesConfig(
-        load_in_4bit=True,
-        bnb_4bit_quant_type="nf4",
-        bnb_4bit_use_double_quant=True,
-        bnb_4bit_compute_dtype=torch.bfloat16,
-    )
-    model = AutoModelForCausalLM.from_pretrained(
-        args.model, quantization_config=quant, torch_dtype=torch.bfloat16, device_map={"": 0}
-    )
+    # ms-swift's bitsandbytes config, as `evaluate` loads a QLoRA run's base, on GPU 0
+    quant = generation.hf_quantization(generation.Quantized(4), torch)
+    model = AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=torch.bfloat16, **quant)
     model = get_peft_model(model, LoraConfig(r=args.rank, lora_alpha=32, target_modules="all-linear"))
     report["load_seconds"] = round(time.monotonic() - start, 1)
     stages["loaded"] = measure(torch, pynvml, handle)

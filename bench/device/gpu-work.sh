@@ -151,21 +151,29 @@ if [ "${GPU_WORK:-all}" = learn ]; then
     "countdown-1x4090 (shipped) cold caches,countdown-1x4090 (shipped),seed 001 settings,countdown-1x4090 before"
 fi
 
-if [ "${GPU_WORK:-all}" = qlearn ]; then
-  # QLoRA against bf16 LoRA on the embedded model, side by side (memory, not speed; each its own emulated card):
-  # the learning benchmark both ways (evaluate reads the run's 4-bit base), and the weight-sync test's QLoRA path
-  step "learning benchmark QLoRA and bf16, weight-sync test's QLoRA path, side by side"
+# the learning benchmark with QLoRA and with bf16 LoRA on the embedded model, side by side (each its own emulated
+# card; evaluate reads a QLoRA run's 4-bit base), each verdict stepped once both end
+learn_qlora_and_bf16() {
   for q in qlora bf16; do
     extra=(); [ $q = qlora ] && extra=(--set QUANT_METHOD=bnb --set QUANT_BITS=4)
     VLLM_CACHE_ROOT=$W/learn-$q-cache python3 bench/learning.py --recipe arithmetic-gpu --steps "${LEARN_STEPS:-100}" \
       --prompts 200 --rows 4096 --set EMULATE_VRAM_GB=24 --set OFFLINE=true "${extra[@]}" --name learning-$q \
       --output-dir "$W/runs" --out "$W/learning-$q" > "$W/learning-$q.log" 2>&1 &
   done
+  wait
+  for q in qlora bf16; do step "learning $q: $(grep -m1 '^Verdict' "$W/learning-$q.log" || tail -1 "$W/learning-$q.log")"; done
+}
+
+if [ "${GPU_WORK:-all}" = qlearn ]; then
+  # QLoRA against bf16 LoRA on the embedded model, side by side (memory, not speed; each its own emulated card):
+  # the learning benchmark both ways (evaluate reads the run's 4-bit base), and the weight-sync test's QLoRA path
+  step "learning benchmark QLoRA and bf16, weight-sync test's QLoRA path, side by side"
+  learn_qlora_and_bf16 &
+  learning=$!
   python3 -m pytest -p no:cacheprovider -m gpu tests/gpu/test_weight_sync.py -k QLoRA -v -rA -s \
     --basetemp="$W/pytest-qlora-sync" > "$W/pytest-qlora-sync.log" 2>&1
   step "weight sync, QLoRA path: $(tail -1 "$W/pytest-qlora-sync.log")"
-  wait
-  for q in qlora bf16; do step "learning $q: $(grep -m1 '^Verdict' "$W/learning-$q.log" || tail -1 "$W/learning-$q.log")"; done
+  wait "$learning"
   touch "$W/DONE"; step "done"; exit 0
 fi
 
@@ -372,14 +380,7 @@ if [ "${GPU_WORK:-all}" = qlora ]; then
   [ "${QLORA_PROBE:-first}" = after ] && probe
   if [ "${QLORA_LEARN:-0}" = 1 ]; then  # then GPU_WORK=qlearn's learning runs (QLoRA and bf16 side by side)
     step "learning benchmark QLoRA and bf16, side by side"
-    for q in qlora bf16; do
-      extra=(); [ $q = qlora ] && extra=(--set QUANT_METHOD=bnb --set QUANT_BITS=4)
-      VLLM_CACHE_ROOT=$W/learn-$q-cache python3 bench/learning.py --recipe arithmetic-gpu --steps "${LEARN_STEPS:-100}" \
-        --prompts 200 --rows 4096 --set EMULATE_VRAM_GB=24 --set OFFLINE=true "${extra[@]}" --name learning-$q \
-        --output-dir "$W/runs" --out "$W/learning-$q" > "$W/learning-$q.log" 2>&1 &
-    done
-    wait
-    for q in qlora bf16; do step "learning $q: $(grep -m1 '^Verdict' "$W/learning-$q.log" || tail -1 "$W/learning-$q.log")"; done
+    learn_qlora_and_bf16
   fi
   touch "$W/DONE"; step "done"; exit 0
 fi

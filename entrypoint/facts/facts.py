@@ -82,6 +82,7 @@ class Previous:
     # checkpoints a save never finished (a full disk, a kill) and those set aside as incomplete-checkpoint-N:
     # (path relative to the run directory, GiB); never resumed from, so deleting them frees space
     incomplete: tuple[tuple[str, float], ...] = ()
+    newest_step: int | None = None  # the N of newest_checkpoint
 
 
 @dataclasses.dataclass(frozen=True)

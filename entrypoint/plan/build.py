@@ -494,17 +494,16 @@ def _resumed_schedule(d: Draft, before: Mapping[str, Any]) -> list[Problem]:
     finished cosine or linear run trains at that schedule's tail ("train longer" that barely moves)."""
     a = d.recipe.trainer_args
     old_text = str((before.get("MAX_STEPS") or {}).get("value", ""))
-    checkpoint = Path(d.facts.previous.newest_checkpoint).name.rpartition("-")[2]
+    done, total = d.facts.previous.newest_step, a.max_steps
     if (
         a.resume_only_model
-        or a.max_steps <= 0
+        or total <= 0
         or not old_text.isdigit()
-        or int(old_text) == a.max_steps
-        or not checkpoint.isdigit()
+        or int(old_text) == total
+        or done is None
         or a.lr_scheduler_type not in schedule.KNOWN
     ):
         return []
-    done, total = int(checkpoint), a.max_steps
     if done >= total:
         return []
     warmup = schedule.warmup_steps(total, a.warmup_ratio, a.warmup_steps)

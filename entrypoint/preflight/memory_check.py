@@ -306,14 +306,17 @@ def _largest_model_text(
     )
 
 
+def _hooks_without(plan: Plan, hook: str) -> str:
+    """The recipe's DISABLE_HOOKS value with `hook` taken out: the fix that puts a hook back."""
+    return ",".join(sorted(plan.recipe.settings.disabled_hooks - {hook}))
+
+
 def _missing_pieces(plan: Plan, colocate: memory.Colocate) -> dict[str, str]:
     """What an offloaded (OFFLOAD_MODEL) recipe lacks of the one-copy path: vLLM asleep while the trainer
     trains, the hook that offloads the trainer before vLLM wakes."""
     missing = {"SLEEP_LEVEL": "1"} if colocate.sleep_level == 0 else {}
     if not colocate.trainer_leaves_first:
-        missing["DISABLE_HOOKS"] = ",".join(
-            sorted(plan.recipe.settings.disabled_hooks - {"offload_before_wake"})
-        )
+        missing["DISABLE_HOOKS"] = _hooks_without(plan, "offload_before_wake")
     return missing
 
 
@@ -568,10 +571,9 @@ def _colocated_fits(plan: Plan, w: Workload, card, colocate: memory.Colocate, of
         elif model_offloaded:
             fix = _largest_model_text(plan, w, size, colocate, _missing_pieces(plan, colocate))
             if w.quantized_stay:
-                rest = ",".join(sorted(plan.recipe.settings.disabled_hooks - {"offload_quant_states"}))
                 hook = _verified(
                     plan,
-                    {"DISABLE_HOOKS": rest},
+                    {"DISABLE_HOOKS": _hooks_without(plan, "offload_quant_states")},
                     "without it torch keeps the trainer's 4-bit segments reserved while vLLM starts",
                     say="take offload_quant_states out of DISABLE_HOOKS",
                 )

@@ -177,7 +177,8 @@ def read_previous(run_dir: Path) -> Previous:
     train = run_dir / "train"
     cut = export.incomplete(train) + (sorted(train.glob("incomplete-checkpoint-*")) if train.is_dir() else [])
     incomplete = tuple((str(c.relative_to(run_dir)), export.tree_bytes(c) / 1024**3) for c in cut)
-    return Previous(data, "", str(newest) if newest else "", incomplete)
+    step = export.checkpoint_step(newest) if newest else None
+    return Previous(data, "", str(newest) if newest else "", incomplete, step)
 
 
 def _dataset_specs(r: Recipe) -> list[str]:
