@@ -140,6 +140,10 @@ test-fast: venv model  ## The edit loop: in-process tests only (no training, Doc
 # Docker, its daemon, Compose v2, and for GPU targets the NVIDIA runtime, each named when missing.
 need_docker = @scripts/docker-check.sh
 need_docker_gpu = @scripts/docker-check.sh gpu
+# The image through `make build` when it is not built yet: its failure names the fix (a base-image mirror, a
+# proxy's CA bundle), where `compose run` would build it itself and print only BuildKit's error.
+need_image = @image=$$($(COMPOSE) config --images train) && { docker image inspect "$$image" >/dev/null 2>&1 || { \
+	echo "the image $$image is not built yet: building it first (make build)"; $(MAKE) --no-print-directory build; }; }
 
 .PHONY: build
 build:  ## Build the image (docker compose build); behind a TLS proxy set CA_BUNDLE=/path/to/ca.pem
@@ -157,16 +161,19 @@ output data:
 .PHONY: train
 train: | output data  ## Train in the container: make train RECIPE=tcm-4x4090 [ARGS="KEY=VALUE ..."]
 	$(need_docker_gpu)
+	$(need_image)
 	$(COMPOSE) run --rm train recipe=$(RECIPE) $(ARGS)
 
 .PHONY: train-single
 train-single: | output data  ## The single-RTX-4090 countdown recipe in the container
 	$(need_docker_gpu)
+	$(need_image)
 	$(COMPOSE) run --rm train recipe=countdown-1x4090 $(ARGS)
 
 .PHONY: container-plan
 container-plan: | output data  ## `plan` inside the container: make container-plan RECIPE=... [ARGS=...]
 	$(need_docker)
+	$(need_image)
 	$(COMPOSE) run --rm train plan recipe=$(RECIPE) $(ARGS)
 
 BENCH_MODELS ?= .cache/bench-models

@@ -71,3 +71,49 @@ def test_a_ready_machine_passes_and_the_cpu_override_skips_the_gpu_check(tmp_pat
         == 0
     )
     assert os.access(SCRIPT, os.X_OK)
+
+
+LOGGING = """#!/bin/sh
+echo "$*" >> "{log}"
+case "$1 $2" in
+  "compose config") echo "grpo-rig:test";;
+  "image inspect") [ "{built}" = yes ] || exit 1;;
+esac
+exit 0
+"""
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
+@pytest.mark.parametrize("built", ["no", "yes"])
+def test_a_container_target_builds_the_missing_image_through_make_build_first(tmp_path, built):
+    """`make container-plan` without an image runs `make build` (whose failure names the fix) before
+    `compose run`, which would otherwise build it itself; with the image there it only runs."""
+    log = tmp_path / "docker.log"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(LOGGING.format(log=log, built=built))
+    (bin_dir / "docker").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    proc = subprocess.run(
+        ["make", "-s", "container-plan", "RECIPE=smoke", f"COMPOSE={bin_dir / 'docker'} compose"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    checks = ("info", "compose version")  # scripts/docker-check.sh's, tested above
+    calls = [line for line in log.read_text().splitlines() if not line.startswith(checks)]
+    run = "compose run --rm train plan recipe=smoke"
+    if built == "no":
+        assert "the image grpo-rig:test is not built yet" in proc.stdout
+        assert calls == [
+            "compose config --images train",
+            "image inspect grpo-rig:test",
+            "compose build train",
+            run,
+        ]
+    else:
+        assert calls == ["compose config --images train", "image inspect grpo-rig:test", run]
