@@ -81,6 +81,8 @@ def write(run_dir: Path, result: dict) -> None:
         "verdict": result["verdict"],
         "prompts": result["prompts"],
         "settings": result["settings"],
+        "engine": result["engine"],  # the one EVAL_ENGINE (settings.engine, often "auto") resolved to
+        "quantized": result.get("quantized"),
         "checkpoint": result.get("checkpoint"),  # the adapter judged (a later attempt moves these files)
         "files": list(EVAL_FILES),
     }

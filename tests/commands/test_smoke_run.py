@@ -113,6 +113,8 @@ def test_a_real_evaluation_of_the_smoke_runs_adapter(smoke_run):
     manifest = json.loads((smoke_run / "manifest.json").read_text())
     assert manifest["evaluation"]["verdict"] == result["verdict"]
     assert manifest["evaluation"]["checkpoint"] == result["checkpoint"]  # the adapter it judged
+    # the engine EVAL_ENGINE=auto resolved to on the CPU, and the base as the trainer loaded it (bf16)
+    assert manifest["evaluation"]["engine"] == "hf" and manifest["evaluation"]["quantized"] is None
 
 
 def test_a_rerun_of_the_smoke_run_repeats_its_first_step(smoke_run):
