@@ -157,6 +157,9 @@ def image(request, tmp_path_factory) -> str:
     )
     yield IMAGE
     compose("down", "--volumes", "--remove-orphans", env=env)
+    # each build takes the tag from the last one, which stays behind untagged (a few GB a test run): remove
+    # this image's untagged builds, nothing else
+    docker("image", "prune", "--force", "--filter", "label=org.opencontainers.image.title=grpo-rig")
 
 
 def test_smoke_run_through_compose_leaves_adapter_owned_by_host_user(image, request, tmp_path):
