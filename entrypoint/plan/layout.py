@@ -17,6 +17,7 @@ disjoint CUDA_VISIBLE_DEVICES=<rollout GPUs> (case C05, tests/cases.md).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Literal
 
@@ -125,12 +126,17 @@ def _ordinal(part: str) -> int:
     raise ValueError(f"{part} is not a GPU ordinal")
 
 
+def _entries(text: str) -> list[str]:
+    """A GPU list's entries, separated by commas or spaces as the recipe's other lists are ('0,1', '0 1',
+    '0, 1'); a range keeps its dash whatever the spaces around it ('1 - 3')."""
+    return [p for p in re.split(r"[,\s]+", re.sub(r"\s*-\s*", "-", text.strip())) if p]
+
+
 def parse_ordinals(text: str) -> list[int]:
-    """'0,1', '0-3', '2' -> ordinals. Raises ValueError (naming the part and its fix) on anything else."""
+    """'0,1', '0 1', '0-3', '2' -> ordinals. Raises ValueError (naming the part and its fix) on anything
+    else."""
     out: list[int] = []
-    for part in text.replace(" ", "").split(","):
-        if not part:
-            continue
+    for part in _entries(text):
         lo, dash, hi = part.partition("-")
         if dash and lo.isdigit() and hi.isdigit():
             start, end = int(lo), int(hi)
@@ -335,7 +341,7 @@ def _ordinals(
 def torch_ordinals(text: str) -> list[int] | None:
     """The ordinals a GPU list means where torch's device names spell some of them ('cuda:1,2' -> [1, 2]);
     None where something else is wrong with it (parse_ordinals says what)."""
-    parts = [p for p in text.replace(" ", "").split(",") if p]
+    parts = _entries(text)
     plain = [p[len("cuda:") :] if p.lower().startswith("cuda:") else p for p in parts]
     try:
         return parse_ordinals(",".join(plain))

@@ -158,7 +158,7 @@ class Settings(BaseModel):
 
     # GPU placement
     TRAIN_GPUS: str = Field(
-        "all", description="in-container GPU ordinals for training: all | none (CPU) | 0,1 | 0-3"
+        "all", description="in-container GPU ordinals for training: all | none (CPU) | 0,1 (or 0 1) | 0-3"
     )
     ROLLOUT_GPUS: str = Field(
         "", description="dedicated vLLM rollout GPU ordinals (server mode); empty: colocate on training GPUs"

@@ -149,6 +149,15 @@ def test_rollout_bind_off_loopback_needs_the_opt_in():
     assert "--host 0.0.0.0" in " ".join(q.process("rollout").argv)
 
 
+def test_a_gpu_list_written_with_spaces_places_each_gpu_it_names():
+    """Cases re-run: 'TRAIN_GPUS=0 1' planned training on GPU 1 alone, 'TRAIN_GPUS=1 2' was told GPU 12 does
+    not exist."""
+    trainer = plan_for("recipe=tcm-4x4090", "TRAIN_GPUS=0 1", "ROLLOUT_GPUS=2", gpus=3).process("trainer")
+    assert trainer.env["CUDA_VISIBLE_DEVICES"] == "0,1" and trainer.env["NPROC_PER_NODE"] == "2"
+    p = plan_for("recipe=tcm-4x4090", "TRAIN_GPUS=1 2", "ROLLOUT_GPUS=0", gpus=3)
+    assert not fatal(p) and p.process("rollout").env["CUDA_VISIBLE_DEVICES"] == "0"
+
+
 def test_data_parallel_rollout_over_two_gpus():
     p = plan_for("recipe=tcm-4x4090", "TRAIN_GPUS=0-2", "ROLLOUT_GPUS=3,4", gpus=5)
     rollout = p.process("rollout")
@@ -157,7 +166,16 @@ def test_data_parallel_rollout_over_two_gpus():
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"), [("0,1", [0, 1]), ("0-3", [0, 1, 2, 3]), (" 2 , 0 ", [2, 0]), ("1-2,4", [1, 2, 4])]
+    ("text", "expected"),
+    [
+        ("0,1", [0, 1]),
+        ("0-3", [0, 1, 2, 3]),
+        (" 2 , 0 ", [2, 0]),
+        ("1-2,4", [1, 2, 4]),
+        ("0 1", [0, 1]),  # spaces separate, as in REWARD_FUNCS (they were dropped: '0 1' read as GPU 1)
+        ("0, 2", [0, 2]),
+        ("1 - 2 4", [1, 2, 4]),
+    ],
 )
 def test_parse_ordinals(text, expected):
     assert layout.parse_ordinals(text) == expected
