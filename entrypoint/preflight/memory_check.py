@@ -38,11 +38,16 @@ def check(plan: Plan) -> list[Problem]:
     if w is None:
         return _not_estimated(plan, b.note)
     extrapolated = w.dims.params > memory.CALIBRATED_MAX_PARAMS
-    return (
-        _peak_problems(plan, w, list(plan.memory), b.colocate, extrapolated)
-        + _vllm_fits(plan, w, b.card, b.colocate, b.offload)
-        + _host_ram(plan)
-    )
+    peak = _peak_problems(plan, w, list(plan.memory), b.colocate, extrapolated)
+    # a model too large for the card is short of KV cache too, with the same fix (the peak's adds
+    # MEMORY_CHECK=warn): said once
+    said = [p.fix for p in peak if p.fatal]
+    vllm = [
+        p
+        for p in _vllm_fits(plan, w, b.card, b.colocate, b.offload)
+        if not (p.fatal and any(f.startswith(p.fix) for f in said))
+    ]
+    return peak + vllm + _host_ram(plan)
 
 
 # under this share of the machine's available RAM left beside the offloaded copies, a warning

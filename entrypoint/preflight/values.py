@@ -335,7 +335,7 @@ def _check_adapter_values(r, facts: Facts) -> list[Problem]:
 # what a bf16 route says where QLoRA cannot run (the planner keeps one weight copy on a card where two do not
 # fit)
 BF16_ROUTE = (
-    "remove QUANT_METHOD and QUANT_BITS to train bf16 LoRA (where two weight copies do not fit a card, the "
+    "QUANT_METHOD= QUANT_BITS= (empty) to train bf16 LoRA (where two weight copies do not fit a card, the "
     "planner keeps one on it at a time: recipe countdown-7b-1x4090)"
 )
 
@@ -349,6 +349,16 @@ def check_quantization(plan: Plan, facts: Facts, where) -> list[Problem]:
     weights those are not weights vLLM can load. A Python without bitsandbytes (in the lock) is
     packages.check's."""
     r, a = plan.recipe, plan.recipe.trainer_args
+    if not a.quant_method and a.quant_bits:  # a recipe's QLoRA turned off by QUANT_METHOD= alone
+        return [
+            Problem(
+                where("QUANT_BITS"),
+                f"{a.quant_bits} without QUANT_METHOD: ms-swift 3.6.4 loads the model unquantized "
+                "(swift/llm/argument/base_args/quant_args.py:41-43), though the argv still says --quant_bits",
+                "QUANT_BITS= (empty) too, or QUANT_METHOD=bnb for QLoRA",
+                fatal=False,
+            )
+        ]
     if a.quant_method != "bnb":
         return []
     problems: list[Problem] = []
@@ -371,7 +381,7 @@ def check_quantization(plan: Plan, facts: Facts, where) -> list[Problem]:
                 "transformers' Trainer refuses to fine-tune a quantized model without adapters "
                 "(after loading it: 'You cannot perform fine-tuning on purely quantized models', "
                 "transformers 4.51.3 trainer.py, Trainer.__init__)",
-                "TRAIN_TYPE=lora for QLoRA, or remove QUANT_METHOD and QUANT_BITS to train the full model",
+                "TRAIN_TYPE=lora for QLoRA, or QUANT_METHOD= QUANT_BITS= (empty) to train the full model",
             )
         )
     zero3 = budget.deepspeed_stage(a.deepspeed, facts.deepspeed_config)[0] == 3

@@ -534,6 +534,17 @@ def parse_cli_pairs(pairs: list[str]) -> tuple[dict[str, Value], list[Problem]]:
     return values, problems
 
 
+def _valid_fix(key: str, spec: swift_schema.ArgSpec) -> str:
+    """What a refused swift argument takes, and that an empty value leaves ms-swift's default (the way to
+    turn off a recipe's QUANT_METHOD=bnb is QUANT_METHOD=, not QUANT_METHOD=none)."""
+    what = {"bool": "true or false", "int": "an integer", "float": "a number"}.get(spec.type, "a valid value")
+    if spec.choices:
+        what = f"one of {', '.join(spec.choices)}"
+    d = spec.default
+    default = "none" if d is None else str(d).lower() if isinstance(d, bool) else repr(d)
+    return f"set {key} to {what}, or leave it empty ({key}=) for ms-swift's default, {default}"
+
+
 def environment_layer(environ: Mapping[str, str]) -> dict[str, Value]:
     """Known keys set in the process environment (upper-case names only)."""
     layer: dict[str, Value] = {}
@@ -725,9 +736,7 @@ def _sort_by_kind(merged: dict[str, Value], problems: list[Problem]):
             try:
                 tokens = spec.coerce(item.value)
             except ValueError as exc:
-                problems.append(
-                    Problem(f"{key} ({item.source})", str(exc), f"set {key} to a valid {spec.type}")
-                )
+                problems.append(Problem(f"{key} ({item.source})", str(exc), _valid_fix(key, spec)))
                 continue
             out_of_range = _out_of_range(key, tokens)
             if out_of_range:  # left out, so that planning goes on with ms-swift's default

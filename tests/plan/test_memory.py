@@ -515,6 +515,21 @@ def test_a_model_too_large_for_one_copy_is_refused_with_the_largest_that_would_f
     assert 7.6 < largest < 14.8 and "this model has 14.8B" in oom.fix, oom.fix
 
 
+def test_a_model_too_large_for_the_card_is_refused_once_not_again_for_its_kv_cache():
+    """New-user trial: the 14B recipe without QLoRA printed its refusal twice, the second time as a KV-cache
+    shortfall at a vLLM share the user never set, with the same 600-character fix. Under MEMORY_CHECK=warn
+    both warn: that vLLM would refuse to start is what trying anyway meets first."""
+    args = ("recipe=countdown-14b-1x4090", "QUANT_METHOD=", "QUANT_BITS=")
+    plan = build_plan(*args, inventory="1x4090-driver535")
+    assert [p.where for p in memory_problems(plan)] == ["memory"], [p.render() for p in memory_problems(plan)]
+    warned = build_plan(*args, "MEMORY_CHECK=warn", inventory="1x4090-driver535")
+    assert [p.where for p in memory_problems(warned, fatal=False)] == [
+        "memory",
+        "VLLM_GPU_MEMORY_UTILIZATION",
+    ]
+    assert not memory_problems(warned)
+
+
 OOM_15B = (
     "recipe=countdown-1x4090",
     "MODEL=Qwen/Qwen2.5-1.5B-Instruct",

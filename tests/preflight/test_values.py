@@ -462,3 +462,25 @@ def test_an_inline_system_prompt_longer_than_a_file_name_is_a_prompt_not_a_crash
         env=clean_env(),
     )
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_recipes_qlora_turned_off_the_way_the_fix_says(tmp_path):
+    """New-user trial: QUANT_METHOD=none was answered 'set QUANT_METHOD to a valid str'; the fix now names the
+    choices and the empty value, and QUANT_METHOD= alone (the recipe's QUANT_BITS=4 kept) is warned about:
+    ms-swift then loads the model unquantized while the argv still says --quant_bits 4."""
+    err = refused(tmp_path, "recipe=countdown-14b-1x4090", "QUANT_METHOD=none")
+    assert "'none' is not one of bnb, hqq" in err
+    assert (
+        "fix: set QUANT_METHOD to one of bnb, hqq, eetq, quanto, fp8, or leave it empty (QUANT_METHOD=)"
+        in err
+    )
+    warned = _quant_problems("recipe=countdown-14b-1x4090", "QUANT_METHOD=", inventory="1x4090-driver535")
+    assert [(p.fatal, p.fix) for p in warned] == [
+        (False, "QUANT_BITS= (empty) too, or QUANT_METHOD=bnb for QLoRA")
+    ]
+    assert (
+        _quant_problems(
+            "recipe=countdown-14b-1x4090", "QUANT_METHOD=", "QUANT_BITS=", inventory="1x4090-driver535"
+        )
+        == []
+    )

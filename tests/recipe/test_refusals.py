@@ -174,3 +174,13 @@ def test_a_changed_model_drops_the_recipe_s_model_type_where_ms_swift_registers_
         "recipe=countdown-1x4090", "MODEL=meta-llama/Llama-3.2-3B-Instruct", inventory="1x4090-driver535"
     )
     assert "--model_type" not in plan.process("trainer").argv
+
+
+def test_a_swift_argument_of_the_wrong_type_is_told_what_it_takes_and_its_default(tmp_path):
+    """It was 'fix: set NUM_GENERATIONS to a valid int'."""
+    err = refused(tmp_path, "recipe=smoke", "NUM_GENERATIONS=eight", "USE_VLLM=maybe")
+    assert (
+        "set NUM_GENERATIONS to an integer, or leave it empty (NUM_GENERATIONS=) for ms-swift's default, 8"
+        in err
+    )
+    assert "set USE_VLLM to true or false, or leave it empty (USE_VLLM=) for ms-swift's default, false" in err
