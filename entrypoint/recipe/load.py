@@ -534,6 +534,25 @@ def parse_cli_pairs(pairs: list[str]) -> tuple[dict[str, Value], list[Problem]]:
     return values, problems
 
 
+def environment_strays(environ: Mapping[str, str], generation: Generation) -> list[Problem]:
+    """Warnings for process-environment variables that look meant for the recipe but are not read
+    (environment_layer leaves them out): a renamed key (VLLM_DEVICE, LOAD_IN_4BIT) or a near miss of a
+    recipe key (ROLLOUT_HSOT). Warned, not refused: the environment holds other programs' variables too (no
+    vLLM or shell variable is this close to a recipe key: checked against vllm.envs of the lock)."""
+    recipe_keys = [k for k in keys.known() if classify(k) in ("owned", "trainer", "rollout")]
+    out = []
+    for key in sorted(environ):
+        found = keys.lookup(key) if key.isupper() else None
+        if not key.isupper() or (found is not None and found.renamed is None):
+            continue
+        if found is None and not difflib.get_close_matches(key, recipe_keys, n=1, cutoff=0.85):
+            continue
+        p = explain_unknown(key, Origin.ENVIRONMENT.value, generation)
+        unread = f"{p.message}; from the environment it is not read"
+        out.append(dataclasses.replace(p, message=unread, fatal=False))
+    return out
+
+
 def _valid_fix(key: str, spec: swift_schema.ArgSpec) -> str:
     """What a refused swift argument takes, and that an empty value leaves ms-swift's default (the way to
     turn off a recipe's QUANT_METHOD=bnb is QUANT_METHOD=, not QUANT_METHOD=none)."""
@@ -653,6 +672,7 @@ def load(
     name = named.value
     merged: dict[str, Value] = dict(ChainMap(*reversed(layers)))
     merged["RECIPE"] = named
+    problems += environment_strays(environ, generation_of(merged))
     _dataset_replaces_generator(merged, problems)
     _model_replaces_its_type(merged, problems)
     owned, trainer, rollout, nccl_values, env = _sort_by_kind(merged, problems)

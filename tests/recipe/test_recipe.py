@@ -375,3 +375,31 @@ def test_each_value_carries_its_origin(tmp_path: Path):
         and shaped.layer("PER_DEVICE_TRAIN_BATCH_SIZE") == 4
     )
     assert shaped.without_planner().values == r.values
+
+
+def test_a_recipe_key_mistyped_or_renamed_in_the_environment_is_warned_about_not_dropped_silently():
+    """Cases re-run: ROLLOUT_HSOT=10.0.0.5 in the environment (compose's `environment:`) planned a colocated
+    run with no word; VLLM_DEVICE and LOAD_IN_4BIT were ignored the same way. Warned with the key meant, not
+    refused: the environment holds other programs' variables, and those (PATH, vLLM's own VLLM_USE_V1, an
+    unrelated NCCL_ or DEBUG) stay quiet."""
+    environ = {
+        "ROLLOUT_HSOT": "10.0.0.5",
+        "VLLM_DEVICE": "cuda:1",
+        "LOAD_IN_4BIT": "true",
+        "PATH": "/usr/bin",
+        "VLLM_USE_V1": "0",
+        "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
+        "DEBUG": "1",
+        "MASTER_PORT": "29500",
+    }
+    r = recipe.load(["recipe=smoke"], environ=environ)
+    warned = {p.where: p for p in r.problems if "(environment)" in p.where}
+    assert sorted(warned) == [
+        "LOAD_IN_4BIT (environment)",
+        "ROLLOUT_HSOT (environment)",
+        "VLLM_DEVICE (environment)",
+    ]
+    assert not any(p.fatal for p in warned.values())
+    assert "did you mean ROLLOUT_HOST?" in warned["ROLLOUT_HSOT (environment)"].fix
+    assert "QUANT_METHOD=bnb QUANT_BITS=4" in warned["LOAD_IN_4BIT (environment)"].fix
+    assert "ROLLOUT_GPUS" in warned["VLLM_DEVICE (environment)"].fix
