@@ -152,7 +152,8 @@ build:  ## Build the image (docker compose build); behind a TLS proxy set CA_BUN
 		echo "make build failed (see above). If the base image could not be pulled (Docker Hub unreachable or rate-limited),"; \
 		echo "  build from a mirror: BASE_IMAGE=<your mirror of nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04> make build"; \
 		echo "If a download failed on a certificate (a proxy that re-signs TLS), pass its CA bundle:"; \
-		echo "  CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt make build   (README: Train on your GPUs)"; exit $$status; }
+		echo "  CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt make build   (README: Train on your GPUs)"; \
+		echo "Then run your make command again: it uses the image once built."; exit $$status; }
 
 # Created by you before compose mounts them; otherwise the daemon creates them owned by root.
 output data:

@@ -78,16 +78,18 @@ echo "$*" >> "{log}"
 case "$1 $2" in
   "compose config") echo "grpo-rig:test";;
   "image inspect") [ "{built}" = yes ] || exit 1;;
+  "compose build") [ "{built}" = unbuildable ] && exit 17;;
 esac
 exit 0
 """
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
-@pytest.mark.parametrize("built", ["no", "yes"])
+@pytest.mark.parametrize("built", ["no", "yes", "unbuildable"])
 def test_a_container_target_builds_the_missing_image_through_make_build_first(tmp_path, built):
     """`make container-plan` without an image runs `make build` (whose failure names the fix) before
-    `compose run`, which would otherwise build it itself; with the image there it only runs."""
+    `compose run`, which would otherwise build it itself; with the image there it only runs; a failed
+    build stops there, naming the base-image mirror and the CA bundle, and to run the command again."""
     log = tmp_path / "docker.log"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -103,10 +105,15 @@ def test_a_container_target_builds_the_missing_image_through_make_build_first(tm
         text=True,
         timeout=60,
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
     checks = ("info", "compose version")  # scripts/docker-check.sh's, tested above
     calls = [line for line in log.read_text().splitlines() if not line.startswith(checks)]
     run = "compose run --rm train plan recipe=smoke"
+    if built == "unbuildable":
+        assert proc.returncode != 0 and run not in calls
+        assert "BASE_IMAGE=<your mirror" in proc.stdout and "CA_BUNDLE=" in proc.stdout
+        assert "Then run your make command again" in proc.stdout
+        return
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     if built == "no":
         assert "the image grpo-rig:test is not built yet" in proc.stdout
         assert calls == [
