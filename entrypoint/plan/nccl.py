@@ -283,7 +283,8 @@ def _decide_ib(
             Decision(
                 "NCCL_IB_DISABLE",
                 "1",
-                "no ACTIVE InfiniBand/RoCE port under /sys/class/infiniband",
+                "no ACTIVE InfiniBand/RoCE port "
+                + ("under /sys/class/infiniband" if inventory.source == "nvml" else f"in {inventory.source}"),
                 "entrypoint",
             )
         )
