@@ -182,13 +182,17 @@ def agreement(
     return statistics.fmean(a == t for a, t in pairs) if pairs else 0.0
 
 
+def _failed(trainer, exc: Exception, break_sync: bool) -> dict:
+    """The record of a probe that could not be taken (the probe never ends the run it observes)."""
+    return {"step": trainer.state.global_step, "error": repr(exc), "sync_skipped": break_sync}
+
+
 def _record(trainer, break_sync: bool, step=measure, *args) -> dict:
-    """The probe's record now (`step(trainer, *args)`), or why it could not be taken (the probe never ends
-    the run it observes)."""
+    """The probe's record now (`step(trainer, *args)`), or why it could not be taken (_failed)."""
     try:
         record = step(trainer, *args)
     except Exception as exc:
-        record = {"step": trainer.state.global_step, "error": repr(exc)}
+        return _failed(trainer, exc, break_sync)
     record["sync_skipped"] = break_sync
     return record
 
@@ -235,7 +239,7 @@ def install(trainer_cls, path: str, break_sync: bool) -> None:
                 try:
                     self._grpo_rig_probe_answers = vllm_answers(self)
                 except Exception as exc:
-                    write({"step": self.state.global_step, "error": repr(exc), "sync_skipped": break_sync})
+                    write(_failed(self, exc, break_sync))
             else:
                 write(_record(self, break_sync))
         return engine_infer(self, *args, **kwargs)

@@ -501,28 +501,21 @@ def _resumed_schedule(d: Draft, before: Mapping[str, Any]) -> list[Problem]:
         or not old_text.isdigit()
         or int(old_text) == total
         or done is None
+        or done >= total
         or a.lr_scheduler_type not in schedule.KNOWN
     ):
         return []
-    if done >= total:
-        return []
-    warmup = schedule.warmup_steps(total, a.warmup_ratio, a.warmup_steps)
-    first = schedule.step_rate(a.lr_scheduler_type, done + 1, total, warmup)
+
+    def rate(step: int, max_steps: int) -> float:  # step's share of LEARNING_RATE in a max_steps-step run
+        warmup = schedule.warmup_steps(max_steps, a.warmup_ratio, a.warmup_steps)
+        return schedule.step_rate(a.lr_scheduler_type, step, max_steps, warmup)
+
+    first = rate(done + 1, total)
     if first >= 0.5:
         return []
-    last = schedule.step_rate(a.lr_scheduler_type, total, total, warmup)
+    last = rate(total, total)
     span = f"step {total}" if done + 1 == total else f"steps {done + 1}-{total}"
-    enough = next(
-        (
-            n
-            for n in range(total + 1, 100 * total + 1)
-            if schedule.step_rate(
-                a.lr_scheduler_type, done + 1, n, schedule.warmup_steps(n, a.warmup_ratio, a.warmup_steps)
-            )
-            >= 0.5
-        ),
-        None,
-    )
+    enough = next((n for n in range(total + 1, 100 * total + 1) if rate(done + 1, n) >= 0.5), None)
     fix = "a larger MAX_STEPS spreads the schedule over more steps" + (
         f": from MAX_STEPS={enough} step {done + 1} trains at half of LEARNING_RATE or more" if enough else ""
     )
